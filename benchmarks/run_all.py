@@ -1,0 +1,26 @@
+"""Run every benchmark and print the ratios against floors measured in the same run.
+
+Usage: .venv/bin/python -m benchmarks.run_all
+"""
+
+from __future__ import annotations
+
+import anyio
+
+from benchmarks import bench_audit, bench_big_output, bench_exec_latency, bench_startup
+
+
+def main() -> int:
+    results = {
+        "audit": bench_audit.main(),
+        "startup": bench_startup.main(),
+        "exec_latency": anyio.run(bench_exec_latency.main),
+        "big_output": anyio.run(bench_big_output.main),
+    }
+    failed = [name for name, ok in results.items() if not ok]
+    print("benchmarks:", "all targets met" if not failed else "missed: " + ", ".join(failed))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,3 @@
+from relay_shell.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,239 @@
+"""The append-only, hash-chained JSON Lines audit log.
+
+Each record is one `write` on an O_APPEND descriptor, so concurrent writers never interleave and a record
+reaches the kernel before the caller returns its result. With the chain on, every record carries
+`seq`, `prev` (the previous record's chain) and `chain = sha256(prev ‖ canonical record without chain)`,
+where the canonical record is the sorted-key orjson serialization. The line on disk is exactly the
+canonical bytes with `"chain"` appended as the last key, so `verify` can hash the line without
+re-serializing it.
+
+Rotation (rename or copy-truncate) is detected before every write; the new file starts with an
+`audit:continue` record whose `prev` links to the last record of the previous file, so the chain resumes
+across rotation and restarts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+RECORD_VERSION = 1
+GENESIS = "0" * 64
+CONTINUE_TOOL = "audit:continue"
+# The chain field is appended last: `,"chain":"<64 hex>"}` is 76 bytes before the newline.
+CHAIN_SUFFIX_LEN = len(',"chain":"') + 64 + len('"}')
+
+
+class AuditWriteError(Exception):
+    """The record could not be written; the message says why (path and OS error)."""
+
+
+def utc_timestamp() -> str:
+    return datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def chain_hash(prev: str, canonical: bytes) -> str:
+    return hashlib.sha256(prev.encode("ascii") + canonical).hexdigest()
+
+
+def encode_line(record: dict[str, Any], prev: str | None) -> bytes:
+    """Serialize a record; with a `prev`, append the chain over the canonical bytes as the last key."""
+    canonical = orjson.dumps(record, option=orjson.OPT_SORT_KEYS)
+    if prev is None:
+        return canonical + b"\n"
+    chain = chain_hash(prev, canonical)
+    return canonical[:-1] + b',"chain":"' + chain.encode("ascii") + b'"}\n'
+
+
+def read_last_line(path: Path) -> bytes | None:
+    """The last complete line of a file, read backwards in blocks so a large log costs one seek."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            end = handle.tell()
+            if end == 0:
+                return None
+            block = 8192
+            data = b""
+            position = end
+            while position > 0:
+                step = min(block, position)
+                position -= step
+                handle.seek(position)
+                data = handle.read(step) + data
+                stripped = data.rstrip(b"\n")
+                newline = stripped.rfind(b"\n")
+                if newline >= 0:
+                    return stripped[newline + 1 :]
+            return data.rstrip(b"\n") or None
+    except FileNotFoundError:
+        return None
+
+
+class AuditLog:
+    """One open log file. Not thread-safe: the server calls it from its single event loop."""
+
+    def __init__(self, path: Path, chain: bool = True, fsync: bool = False) -> None:
+        self.path = path
+        self.chain_enabled = chain
+        self.fsync = fsync
+        self.fd: int | None = None
+        self.inode: tuple[int, int] | None = None
+        self.size = 0
+        self.seq = -1
+        self.prev = GENESIS
+        self.records_written = 0
+        self.write_errors = 0
+        self.last_error: str | None = None
+
+    # -- opening -----------------------------------------------------------------------------------------
+
+    def open(self) -> None:
+        """Open (creating 0600 in a 0700 directory) and resume the chain from the file's last record."""
+        self._close_fd()
+        self.ensure_open()
+
+    def _open_file(self) -> None:
+        directory = self.path.parent
+        if not directory.exists():
+            directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        info = os.fstat(fd)
+        self._close_fd()
+        self.fd = fd
+        self.inode = (info.st_dev, info.st_ino)
+        self.size = info.st_size
+        if info.st_size == 0:
+            self._start_file(reason="new file")
+            return
+        last = read_last_line(self.path)
+        if not self.chain_enabled or last is None:
+            return
+        try:
+            record = orjson.loads(last)
+            self.seq = int(record["seq"])
+            self.prev = str(record["chain"])
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+            # The tail is not a chained record (chain was off, or the file was damaged): start a new
+            # segment that says so; `verify` reports the damage at its line.
+            self._write_continue(reason="previous record unreadable or unchained")
+
+    def _start_file(self, reason: str) -> None:
+        """A fresh file: genesis if we have no chain yet, otherwise a continuation record linking back."""
+        if not self.chain_enabled or self.seq < 0:
+            return
+        self._write_continue(reason=reason)
+
+    def _write_continue(self, reason: str) -> None:
+        record = {"v": RECORD_VERSION, "ts": utc_timestamp(), "tool": CONTINUE_TOOL, "reason": reason}
+        self._append(record)
+
+    def _close_fd(self) -> None:
+        if self.fd is not None:
+            try:
+                os.close(self.fd)
+            except OSError:
+                pass
+            self.fd = None
+
+    def close(self) -> None:
+        self._close_fd()
+
+    # -- writing -----------------------------------------------------------------------------------------
+
+    @property
+    def healthy(self) -> bool:
+        return self.fd is not None and self.last_error is None
+
+    def ensure_open(self) -> None:
+        """Before a call runs: reopen a log that failed or was rotated away, so a failure refuses the call
+        before anything executes (fail closed). Raises AuditWriteError."""
+        try:
+            if self.fd is None or self.last_error is not None:
+                self._open_file()
+            else:
+                self._follow_rotation()
+        except OSError as exc:
+            self._fail(f"cannot open audit log {self.path}: {exc.strerror or exc}")
+            raise AuditWriteError(self.last_error) from exc
+        self.last_error = None
+
+    def write(self, record: dict[str, Any]) -> None:
+        """Append one record (fields in `record`, chain fields added here). Raises AuditWriteError."""
+        try:
+            if self.fd is None:
+                self._open_file()
+            else:
+                self._follow_rotation()
+            self._append(record)
+        except OSError as exc:
+            self._fail(f"cannot write audit log {self.path}: {exc.strerror or exc}")
+            raise AuditWriteError(self.last_error) from exc
+        self.last_error = None
+
+    def _follow_rotation(self) -> None:
+        """Reopen after rename/delete (the path no longer names our file) or copy-truncate (it shrank)."""
+        assert self.fd is not None
+        try:
+            path_info = os.stat(self.path)
+            renamed = (path_info.st_dev, path_info.st_ino) != self.inode
+        except FileNotFoundError:
+            renamed = True
+        if renamed:
+            self._close_fd()
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            info = os.fstat(fd)
+            self.fd = fd
+            self.inode = (info.st_dev, info.st_ino)
+            self.size = info.st_size
+            self._start_file(reason="rotated by rename")
+            return
+        size = os.fstat(self.fd).st_size
+        if size < self.size:
+            self.size = size
+            self._start_file(reason="rotated by copy-truncate")
+
+    def _append(self, record: dict[str, Any]) -> None:
+        assert self.fd is not None
+        if self.chain_enabled:
+            record["seq"] = self.seq + 1
+            record["prev"] = self.prev
+            line = encode_line(record, self.prev)
+        else:
+            line = encode_line(record, None)
+        written = os.write(self.fd, line)
+        if written != len(line):
+            raise OSError(0, f"short write ({written} of {len(line)} bytes)")
+        if self.fsync:
+            os.fsync(self.fd)
+        if self.chain_enabled:
+            self.seq += 1
+            self.prev = line[-67:-3].decode("ascii")
+        self.size += written
+        self.records_written += 1
+
+    def _fail(self, message: str) -> None:
+        self.write_errors += 1
+        self.last_error = message
+
+
+def check_writable(path: Path) -> str | None:
+    """For --check-config: None if the log can be opened for append, else why not."""
+    try:
+        directory = path.parent
+        if directory.exists() and not directory.is_dir():
+            return f"{directory} is not a directory"
+        if path.exists() and not stat.S_ISREG(path.stat().st_mode):
+            return f"{path} is not a regular file"
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        os.close(fd)
+    except OSError as exc:
+        return f"cannot open {path} for append: {exc.strerror or exc}"
+    return None

@@ -1,0 +1,35 @@
+"""How call arguments appear in an audit record: redacted, and long strings kept as head + tail + length +
+SHA-256 so a payload cannot hide behind padding and the record stays small."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from relay_shell.audit.redact import redact_value
+
+LONG_STRING = 1024  # characters; longer argument strings are summarised
+KEEP_CHARS = 256  # characters of head and of tail kept from a long string
+
+
+def audit_arguments(arguments: dict[str, Any]) -> dict[str, Any]:
+    redacted = redact_value(arguments)
+    assert isinstance(redacted, dict)
+    return {name: _summarise(value) for name, value in redacted.items()}
+
+
+def _summarise(value: Any) -> Any:
+    if isinstance(value, str) and len(value) > LONG_STRING:
+        # The digest is over the redacted text: it proves what ran without becoming a guessing oracle for
+        # a secret inside it (an auditor holding the script redacts it the same way and compares).
+        return {
+            "head": value[:KEEP_CHARS],
+            "tail": value[-KEEP_CHARS:],
+            "len": len(value),
+            "sha256": hashlib.sha256(value.encode("utf-8", errors="surrogatepass")).hexdigest(),
+        }
+    if isinstance(value, dict):
+        return {key: _summarise(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_summarise(item) for item in value]
+    return value

@@ -1,0 +1,533 @@
+"""Secret redaction for audit records.
+
+Every string argument of every tool call passes through `redact` before it is written to the audit log, so
+two properties matter more than cleverness:
+
+* Names survive, values do not: `DB_PASSWORD=[REDACTED]`, `--token [REDACTED]`, `Authorization: Bearer
+  [REDACTED]`, `https://user:[REDACTED]@host/`. An auditor sees *which* secret was passed, never the secret.
+* Time is linear in the input, whatever the input. Arguments can be megabyte scripts written by an adversary,
+  and Python's `re` backtracks. Every pattern below is built so that a match attempt can only start at the
+  beginning of a run (a negative lookbehind on the run's own characters), runs are consumed with possessive
+  quantifiers (`++`, `*+`) so a failed attempt never retries shorter prefixes, and every loop resumes
+  *after* what it has examined. The comment on each pattern says why it is linear; the tests time each one
+  on adversarial megabytes.
+
+Redaction is a series of passes over the text, most specific first (private key blocks, URL credentials,
+Authorization headers, named values, tool options, provider token formats). Each pass replaces secrets with
+text that no pass matches again in a different way, so `redact(redact(x)) == redact(x)`.
+"""
+
+from __future__ import annotations
+
+import re
+
+REDACTED = "[REDACTED]"
+REDACTED_PRIVATE_KEY = "[REDACTED PRIVATE KEY]"
+
+# --------------------------------------------------------------------------------------------------------------
+# Values: one shell-like word after a name (`NAME=<value>`, `--flag <value>`, `"key": <value>`).
+# --------------------------------------------------------------------------------------------------------------
+
+# A word is a possessive loop over pieces, and no piece can fail after scanning: quoted strings and `${…}` /
+# `$(…)` / backquotes have an *optional* closer, so an unterminated one simply runs to the end of the line
+# (as the shell would read it). Nothing follows the loop, so a match never backtracks: it is linear in its
+# own length, and callers resume after it. `[REDACTED]` comes first so already-redacted text is one piece
+# (`]` otherwise ends a word). Unquoted pieces end at whitespace and at characters that end a shell word
+# or a value in a query string, JSON object or connection string (`;&|,<>)}]` and backquote).
+_VALUE = re.compile(
+    r"""(?:\[REDACTED\]"""
+    r"""|\$\{[^}\n]*+\}?\}?"""  # ${VAR}, ${{ secrets.X }}
+    r"""|\$\([^)\n]*+\)?"""  # $(command)
+    r"""|`[^`\n]*+`?"""  # `command`
+    r"""|\\[^\n]"""  # backslash escape, including \" inside a JSON-encoded string
+    r"""|"(?:[^"\\\n]|\\.)*+"?"""
+    r"""|'[^'\n]*+'?"""
+    r"""|[^\s"'`;&|,<>)}\]\\])++"""
+)
+
+_QUOTES = ('\\"', '"', "'")
+
+
+def _mask(value: str) -> str:
+    """REDACTED for a value, keeping the quotes of a fully quoted value so JSON and shell text stay readable."""
+    for quote in _QUOTES:
+        if len(value) >= 2 * len(quote) and value.startswith(quote) and value.endswith(quote):
+            if value == quote * 2:
+                return value  # an empty string hides nothing
+            return f"{quote}{REDACTED}{quote}"
+    return REDACTED
+
+
+def _mask_user_password(word: str) -> str | None:
+    """For `user:password` (curl -u, httpie -a) redact only the password; None when there is none."""
+    user, colon, password = word.partition(":")
+    if not colon or not password:
+        return None  # `curl -u user` prompts for the password
+    closing_quote = word[0] if word[0] in "\"'" and len(password) > 1 and password.endswith(word[0]) else ""
+    return f"{user}:{REDACTED}{closing_quote}"
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Which names are secrets.
+# --------------------------------------------------------------------------------------------------------------
+
+# Searched in the lower-cased name, so compounds match: DB_PASSWORD, MYSQL_ROOT_PASSWORD, PGPASSWORD,
+# client_secret, GITHUB_TOKEN, apiKey, x-api-key, AWS_SECRET_ACCESS_KEY. `token` but not `tokens`,
+# `tokenizer`, `tokenise` (max_tokens is a number, not a secret). Alternatives of literals with bounded
+# optional separators: constant work per start position.
+_SECRET_WORD = re.compile(
+    r"password|passwd|passphrase|secret|credential|token(?!s|i[sz])"
+    r"|(?:api|access|private|account|auth|signing|master|encryption|session|client|license|shared[_.-]?access)"
+    r"[_.-]?key"
+    r"|storepass|keypass|requirepass|masterauth"
+)
+# Short words that name a secret only as a whole segment of the name: MYSQL_PWD, DB_PASS, --pw, `auth`
+# (docker config.json), `sig` (Azure SAS), openssl's -passin/-passout. As substrings they are everywhere.
+_SECRET_SEGMENTS = frozenset({"pwd", "pw", "pass", "passin", "passout", "auth", "sig", "signature", "creds"})
+# A name ending like this names *where* a secret is or what kind it is, not the secret itself:
+# PASSWORD_FILE, --password-stdin, secretName, TOKEN_URL, token_type, --password-command.
+_NOT_SECRET_LAST_SEGMENTS = frozenset(
+    {"file", "files", "path", "dir", "stdin", "fd", "prompt", "cmd", "command", "helper", "url", "uri",
+     "endpoint", "name", "ref", "type", "length", "len", "ttl", "expiry", "expires", "policy", "hint"}
+)
+# --no-password, --ask-pass, --ask-become-pass are switches without a value.
+_NOT_SECRET_FIRST_SEGMENTS = frozenset({"no", "ask"})
+# `token.py:12:` (compiler or grep output) is a file name followed by a line number.
+_FILE_EXTENSIONS = frozenset(
+    {"py", "pyc", "js", "mjs", "ts", "tsx", "jsx", "go", "rs", "rb", "java", "kt", "c", "h", "cc", "cpp", "cs",
+     "php", "sh", "bash", "txt", "md", "rst", "html", "htm", "css", "json", "yaml", "yml", "toml", "ini", "cfg",
+     "conf", "xml", "log", "lock", "pem", "key", "crt", "csv", "sql", "tmpl", "j2", "tf"}
+)
+# The shell's own working-directory variables are not passwords (env output, `PWD=/tmp cmd`).
+_NOT_SECRET_NAMES = frozenset({"PWD", "OLDPWD"})
+# Header names whose whole value is a credential when they are dict keys ({"Authorization": "Basic …"}).
+_SECRET_HEADER_NAMES = frozenset({"authorization", "proxy-authorization", "cookie", "set-cookie"})
+
+# Splits NAME_LIKE_THIS, nameLikeThis, APIKey, --name-like-this into words. Each alternative consumes at
+# least one character and backtracks at most one (the uppercase run before a lowercase letter): linear.
+_NAME_SEGMENT = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
+
+
+def _is_secret_name(name: str) -> bool:
+    if name in _NOT_SECRET_NAMES:
+        return False
+    stem, dot, extension = name.rpartition(".")
+    if dot and stem and extension.lower() in _FILE_EXTENSIONS:
+        return False
+    segments = [segment.lower() for segment in _NAME_SEGMENT.findall(name)]
+    if not segments or segments[-1] in _NOT_SECRET_LAST_SEGMENTS or segments[0] in _NOT_SECRET_FIRST_SEGMENTS:
+        return False
+    if any(segment in _SECRET_SEGMENTS for segment in segments):
+        return True
+    return _SECRET_WORD.search(name.lower()) is not None
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Pass 1: private key blocks.
+# --------------------------------------------------------------------------------------------------------------
+
+# The label is bounded ({0,40}), so an attempt does constant work; the END marker is then found with
+# str.find from the BEGIN, and the search resumes after the block (or the text ends: an unterminated key
+# is redacted to the end). Also matches `---- BEGIN SSH2 ENCRYPTED PRIVATE KEY ----` and PGP key blocks.
+_PRIVATE_KEY_START = re.compile(
+    r"-{4,5} ?BEGIN ([A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?) ?-{4,5}|PuTTY-User-Key-File-[0-9]{1,3}:"
+)
+_PUTTY_LAST_LINE = "Private-MAC:"
+
+
+def _redact_private_keys(text: str) -> str:
+    if "PRIVATE KEY" not in text and "PuTTY-User-Key-File-" not in text:
+        return text
+    pieces: list[str] = []
+    position = 0
+    while (start := _PRIVATE_KEY_START.search(text, position)) is not None:
+        pieces.append(text[position : start.start()])
+        pieces.append(REDACTED_PRIVATE_KEY)
+        label = start.group(1)
+        if label is not None:
+            end_marker = f"END {label}"
+            found = text.find(end_marker, start.end())
+            if found == -1:
+                position = len(text)
+                break
+            position = found + len(end_marker)
+            closing_limit = position + 6  # the " -----" after the label
+            while position < min(closing_limit, len(text)) and text[position] in " -":
+                position += 1
+        else:
+            found = text.find(_PUTTY_LAST_LINE, start.end())
+            line_end = -1 if found == -1 else text.find("\n", found)
+            position = len(text) if line_end == -1 else line_end
+    pieces.append(text[position:])
+    return "".join(pieces)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Pass 2: credentials in URLs, any scheme: https, postgres, mysql, redis, amqp, mongodb+srv, …
+# --------------------------------------------------------------------------------------------------------------
+
+# The scheme may only start where a run of scheme characters starts (lookbehind) and is consumed
+# possessively, so each run is tried once. The user part stops at ':' possessively; the password then
+# backtracks only to the last '@' before the end of the authority (whitespace, '/', '?', '#', a quote),
+# and the next `://` always holds a '/', so no two attempts scan the same authority: linear.
+# `user@host` (no password) and `host:port` (no '@') do not match.
+_URL_CREDENTIALS = re.compile(
+    r"(?<![A-Za-z0-9+.-])([A-Za-z][A-Za-z0-9+.-]*+://[^\s/?#@:\"'<>`\\]*+:)([^\s/?#\"'<>`\\]+)@"
+)
+
+
+def _redact_url_credentials(text: str) -> str:
+    if "://" not in text:
+        return text
+    return _URL_CREDENTIALS.sub(lambda match: f"{match.group(1)}{REDACTED}@", text)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Pass 3: Authorization headers (HTTP dumps, curl -H, JSON header maps).
+# --------------------------------------------------------------------------------------------------------------
+
+# Anchored at the literal header name (lookbehind: not inside a longer word); the separator is bounded;
+# the scheme is kept so the log says what kind of credential it was. The credential is one possessive
+# token with nothing after it, so an attempt cannot fail after scanning. Needs ':' or '=': "Authorization"
+# in prose is left alone.
+_AUTHORIZATION_HEADER = re.compile(
+    r"(?i)(?<![\w-])((?:proxy-)?authorization\\?[\"']?[ \t]*+[:=][ \t]*+\\?[\"']?"
+    r"(?:(?:bearer|basic|digest|token|negotiate|ntlm|bot|oauth|apikey|aws4-hmac-sha256|sso-key|ssws|jwt|key)"
+    r"[ \t]++)?)"
+    r"[^\s\"'\\]++"
+)
+
+
+def _redact_authorization_headers(text: str) -> str:
+    return _AUTHORIZATION_HEADER.sub(lambda match: f"{match.group(1)}{REDACTED}", text)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Pass 4: named values: KEY=value, key: value, "key": "value", --flag value, --flag=value.
+# --------------------------------------------------------------------------------------------------------------
+
+# A candidate is a whole run of name characters (lookbehind: only at the start of a run; possessive: the
+# run is consumed once) that contains a secret stem. The lookahead scans at most the run, and only from
+# the run's start, so the total is linear. The name is then judged in Python and the value is matched
+# only for secret names: for other names the loop resumes right after the name, never scanning a value
+# (`--from-literal=password=x` still finds `password=x`).
+_SECRET_NAME_CANDIDATE = re.compile(r"(?<![\w.-])(?=[\w.-]*?(?i:pass|pw|secret|token|key|cred|auth|sig))[\w.-]++")
+# Closing quote of a quoted key, then '=', ':', ':=' or '=>' (not '==': a comparison). Bounded spaces.
+_ASSIGNMENT = re.compile(r"\\?[\"']?[ \t]*+(?::=|=>|=(?!=)|:)[ \t]*+")
+# `--password x`, `"--password" "x"`, `"--password", "x"`.
+_FLAG_GAP = re.compile(r"\\?[\"']?,?[ \t]++")
+
+
+def _value_start(text: str, name: str, name_end: int) -> int | None:
+    assignment = _ASSIGNMENT.match(text, name_end)
+    if assignment is not None:
+        return assignment.end()
+    if name.startswith("-"):
+        gap = _FLAG_GAP.match(text, name_end)
+        if gap is not None and not text.startswith("-", gap.end()):
+            return gap.end()
+    return None
+
+
+def _redact_named_values(text: str) -> str:
+    pieces: list[str] = []
+    copied = 0  # text[:copied] is already in pieces
+    position = 0
+    while (candidate := _SECRET_NAME_CANDIDATE.search(text, position)) is not None:
+        name = candidate.group()
+        position = candidate.end()
+        # A name right after '/' or '@' is a path or host (`https://token:x@h`, `registry/token-svc:1.0`).
+        if candidate.start() > 0 and text[candidate.start() - 1] in "/@":
+            continue
+        value_start = _value_start(text, name, position)
+        if value_start is None or not _is_secret_name(name):
+            continue
+        value = _VALUE.match(text, value_start)
+        if value is None:
+            continue
+        pieces.append(text[copied:value_start])
+        pieces.append(_mask(value.group()))
+        copied = position = value.end()
+    if not pieces:
+        return text
+    pieces.append(text[copied:])
+    return "".join(pieces)
+
+
+# `git config --global github.token X`, `npm config set //registry.npmjs.org/:_authToken X`,
+# `aws configure set aws_secret_access_key X`, `redis-cli CONFIG SET requirepass X`: name and value
+# separated by a space. Anchored at the command word; every repetition is possessive; the optional
+# registry scope scans one word once.
+_CONFIG_SET = re.compile(
+    r"(?<![\w.-])(?i:config|configure|set|setx)(?:[ \t]++(?:--?[\w-]++|(?i:set|add)(?![\w.-])))*+[ \t]++"
+    r"(?:[^\s:=]*+:)?([\w.-]++)[ \t]++"
+)
+
+
+def _redact_config_set(text: str) -> str:
+    pieces: list[str] = []
+    copied = 0
+    position = 0
+    while (command := _CONFIG_SET.search(text, position)) is not None:
+        position = command.end()
+        if not _is_secret_name(command.group(1)):
+            continue
+        value = _VALUE.match(text, position)
+        if value is None:
+            continue
+        pieces.append(text[copied:position])
+        pieces.append(_mask(value.group()))
+        copied = position = value.end()
+    if not pieces:
+        return text
+    pieces.append(text[copied:])
+    return "".join(pieces)
+
+
+# `<password>hunter2</password>` (Maven settings.xml and friends). Starts only at '<'; the content scan
+# stops at the next '<', which is where the next attempt starts, so scans never overlap.
+_XML_ELEMENT = re.compile(r"<([\w.:-]++)>([^<\n]++)</")
+
+
+def _redact_xml_elements(text: str) -> str:
+    if "</" not in text:
+        return text
+    return _XML_ELEMENT.sub(
+        lambda match: f"<{match.group(1)}>{REDACTED}</" if _is_secret_name(match.group(1)) else match.group(),
+        text,
+    )
+
+
+# .netrc: `machine h login bob password X` on one line, or a line that is only `password X`. Anchored at
+# `login` / a line start; possessive runs.
+_NETRC_INLINE = re.compile(r"(?<![\w-])(login[ \t]++\S++[ \t]++password[ \t]++)\S++")
+_NETRC_LINE = re.compile(r"(?m)^([ \t]*+password[ \t]++)\S++([ \t]*+)$")
+
+
+def _redact_netrc(text: str) -> str:
+    if "password" not in text:
+        return text
+    text = _NETRC_INLINE.sub(lambda match: f"{match.group(1)}{REDACTED}", text)
+    return _NETRC_LINE.sub(lambda match: f"{match.group(1)}{REDACTED}{match.group(2)}", text)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Pass 5: options that carry a password only for particular tools (`-p` is a port for ssh, a password for
+# mysql).
+# --------------------------------------------------------------------------------------------------------------
+
+_WHOLE = "whole"  # the option's value is the secret
+_USER_PASSWORD = "user:password"  # the value is user:password; only the password is secret
+
+# (tools, their secret options). The options are only looked at in the tool's own simple command.
+_TOOL_GROUPS: tuple[tuple[tuple[str, ...], dict[str, str]], ...] = (
+    (
+        ("mysql", "mysqldump", "mysqladmin", "mysqlimport", "mysqlshow", "mysqlcheck", "mysqlpump", "mysqlsh",
+         "mariadb", "mariadb-dump", "mariadb-admin", "sshpass", "mongo", "mongosh", "mongodump", "mongorestore",
+         "mongoexport", "mongoimport", "7z", "7za", "7zz", "docker login", "podman login", "buildah login",
+         "skopeo login", "oras login", "helm registry login"),
+        {"-p": _WHOLE},
+    ),
+    (("redis-cli",), {"-a": _WHOLE}),
+    (
+        ("ldapsearch", "ldapadd", "ldapmodify", "ldapdelete", "ldapwhoami", "ldappasswd", "ldapcompare"),
+        {"-w": _WHOLE},
+    ),
+    (("zip", "unzip", "sqlcmd", "bcp"), {"-P": _WHOLE}),
+    (("ssh-keygen",), {"-N": _WHOLE, "-P": _WHOLE}),
+    (("curl",), {"-u": _USER_PASSWORD, "--user": _USER_PASSWORD, "-U": _USER_PASSWORD, "--proxy-user": _USER_PASSWORD}),
+    (("http", "https", "xh"), {"-a": _USER_PASSWORD, "--auth": _USER_PASSWORD}),
+)
+_TOOL_SECRET_OPTIONS = {tool: options for tools, options in _TOOL_GROUPS for tool in tools}
+# Wrappers whose own options come before the wrapped command: `sshpass -p X ssh -p 2222 host`.
+_WRAPPERS = frozenset({"sshpass"})
+
+# A tool name as a whole word (also after a path: /usr/bin/mysql), not `mysql-client`, `mysql.service`,
+# `/var/lib/mysql/`, or `http://`. Alternatives of literals: constant work per start.
+_TOOL_NAME = re.compile(
+    r"(?<![\w.-])("
+    + "|".join(
+        re.escape(tool).replace(r"\ ", r"[ \t]++") for tool in sorted(_TOOL_SECRET_OPTIONS, key=len, reverse=True)
+    )
+    + r")(?![\w./:-])"
+)
+# The tool's options end with its simple command.
+_COMMAND_END = re.compile(r"[;&|\n]")
+# An option at the start of a word: `-p` (its value may be attached: -pSECRET) or `--long-name`.
+_OPTION = re.compile(r"(?<![^\s\"'])(--[A-Za-z][\w-]*+|-[A-Za-z])")
+
+
+def _command_end(text: str, position: int) -> int:
+    end = _COMMAND_END.search(text, position)
+    return len(text) if end is None else end.start()
+
+
+def _redact_tool_options(text: str) -> str:
+    pieces: list[str] = []
+    copied = 0
+    position = 0
+    # Each command is scanned once for options; the tool search resumes at the end of the command.
+    while (tool := _TOOL_NAME.search(text, position)) is not None:
+        tool_name = " ".join(tool.group(1).split())
+        secret_options = _TOOL_SECRET_OPTIONS[tool_name]
+        position = tool.end()
+        command_end = _command_end(text, position)
+        while (option := _OPTION.search(text, position, command_end)) is not None:
+            position = option.end()
+            kind = secret_options.get(option.group(1))
+            if kind is None:
+                continue
+            value_start = position
+            if text.startswith("=", value_start) and option.group(1).startswith("--"):
+                value_start += 1
+            elif value_start < len(text) and text[value_start] in " \t":
+                while value_start < len(text) and text[value_start] in " \t":
+                    value_start += 1
+                if text.startswith("-", value_start):
+                    continue  # `mysql -p -h db`: -p alone prompts for the password
+            value = _VALUE.match(text, value_start)
+            if value is None:
+                continue
+            replacement = _mask(value.group()) if kind == _WHOLE else _mask_user_password(value.group())
+            if replacement is None:
+                continue
+            pieces.append(text[copied:value_start])
+            pieces.append(replacement)
+            copied = position = value.end()
+            if position > command_end:  # a quoted value may contain ';'
+                command_end = _command_end(text, position)
+            if tool_name in _WRAPPERS:
+                break
+        position = max(position, command_end)
+    if not pieces:
+        return text
+    pieces.append(text[copied:])
+    return "".join(pieces)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Pass 6: provider token formats, wherever they appear.
+# --------------------------------------------------------------------------------------------------------------
+
+# One alternation, bounded on both sides by "not a token character": an attempt starts only at the start
+# of a run, each alternative is a fixed prefix plus a possessive or fixed-length run (JWT and SendGrid span
+# at most three dot-separated runs), and nothing after a run can make it retry: linear. The right-hand
+# boundary also guarantees that a replacement never exposes the start of another token (idempotence).
+_PROVIDER_TOKEN = re.compile(
+    r"(?<![A-Za-z0-9_-])(?:"
+    r"A(?:KIA|SIA)[A-Z0-9]{16}"  # AWS access key id
+    r"|gh[pousr]_[A-Za-z0-9]{30,}+"  # GitHub classic, OAuth, user-to-server, server-to-server, refresh
+    r"|github_pat_[A-Za-z0-9_]{30,}+"  # GitHub fine-grained
+    r"|glpat-[A-Za-z0-9_-]{20,}+"  # GitLab personal access token
+    r"|xox[abprs]-[A-Za-z0-9-]{10,}+"  # Slack
+    r"|(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{16,}+"  # Stripe secret and restricted keys
+    r"|sk-[A-Za-z0-9_-]{20,}+"  # OpenAI (sk-, sk-proj-) and Anthropic (sk-ant-)
+    r"|AIza[A-Za-z0-9_-]{35}"  # Google API key
+    r"|eyJ[A-Za-z0-9_-]{8,}+\.eyJ[A-Za-z0-9_-]{8,}+\.[A-Za-z0-9_-]*+"  # JWT (header.payload.signature)
+    r"|npm_[A-Za-z0-9]{30,}+"  # npm
+    r"|pypi-[A-Za-z0-9_-]{40,}+"  # PyPI
+    r"|hf_[A-Za-z0-9]{30,}+"  # Hugging Face
+    r"|SG\.[A-Za-z0-9_-]{16,}+\.[A-Za-z0-9_-]{16,}+"  # SendGrid
+    r"|SK[0-9a-f]{32}"  # Twilio API key
+    r"|do[opr]_v1_[a-f0-9]{64}"  # DigitalOcean
+    r"|hv[sb]\.[A-Za-z0-9_-]{20,}+"  # HashiCorp Vault
+    r"|shp(?:at|ca|pa|ss)_[a-fA-F0-9]{32}"  # Shopify
+    r")(?![A-Za-z0-9_-])"
+)
+
+# A bearer token outside an Authorization header. Needs a digit (within the token: the lazy scan stops
+# at the token's end) and 8+ characters, so "the bearer of this letter" is prose.
+_BEARER_TOKEN = re.compile(r"(?i)(?<![\w-])(bearer[ \t]++)(?=[\w.~+/=-]*?[0-9])[\w.~+/=-]{8,}+")
+
+
+def _redact_provider_tokens(text: str) -> str:
+    text = _PROVIDER_TOKEN.sub(REDACTED, text)
+    return _BEARER_TOKEN.sub(lambda match: f"{match.group(1)}{REDACTED}", text)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Public API.
+# --------------------------------------------------------------------------------------------------------------
+
+
+def redact(text: str) -> str:
+    """Return text with secrets replaced by [REDACTED], keeping the key/flag names so an auditor
+    sees which secret was passed (e.g. 'DB_PASSWORD=[REDACTED]', '--token [REDACTED]',
+    'Authorization: Bearer [REDACTED]', 'https://user:[REDACTED]@host/', '[REDACTED PRIVATE KEY]')."""
+    text = _redact_private_keys(text)
+    text = _redact_url_credentials(text)
+    text = _redact_authorization_headers(text)
+    text = _redact_named_values(text)
+    text = _redact_config_set(text)
+    text = _redact_xml_elements(text)
+    text = _redact_netrc(text)
+    text = _redact_tool_options(text)
+    return _redact_provider_tokens(text)
+
+
+def redact_value(value: object) -> object:
+    """Recursively redact every str in a JSON-like value (dict/list/str/other scalars unchanged).
+    For dict entries whose KEY itself names a secret (password, token, secret, api_key, ...) the
+    whole value is replaced by REDACTED (e.g. an env overlay {"DB_PASSWORD": "x"})."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {key: _redact_entry(key, item) for key, item in value.items()}
+    if isinstance(value, list):
+        return _redact_argv(value)
+    if isinstance(value, tuple):
+        return tuple(_redact_argv(list(value)))
+    return value
+
+
+def _redact_entry(key: object, item: object) -> object:
+    # None and booleans carry no secret ({"PASSWORD": null} unsets a variable; {"use_token": true}).
+    carries_secret = item is not None and not isinstance(item, bool)
+    if carries_secret and isinstance(key, str) and (_is_secret_name(key) or key.lower() in _SECRET_HEADER_NAMES):
+        return REDACTED
+    return redact_value(item)
+
+
+def _redact_argv(items: list[object]) -> list[object]:
+    """Redact each item, and the item after a secret flag: in an argv, `--password` and its value are
+    separate strings (["mysql", "-u", "root", "-p", "x"], ["curl", "-u", "me:pw", url])."""
+    redacted = [redact_value(item) for item in items]
+    secret_options: dict[str, str] = {}
+    for index, item in enumerate(items):
+        if not isinstance(item, str):
+            continue
+        tool = _argv_tool(items, index)
+        if tool is not None:
+            secret_options = _TOOL_SECRET_OPTIONS[tool]
+            continue
+        following = items[index + 1] if index + 1 < len(items) else None
+        kind = secret_options.get(item)
+        if kind is None and item.startswith("-") and "=" not in item and _is_secret_name(item):
+            kind = _WHOLE
+        if kind is not None:
+            if isinstance(following, str) and following and not following.startswith("-"):
+                masked = REDACTED if kind == _WHOLE else _mask_user_password(following)
+                if masked is not None:
+                    redacted[index + 1] = masked
+            continue
+        # An attached short option: "-psecret".
+        if len(item) > 2 and not item.startswith("--") and item[:2] in secret_options:
+            attached = item[2:]
+            masked = REDACTED if secret_options[item[:2]] == _WHOLE else _mask_user_password(attached)
+            if masked is not None:
+                redacted[index] = item[:2] + masked
+    return redacted
+
+
+def _argv_tool(items: list[object], index: int) -> str | None:
+    """The tool whose name ends at items[index]: "mysql", "/usr/bin/mysql", or "docker", "login"."""
+    for length in (1, 2, 3):
+        start = index - length + 1
+        words = items[start : index + 1] if start >= 0 else []
+        if not words or not all(isinstance(word, str) for word in words):
+            return None
+        names = [str(word) for word in words]
+        candidate = " ".join([names[0].rsplit("/", 1)[-1], *names[1:]])
+        if candidate in _TOOL_SECRET_OPTIONS:
+            return candidate
+    return None

@@ -1,0 +1,103 @@
+"""Read recent audit records with filters (the `audit_tail` tool, the audit/recent resource, the CLI)."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+# How far back a filtered tail looks before it gives up: bounded work whatever the log size.
+MAX_SCAN_BYTES = 8 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class TailFilter:
+    tool: str | None = None
+    tier: int | None = None
+    denied: bool | None = None
+
+    def matches(self, record: dict[str, Any]) -> bool:
+        if self.tool is not None and record.get("tool") != self.tool:
+            return False
+        if self.tier is not None and record.get("tier") != self.tier:
+            return False
+        return not (self.denied is not None and bool(record.get("denied")) != self.denied)
+
+
+def recent_records(path: Path, lines: int, record_filter: TailFilter | None = None) -> list[dict[str, Any]]:
+    """The last `lines` records that match, oldest first, scanning at most MAX_SCAN_BYTES from the end."""
+    record_filter = record_filter or TailFilter()
+    found: list[dict[str, Any]] = []
+    try:
+        handle = open(path, "rb")
+    except FileNotFoundError:
+        return []
+    with handle:
+        handle.seek(0, os.SEEK_END)
+        position = handle.tell()
+        scanned = 0
+        carry = b""
+        while position > 0 and len(found) < lines and scanned < MAX_SCAN_BYTES:
+            step = min(65536, position)
+            position -= step
+            scanned += step
+            handle.seek(position)
+            chunk = handle.read(step) + carry
+            parts = chunk.split(b"\n")
+            # The first part may be the end of a line that starts in an earlier block.
+            carry = parts[0] if position > 0 else b""
+            complete = parts[1:] if position > 0 else parts
+            for raw in reversed(complete):
+                if not raw.strip():
+                    continue
+                record = _parse(raw)
+                if record is not None and record_filter.matches(record):
+                    found.append(record)
+                    if len(found) >= lines:
+                        break
+    found.reverse()
+    return found
+
+
+def follow_records(path: Path, record_filter: TailFilter, poll_seconds: float = 0.25) -> Iterator[dict[str, Any]]:
+    """Yield records appended after now, following rotation by rename and copy-truncate (like `tail -F`)."""
+    handle = open(path, "rb")
+    handle.seek(0, os.SEEK_END)
+    inode = os.fstat(handle.fileno()).st_ino
+    buffer = b""
+    try:
+        while True:
+            data = handle.read()
+            if data:
+                buffer += data
+                *lines, buffer = buffer.split(b"\n")
+                for raw in lines:
+                    record = _parse(raw)
+                    if record is not None and record_filter.matches(record):
+                        yield record
+                continue
+            time.sleep(poll_seconds)
+            try:
+                info = os.stat(path)
+            except FileNotFoundError:
+                continue
+            if info.st_ino != inode or info.st_size < handle.tell():
+                handle.close()
+                handle = open(path, "rb")
+                inode = os.fstat(handle.fileno()).st_ino
+                buffer = b""
+    finally:
+        handle.close()
+
+
+def _parse(raw: bytes) -> dict[str, Any] | None:
+    try:
+        record = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    return record if isinstance(record, dict) else None

@@ -1,0 +1,148 @@
+"""Command line: serve (default), --check-config, audit verify, audit tail."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import orjson
+
+from relay_shell import __version__
+
+EXIT_CONFIG = 2
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if args[:1] == ["audit"]:
+        return audit_command(args[1:])
+    parser = argparse.ArgumentParser(
+        prog="relay-shell",
+        description="Audited MCP server for shell commands. Configure with RELAY_SHELL_* environment variables.",
+        epilog="Audit tools: relay-shell audit verify [PATH ...] | relay-shell audit tail [-n N] [--follow] ...",
+    )
+    parser.add_argument("--version", action="version", version=f"relay-shell {__version__}")
+    parser.add_argument("--check-config", action="store_true", help="validate the configuration and exit")
+    parser.add_argument("--transport", choices=["stdio"], help="override RELAY_SHELL_TRANSPORT")
+    options = parser.parse_args(args)
+    if options.transport:
+        import os
+
+        os.environ["RELAY_SHELL_TRANSPORT"] = options.transport
+    return serve(check_only=options.check_config)
+
+
+def serve(check_only: bool) -> int:
+    from relay_shell.audit.log import AuditLog, AuditWriteError, check_writable
+    from relay_shell.config import ConfigError, load_settings, metrics_host_port, unknown_variables
+
+    try:
+        settings = load_settings()
+    except ConfigError as exc:
+        print(f"relay-shell: configuration error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    for name in unknown_variables():
+        print(f"relay-shell: warning: {name} is not a relay-shell setting (typo?); ignored", file=sys.stderr)
+
+    if check_only:
+        problem = check_writable(settings.audit_path)
+        if problem is not None:
+            print(f"relay-shell: configuration error: RELAY_SHELL_AUDIT_PATH: {problem}", file=sys.stderr)
+            return EXIT_CONFIG
+        print(f"relay-shell {__version__}: configuration OK (audit log {settings.audit_path} is writable)")
+        return 0
+
+    audit_log = AuditLog(settings.audit_path, chain=settings.audit_chain, fsync=settings.audit_fsync == "always")
+    try:
+        audit_log.open()
+    except AuditWriteError as exc:
+        if settings.audit_on_failure == "refuse":
+            print(f"relay-shell: configuration error: RELAY_SHELL_AUDIT_PATH: {exc}", file=sys.stderr)
+            return EXIT_CONFIG
+        print(f"relay-shell: warning: {exc}; serving degraded (AUDIT_ON_FAILURE=continue)", file=sys.stderr)
+
+    from relay_shell.server import build_server
+
+    assembly = build_server(settings, audit_log)
+    if not audit_log.healthy:
+        assembly.metrics.audit_degraded.set(1)
+    metrics_note = "off"
+    if settings.metrics_addr:
+        host, port = metrics_host_port(settings.metrics_addr)
+        try:
+            assembly.metrics_port = assembly.metrics.serve(host, port)
+        except OSError as exc:
+            print(f"relay-shell: configuration error: RELAY_SHELL_METRICS_ADDR: cannot listen: {exc}", file=sys.stderr)
+            return EXIT_CONFIG
+        metrics_note = f"http://{host}:{assembly.metrics_port}/metrics"
+    chain = "on" if settings.audit_chain else "off"
+    print(
+        f"relay-shell {__version__} | transport {settings.transport} | policy {settings.policy_mode} | "
+        f"audit {settings.audit_path} (chain {chain}) | metrics {metrics_note}\n"
+        "relay-shell: speaking MCP on stdin/stdout; connect by registering the command `relay-shell` in your "
+        "MCP client (e.g. `claude mcp add relay-shell -- relay-shell`)",
+        file=sys.stderr,
+        flush=True,
+    )
+    try:
+        assembly.mcp.run("stdio")
+    except KeyboardInterrupt:
+        pass
+    finally:
+        audit_log.close()
+    return 0
+
+
+def audit_command(args: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="relay-shell audit", description="Inspect the audit log.")
+    sub = parser.add_subparsers(dest="action", required=True)
+    verify = sub.add_parser("verify", help="verify the hash chain (exit 0 only for a complete valid chain)")
+    verify.add_argument("paths", nargs="*", type=Path, help="log file(s), oldest first; default: the configured log")
+    tail = sub.add_parser("tail", help="print recent records as JSON lines")
+    tail.add_argument("-n", "--lines", type=int, default=20, help="number of records (default 20)")
+    tail.add_argument("--follow", "-f", action="store_true", help="keep printing new records")
+    tail.add_argument("--tool", help="only this tool")
+    tail.add_argument("--tier", type=int, choices=[0, 1, 2, 3], help="only this tier")
+    tail.add_argument("--denied", action="store_true", help="only denied calls")
+    tail.add_argument("--path", type=Path, help="log file; default: the configured log")
+    options = parser.parse_args(args)
+
+    if options.action == "verify":
+        from relay_shell.audit.verify import verify_files
+
+        paths = options.paths or [_configured_audit_path()]
+        result = verify_files(paths)
+        print(result.message if result.ok else f"FAILED: {result.message}", file=sys.stdout if result.ok else sys.stderr)
+        return 0 if result.ok else 1
+
+    from relay_shell.audit.tail import TailFilter, follow_records, recent_records
+
+    if options.lines < 1:
+        parser.error("-n must be at least 1")
+    path = options.path or _configured_audit_path()
+    record_filter = TailFilter(tool=options.tool, tier=options.tier, denied=True if options.denied else None)
+    if not path.exists():
+        print(f"relay-shell: audit log {path} does not exist", file=sys.stderr)
+        return 1
+    for record in recent_records(path, options.lines, record_filter):
+        sys.stdout.write(orjson.dumps(record).decode() + "\n")
+    sys.stdout.flush()
+    if options.follow:
+        try:
+            for record in follow_records(path, record_filter):
+                sys.stdout.write(orjson.dumps(record).decode() + "\n")
+                sys.stdout.flush()
+        except KeyboardInterrupt:
+            pass
+    return 0
+
+
+def _configured_audit_path() -> Path:
+    from relay_shell.config import ConfigError, load_settings
+
+    try:
+        return load_settings().audit_path
+    except ConfigError as exc:
+        print(f"relay-shell: configuration error: {exc}", file=sys.stderr)
+        raise SystemExit(EXIT_CONFIG) from None

@@ -1,0 +1,146 @@
+"""Settings from RELAY_SHELL_* environment variables, with ranges, and the clamps applied to tool arguments.
+
+Every setting has a default and an allowed range. An invalid value stops startup with exit code 2 and one
+line naming the variable, the bad value and what is allowed (see `load_settings`).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import re
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+ENV_PREFIX = "RELAY_SHELL_"
+
+
+def default_audit_path() -> Path:
+    state_home = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(state_home) / "relay-shell" / "audit.jsonl"
+
+
+def parse_patterns(raw: str) -> list[str]:
+    """Policy patterns: a JSON array of regexes, or one regex per line. Blank lines are ignored."""
+    text = raw.strip()
+    if not text:
+        return []
+    if text.startswith("["):
+        value = json.loads(text)
+        if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+            raise ValueError("must be a JSON array of regex strings")
+        return value
+    return [line.strip() for line in text.splitlines() if line.strip()]
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore", validate_default=True)
+
+    transport: Literal["stdio"] = Field("stdio", description="stdio (the HTTP transport is not in this version)")
+    audit_path: Path = Field(default_factory=default_audit_path, description="path of the JSON Lines audit log")
+    audit_chain: bool = Field(True, description="true or false")
+    audit_fsync: Literal["off", "always"] = Field("off", description="off or always")
+    audit_on_failure: Literal["refuse", "continue"] = Field("refuse", description="refuse or continue")
+    policy_mode: Literal["open", "guarded", "readonly"] = Field("open", description="open, guarded or readonly")
+    policy_deny: str = Field("", description="a JSON array of regexes, or one regex per line")
+    policy_allow: str = Field("", description="a JSON array of regexes, or one regex per line")
+    max_output: int = Field(65536, ge=1024, le=64 * 1024 * 1024, description="bytes, 1024 to MAX_OUTPUT_HARD")
+    max_output_hard: int = Field(1024 * 1024, ge=1024, le=64 * 1024 * 1024, description="bytes, 1024 to 67108864")
+    max_timeout: float = Field(3600.0, ge=1.0, le=86400.0, description="seconds, 1 to 86400")
+    kill_grace: float = Field(2.0, ge=0.1, le=60.0, description="seconds between SIGTERM and SIGKILL, 0.1 to 60")
+    metrics_addr: str = Field("", description="empty (off) or a loopback HOST:PORT such as 127.0.0.1:9464")
+
+    @field_validator("policy_deny", "policy_allow")
+    @classmethod
+    def _patterns_compile(cls, raw: str) -> str:
+        for pattern in parse_patterns(raw):
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"pattern {pattern!r} is not a valid regex ({exc})") from exc
+        return raw
+
+    @field_validator("metrics_addr")
+    @classmethod
+    def _metrics_addr_loopback(cls, raw: str) -> str:
+        if raw:
+            metrics_host_port(raw)
+        return raw
+
+    @model_validator(mode="after")
+    def _output_within_hard_cap(self) -> Settings:
+        if self.max_output > self.max_output_hard:
+            raise ValueError(
+                f"RELAY_SHELL_MAX_OUTPUT={self.max_output}: must not exceed "
+                f"RELAY_SHELL_MAX_OUTPUT_HARD={self.max_output_hard}"
+            )
+        return self
+
+    @property
+    def deny_patterns(self) -> list[str]:
+        return parse_patterns(self.policy_deny)
+
+    @property
+    def allow_patterns(self) -> list[str]:
+        return parse_patterns(self.policy_allow)
+
+
+def metrics_host_port(raw: str) -> tuple[str, int]:
+    """Split HOST:PORT and insist on a loopback host: the stdio metrics listener has no authentication."""
+    host, sep, port_text = raw.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+        raise ValueError("must be HOST:PORT with a port from 0 to 65535")
+    if host == "localhost":
+        return "127.0.0.1", int(port_text)
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError as exc:
+        raise ValueError("host must be a loopback IP address or localhost") from exc
+    if not address.is_loopback:
+        raise ValueError("host must be loopback (127.0.0.0/8, ::1): the metrics listener has no authentication")
+    return host, int(port_text)
+
+
+class ConfigError(Exception):
+    """One line naming the variable, the bad value and what is allowed."""
+
+
+def load_settings() -> Settings:
+    try:
+        return Settings()
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        location = error["loc"]
+        if not location:
+            raise ConfigError(str(error["msg"]).removeprefix("Value error, ")) from None
+        field_name = str(location[0])
+        variable = ENV_PREFIX + field_name.upper()
+        field = Settings.model_fields[field_name]
+        bad_value = os.environ.get(variable, "")
+        problem = str(error["msg"]).removeprefix("Value error, ")
+        raise ConfigError(f"{variable}={bad_value!r}: {problem}; allowed: {field.description}") from None
+
+
+def unknown_variables() -> list[str]:
+    """RELAY_SHELL_* names that no setting reads: usually a typo an operator wants to hear about."""
+    known = {ENV_PREFIX + name.upper() for name in Settings.model_fields}
+    return sorted(name for name in os.environ if name.startswith(ENV_PREFIX) and name not in known)
+
+
+def clamp(name: str, value: float, low: float, high: float) -> tuple[float, str | None]:
+    """Clamp a tool argument into its configured range; the note tells the caller what happened."""
+    allowed = f"allowed {_number(low)} to {_number(high)}"
+    if value < low:
+        return low, f"{name} {_number(value)} raised to {_number(low)} ({allowed})"
+    if value > high:
+        return high, f"{name} {_number(value)} lowered to {_number(high)} ({allowed})"
+    return value, None
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"

@@ -1,0 +1,85 @@
+"""server_info and audit_tail: tier-0 plans that describe the server and its recent audit records."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from relay_shell import __version__
+from relay_shell.audit.log import AuditLog
+from relay_shell.audit.tail import TailFilter, recent_records
+from relay_shell.capture import BoundedCapture
+from relay_shell.config import Settings
+from relay_shell.plan import ArgumentError, Execution, Plan, ProgressFn
+from relay_shell.policy.classify import Subject
+
+MAX_TAIL_LINES = 1000
+
+
+def server_state(settings: Settings, audit_log: AuditLog, metrics_port: int | None) -> dict[str, Any]:
+    return {
+        "version": __version__,
+        "transport": settings.transport,
+        "policy": {
+            "mode": settings.policy_mode,
+            "deny_patterns": len(settings.deny_patterns),
+            "allow_patterns": len(settings.allow_patterns),
+        },
+        "limits": {
+            "max_output_default": settings.max_output,
+            "max_output_hard": settings.max_output_hard,
+            "max_timeout_seconds": settings.max_timeout,
+            "kill_grace_seconds": settings.kill_grace,
+        },
+        "audit": {
+            "path": str(audit_log.path),
+            "chain": settings.audit_chain,
+            "fsync": settings.audit_fsync,
+            "on_failure": settings.audit_on_failure,
+            "healthy": audit_log.healthy,
+            "last_error": audit_log.last_error,
+            "records_written": audit_log.records_written,
+            "write_errors": audit_log.write_errors,
+            "seq": audit_log.seq if settings.audit_chain else None,
+        },
+        "metrics": {"listen_port": metrics_port},
+        "ssh": {
+            "available": False,
+            "note": "SSH tools are not in this version; when they are, they follow ~/.ssh/config and known_hosts",
+        },
+    }
+
+
+def prepare_server_info(settings: Settings, audit_log: AuditLog, metrics_port: int | None) -> Plan:
+    async def execute(progress: ProgressFn) -> Execution:
+        state = server_state(settings, audit_log, metrics_port)
+        return _text_execution(settings, state, {"info": state})
+
+    return Plan(subject=Subject(fixed_tier=0), execute=execute)
+
+
+def prepare_audit_tail(
+    settings: Settings, audit_log: AuditLog, tool: str | None, tier: int | None, denied: bool | None, lines: int
+) -> Plan:
+    if not 1 <= lines <= MAX_TAIL_LINES:
+        raise ArgumentError(f"lines: {lines} is out of range; allowed: 1 to {MAX_TAIL_LINES}")
+    if tier is not None and not 0 <= tier <= 3:
+        raise ArgumentError(f"tier: {tier} is out of range; allowed: 0 to 3")
+    record_filter = TailFilter(tool=tool, tier=tier, denied=denied)
+
+    async def execute(progress: ProgressFn) -> Execution:
+        records = recent_records(audit_log.path, lines, record_filter)
+        # structuredContent is bounded like the text: keep the newest records that fit the output cap.
+        size = sum(len(orjson.dumps(record)) + 4 for record in records)
+        while records and size > settings.max_output:
+            size -= len(orjson.dumps(records.pop(0))) + 4
+        return _text_execution(settings, records, {"records": records})
+
+    return Plan(subject=Subject(fixed_tier=0), execute=execute)
+
+
+def _text_execution(settings: Settings, value: Any, fields: dict[str, Any]) -> Execution:
+    capture = BoundedCapture(settings.max_output)
+    capture.feed(orjson.dumps(value, option=orjson.OPT_INDENT_2))
+    return Execution(status="ok", output=capture.result(), fields=fields)

@@ -1,0 +1,210 @@
+"""shell_exec and shell_script: validate and clamp the arguments, then plan a bounded local process."""
+
+from __future__ import annotations
+
+import functools
+import os
+import shlex
+from typing import Any
+
+from relay_shell.config import Settings, clamp
+from relay_shell.local.process import ProcessOutcome, run_process
+from relay_shell.plan import ArgumentError, Execution, Plan, ProgressFn
+from relay_shell.policy.classify import Subject
+
+# Commands run without a terminal: make the usual interactive prompts and pagers fail fast or stay out
+# of the way. The caller's `env` overrides any of these.
+NONINTERACTIVE_ENV = {
+    "PAGER": "cat",
+    "GIT_PAGER": "cat",
+    "SYSTEMD_PAGER": "",
+    "MANPAGER": "cat",
+    "DEBIAN_FRONTEND": "noninteractive",
+    "GIT_TERMINAL_PROMPT": "0",
+}
+
+INTERPRETERS = {
+    "bash": ["bash", "-s"],
+    "sh": ["sh", "-s"],
+    "python": ["python3", "-"],
+}
+STRICT_PREAMBLE = {"bash": "set -euo pipefail\n", "sh": "set -eu\n"}
+
+MIN_TIMEOUT = 0.1
+MIN_OUTPUT = 256
+
+
+def prepare_exec(
+    settings: Settings,
+    *,
+    command: str | list[str],
+    timeout: float,
+    max_output: int | None,
+    cwd: str | None,
+    stdin: str | None,
+    env: dict[str, str | None] | None,
+    merge_stderr: bool,
+    use_shell: bool,
+) -> Plan:
+    notes: list[str] = []
+    if isinstance(command, list):
+        if use_shell:
+            raise ArgumentError(
+                "command: a list is an argv and needs use_shell=false; allowed: a string for the shell, "
+                "or a list of strings with use_shell=false"
+            )
+        argv = list(command)
+    elif use_shell:
+        argv = ["/bin/sh", "-c", command]
+    else:
+        try:
+            argv = shlex.split(command)
+        except ValueError as exc:
+            raise ArgumentError(f"command: cannot split into argv ({exc}); allowed: shell-style quoting") from None
+    if isinstance(command, str) and not command.strip() or not argv or not argv[0]:
+        raise ArgumentError("command: is empty; allowed: a non-empty command")
+    for item in argv:
+        _check_no_nul("command", item)
+    timeout_value, max_output_value = _limits(settings, timeout, max_output, notes)
+    work_dir = _check_cwd(cwd)
+    child_env = _child_env(env)
+    stdin_bytes = None
+    if stdin is not None:
+        _check_no_nul("stdin", stdin)
+        stdin_bytes = stdin.encode("utf-8", errors="surrogateescape")
+    subject = Subject(
+        command=command if isinstance(command, str) and use_shell else None,
+        argv=None if isinstance(command, str) and use_shell else tuple(argv),
+        stdin=stdin,
+        env=tuple((env or {}).items()),
+    )
+
+    async def execute(progress: ProgressFn) -> Execution:
+        outcome = await run_process(
+            argv,
+            cwd=work_dir,
+            env=child_env,
+            stdin=stdin_bytes,
+            merge_stderr=merge_stderr,
+            timeout=timeout_value,
+            budget=max_output_value,
+            kill_grace=settings.kill_grace,
+            progress=progress,
+        )
+        return _execution(outcome)
+
+    return Plan(subject=subject, execute=execute, notes=notes, timeout=timeout_value)
+
+
+def prepare_script(
+    settings: Settings,
+    *,
+    script: str,
+    interpreter: str,
+    strict: bool,
+    timeout: float,
+    max_output: int | None,
+    cwd: str | None,
+    env: dict[str, str | None] | None,
+) -> Plan:
+    notes: list[str] = []
+    if interpreter not in INTERPRETERS:
+        raise ArgumentError(f"interpreter: {interpreter!r} is not supported; allowed: {', '.join(INTERPRETERS)}")
+    if not script.strip():
+        raise ArgumentError("script: is empty; allowed: a non-empty script")
+    _check_no_nul("script", script)
+    timeout_value, max_output_value = _limits(settings, timeout, max_output, notes)
+    work_dir = _check_cwd(cwd)
+    child_env = _child_env(env)
+    # The script travels on stdin, so it never shows in `ps` and has no argv length limit.
+    body = (STRICT_PREAMBLE.get(interpreter, "") if strict else "") + script
+    subject = Subject(script=script, interpreter=interpreter, env=tuple((env or {}).items()))
+
+    async def execute(progress: ProgressFn) -> Execution:
+        outcome = await run_process(
+            INTERPRETERS[interpreter],
+            cwd=work_dir,
+            env=child_env,
+            stdin=body.encode("utf-8", errors="surrogateescape"),
+            merge_stderr=True,
+            timeout=timeout_value,
+            budget=max_output_value,
+            kill_grace=settings.kill_grace,
+            progress=progress,
+        )
+        return _execution(outcome)
+
+    return Plan(subject=subject, execute=execute, notes=notes, timeout=timeout_value)
+
+
+def _limits(settings: Settings, timeout: float, max_output: int | None, notes: list[str]) -> tuple[float, int]:
+    timeout_value, note = clamp("timeout", timeout, MIN_TIMEOUT, settings.max_timeout)
+    if note:
+        notes.append(note)
+    requested_output = settings.max_output if max_output is None else max_output
+    output_value, note = clamp("max_output", requested_output, MIN_OUTPUT, settings.max_output_hard)
+    if note:
+        notes.append(note)
+    return timeout_value, int(output_value)
+
+
+def _check_cwd(cwd: str | None) -> str | None:
+    if cwd is None:
+        return None
+    _check_no_nul("cwd", cwd)
+    path = os.path.expanduser(cwd)
+    if not os.path.exists(path):
+        raise ArgumentError(f"cwd: {cwd!r} does not exist; allowed: an existing directory")
+    if not os.path.isdir(path):
+        raise ArgumentError(f"cwd: {cwd!r} is not a directory; allowed: an existing directory")
+    if not os.access(path, os.X_OK):
+        raise ArgumentError(f"cwd: {cwd!r} is not accessible (permission denied); allowed: a directory you can enter")
+    return path
+
+
+@functools.cache
+def _base_env() -> dict[str, str]:
+    """The server's environment plus the non-interactive defaults, built once: the server never changes
+    its own environment, and copying os.environ costs more than spawning `true`."""
+    return {**os.environ, **NONINTERACTIVE_ENV}
+
+
+def _child_env(overlay: dict[str, str | None] | None) -> dict[str, str]:
+    if not overlay:
+        return _base_env()
+    child_env = dict(_base_env())
+    for name, value in (overlay or {}).items():
+        if not name or "=" in name or "\x00" in name:
+            raise ArgumentError(f"env: {name!r} is not a valid variable name; allowed: a non-empty name without '='")
+        if value is None:
+            child_env.pop(name, None)
+            continue
+        _check_no_nul(f"env.{name}", value)
+        child_env[name] = value
+    return child_env
+
+
+def _check_no_nul(argument: str, value: str) -> None:
+    if "\x00" in value:
+        raise ArgumentError(f"{argument}: contains a NUL byte; allowed: text without NUL (NUL cannot pass through exec)")
+
+
+def _execution(outcome: ProcessOutcome) -> Execution:
+    fields: dict[str, Any] = {}
+    if outcome.stderr is not None:
+        fields["stderr"] = outcome.stderr.text
+        fields["stderr_bytes"] = outcome.stderr.produced_bytes
+    if outcome.timed_out:
+        status = "timeout"
+    elif outcome.exit_code == 0:
+        status = "ok"
+    else:
+        status = "exit_nonzero"
+    return Execution(
+        status=status,
+        output=outcome.stdout,
+        exit_code=outcome.exit_code,
+        signal=outcome.signal,
+        stderr=outcome.stderr,
+        fields=fields,
+    )

@@ -1,0 +1,44 @@
+"""Prometheus metrics. Label values are server-authored constants (tool names, tiers, outcomes), never
+user text, so a caller cannot blow up cardinality."""
+
+from __future__ import annotations
+
+import prometheus_client
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.tool_calls = Counter(
+            "relay_shell_tool_calls",
+            "Tool calls and context pulls by tool, tier and outcome.",
+            ["tool", "tier", "outcome"],
+            registry=self.registry,
+        )
+        self.call_duration = Histogram(
+            "relay_shell_tool_call_duration_seconds",
+            "Wall time of tool calls and context pulls.",
+            ["tool"],
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600),
+            registry=self.registry,
+        )
+        self.audit_records = Counter(
+            "relay_shell_audit_records", "Audit records written.", registry=self.registry
+        )
+        self.audit_errors = Counter(
+            "relay_shell_audit_errors", "Audit records that could not be written.", registry=self.registry
+        )
+        self.audit_degraded = Gauge(
+            "relay_shell_audit_degraded",
+            "1 while the audit log cannot be written (calls are refused unless AUDIT_ON_FAILURE=continue).",
+            registry=self.registry,
+        )
+
+    def exposition(self) -> bytes:
+        return prometheus_client.generate_latest(self.registry)
+
+    def serve(self, host: str, port: int) -> int:
+        """Start the loopback listener used while serving stdio; returns the bound port (port 0 picks one)."""
+        server, _thread = prometheus_client.start_http_server(port, addr=host, registry=self.registry)
+        return int(server.server_address[1])

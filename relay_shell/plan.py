@@ -1,0 +1,38 @@
+"""What an executor hands the runner: a Plan to admit and run, and the Execution it produced."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from relay_shell.capture import CapturedText
+from relay_shell.policy.classify import Subject
+from relay_shell.results import Outcome
+
+# Called by executors with the number of bytes produced so far; the runner throttles and reports progress.
+ProgressFn = Callable[[int], Awaitable[None]]
+
+
+class ArgumentError(Exception):
+    """A tool argument is invalid. The message names the argument, the problem and what is allowed."""
+
+
+@dataclass
+class Execution:
+    status: Outcome
+    output: CapturedText
+    exit_code: int | None = None
+    signal: str | None = None
+    stderr: CapturedText | None = None
+    error: str | None = None  # "Kind: message" for status error
+    fields: dict[str, Any] = field(default_factory=dict)  # tool-specific structured fields
+
+
+@dataclass
+class Plan:
+    subject: Subject  # everything that reaches the target, for classification
+    execute: Callable[[ProgressFn], Awaitable[Execution]]
+    notes: list[str] = field(default_factory=list)  # clamped arguments and similar adjustments
+    timeout: float | None = None
+    target: str | None = None  # host(s) and identity for the audit record

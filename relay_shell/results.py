@@ -1,0 +1,90 @@
+"""Typed tool results (the outputSchema of every tool) and the text grammar a model reads.
+
+First line says what happened: `[exit N]`, `[signal NAME]`, `[TIMEOUT after Ns]`, `[DENIED tier N (NAME): why]`,
+`[ERROR: Kind: message]`; notes (clamped arguments) follow as `[NOTE: …]` lines; then the body; then
+`[TRUNCATED: N bytes produced, M shown — head H + tail T]` when the body was cut.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, Field, WithJsonSchema
+
+from relay_shell.capture import CapturedText
+from relay_shell.policy.tiers import TIER_NAMES
+
+
+def nullable(json_type: str, description: str) -> WithJsonSchema:
+    """`{"type": [T, "null"]}` instead of pydantic's anyOf: same meaning, and clients validate every result
+    against the schema, where anyOf costs them several times more."""
+    return WithJsonSchema({"type": [json_type, "null"], "description": description})
+
+
+Outcome = Literal["ok", "exit_nonzero", "timeout", "denied", "error", "confirm_required", "cancelled"]
+
+
+class ToolResult(BaseModel):
+    """Fields every tool returns; tools add their own below."""
+
+    status: Outcome = Field(description="what happened: ok, exit_nonzero, timeout, denied, error, cancelled")
+    tier: int = Field(description="policy tier of the call: 0 observe, 1 reversible, 2 stateful, 3 irreversible")
+    exit_code: Annotated[int | None, nullable("integer", "exit status when the command exited")] = None
+    signal: Annotated[str | None, nullable("string", "signal name when the command was killed by a signal")] = None
+    timed_out: bool = Field(False, description="true when the timeout killed the command")
+    truncated: bool = Field(False, description="true when output was cut to head + tail")
+    output: str = Field("", description="the (possibly truncated) output text")
+    output_bytes: int = Field(0, description="bytes the command produced in total, before any cut")
+    output_sha256: Annotated[str | None, nullable("string", "SHA-256 of every byte produced (audit raw_sha256)")] = None
+    duration_ms: int = Field(0, description="wall time of the call in milliseconds")
+    notes: list[str] = Field(default_factory=list, description="adjustments made, e.g. a clamped timeout")
+    error: Annotated[str | None, nullable("string", "error or denial message when status is error or denied")] = None
+
+
+class ExecResult(ToolResult):
+    stderr: Annotated[str | None, nullable("string", "stderr when merge_stderr=false")] = None
+    stderr_bytes: Annotated[int | None, nullable("integer", "bytes written to stderr when merge_stderr=false")] = None
+
+
+class ServerInfoResult(ToolResult):
+    info: Annotated[dict[str, Any] | None, nullable("object", "version, transport, policy, limits, audit state")] = None
+
+
+class AuditTailResult(ToolResult):
+    records: list[dict[str, Any]] = Field(default_factory=list, description="audit records, oldest first")
+
+
+def status_line(
+    status: Outcome, exit_code: int | None, signal: str | None, timeout: float | None, error: str | None, tier: int
+) -> str:
+    if status == "denied":
+        return f"[DENIED tier {tier} ({TIER_NAMES[tier]}): {error}]"
+    if status == "timeout":
+        return f"[TIMEOUT after {timeout:g}s]"
+    if status == "error":
+        return f"[ERROR: {error}]"
+    if status == "cancelled":
+        return "[CANCELLED]"
+    if signal is not None:
+        return f"[signal {signal}]"
+    if exit_code is not None:
+        return f"[exit {exit_code}]"
+    return "[ok]"
+
+
+def truncation_line(captured: CapturedText) -> str:
+    return (
+        f"[TRUNCATED: {captured.produced_bytes} bytes produced, {captured.shown_bytes} shown — "
+        f"head {captured.head_bytes} + tail {captured.tail_bytes}]"
+    )
+
+
+def render_text(first_line: str, notes: list[str], body: str, trailer: list[str]) -> str:
+    lines = [first_line]
+    lines.extend(f"[NOTE: {note}]" for note in notes)
+    text = "\n".join(lines)
+    if body:
+        text += "\n" + body
+    if trailer:
+        text += ("" if text.endswith("\n") else "\n") + "\n".join(trailer)
+    return text

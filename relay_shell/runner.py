@@ -1,0 +1,325 @@
+"""THE audited path. Every tool call: identify → classify + admit → execute → bound → audit → metrics.
+Every context pull (prompt, resource): the tier-0 helper `context_pull` (cap, digest record, counter).
+
+No other code writes audit records or builds tool results. Nothing raised below escapes to the
+transport: failures become `[ERROR: …]` results with isError, and they are audited too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+from mcp.server.context import ServerRequestContext
+from mcp_types import CallToolResult, TextContent
+
+from relay_shell.audit.log import RECORD_VERSION, AuditLog, AuditWriteError, utc_timestamp
+from relay_shell.audit.record import audit_arguments
+from relay_shell.capture import BoundedCapture, CapturedText
+from relay_shell.config import Settings
+from relay_shell.metrics import Metrics
+from relay_shell.plan import ArgumentError, Execution, Plan
+from relay_shell.policy.policy import Policy
+from relay_shell.results import Outcome, render_text, status_line, truncation_line
+
+logger = logging.getLogger("relay_shell")
+
+PROGRESS_INTERVAL = 1.0  # seconds between progress notifications on long calls
+
+
+@dataclass(frozen=True)
+class Identity:
+    request_id: str | None
+    client_id: str
+
+
+def identify(request_context: ServerRequestContext[Any, Any] | None, transport: str) -> Identity:
+    if request_context is None:
+        return Identity(request_id=None, client_id=transport)
+    client_name = "unknown"
+    params = request_context.session.client_params
+    if params is not None and params.client_info is not None:
+        # The client's self-declared name, kept as a label in the record (never in metrics).
+        client_name = params.client_info.name[:64]
+    request_id = request_context.request_id
+    return Identity(request_id=None if request_id is None else str(request_id), client_id=f"{transport}:{client_name}")
+
+
+class Runner:
+    def __init__(self, settings: Settings, audit_log: AuditLog, policy: Policy, metrics: Metrics) -> None:
+        self.settings = settings
+        self.audit_log = audit_log
+        self.policy = policy
+        self.metrics = metrics
+        self.transport = settings.transport
+        # Registered tool names: only these become metric labels, so an unknown name cannot add series.
+        self.known_tools: set[str] = set()
+
+    # -- tool calls --------------------------------------------------------------------------------------
+
+    async def run(
+        self,
+        request_context: ServerRequestContext[Any, Any],
+        tool: str,
+        prepare: Callable[[], Plan],
+        report_progress: Callable[[float, str], Any] | None = None,
+    ) -> CallToolResult:
+        started = time.monotonic()
+        identity = identify(request_context, self.transport)
+        arguments = _raw_arguments(request_context)
+        refusal = self._audit_unavailable()
+        if refusal is not None:
+            return self._finish(tool, 0, identity, arguments, started, "error", error=refusal)
+        try:
+            plan = prepare()
+        except ArgumentError as exc:
+            return self._finish(tool, 0, identity, arguments, started, "error", error=f"InvalidArgument: {exc}")
+        except Exception as exc:  # a bug in preparation must still be a clean, audited result
+            logger.exception("preparing %s failed", tool)
+            return self._finish(tool, 0, identity, arguments, started, "error", error=f"Internal: {type(exc).__name__}")
+
+        try:
+            decision = self.policy.decide(plan.subject)
+        except Exception as exc:
+            logger.exception("policy failed for %s", tool)
+            return self._finish(tool, 3, identity, arguments, started, "error", error=f"Policy: {type(exc).__name__}")
+        if decision.denied:
+            return self._finish(
+                tool, decision.tier, identity, arguments, started, "denied", error=decision.reason, plan=plan
+            )
+
+        progress = _Progress(report_progress)
+        try:
+            execution = await plan.execute(progress.report)
+        except anyio.get_cancelled_exc_class():
+            # The client cancelled (or went away): the executor killed what it started; the record is
+            # still written before the cancellation propagates.
+            with anyio.CancelScope(shield=True):
+                self._finish(tool, decision.tier, identity, arguments, started, "cancelled", plan=plan)
+            raise
+        except ArgumentError as exc:
+            execution = Execution(status="error", output=_empty(), error=f"InvalidArgument: {exc}")
+        except OSError as exc:
+            where = f": {exc.filename!r}" if exc.filename else ""
+            execution = Execution(status="error", output=_empty(), error=f"OSError: {exc.strerror or exc}{where}")
+        except Exception as exc:
+            logger.exception("executing %s failed", tool)
+            execution = Execution(status="error", output=_empty(), error=f"Internal: {type(exc).__name__}: {exc}")
+        return self._finish(
+            tool, decision.tier, identity, arguments, started, execution.status, plan=plan, execution=execution
+        )
+
+    async def reject(
+        self, request_context: ServerRequestContext[Any, Any], tool: str, arguments: Any, message: str
+    ) -> CallToolResult:
+        """An invalid call caught before the tool function (unknown tool, argument names or types)."""
+        identity = identify(request_context, self.transport)
+        started = time.monotonic()
+        recorded = arguments if isinstance(arguments, dict) else {"arguments": repr(arguments)[:1024]}
+        return self._finish(tool[:128], 0, identity, recorded, started, "error", error=message)
+
+    # -- context pulls -----------------------------------------------------------------------------------
+
+    def context_pull(self, request_context: ServerRequestContext[Any, Any] | None, label: str, text: str) -> str:
+        """The tier-0 helper for prompts/get and resources/read: cap, audit a digest record, count."""
+        started = time.monotonic()
+        identity = identify(request_context, self.transport)
+        capture = BoundedCapture(self.settings.max_output)
+        capture.feed(text.encode("utf-8"))
+        captured = capture.result()
+        body = captured.text + ("\n" + truncation_line(captured) if captured.truncated else "")
+        record = self._record(label, 0, "ok", identity, _raw_arguments(request_context), started)
+        record.update(_digests(body, captured))
+        self._write(record, label, 0, "ok", started)
+        if not self.audit_log.healthy and self.settings.audit_on_failure == "refuse":
+            raise RuntimeError("audit log unavailable: " + (self.audit_log.last_error or "unknown error"))
+        return body
+
+    # -- internals ---------------------------------------------------------------------------------------
+
+    def _audit_unavailable(self) -> str | None:
+        """Fail closed before anything runs if the log cannot be written."""
+        try:
+            self.audit_log.ensure_open()
+        except AuditWriteError as exc:
+            self.metrics.audit_errors.inc()
+            self.metrics.audit_degraded.set(1)
+            if self.settings.audit_on_failure == "refuse":
+                return f"AuditUnavailable: {exc}; the call was refused (RELAY_SHELL_AUDIT_ON_FAILURE=refuse)"
+        return None
+
+    def _finish(
+        self,
+        tool: str,
+        tier: int,
+        identity: Identity,
+        arguments: dict[str, Any],
+        started: float,
+        outcome: Outcome,
+        *,
+        error: str | None = None,
+        plan: Plan | None = None,
+        execution: Execution | None = None,
+    ) -> CallToolResult:
+        duration_ms = int((time.monotonic() - started) * 1000)
+        notes = plan.notes if plan is not None else []
+        execution = execution or Execution(status=outcome, output=_empty(), error=error)
+        error = execution.error or error
+        captured = execution.output
+        first = status_line(
+            outcome, execution.exit_code, execution.signal, plan.timeout if plan else None, error, tier
+        )
+        body = captured.text
+        trailer = [truncation_line(captured)] if captured.truncated else []
+        if execution.stderr is not None and execution.stderr.produced_bytes:
+            body += ("" if not body or body.endswith("\n") else "\n") + "[stderr]\n" + execution.stderr.text
+            if execution.stderr.truncated:
+                trailer.append("stderr " + truncation_line(execution.stderr))
+        text = render_text(first, notes, body, trailer)
+
+        record = self._record(tool, tier, outcome, identity, arguments, started)
+        record.update(_digests(text, captured))
+        record["denied"] = outcome == "denied"
+        if execution.exit_code is not None:
+            record["exit_code"] = execution.exit_code
+        if execution.signal is not None:
+            record["signal"] = execution.signal
+        if execution.stderr is not None:
+            record["stderr_sha256"] = execution.stderr.sha256
+            record["stderr_len"] = execution.stderr.produced_bytes
+        if error is not None:
+            record["reason"] = error[:512]
+        if plan is not None and plan.target is not None:
+            record["target"] = plan.target
+        record["duration_ms"] = duration_ms
+        written = self._write(record, tool, tier, outcome, started)
+        if not written and self.settings.audit_on_failure == "refuse" and outcome not in ("denied", "error"):
+            # It ran, but without its record the result may not be shown: fail closed, say what happened.
+            what = status_line(outcome, execution.exit_code, execution.signal, plan.timeout if plan else None, error, tier)
+            message = (
+                f"AuditWriteFailed: the call ran ({what}) but its audit record could not be written "
+                f"({self.audit_log.last_error}); output withheld"
+            )
+            return CallToolResult(
+                content=[TextContent(type="text", text=f"[ERROR: {message}]")],
+                structured_content=_structured(
+                    tool, "error", tier, Execution(status="error", output=_empty()), duration_ms, notes, message
+                ),
+                is_error=True,
+            )
+        return CallToolResult(
+            content=[TextContent(type="text", text=text)],
+            structured_content=_structured(tool, outcome, tier, execution, duration_ms, notes, error),
+            is_error=outcome not in ("ok", "exit_nonzero"),
+        )
+
+    def _record(
+        self, tool: str, tier: int, outcome: str, identity: Identity, arguments: dict[str, Any], started: float
+    ) -> dict[str, Any]:
+        return {
+            "v": RECORD_VERSION,
+            "ts": utc_timestamp(),
+            "tool": tool,
+            "tier": tier,
+            "denied": False,
+            "outcome": outcome,
+            "args": audit_arguments(arguments),
+            "request_id": identity.request_id,
+            "client_id": identity.client_id,
+            "duration_ms": int((time.monotonic() - started) * 1000),
+        }
+
+    def _write(self, record: dict[str, Any], tool: str, tier: int, outcome: str, started: float) -> bool:
+        written = True
+        try:
+            self.audit_log.write(record)
+            self.metrics.audit_records.inc()
+            self.metrics.audit_degraded.set(0)
+        except AuditWriteError as exc:
+            written = False
+            self.metrics.audit_errors.inc()
+            self.metrics.audit_degraded.set(1)
+            print(f"relay-shell: audit write failed: {exc}", file=sys.stderr)
+        label = tool if tool in self.known_tools or tool.startswith(("prompt:", "resource:")) else "unknown"
+        self.metrics.tool_calls.labels(tool=label, tier=str(tier), outcome=outcome).inc()
+        self.metrics.call_duration.labels(tool=label).observe(time.monotonic() - started)
+        return written
+
+
+class _Progress:
+    """Throttled progress notifications (bytes so far); a no-op unless the client sent a progress token."""
+
+    def __init__(self, report: Callable[[float, str], Any] | None) -> None:
+        self.send = report
+        self.next_at = time.monotonic() + PROGRESS_INTERVAL
+
+    async def report(self, produced: int) -> None:
+        if self.send is None:
+            return
+        now = time.monotonic()
+        if now < self.next_at:
+            return
+        self.next_at = now + PROGRESS_INTERVAL
+        try:
+            await self.send(float(produced), f"{produced} bytes of output so far")
+        except Exception:  # progress is best effort; a closed stream must not fail the call
+            logger.debug("progress notification failed", exc_info=True)
+
+
+def _raw_arguments(request_context: ServerRequestContext[Any, Any] | None) -> dict[str, Any]:
+    if request_context is None or request_context.params is None:
+        return {}
+    params = request_context.params
+    arguments = params.get("arguments")
+    if isinstance(arguments, dict):
+        return dict(arguments)
+    # prompts/get has arguments, resources/read has a uri
+    return {key: value for key, value in params.items() if key in ("uri", "name") and isinstance(value, str)}
+
+
+def _empty() -> CapturedText:
+    return BoundedCapture(1).result()
+
+
+def _digests(returned_text: str, captured: CapturedText) -> dict[str, Any]:
+    returned = returned_text.encode("utf-8", errors="surrogatepass")
+    return {
+        "output_sha256": hashlib.sha256(returned).hexdigest(),
+        "output_len": len(returned),
+        "raw_sha256": captured.sha256,
+        "raw_len": captured.produced_bytes,
+    }
+
+
+def _structured(
+    tool: str,
+    outcome: Outcome,
+    tier: int,
+    execution: Execution,
+    duration_ms: int,
+    notes: list[str],
+    error: str | None,
+) -> dict[str, Any]:
+    captured = execution.output
+    structured: dict[str, Any] = {
+        "status": outcome,
+        "tier": tier,
+        "exit_code": execution.exit_code,
+        "signal": execution.signal,
+        "timed_out": outcome == "timeout",
+        "truncated": captured.truncated,
+        "output": captured.text,
+        "output_bytes": captured.produced_bytes,
+        "output_sha256": captured.sha256,
+        "duration_ms": duration_ms,
+        "notes": list(notes),
+        "error": error,
+    }
+    structured.update(execution.fields)
+    return structured

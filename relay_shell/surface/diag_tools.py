@@ -1,0 +1,50 @@
+"""MCP tools for diagnostics: schema + one call into the audited runner."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Annotated
+
+from mcp.server.mcpserver import Context
+from mcp.server.mcpserver.tools import Tool
+from mcp_types import CallToolResult
+from pydantic import Field
+
+from relay_shell.diagnostics import prepare_audit_tail, prepare_server_info
+from relay_shell.results import AuditTailResult, ServerInfoResult
+from relay_shell.runner import Runner
+from relay_shell.surface.build import make_tool
+
+
+def diag_tools(runner: Runner, metrics_port: Callable[[], int | None]) -> list[Tool]:
+    settings = runner.settings
+    audit_log = runner.audit_log
+
+    async def server_info(ctx: Context) -> Annotated[CallToolResult, ServerInfoResult]:
+        """Describe this server: version, transport, policy mode, effective limits (default and maximum
+        output, maximum timeout), audit log path and health, metrics listener. Call it once before work to
+        learn what the policy will admit."""
+        return await runner.run(
+            ctx.request_context, "server_info", lambda: prepare_server_info(settings, audit_log, metrics_port())
+        )
+
+    async def audit_tail(
+        ctx: Context,
+        tool: Annotated[str | None, Field(description="only records of this tool, e.g. shell_exec")] = None,
+        tier: Annotated[int | None, Field(description="only records of this tier, 0 to 3")] = None,
+        denied: Annotated[bool | None, Field(description="true: only denied calls; false: only admitted")] = None,
+        lines: Annotated[int, Field(description="how many records, 1 to 1000")] = 50,
+    ) -> Annotated[CallToolResult, AuditTailResult]:
+        """Return the most recent audit records (oldest first), optionally filtered. Records hold redacted
+        arguments, outcome, tier and digests of output, never the output itself."""
+        return await runner.run(
+            ctx.request_context,
+            "audit_tail",
+            lambda: prepare_audit_tail(settings, audit_log, tool, tier, denied, lines),
+        )
+
+    inspects = {"read_only": True, "destructive": False, "idempotent": True, "open_world": False}
+    return [
+        make_tool(server_info, "Server info", **inspects),
+        make_tool(audit_tail, "Recent audit records", **inspects),
+    ]

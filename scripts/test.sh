@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Install everything the test suite needs (system packages when run as root, the Python environment,
+# the MCP Inspector CLI) and run the whole suite: lint, type check, pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+missing=()
+command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
+command -v npm >/dev/null 2>&1 || missing+=(npm)
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ]; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  else
+    echo "scripts/test.sh: please install: ${missing[*]} (Debian packages)" >&2
+    exit 1
+  fi
+fi
+
+python3 -m venv .venv
+.venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
+.venv/bin/python -m pip install -q -e ".[test]"
+
+# The MCP Inspector CLI, an independent client for the end-to-end tests.
+inspector=.cache/npm/node_modules/.bin/mcp-inspector
+if [ ! -x "$inspector" ]; then
+  npm install --silent --no-audit --no-fund --prefix .cache/npm @modelcontextprotocol/inspector@2.12.0 >/dev/null 2>&1
+fi
+export RELAY_SHELL_TEST_INSPECTOR="$PWD/$inspector"
+
+.venv/bin/ruff check relay_shell tests benchmarks
+.venv/bin/mypy relay_shell
+.venv/bin/python -m pytest -q "$@"

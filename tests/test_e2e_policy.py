@@ -1,0 +1,97 @@
+"""Policy through the real server: denials are audited, say why, and nothing runs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import connect, read_records, text_of
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_readonly_mode_admits_only_tier_0(tmp_path: Path) -> None:
+    audit_path = tmp_path / "audit.jsonl"
+    marker = tmp_path / "marker"
+    async with connect(audit_path, policy_mode="readonly") as client:
+        observe = await client.call_tool("shell_exec", {"command": f"ls -la {tmp_path}"})
+        assert text_of(observe).startswith("[exit 0]")
+        change = await client.call_tool("shell_exec", {"command": f"touch {marker}"})
+        assert change.is_error
+        assert text_of(change).startswith("[DENIED tier 1 (reversible): ")
+        assert change.structured_content and change.structured_content["status"] == "denied"
+        # stdin that feeds a shell is classified as a script
+        piped = await client.call_tool("shell_exec", {"command": "sh", "stdin": "rm -rf /\n"})
+        assert text_of(piped).startswith("[DENIED tier 3 (irreversible): ")
+        # the env overlay is classified too
+        injected = await client.call_tool("shell_exec", {"command": "ls", "env": {"LD_PRELOAD": "/tmp/evil.so"}})
+        assert text_of(injected).startswith("[DENIED tier 2")
+        script = await client.call_tool("shell_script", {"script": f"echo hi\ntouch {marker}\n"})
+        assert text_of(script).startswith("[DENIED tier 1")
+        info = await client.call_tool("server_info", {})
+        assert not info.is_error
+    assert not marker.exists()
+    denied = [record for record in read_records(audit_path) if record["denied"]]
+    assert len(denied) == 4
+    assert all(record["outcome"] == "denied" and "reason" in record for record in denied)
+
+
+async def test_deny_patterns_see_canonical_forms_in_every_mode(tmp_path: Path) -> None:
+    audit_path = tmp_path / "audit.jsonl"
+    marker = tmp_path / "victim"
+    marker.mkdir()
+    deny = json.dumps([r"^rm .*victim"])
+    async with connect(audit_path, policy_mode="open", policy_deny=deny) as client:
+        for spelling in (
+            f"rm -r {marker}",
+            f"sudo  /bin/rm  -r  '{marker}'",
+            f"env X=1 nice -n 5 r''m -r {marker}",
+            f"true && \\rm -r {marker}",
+            f"bash -c \"rm -r {marker}\"",
+        ):
+            result = await client.call_tool("shell_exec", {"command": spelling})
+            assert text_of(result).startswith("[DENIED tier 2 (stateful): matches deny pattern"), spelling
+        other = await client.call_tool("shell_exec", {"command": "echo still-works"})
+        assert text_of(other) == "[exit 0]\nstill-works\n"
+    assert marker.exists()
+
+
+async def test_guarded_mode_needs_an_allow_for_each_stateful_command(tmp_path: Path) -> None:
+    audit_path = tmp_path / "audit.jsonl"
+    target = tmp_path / "build"
+    target.mkdir()
+    allow = json.dumps([rf"^rm -r {target}$"])
+    async with connect(audit_path, policy_mode="guarded", policy_allow=allow) as client:
+        reversible = await client.call_tool("shell_exec", {"command": f"mkdir -p {tmp_path}/new"})
+        assert text_of(reversible).startswith("[exit 0]")
+        unallowed = await client.call_tool("shell_exec", {"command": f"rm -r {tmp_path}/new"})
+        assert text_of(unallowed).startswith("[DENIED tier 2 (stateful): ")
+        smuggled = await client.call_tool("shell_exec", {"command": f"rm -r {target}; rm -r {tmp_path}/new"})
+        assert text_of(smuggled).startswith("[DENIED tier 2")
+        allowed = await client.call_tool("shell_exec", {"command": f"rm -r {target}"})
+        assert text_of(allowed).startswith("[exit 0]")
+    assert not target.exists()
+    assert (tmp_path / "new").exists()
+
+
+async def test_destructive_variants_are_tier_3(tmp_path: Path) -> None:
+    # readonly mode: classified and refused, never run.
+    audit_path = tmp_path / "audit.jsonl"
+    async with connect(audit_path, policy_mode="readonly") as client:
+        for command in (
+            "rm -rf /",
+            "rm --recursive --force --no-preserve-root /",
+            "sudo rm -fr /*",
+            "dd if=/dev/zero of=/dev/sda bs=1M",
+            "cat /dev/urandom > /dev/nvme0n1",
+            "mkfs.ext4 /dev/sdb1",
+            ":(){ :|:& };:",
+            "echo x > /etc/passwd",
+            "find / -delete",
+            "xargs rm -rf < list",
+            "timeout 5 shutdown -h now",
+        ):
+            result = await client.call_tool("shell_exec", {"command": command})
+            assert text_of(result).startswith("[DENIED tier 3 (irreversible)"), command

@@ -1,0 +1,44 @@
+"""Metrics on the loopback listener while serving stdio, checked by promtool."""
+
+from __future__ import annotations
+
+import subprocess
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import connect
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_metrics_listener_passes_promtool(tmp_path: Path) -> None:
+    audit_path = tmp_path / "audit.jsonl"
+    async with connect(audit_path, metrics_addr="127.0.0.1:0", policy_deny='["forbidden-word"]') as client:
+        await client.call_tool("shell_exec", {"command": "true"})
+        await client.call_tool("shell_exec", {"command": "false"})
+        await client.call_tool("shell_exec", {"command": "echo forbidden-word"})
+        await client.call_tool("shell_exec", {"command": "true", "cwd": "/nope"})
+        await client.call_tool('evil"tool{x="1"}', {})
+        await client.get_prompt("operating_guide")
+        info = await client.call_tool("server_info", {})
+        assert info.structured_content is not None
+        port = info.structured_content["info"]["metrics"]["listen_port"]
+        assert isinstance(port, int) and port > 0
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+            exposition = response.read().decode()
+
+    assert 'relay_shell_tool_calls_total{outcome="ok",tier="0",tool="shell_exec"} 1.0' in exposition
+    assert 'relay_shell_tool_calls_total{outcome="exit_nonzero",tier="0",tool="shell_exec"} 1.0' in exposition
+    assert 'outcome="denied"' in exposition
+    assert 'relay_shell_tool_calls_total{outcome="error",tier="0",tool="unknown"} 1.0' in exposition
+    assert 'tool="prompt:operating_guide"' in exposition
+    assert "evil" not in exposition  # label values are server-authored, never caller text
+    assert "relay_shell_tool_call_duration_seconds_bucket" in exposition
+    assert "relay_shell_audit_records_total 7.0" in exposition
+    assert "relay_shell_audit_errors_total 0.0" in exposition
+    assert "relay_shell_audit_degraded 0.0" in exposition
+
+    checked = subprocess.run(["promtool", "check", "metrics"], input=exposition, capture_output=True, text=True)
+    assert checked.returncode == 0, checked.stderr
