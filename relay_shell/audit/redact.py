@@ -12,9 +12,10 @@ two properties matter more than cleverness:
   *after* what it has examined. The comment on each pattern says why it is linear; the tests time each one
   on adversarial megabytes.
 
-Redaction is a series of passes over the text, most specific first (private key blocks, URL credentials,
-Authorization headers, named values, tool options, provider token formats). Each pass replaces secrets with
-text that no pass matches again in a different way, so `redact(redact(x)) == redact(x)`.
+Redaction is a series of passes over the text, most specific first: private key blocks, URL credentials,
+provider token formats, Authorization headers, named values (KEY=value, "key": value, --flag value), and
+options that are passwords only for particular tools (mysql -p). Each pass replaces secrets with text that
+no pass matches again in a different way, so `redact(redact(x)) == redact(x)`.
 """
 
 from __future__ import annotations
@@ -34,15 +35,23 @@ REDACTED_PRIVATE_KEY = "[REDACTED PRIVATE KEY]"
 # own length, and callers resume after it. `[REDACTED]` comes first so already-redacted text is one piece
 # (`]` otherwise ends a word). Unquoted pieces end at whitespace and at characters that end a shell word
 # or a value in a query string, JSON object or connection string (`;&|,<>)}]` and backquote).
+_WORD_PIECE = (
+    r"\[REDACTED\]"
+    r"|\$\{[^}\n]*+\}?\}?"  # ${VAR}, ${{ secrets.X }}
+    r"|\([^)\n]*+\)?"  # $(command), f(x): keeps the ')' with its '('
+    r"|`[^`\n]*+`?"  # `command`
+    r"|\\[^\n]"  # backslash escape, including \" inside a JSON-encoded string
+    r"|[^\s\"'`;&|,<>)}\]\\]"
+)
+_DOUBLE_QUOTED_REST = r'(?:[^"\\\n]|\\.)*+"?'
+_SINGLE_QUOTED_REST = r"[^'\n]*+'?"
+# Inside a word, a quote followed by whitespace, a separator or the end closes an enclosing string
+# (`echo "token: $TOKEN"`, `["password=x", "y"]`) instead of opening a quoted piece.
+_AFTER_CLOSING_QUOTE = r"(?:[\s,;&|)}\]]|\Z)"
+_OPENS = r"(?!" + _AFTER_CLOSING_QUOTE + ")"
 _VALUE = re.compile(
-    r"""(?:\[REDACTED\]"""
-    r"""|\$\{[^}\n]*+\}?\}?"""  # ${VAR}, ${{ secrets.X }}
-    r"""|\$\([^)\n]*+\)?"""  # $(command)
-    r"""|`[^`\n]*+`?"""  # `command`
-    r"""|\\[^\n]"""  # backslash escape, including \" inside a JSON-encoded string
-    r"""|"(?:[^"\\\n]|\\.)*+"?"""
-    r"""|'[^'\n]*+'?"""
-    r"""|[^\s"'`;&|,<>)}\]\\])++"""
+    r'(?:"' + _DOUBLE_QUOTED_REST + "|'" + _SINGLE_QUOTED_REST + "|" + _WORD_PIECE + ")"
+    r'(?:"' + _OPENS + _DOUBLE_QUOTED_REST + "|'" + _OPENS + _SINGLE_QUOTED_REST + "|" + _WORD_PIECE + ")*+"
 )
 
 _QUOTES = ('\\"', '"', "'")
@@ -63,7 +72,8 @@ def _mask_user_password(word: str) -> str | None:
     user, colon, password = word.partition(":")
     if not colon or not password:
         return None  # `curl -u user` prompts for the password
-    closing_quote = word[0] if word[0] in "\"'" and len(password) > 1 and password.endswith(word[0]) else ""
+    # A quote left open in the user part ('me:pw') is closed again, so the text stays balanced.
+    closing_quote = "".join(quote for quote in "\"'" if user.count(quote) % 2)
     return f"{user}:{REDACTED}{closing_quote}"
 
 
@@ -76,19 +86,23 @@ def _mask_user_password(word: str) -> str | None:
 # `tokenizer`, `tokenise` (max_tokens is a number, not a secret). Alternatives of literals with bounded
 # optional separators: constant work per start position.
 _SECRET_WORD = re.compile(
-    r"password|passwd|passphrase|secret|credential|token(?!s|i[sz])"
+    r"password|passwd|passphrase|secret|credential|token(?!s|i[sz])|masterauth"
     r"|(?:api|access|private|account|auth|signing|master|encryption|session|client|license|shared[_.-]?access)"
     r"[_.-]?key"
-    r"|storepass|keypass|requirepass|masterauth"
 )
 # Short words that name a secret only as a whole segment of the name: MYSQL_PWD, DB_PASS, --pw, `auth`
-# (docker config.json), `sig` (Azure SAS), openssl's -passin/-passout. As substrings they are everywhere.
-_SECRET_SEGMENTS = frozenset({"pwd", "pw", "pass", "passin", "passout", "auth", "sig", "signature", "creds"})
+# (docker config.json), `sig` (Azure SAS), openssl's -passin/-passout. As substrings they are everywhere,
+# and even as a whole name they are weak evidence (`auth: handle expiry` is a commit message).
+_WEAK_SECRET_SEGMENTS = frozenset({"pwd", "pw", "pass", "passin", "passout", "auth", "sig", "signature", "creds"})
+# A segment ending in "pass" is a password (SSHPASS, storepass, keypass, requirepass), except these words.
+_PASS_WORDS = frozenset({"bypass", "compass", "encompass", "overpass", "underpass", "trespass", "surpass"})
 # A name ending like this names *where* a secret is or what kind it is, not the secret itself:
-# PASSWORD_FILE, --password-stdin, secretName, TOKEN_URL, token_type, --password-command.
+# PASSWORD_FILE, --password-stdin, secretName, TOKEN_URL, token_type, --password-command,
+# `-o PasswordAuthentication=no`.
 _NOT_SECRET_LAST_SEGMENTS = frozenset(
     {"file", "files", "path", "dir", "stdin", "fd", "prompt", "cmd", "command", "helper", "url", "uri",
-     "endpoint", "name", "ref", "type", "length", "len", "ttl", "expiry", "expires", "policy", "hint"}
+     "endpoint", "name", "ref", "type", "length", "len", "ttl", "expiry", "expires", "policy", "hint",
+     "authentication"}
 )
 # --no-password, --ask-pass, --ask-become-pass are switches without a value.
 _NOT_SECRET_FIRST_SEGMENTS = frozenset({"no", "ask"})
@@ -107,19 +121,30 @@ _SECRET_HEADER_NAMES = frozenset({"authorization", "proxy-authorization", "cooki
 # least one character and backtracks at most one (the uppercase run before a lowercase letter): linear.
 _NAME_SEGMENT = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
 
+_NOT_SECRET, _WEAK, _STRONG = 0, 1, 2
 
-def _is_secret_name(name: str) -> bool:
+
+def _secret_name_strength(name: str) -> int:
+    """_STRONG for names that say "secret" (DB_PASSWORD, apiKey), _WEAK for short ones (pwd, auth, sig)."""
     if name in _NOT_SECRET_NAMES:
-        return False
+        return _NOT_SECRET
     stem, dot, extension = name.rpartition(".")
     if dot and stem and extension.lower() in _FILE_EXTENSIONS:
-        return False
+        return _NOT_SECRET
     segments = [segment.lower() for segment in _NAME_SEGMENT.findall(name)]
     if not segments or segments[-1] in _NOT_SECRET_LAST_SEGMENTS or segments[0] in _NOT_SECRET_FIRST_SEGMENTS:
-        return False
-    if any(segment in _SECRET_SEGMENTS for segment in segments):
-        return True
-    return _SECRET_WORD.search(name.lower()) is not None
+        return _NOT_SECRET
+    if _SECRET_WORD.search(name.lower()) is not None:
+        return _STRONG
+    if any(segment.endswith("pass") and len(segment) > 4 and segment not in _PASS_WORDS for segment in segments):
+        return _STRONG
+    if any(segment in _WEAK_SECRET_SEGMENTS for segment in segments):
+        return _WEAK
+    return _NOT_SECRET
+
+
+def _is_secret_name(name: str) -> bool:
+    return _secret_name_strength(name) != _NOT_SECRET
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -183,7 +208,49 @@ def _redact_url_credentials(text: str) -> str:
 
 
 # --------------------------------------------------------------------------------------------------------------
-# Pass 3: Authorization headers (HTTP dumps, curl -H, JSON header maps).
+# Pass 3: provider token formats, wherever they appear, and bare bearer tokens.
+# --------------------------------------------------------------------------------------------------------------
+
+# One alternation, bounded on both sides by "not a token character": an attempt starts only at the start
+# of a run, each alternative is a fixed prefix plus a possessive or fixed-length run (JWT and SendGrid span
+# at most three dot-separated runs), and nothing after a run can make it retry: linear. The right-hand
+# boundary also guarantees that a replacement never exposes the start of another token (idempotence).
+_PROVIDER_TOKEN = re.compile(
+    r"(?<![A-Za-z0-9_-])(?:"
+    r"A(?:KIA|SIA)[A-Z0-9]{16}"  # AWS access key id
+    r"|gh[pousr]_[A-Za-z0-9]{30,}+"  # GitHub classic, OAuth, user-to-server, server-to-server, refresh
+    r"|github_pat_[A-Za-z0-9_]{30,}+"  # GitHub fine-grained
+    r"|glpat-[A-Za-z0-9_-]{20,}+"  # GitLab personal access token
+    r"|xox[abprs]-[A-Za-z0-9-]{10,}+"  # Slack
+    r"|(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{16,}+"  # Stripe secret and restricted keys
+    r"|sk-[A-Za-z0-9_-]{20,}+"  # OpenAI (sk-, sk-proj-) and Anthropic (sk-ant-)
+    r"|AIza[A-Za-z0-9_-]{35}"  # Google API key
+    r"|eyJ[A-Za-z0-9_-]{8,}+\.eyJ[A-Za-z0-9_-]{8,}+\.[A-Za-z0-9_-]*+"  # JWT (header.payload.signature)
+    r"|npm_[A-Za-z0-9]{30,}+"  # npm
+    r"|pypi-[A-Za-z0-9_-]{40,}+"  # PyPI
+    r"|hf_[A-Za-z0-9]{30,}+"  # Hugging Face
+    r"|SG\.[A-Za-z0-9_-]{16,}+\.[A-Za-z0-9_-]{16,}+"  # SendGrid
+    r"|SK[0-9a-f]{32}"  # Twilio API key
+    r"|do[opr]_v1_[a-f0-9]{64}"  # DigitalOcean
+    r"|hv[sb]\.[A-Za-z0-9_-]{20,}+"  # HashiCorp Vault
+    r"|shp(?:at|ca|pa|ss)_[a-fA-F0-9]{32}"  # Shopify
+    r")(?![A-Za-z0-9_-])"
+)
+
+# A bearer token outside an Authorization header. Needs a digit (within the token: the lazy scan stops
+# at the token's end) and 8+ characters, so "the bearer of this letter" is prose.
+_BEARER_TOKEN = re.compile(r"(?i)(?<![\w-])(bearer[ \t]++)(?=[\w.~+/=-]*?[0-9])[\w.~+/=-]{8,}+")
+
+
+def _redact_provider_tokens(text: str) -> str:
+    text = _PROVIDER_TOKEN.sub(REDACTED, text)
+    if "bearer" not in text.lower():
+        return text
+    return _BEARER_TOKEN.sub(lambda match: f"{match.group(1)}{REDACTED}", text)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Pass 4: Authorization headers (HTTP dumps, curl -H, JSON header maps).
 # --------------------------------------------------------------------------------------------------------------
 
 # Anchored at the literal header name (lookbehind: not inside a longer word); the separator is bounded;
@@ -199,11 +266,13 @@ _AUTHORIZATION_HEADER = re.compile(
 
 
 def _redact_authorization_headers(text: str) -> str:
+    if "authorization" not in text.lower():  # substring search is far cheaper than a regex scan
+        return text
     return _AUTHORIZATION_HEADER.sub(lambda match: f"{match.group(1)}{REDACTED}", text)
 
 
 # --------------------------------------------------------------------------------------------------------------
-# Pass 4: named values: KEY=value, key: value, "key": "value", --flag value, --flag=value.
+# Pass 5: named values: KEY=value, key: value, "key": "value", --flag value, --flag=value.
 # --------------------------------------------------------------------------------------------------------------
 
 # A candidate is a whole run of name characters (lookbehind: only at the start of a run; possessive: the
@@ -211,25 +280,37 @@ def _redact_authorization_headers(text: str) -> str:
 # the run's start, so the total is linear. The name is then judged in Python and the value is matched
 # only for secret names: for other names the loop resumes right after the name, never scanning a value
 # (`--from-literal=password=x` still finds `password=x`).
-_SECRET_NAME_CANDIDATE = re.compile(r"(?<![\w.-])(?=[\w.-]*?(?i:pass|pw|secret|token|key|cred|auth|sig))[\w.-]++")
+_SECRET_STEMS = ("pass", "pw", "secret", "token", "key", "cred", "auth", "sig")
+_SECRET_NAME_CANDIDATE = re.compile(r"(?<![\w.-])(?=[\w.-]*?(?i:" + "|".join(_SECRET_STEMS) + r"))[\w.-]++")
 # Closing quote of a quoted key, then '=', ':', ':=' or '=>' (not '==': a comparison). Bounded spaces.
-_ASSIGNMENT = re.compile(r"\\?[\"']?[ \t]*+(?::=|=>|=(?!=)|:)[ \t]*+")
+_ASSIGNMENT = re.compile(r"\\?[\"']?[ \t]*+(?P<operator>:=|=>|=(?!=)|:)[ \t]*+")
 # `--password x`, `"--password" "x"`, `"--password", "x"`.
 _FLAG_GAP = re.compile(r"\\?[\"']?,?[ \t]++")
+_FLAG_OPERATOR = " "
+# `aws secretsmanager get-secret-value --secret-id prod/db` names a secret; `secret_id=` (Vault) is one.
+_IDENTIFIER_FLAG_SUFFIXES = ("-id", "-ids", "-arn", "_id")
+# After an unquoted name, a quote followed by whitespace, a separator or the end closes a string that mentions
+# the name (`echo 'Enter your password:'`); it does not open a value. After a quoted name it does
+# (`{"password": " x"}`).
+_CLOSING_QUOTE = re.compile(r"\\?[\"']" + _AFTER_CLOSING_QUOTE)
 
 
-def _value_start(text: str, name: str, name_end: int) -> int | None:
+def _value_start(text: str, name: str, name_end: int) -> tuple[int, str] | None:
+    """Where the value after a name starts, and the operator before it (':', '=', ..., or a space for flags)."""
     assignment = _ASSIGNMENT.match(text, name_end)
     if assignment is not None:
-        return assignment.end()
-    if name.startswith("-"):
+        return assignment.end(), assignment.group("operator")
+    if name.startswith("-") and not name.lower().endswith(_IDENTIFIER_FLAG_SUFFIXES):
         gap = _FLAG_GAP.match(text, name_end)
         if gap is not None and not text.startswith("-", gap.end()):
-            return gap.end()
+            return gap.end(), _FLAG_OPERATOR
     return None
 
 
 def _redact_named_values(text: str) -> str:
+    lowered = text.lower()
+    if not any(stem in lowered for stem in _SECRET_STEMS):
+        return text
     pieces: list[str] = []
     copied = 0  # text[:copied] is already in pieces
     position = 0
@@ -239,9 +320,16 @@ def _redact_named_values(text: str) -> str:
         # A name right after '/' or '@' is a path or host (`https://token:x@h`, `registry/token-svc:1.0`).
         if candidate.start() > 0 and text[candidate.start() - 1] in "/@":
             continue
-        value_start = _value_start(text, name, position)
-        if value_start is None or not _is_secret_name(name):
+        found = _value_start(text, name, position)
+        if found is None:
             continue
+        value_start, operator = found
+        strength = _secret_name_strength(name)
+        quoted_name = text.startswith(("\"", "'", "\\"), position)
+        if strength == _NOT_SECRET or (strength == _WEAK and operator == ":" and not quoted_name):
+            continue  # `auth: handle expiry` is prose; `"auth": "…"` and `pwd=…` are not
+        if not quoted_name and _CLOSING_QUOTE.match(text, value_start):
+            continue  # an unquoted name, then a quote that ends the string around it
         value = _VALUE.match(text, value_start)
         if value is None:
             continue
@@ -256,15 +344,18 @@ def _redact_named_values(text: str) -> str:
 
 # `git config --global github.token X`, `npm config set //registry.npmjs.org/:_authToken X`,
 # `aws configure set aws_secret_access_key X`, `redis-cli CONFIG SET requirepass X`: name and value
-# separated by a space. Anchored at the command word; every repetition is possessive; the optional
-# registry scope scans one word once.
+# separated by a space. Anchored at the command word; everything after it is possessive and at most six
+# words long ({0,3}: an unbounded run of `set set set …` would be rescanned from every `set`), so each
+# word is scanned by a bounded number of attempts.
 _CONFIG_SET = re.compile(
-    r"(?<![\w.-])(?i:config|configure|set|setx)(?:[ \t]++(?:--?[\w-]++|(?i:set|add)(?![\w.-])))*+[ \t]++"
+    r"(?<![\w.-])(?i:config|configure|set|setx)(?:[ \t]++(?:--?[\w-]++|(?i:set|add)(?![\w.-]))){0,3}+[ \t]++"
     r"(?:[^\s:=]*+:)?([\w.-]++)[ \t]++"
 )
 
 
 def _redact_config_set(text: str) -> str:
+    if "set" not in text.lower() and "config" not in text.lower():
+        return text
     pieces: list[str] = []
     copied = 0
     position = 0
@@ -273,8 +364,8 @@ def _redact_config_set(text: str) -> str:
         if not _is_secret_name(command.group(1)):
             continue
         value = _VALUE.match(text, position)
-        if value is None:
-            continue
+        if value is None or value.group().startswith("-"):
+            continue  # `gh secret set NAME --body …`: an option, not the value
         pieces.append(text[copied:position])
         pieces.append(_mask(value.group()))
         copied = position = value.end()
@@ -312,7 +403,7 @@ def _redact_netrc(text: str) -> str:
 
 
 # --------------------------------------------------------------------------------------------------------------
-# Pass 5: options that carry a password only for particular tools (`-p` is a port for ssh, a password for
+# Pass 6: options that carry a password only for particular tools (`-p` is a port for ssh, a password for
 # mysql).
 # --------------------------------------------------------------------------------------------------------------
 
@@ -329,6 +420,9 @@ _TOOL_GROUPS: tuple[tuple[tuple[str, ...], dict[str, str]], ...] = (
         {"-p": _WHOLE},
     ),
     (("redis-cli",), {"-a": _WHOLE}),
+    (("az login", "useradd", "usermod"), {"-p": _WHOLE}),  # useradd/usermod: the password hash
+    (("openssl",), {"-k": _WHOLE}),  # openssl enc -k PASSWORD
+    (("gh secret set",), {"-b": _WHOLE, "--body": _WHOLE}),
     (
         ("ldapsearch", "ldapadd", "ldapmodify", "ldapdelete", "ldapwhoami", "ldappasswd", "ldapcompare"),
         {"-w": _WHOLE},
@@ -339,110 +433,77 @@ _TOOL_GROUPS: tuple[tuple[tuple[str, ...], dict[str, str]], ...] = (
     (("http", "https", "xh"), {"-a": _USER_PASSWORD, "--auth": _USER_PASSWORD}),
 )
 _TOOL_SECRET_OPTIONS = {tool: options for tools, options in _TOOL_GROUPS for tool in tools}
+_TOOL_FIRST_WORDS = frozenset(tool.split()[0] for tool in _TOOL_SECRET_OPTIONS)
 # Wrappers whose own options come before the wrapped command: `sshpass -p X ssh -p 2222 host`.
 _WRAPPERS = frozenset({"sshpass"})
 
 # A tool name as a whole word (also after a path: /usr/bin/mysql), not `mysql-client`, `mysql.service`,
 # `/var/lib/mysql/`, or `http://`. Alternatives of literals: constant work per start.
-_TOOL_NAME = re.compile(
-    r"(?<![\w.-])("
+_TOOL = (
+    r"(?<![\w.-])(?P<tool>"
     + "|".join(
         re.escape(tool).replace(r"\ ", r"[ \t]++") for tool in sorted(_TOOL_SECRET_OPTIONS, key=len, reverse=True)
     )
     + r")(?![\w./:-])"
 )
-# The tool's options end with its simple command.
-_COMMAND_END = re.compile(r"[;&|\n]")
-# An option at the start of a word: `-p` (its value may be attached: -pSECRET) or `--long-name`.
-_OPTION = re.compile(r"(?<![^\s\"'])(--[A-Za-z][\w-]*+|-[A-Za-z])")
-
-
-def _command_end(text: str, position: int) -> int:
-    end = _COMMAND_END.search(text, position)
-    return len(text) if end is None else end.start()
+_TOOL_NAME = re.compile(_TOOL)
+# Inside a tool's command: the end of the simple command, another tool (`sshpass -p x mysql -py`), or an
+# option word: `-p`, `-pSECRET` (value attached), `--long-name`, openssl's `-key`. Every alternative
+# consumes at least one character, so one forward scan covers the text.
+_TOOL_OR_OPTION = re.compile(r"(?P<end>[;&|\n])|" + _TOOL + r"|(?<![^\s\"'])(?P<option>--?[A-Za-z][\w-]*+)")
+_BLANKS = re.compile(r"[ \t]*+")
+# Tools whose options are whole words, never a letter with the value attached (`openssl x509 -keyform`).
+_NO_ATTACHED_VALUES = frozenset({"openssl"})
 
 
 def _redact_tool_options(text: str) -> str:
+    if not any(word in text for word in _TOOL_FIRST_WORDS):
+        return text
     pieces: list[str] = []
     copied = 0
     position = 0
-    # Each command is scanned once for options; the tool search resumes at the end of the command.
-    while (tool := _TOOL_NAME.search(text, position)) is not None:
-        tool_name = " ".join(tool.group(1).split())
-        secret_options = _TOOL_SECRET_OPTIONS[tool_name]
-        position = tool.end()
-        command_end = _command_end(text, position)
-        while (option := _OPTION.search(text, position, command_end)) is not None:
-            position = option.end()
-            kind = secret_options.get(option.group(1))
-            if kind is None:
-                continue
+    tool_name = ""
+    secret_options: dict[str, str] = {}  # of the tool whose command we are in; empty between commands
+    while (found := (_TOOL_OR_OPTION if secret_options else _TOOL_NAME).search(text, position)) is not None:
+        position = found.end()
+        if found.group("tool") is not None:
+            tool_name = " ".join(found.group("tool").split())
+            secret_options = _TOOL_SECRET_OPTIONS[tool_name]
+            continue
+        word = found.group("option")
+        if word is None:  # end of the command
+            secret_options = {}
+            continue
+        if word in secret_options:
+            kind = secret_options[word]
             value_start = position
-            if text.startswith("=", value_start) and option.group(1).startswith("--"):
-                value_start += 1
-            elif value_start < len(text) and text[value_start] in " \t":
-                while value_start < len(text) and text[value_start] in " \t":
-                    value_start += 1
+            if text.startswith("=", value_start) and word.startswith("--"):
+                value_start += 1  # --user=me:pw
+            elif text.startswith((" ", "\t"), value_start):
+                blanks = _BLANKS.match(text, value_start)
+                value_start = blanks.end() if blanks else value_start
                 if text.startswith("-", value_start):
                     continue  # `mysql -p -h db`: -p alone prompts for the password
-            value = _VALUE.match(text, value_start)
-            if value is None:
-                continue
-            replacement = _mask(value.group()) if kind == _WHOLE else _mask_user_password(value.group())
-            if replacement is None:
-                continue
-            pieces.append(text[copied:value_start])
-            pieces.append(replacement)
-            copied = position = value.end()
-            if position > command_end:  # a quoted value may contain ';'
-                command_end = _command_end(text, position)
-            if tool_name in _WRAPPERS:
-                break
-        position = max(position, command_end)
+        elif word[:2] in secret_options and word[1] != "-" and tool_name not in _NO_ATTACHED_VALUES:
+            kind = secret_options[word[:2]]
+            value_start = found.start() + 2  # -pSECRET
+        else:
+            continue
+        value = _VALUE.match(text, value_start)
+        if value is None:
+            continue
+        replacement = _mask(value.group()) if kind == _WHOLE else _mask_user_password(value.group())
+        if replacement is None:
+            continue
+        pieces.append(text[copied:value_start])
+        pieces.append(replacement)
+        copied = position = value.end()  # a quoted value may contain ';': it does not end the command
+        if tool_name in _WRAPPERS:
+            secret_options = {}  # sshpass's -p is done; a -p in the wrapped command is its own (ssh: a port)
     if not pieces:
         return text
     pieces.append(text[copied:])
     return "".join(pieces)
-
-
-# --------------------------------------------------------------------------------------------------------------
-# Pass 6: provider token formats, wherever they appear.
-# --------------------------------------------------------------------------------------------------------------
-
-# One alternation, bounded on both sides by "not a token character": an attempt starts only at the start
-# of a run, each alternative is a fixed prefix plus a possessive or fixed-length run (JWT and SendGrid span
-# at most three dot-separated runs), and nothing after a run can make it retry: linear. The right-hand
-# boundary also guarantees that a replacement never exposes the start of another token (idempotence).
-_PROVIDER_TOKEN = re.compile(
-    r"(?<![A-Za-z0-9_-])(?:"
-    r"A(?:KIA|SIA)[A-Z0-9]{16}"  # AWS access key id
-    r"|gh[pousr]_[A-Za-z0-9]{30,}+"  # GitHub classic, OAuth, user-to-server, server-to-server, refresh
-    r"|github_pat_[A-Za-z0-9_]{30,}+"  # GitHub fine-grained
-    r"|glpat-[A-Za-z0-9_-]{20,}+"  # GitLab personal access token
-    r"|xox[abprs]-[A-Za-z0-9-]{10,}+"  # Slack
-    r"|(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{16,}+"  # Stripe secret and restricted keys
-    r"|sk-[A-Za-z0-9_-]{20,}+"  # OpenAI (sk-, sk-proj-) and Anthropic (sk-ant-)
-    r"|AIza[A-Za-z0-9_-]{35}"  # Google API key
-    r"|eyJ[A-Za-z0-9_-]{8,}+\.eyJ[A-Za-z0-9_-]{8,}+\.[A-Za-z0-9_-]*+"  # JWT (header.payload.signature)
-    r"|npm_[A-Za-z0-9]{30,}+"  # npm
-    r"|pypi-[A-Za-z0-9_-]{40,}+"  # PyPI
-    r"|hf_[A-Za-z0-9]{30,}+"  # Hugging Face
-    r"|SG\.[A-Za-z0-9_-]{16,}+\.[A-Za-z0-9_-]{16,}+"  # SendGrid
-    r"|SK[0-9a-f]{32}"  # Twilio API key
-    r"|do[opr]_v1_[a-f0-9]{64}"  # DigitalOcean
-    r"|hv[sb]\.[A-Za-z0-9_-]{20,}+"  # HashiCorp Vault
-    r"|shp(?:at|ca|pa|ss)_[a-fA-F0-9]{32}"  # Shopify
-    r")(?![A-Za-z0-9_-])"
-)
-
-# A bearer token outside an Authorization header. Needs a digit (within the token: the lazy scan stops
-# at the token's end) and 8+ characters, so "the bearer of this letter" is prose.
-_BEARER_TOKEN = re.compile(r"(?i)(?<![\w-])(bearer[ \t]++)(?=[\w.~+/=-]*?[0-9])[\w.~+/=-]{8,}+")
-
-
-def _redact_provider_tokens(text: str) -> str:
-    text = _PROVIDER_TOKEN.sub(REDACTED, text)
-    return _BEARER_TOKEN.sub(lambda match: f"{match.group(1)}{REDACTED}", text)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -456,13 +517,15 @@ def redact(text: str) -> str:
     'Authorization: Bearer [REDACTED]', 'https://user:[REDACTED]@host/', '[REDACTED PRIVATE KEY]')."""
     text = _redact_private_keys(text)
     text = _redact_url_credentials(text)
+    text = _redact_provider_tokens(text)
     text = _redact_authorization_headers(text)
     text = _redact_named_values(text)
     text = _redact_config_set(text)
     text = _redact_xml_elements(text)
     text = _redact_netrc(text)
-    text = _redact_tool_options(text)
-    return _redact_provider_tokens(text)
+    # Last: which tool an option belongs to depends on the tool names still in the text, and the passes
+    # above may redact one (inside a value). Running last keeps redact(redact(x)) == redact(x).
+    return _redact_tool_options(text)
 
 
 def redact_value(value: object) -> object:
@@ -492,30 +555,33 @@ def _redact_argv(items: list[object]) -> list[object]:
     """Redact each item, and the item after a secret flag: in an argv, `--password` and its value are
     separate strings (["mysql", "-u", "root", "-p", "x"], ["curl", "-u", "me:pw", url])."""
     redacted = [redact_value(item) for item in items]
+    tool: str | None = None
     secret_options: dict[str, str] = {}
     for index, item in enumerate(items):
         if not isinstance(item, str):
             continue
-        tool = _argv_tool(items, index)
-        if tool is not None:
-            secret_options = _TOOL_SECRET_OPTIONS[tool]
+        if (named_tool := _argv_tool(items, index)) is not None:
+            tool, secret_options = named_tool, _TOOL_SECRET_OPTIONS[named_tool]
             continue
-        following = items[index + 1] if index + 1 < len(items) else None
-        kind = secret_options.get(item)
-        if kind is None and item.startswith("-") and "=" not in item and _is_secret_name(item):
-            kind = _WHOLE
-        if kind is not None:
-            if isinstance(following, str) and following and not following.startswith("-"):
-                masked = REDACTED if kind == _WHOLE else _mask_user_password(following)
-                if masked is not None:
-                    redacted[index + 1] = masked
+        attached = item[:2] in secret_options and item[1:2] != "-" and tool not in _NO_ATTACHED_VALUES
+        if item not in secret_options and len(item) > 2 and attached:
+            # The value is attached: "-psecret".
+            kind = secret_options[item[:2]]
+            target, prefix, word = index, item[:2], item[2:]
+        elif item in secret_options or (item.startswith("-") and "=" not in item and _is_secret_name(item)):
+            # The value is the next item: ["-p", "x"], ["--password", "x"].
+            kind = secret_options.get(item, _WHOLE)
+            following = items[index + 1] if index + 1 < len(items) else None
+            if not isinstance(following, str) or not following or following.startswith("-"):
+                continue
+            target, prefix, word = index + 1, "", following
+        else:
             continue
-        # An attached short option: "-psecret".
-        if len(item) > 2 and not item.startswith("--") and item[:2] in secret_options:
-            attached = item[2:]
-            masked = REDACTED if secret_options[item[:2]] == _WHOLE else _mask_user_password(attached)
-            if masked is not None:
-                redacted[index] = item[:2] + masked
+        masked = REDACTED if kind == _WHOLE else _mask_user_password(word)
+        if masked is not None:
+            redacted[target] = prefix + masked
+        if tool in _WRAPPERS:
+            secret_options = {}  # sshpass's -p is done; a -p in the wrapped command is its own (ssh: a port)
     return redacted
 
 
