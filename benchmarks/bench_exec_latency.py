@@ -23,6 +23,7 @@ async def measure(call: object, rounds: int) -> list[float]:
 
 async def main() -> bool:
     async with relay_client() as relay, bare_client() as bare:
+
         async def relay_call() -> None:
             result = await relay.call_tool("shell_exec", {"command": "true"})
             assert not result.is_error

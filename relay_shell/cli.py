@@ -113,7 +113,9 @@ def audit_command(args: list[str]) -> int:
 
         paths = options.paths or [_configured_audit_path()]
         result = verify_files(paths)
-        print(result.message if result.ok else f"FAILED: {result.message}", file=sys.stdout if result.ok else sys.stderr)
+        print(
+            result.message if result.ok else f"FAILED: {result.message}", file=sys.stdout if result.ok else sys.stderr
+        )
         return 0 if result.ok else 1
 
     from relay_shell.audit.tail import TailFilter, follow_records, recent_records

@@ -23,9 +23,7 @@ class Metrics:
             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600),
             registry=self.registry,
         )
-        self.audit_records = Counter(
-            "relay_shell_audit_records", "Audit records written.", registry=self.registry
-        )
+        self.audit_records = Counter("relay_shell_audit_records", "Audit records written.", registry=self.registry)
         self.audit_errors = Counter(
             "relay_shell_audit_errors", "Audit records that could not be written.", registry=self.registry
         )

@@ -172,9 +172,7 @@ class Runner:
         execution = execution or Execution(status=outcome, output=_empty(), error=error)
         error = execution.error or error
         captured = execution.output
-        first = status_line(
-            outcome, execution.exit_code, execution.signal, plan.timeout if plan else None, error, tier
-        )
+        first = status_line(outcome, execution.exit_code, execution.signal, plan.timeout if plan else None, error, tier)
         body = captured.text
         trailer = [truncation_line(captured)] if captured.truncated else []
         if execution.stderr is not None and execution.stderr.produced_bytes:
@@ -201,7 +199,9 @@ class Runner:
         written = self._write(record, tool, tier, outcome, started)
         if not written and self.settings.audit_on_failure == "refuse" and outcome not in ("denied", "error"):
             # It ran, but without its record the result may not be shown: fail closed, say what happened.
-            what = status_line(outcome, execution.exit_code, execution.signal, plan.timeout if plan else None, error, tier)
+            what = status_line(
+                outcome, execution.exit_code, execution.signal, plan.timeout if plan else None, error, tier
+            )
             message = (
                 f"AuditWriteFailed: the call ran ({what}) but its audit record could not be written "
                 f"({self.audit_log.last_error}); output withheld"

@@ -142,3 +142,30 @@ def test_cli_tail_filters(log_path: Path) -> None:
     assert none.returncode == 0 and none.stdout == ""
     by_tool = run_cli("tail", "--tool", "shell_exec", "-n", "100", "--path", str(log_path))
     assert len(by_tool.stdout.splitlines()) == 6
+
+
+def test_cli_tail_follow_sees_new_records_across_rotation(log_path: Path) -> None:
+    import os
+    import time
+
+    follower = subprocess.Popen(
+        [sys.executable, "-m", "relay_shell", "audit", "tail", "-n", "1", "--follow", "--path", str(log_path)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert follower.stdout is not None
+        assert orjson.loads(follower.stdout.readline())["index"] == 5
+        time.sleep(0.5)  # let the follower reach the end of the file before appending
+        log = AuditLog(log_path)
+        log.open()
+        log.write({"v": 1, "tool": "shell_exec", "index": 6})
+        assert orjson.loads(follower.stdout.readline())["index"] == 6
+        os.rename(log_path, log_path.with_name("audit.jsonl.1"))
+        log.write({"v": 1, "tool": "shell_exec", "index": 7})
+        following = [orjson.loads(follower.stdout.readline()) for _ in range(2)]
+        assert [record.get("tool") for record in following] == ["audit:continue", "shell_exec"]
+        assert following[1]["index"] == 7
+    finally:
+        follower.kill()
+        follower.wait()

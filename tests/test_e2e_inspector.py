@@ -67,7 +67,14 @@ def test_inspector_lists_tools(tmp_path: Path, audit_path: Path) -> None:
 
 def test_inspector_calls_shell_exec(tmp_path: Path, audit_path: Path) -> None:
     code, payload, output = inspect(
-        tmp_path, audit_path, "--method", "tools/call", "--tool-name", "shell_exec", "--tool-arg", "command=echo inspected"
+        tmp_path,
+        audit_path,
+        "--method",
+        "tools/call",
+        "--tool-name",
+        "shell_exec",
+        "--tool-arg",
+        "command=echo inspected",
     )
     assert code == 0, output
     assert payload["content"][0]["text"] == "[exit 0]\ninspected\n"
@@ -78,9 +85,17 @@ def test_inspector_calls_shell_exec(tmp_path: Path, audit_path: Path) -> None:
 
 
 def test_inspector_sees_tool_errors(tmp_path: Path, audit_path: Path) -> None:
-    code, payload, output = inspect(
-        tmp_path, audit_path, "--method", "tools/call", "--tool-name", "shell_exec",
-        "--tool-arg", "command=echo hi", "--tool-arg", "cwd=/no/such/dir",
+    code, _payload, output = inspect(
+        tmp_path,
+        audit_path,
+        "--method",
+        "tools/call",
+        "--tool-name",
+        "shell_exec",
+        "--tool-arg",
+        "command=echo hi",
+        "--tool-arg",
+        "cwd=/no/such/dir",
     )
     assert code == 5, output
     assert "cwd: '/no/such/dir' does not exist" in output
@@ -95,4 +110,7 @@ def test_inspector_prompt_and_resource(tmp_path: Path, audit_path: Path) -> None
     )
     assert code == 0, output
     assert payload["contents"][0]["uri"] == "relay-shell://audit/recent"
-    assert [record["tool"] for record in read_records(audit_path)] == ["prompt:operating_guide", "resource:audit_recent"]
+    assert [record["tool"] for record in read_records(audit_path)] == [
+        "prompt:operating_guide",
+        "resource:audit_recent",
+    ]

@@ -49,7 +49,7 @@ async def test_deny_patterns_see_canonical_forms_in_every_mode(tmp_path: Path) -
             f"sudo  /bin/rm  -r  '{marker}'",
             f"env X=1 nice -n 5 r''m -r {marker}",
             f"true && \\rm -r {marker}",
-            f"bash -c \"rm -r {marker}\"",
+            f'bash -c "rm -r {marker}"',
         ):
             result = await client.call_tool("shell_exec", {"command": spelling})
             assert text_of(result).startswith("[DENIED tier 2 (stateful): matches deny pattern"), spelling

@@ -53,7 +53,14 @@ async def test_tools_are_listed_with_annotations_and_schemas(client: Client) -> 
     assert tools["server_info"].annotations is not None and tools["server_info"].annotations.read_only_hint
     assert shell_exec.output_schema is not None and "exit_code" in shell_exec.output_schema["properties"]
     assert set(shell_exec.input_schema["properties"]) == {
-        "command", "timeout", "max_output", "cwd", "stdin", "env", "merge_stderr", "use_shell"
+        "command",
+        "timeout",
+        "max_output",
+        "cwd",
+        "stdin",
+        "env",
+        "merge_stderr",
+        "use_shell",
     }
     assert "operating_guide" in (client.instructions or "")
 
@@ -175,7 +182,9 @@ async def test_script_strict_mode_stops_at_first_failure(client: Client) -> None
 
 
 async def test_script_python_and_sh(client: Client) -> None:
-    python = await client.call_tool("shell_script", {"script": "import sys\nprint(sum(range(10)))\n", "interpreter": "python"})
+    python = await client.call_tool(
+        "shell_script", {"script": "import sys\nprint(sum(range(10)))\n", "interpreter": "python"}
+    )
     assert text_of(python) == "[exit 0]\n45\n"
     sh = await client.call_tool("shell_script", {"script": "for i in 1 2 3; do printf $i; done\n", "interpreter": "sh"})
     assert text_of(sh) == "[exit 0]\n123"
@@ -266,8 +275,23 @@ async def test_audit_holds_digests_not_output_and_chain_verifies(client: Client,
     assert "42-computed-marker" not in raw
     record = read_records(audit_path)[-1]
     assert record["tool"] == "shell_exec" and record["outcome"] == "ok" and record["exit_code"] == 0
-    for field in ("v", "ts", "tier", "denied", "args", "output_sha256", "output_len", "raw_sha256", "raw_len",
-                  "duration_ms", "request_id", "client_id", "seq", "prev", "chain"):
+    for field in (
+        "v",
+        "ts",
+        "tier",
+        "denied",
+        "args",
+        "output_sha256",
+        "output_len",
+        "raw_sha256",
+        "raw_len",
+        "duration_ms",
+        "request_id",
+        "client_id",
+        "seq",
+        "prev",
+        "chain",
+    ):
         assert field in record, field
     assert record["raw_len"] == len("42-computed-marker\n")
     assert verify_files([audit_path]).ok
@@ -275,7 +299,9 @@ async def test_audit_holds_digests_not_output_and_chain_verifies(client: Client,
 
 async def test_secrets_in_arguments_are_redacted_in_the_log(client: Client, audit_path: Path) -> None:
     await client.call_tool("shell_exec", {"command": "echo ok", "env": {"DB_PASSWORD": "hunter2-very-secret"}})
-    await client.call_tool("shell_exec", {"command": "curl -s -H 'Authorization: Bearer abcdef0123456789xyz' http://127.0.0.1:9 || true"})
+    await client.call_tool(
+        "shell_exec", {"command": "curl -s -H 'Authorization: Bearer abcdef0123456789xyz' http://127.0.0.1:9 || true"}
+    )
     raw = audit_path.read_text()
     assert "hunter2-very-secret" not in raw
     assert "abcdef0123456789xyz" not in raw

@@ -18,8 +18,9 @@ async def no_progress(produced: int) -> None:
     return None
 
 
-async def run(command: str, timeout: float = 10, stdin: bytes | None = None, budget: int = 65536,
-              merge_stderr: bool = True) -> ProcessOutcome:
+async def run(
+    command: str, timeout: float = 10, stdin: bytes | None = None, budget: int = 65536, merge_stderr: bool = True
+) -> ProcessOutcome:
     return await run_process(
         ["/bin/sh", "-c", command],
         cwd=None,
@@ -115,6 +116,13 @@ async def test_large_output_is_bounded_and_digested() -> None:
 async def test_missing_program_raises_oserror() -> None:
     with pytest.raises(FileNotFoundError):
         await run_process(
-            ["/no/such/program"], cwd=None, env={}, stdin=None, merge_stderr=True, timeout=5, budget=1024,
-            kill_grace=0.5, progress=no_progress,
+            ["/no/such/program"],
+            cwd=None,
+            env={},
+            stdin=None,
+            merge_stderr=True,
+            timeout=5,
+            budget=1024,
+            kill_grace=0.5,
+            progress=no_progress,
         )

@@ -14,6 +14,7 @@ across rotation and restarts.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import stat
@@ -136,10 +137,8 @@ class AuditLog:
 
     def _close_fd(self) -> None:
         if self.fd is not None:
-            try:
+            with contextlib.suppress(OSError):
                 os.close(self.fd)
-            except OSError:
-                pass
             self.fd = None
 
     def close(self) -> None:

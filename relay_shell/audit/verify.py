@@ -60,7 +60,7 @@ def _verify_one(path: Path, prev: str | None, seq: int) -> tuple[str, int, int, 
     sha256 = hashlib.sha256
     loads = orjson.loads
     with open(path, "rb") as handle:
-        for line_number, line in enumerate(handle, start=1):  # noqa: B007 - line_number is used after the loop
+        for line_number, line in enumerate(handle, start=1):
             if not line.endswith(b"\n"):
                 raise _Broken(line_number, "last line is incomplete (torn write or truncated file)")
             try:
@@ -73,7 +73,9 @@ def _verify_one(path: Path, prev: str | None, seq: int) -> tuple[str, int, int, 
             record_prev = record.get("prev")
             record_seq = record.get("seq")
             if not isinstance(chain, str) or not isinstance(record_prev, str) or not isinstance(record_seq, int):
-                raise _Broken(line_number, "record has no chain fields (seq, prev, chain): chain was off or fields removed")
+                raise _Broken(
+                    line_number, "record has no chain fields (seq, prev, chain): chain was off or fields removed"
+                )
             body = line[: -CHAIN_SUFFIX_LEN - 1]
             if line[-CHAIN_SUFFIX_LEN - 1 : -67] != b',"chain":"':
                 raise _Broken(line_number, "chain is not the last field: the record was rewritten")

@@ -11,6 +11,7 @@ from relay_shell.config import Settings, clamp
 from relay_shell.local.process import ProcessOutcome, run_process
 from relay_shell.plan import ArgumentError, Execution, Plan, ProgressFn
 from relay_shell.policy.classify import Subject
+from relay_shell.results import Outcome
 
 # Commands run without a terminal: make the usual interactive prompts and pagers fail fast or stay out
 # of the way. The caller's `env` overrides any of these.
@@ -61,7 +62,7 @@ def prepare_exec(
             argv = shlex.split(command)
         except ValueError as exc:
             raise ArgumentError(f"command: cannot split into argv ({exc}); allowed: shell-style quoting") from None
-    if isinstance(command, str) and not command.strip() or not argv or not argv[0]:
+    if (isinstance(command, str) and not command.strip()) or not argv or not argv[0]:
         raise ArgumentError("command: is empty; allowed: a non-empty command")
     for item in argv:
         _check_no_nul("command", item)
@@ -186,7 +187,9 @@ def _child_env(overlay: dict[str, str | None] | None) -> dict[str, str]:
 
 def _check_no_nul(argument: str, value: str) -> None:
     if "\x00" in value:
-        raise ArgumentError(f"{argument}: contains a NUL byte; allowed: text without NUL (NUL cannot pass through exec)")
+        raise ArgumentError(
+            f"{argument}: contains a NUL byte; allowed: text without NUL (NUL cannot pass through exec)"
+        )
 
 
 def _execution(outcome: ProcessOutcome) -> Execution:
@@ -194,6 +197,7 @@ def _execution(outcome: ProcessOutcome) -> Execution:
     if outcome.stderr is not None:
         fields["stderr"] = outcome.stderr.text
         fields["stderr_bytes"] = outcome.stderr.produced_bytes
+    status: Outcome
     if outcome.timed_out:
         status = "timeout"
     elif outcome.exit_code == 0:

@@ -44,7 +44,9 @@ class ProcessOutcome:
 class _Pipe:
     """Non-blocking reads from one pipe into a capture, driven by the event loop."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, fd: int, capture: BoundedCapture, activity: list[float]) -> None:
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, fd: int, capture: BoundedCapture, activity: list[float]
+    ) -> None:
         self.loop = loop
         self.fd = fd
         self.capture = capture
@@ -103,7 +105,12 @@ async def run_process(
     process_group = process.pid
     pidfd = os.pidfd_open(process.pid)
     exited: asyncio.Future[None] = loop.create_future()
-    loop.add_reader(pidfd, lambda: exited.done() or exited.set_result(None))
+
+    def on_exit() -> None:
+        if not exited.done():
+            exited.set_result(None)
+
+    loop.add_reader(pidfd, on_exit)
     activity = [time.monotonic()]
     assert process.stdout is not None
     pipes = [_Pipe(loop, process.stdout.fileno(), stdout_capture, activity)]

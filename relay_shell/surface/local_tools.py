@@ -15,7 +15,8 @@ from relay_shell.runner import Runner
 from relay_shell.surface.build import make_tool
 
 Timeout = Annotated[
-    float, Field(description="seconds before the process group is killed; clamped to the server's range", allow_inf_nan=False)
+    float,
+    Field(description="seconds before the process group is killed; clamped to the server's range", allow_inf_nan=False),
 ]
 MaxOutput = Annotated[
     int | None,
@@ -34,7 +35,9 @@ def local_tools(runner: Runner) -> list[Tool]:
     async def shell_exec(
         command: Annotated[
             str | list[str],
-            Field(description="the command: shell text for /bin/sh -c, or with use_shell=false an argv (list or string)"),
+            Field(
+                description="the command: shell text for /bin/sh -c, or with use_shell=false an argv (list or string)"
+            ),
         ],
         ctx: Context,
         timeout: Timeout = 60,

@@ -1,0 +1,1032 @@
+"""Tier classification of all the text that reaches the target.
+
+A speed bump, not a boundary: a program can always construct at run time a command that no text
+classifier sees. What we can see we classify conservatively: wrappers (`sudo`, `env`, `nice`, `timeout`,
+`xargs`, …) are stripped, quotes removed, paths reduced to basenames, `sh -c` / `eval` strings and `$(…)`
+contents classified recursively (to a bounded depth), and dynamic execution we cannot resolve (`$X` as
+a command word, `curl … | sh`) is tier 2.
+
+Linear time: the shell tokenizer is one pass over the text with an index that only moves forward; nested
+text (`$(…)`, `sh -c '…'`) is re-read at most MAX_DEPTH times. No regex here can backtrack on input size.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+MAX_DEPTH = 6
+
+
+@dataclass(frozen=True)
+class Subject:
+    """All the text that reaches the target."""
+
+    command: str | None = None  # shell text run as /bin/sh -c
+    argv: tuple[str, ...] | None = None  # exec without a shell (use_shell=false)
+    script: str | None = None  # script fed to an interpreter
+    interpreter: str | None = None  # "bash" | "sh" | "python"
+    stdin: str | None = None  # data on stdin
+    env: tuple[tuple[str, str | None], ...] = ()  # env overlay (None value = unset)
+    fixed_tier: int | None = None  # inspection tools: tier given by the tool
+
+
+@dataclass(frozen=True)
+class Classification:
+    tier: int
+    reasons: tuple[str, ...]
+    canonical: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One simple command (or other piece of text) with its tier; guarded mode admits per finding."""
+
+    canonical: str
+    tier: int
+    reason: str
+
+
+# -- vocabulary ------------------------------------------------------------------------------------------
+
+SHELLS = {"sh", "bash", "dash", "zsh", "ksh", "ash", "busybox"}
+INTERPRETERS = {"python", "python3", "python2", "perl", "ruby", "node", "php", "lua"}
+READ_ONLY = {
+    "ls",
+    "cat",
+    "head",
+    "tail",
+    "grep",
+    "egrep",
+    "fgrep",
+    "rg",
+    "ps",
+    "df",
+    "du",
+    "free",
+    "uname",
+    "id",
+    "whoami",
+    "pwd",
+    "echo",
+    "printf",
+    "wc",
+    "stat",
+    "file",
+    "which",
+    "type",
+    "date",
+    "uptime",
+    "printenv",
+    "true",
+    "false",
+    "test",
+    "[",
+    "sort",
+    "uniq",
+    "cut",
+    "diff",
+    "cmp",
+    "md5sum",
+    "sha1sum",
+    "sha256sum",
+    "sha512sum",
+    "tree",
+    "readlink",
+    "realpath",
+    "basename",
+    "dirname",
+    "lsblk",
+    "lsof",
+    "ss",
+    "netstat",
+    "nproc",
+    "lscpu",
+    "dmesg",
+    "vmstat",
+    "iostat",
+    "getent",
+    "groups",
+    "last",
+    "w",
+    "who",
+    "tty",
+    "locale",
+    "arch",
+    "sleep",
+    "wait",
+    "jq",
+    "xxd",
+    "od",
+    "hexdump",
+    "strings",
+    "column",
+    "tr",
+    "seq",
+    "base64",
+    "cd",
+    ":",
+    "less",
+    "more",
+    "nl",
+    "comm",
+    "join",
+    "paste",
+    "fold",
+    "fmt",
+    "expand",
+    "rev",
+    "tac",
+    "look",
+    "hostnamectl",
+    "timedatectl",
+    "lsmod",
+    "lspci",
+    "lsusb",
+    "blkid",
+    "findmnt",
+    "pgrep",
+    "top",
+    "htop",
+    "journalctl",
+    "man",
+    "whereis",
+    "host",
+    "dig",
+    "nslookup",
+    "ping",
+    "traceroute",
+    "env",
+    "history",
+    "exit",
+    "return",
+    "set",
+    "shopt",
+    "read",
+    "local",
+    "declare",
+    "unset",
+    "export",
+    "alias",
+    "hash",
+    "cksum",
+}
+STATEFUL = {
+    "rm",
+    "rmdir",
+    "mv",
+    "chmod",
+    "chown",
+    "chgrp",
+    "kill",
+    "pkill",
+    "killall",
+    "apt",
+    "apt-get",
+    "aptitude",
+    "dpkg",
+    "yum",
+    "dnf",
+    "rpm",
+    "pacman",
+    "apk",
+    "snap",
+    "zypper",
+    "brew",
+    "service",
+    "iptables",
+    "ip6tables",
+    "nft",
+    "ufw",
+    "firewall-cmd",
+    "route",
+    "mount",
+    "umount",
+    "swapon",
+    "swapoff",
+    "useradd",
+    "usermod",
+    "userdel",
+    "groupadd",
+    "groupdel",
+    "groupmod",
+    "passwd",
+    "chpasswd",
+    "visudo",
+    "modprobe",
+    "rmmod",
+    "insmod",
+    "truncate",
+    "scp",
+    "rsync",
+    "ssh",
+    "sftp",
+    "chattr",
+    "setfacl",
+    "at",
+    "update-alternatives",
+    "losetup",
+    "sysctl",
+    "crontab",
+    "docker",
+    "podman",
+    "kubectl",
+    "helm",
+    "terraform",
+    "ansible",
+    "ansible-playbook",
+    "reboot-notifier",
+    "chsh",
+    "chfn",
+    "newgrp",
+    "setcap",
+}
+IRREVERSIBLE = {
+    "wipefs",
+    "shred",
+    "fdisk",
+    "sfdisk",
+    "cfdisk",
+    "parted",
+    "sgdisk",
+    "gdisk",
+    "blkdiscard",
+    "shutdown",
+    "reboot",
+    "halt",
+    "poweroff",
+    "mke2fs",
+    "mkswap",
+    "lvremove",
+    "vgremove",
+    "pvremove",
+    "kexec",
+}
+ESCALATION = {"sudo", "doas", "pkexec", "su", "run0"}
+# Wrapper command → options that take a separate value (so the value is not mistaken for the command).
+WRAPPERS: dict[str, set[str]] = {
+    "sudo": {"-u", "-g", "-h", "-p", "-C", "-D", "-r", "-t", "-U", "-T", "--user", "--group", "--prompt"},
+    "doas": {"-u", "-C"},
+    "pkexec": {"--user"},
+    "run0": {"-u", "--user"},
+    "env": {"-u", "--unset", "-C", "--chdir", "-S", "--split-string"},
+    "nice": {"-n", "--adjustment"},
+    "ionice": {"-c", "-n", "-p", "--class", "--classdata"},
+    "nohup": set(),
+    "time": {"-f", "-o", "--format", "--output"},
+    "command": set(),
+    "exec": {"-a"},
+    "builtin": set(),
+    "stdbuf": {"-i", "-o", "-e", "--input", "--output", "--error"},
+    "setsid": set(),
+    "unbuffer": set(),
+    "chrt": set(),
+    "taskset": set(),
+    "flock": {"-w", "--timeout", "-E", "--conflict-exit-code"},
+    "xargs": {
+        "-I",
+        "-i",
+        "-n",
+        "-P",
+        "-d",
+        "-L",
+        "-l",
+        "-s",
+        "-a",
+        "-E",
+        "-e",
+        "--max-args",
+        "--max-procs",
+        "--delimiter",
+        "--arg-file",
+        "--replace",
+        "--max-lines",
+        "--max-chars",
+        "--eof",
+    },
+    "watch": {"-n", "--interval", "-d"},
+}
+CODE_INJECTION_ENV = {
+    "LD_PRELOAD",
+    "LD_LIBRARY_PATH",
+    "LD_AUDIT",
+    "BASH_ENV",
+    "ENV",
+    "PROMPT_COMMAND",
+    "PYTHONSTARTUP",
+    "PYTHONPATH",
+    "PERL5OPT",
+    "PERL5LIB",
+    "RUBYOPT",
+    "NODE_OPTIONS",
+    "PATH",
+    "IFS",
+    "GIT_SSH_COMMAND",
+    "GIT_EXEC_PATH",
+    "SHELLOPTS",
+    "BASHOPTS",
+    "GCONV_PATH",
+}
+SYSTEM_DIRS = {
+    "/etc",
+    "/usr",
+    "/var",
+    "/boot",
+    "/home",
+    "/bin",
+    "/sbin",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/root",
+    "/opt",
+    "/srv",
+    "/dev",
+    "/proc",
+    "/sys",
+    "/mnt",
+    "/media",
+    "/run",
+    "/snap",
+}
+ROOTISH = {"/", "~", "$HOME", "${HOME}", ".", "..", "*", "/.", "./", "../", "$PWD", "${PWD}"}
+CRITICAL_FILES = {
+    "/etc/passwd",
+    "/etc/shadow",
+    "/etc/group",
+    "/etc/gshadow",
+    "/etc/sudoers",
+    "/etc/fstab",
+    "/etc/hosts",
+    "/etc/resolv.conf",
+    "/etc/crontab",
+    "/etc/ssh/sshd_config",
+    "/etc/pam.d",
+    "/etc/security",
+}
+BLOCK_DEVICE = re.compile(r"/dev/(?:sd|hd|vd|xvd|nvme|mmcblk|dm-|md|loop|mapper/|disk/|sr|nbd|rbd)")
+SQL_DESTRUCTION = re.compile(r"\b(?:drop\s{1,8}(?:database|schema|table)|truncate\s{1,8}table)\b", re.IGNORECASE)
+REDIRECT_WRITE = {">", ">>", ">|", "&>", "&>>"}
+REDIRECT_OPERATOR = re.compile(r"<<<|<<-|<<|>>|>\||>&|<&|<>|>|<")
+ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=.*", re.DOTALL)
+
+
+# -- tokenizer -------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Command:
+    words: list[str] = field(default_factory=list)
+    dynamic: list[bool] = field(default_factory=list)  # word contains an expansion ($X, $(…), `…`)
+    redirects: list[tuple[str, str]] = field(default_factory=list)
+    piped_into: bool = False  # stdin comes from a pipe
+    heredoc: str | None = None  # here-document body fed to this command
+
+
+def tokenize(text: str, nested: list[str]) -> list[Command]:
+    """Split shell text into simple commands. Contents of `$(…)` and backticks go to `nested`."""
+    commands: list[Command] = []
+    current = Command()
+    word: list[str] = []
+    word_dynamic = False
+    word_started = False
+    pending_redirect: str | None = None
+    pending_heredocs: list[tuple[Command, str]] = []
+    index = 0
+    length = len(text)
+
+    def finish_word() -> None:
+        nonlocal word, word_dynamic, word_started, pending_redirect
+        if not word_started:
+            return
+        value = "".join(word)
+        if pending_redirect is not None:
+            if pending_redirect in ("<<", "<<-"):
+                pending_heredocs.append((current, value))
+            else:
+                current.redirects.append((pending_redirect, value))
+            pending_redirect = None
+        elif not current.words and ASSIGNMENT.fullmatch(value) and not word_dynamic:
+            pass  # a leading assignment (VAR=value cmd) is not the command word
+        else:
+            current.words.append(value)
+            current.dynamic.append(word_dynamic)
+        word = []
+        word_dynamic = False
+        word_started = False
+
+    def finish_command(piped: bool) -> None:
+        nonlocal current
+        finish_word()
+        if current.words or current.redirects:
+            commands.append(current)
+            current = Command(piped_into=piped)
+        else:
+            current.piped_into = piped  # reuse the empty command: `;;;;` costs no allocations
+
+    while index < length:
+        char = text[index]
+        if char == "\\" and index + 1 < length:
+            if text[index + 1] != "\n":
+                word.append(text[index + 1])
+                word_started = True
+            index += 2
+            continue
+        if char == "'":
+            end = text.find("'", index + 1)
+            end = length if end < 0 else end
+            word.append(text[index + 1 : end])
+            word_started = True
+            index = end + 1
+            continue
+        if char == '"':
+            index += 1
+            word_started = True
+            while index < length and text[index] != '"':
+                if text[index] == "\\" and index + 1 < length and text[index + 1] in '"\\$`':
+                    word.append(text[index + 1])
+                    index += 2
+                    continue
+                if text[index] == "$" and text.startswith("$(", index):
+                    index = _capture_substitution(text, index + 2, nested)
+                    word_dynamic = True
+                    continue
+                if text[index] == "`":
+                    end = text.find("`", index + 1)
+                    end = length if end < 0 else end
+                    nested.append(text[index + 1 : end])
+                    word_dynamic = True
+                    index = end + 1
+                    continue
+                if text[index] == "$":
+                    word_dynamic = True
+                word.append(text[index])
+                index += 1
+            index += 1
+            continue
+        if char == "$" and text.startswith("$(", index) and not text.startswith("$((", index):
+            index = _capture_substitution(text, index + 2, nested)
+            word_dynamic = True
+            word_started = True
+            continue
+        if char == "`":
+            end = text.find("`", index + 1)
+            end = length if end < 0 else end
+            nested.append(text[index + 1 : end])
+            word_dynamic = word_started = True
+            index = end + 1
+            continue
+        if char == "$":
+            word_dynamic = True
+        if char == "#" and not word_started:
+            newline = text.find("\n", index)
+            index = length if newline < 0 else newline
+            continue
+        if char in " \t":
+            finish_word()
+            index += 1
+            continue
+        if char == "\n":
+            finish_command(False)
+            index += 1
+            # Here-documents start after the line that introduced them; their bodies are data.
+            for owner, delimiter in pending_heredocs:
+                body_end = _heredoc_end(text, index, delimiter.strip("'\"-"))
+                owner.heredoc = text[index:body_end]
+                index = min(length, body_end + len(delimiter) + 1)
+            pending_heredocs = []
+            continue
+        if char in ";&|()":
+            if char == "&" and text.startswith("&>", index):
+                finish_word()
+                operator = "&>>" if text.startswith("&>>", index) else "&>"
+                pending_redirect = operator
+                index += len(operator)
+                continue
+            piped = char == "|" and not text.startswith("||", index)
+            finish_command(piped)
+            index += 2 if text.startswith(("&&", "||", ";;"), index) else 1
+            continue
+        if char in "<>":
+            # A redirection: a leading fd number in the current word belongs to it (2>, 1>>).
+            if word_started and "".join(word).isdigit():
+                word = []
+                word_started = False
+            else:
+                finish_word()
+            operator_match = REDIRECT_OPERATOR.match(text, index)
+            assert operator_match is not None
+            operator = operator_match.group(0)
+            index += len(operator)
+            if operator in (">&", "<&"):
+                # fd duplication (2>&1) or close (>&-): nothing is written to a file.
+                while index < length and (text[index].isdigit() or text[index] == "-"):
+                    index += 1
+                continue
+            pending_redirect = operator
+            continue
+        if char in "{}" and not word_started and (index + 1 >= length or text[index + 1] in " \t\n;"):
+            finish_command(False)
+            index += 1
+            continue
+        word.append(char)
+        word_started = True
+        index += 1
+    finish_command(False)
+    for owner, _delimiter in pending_heredocs:
+        owner.heredoc = ""
+    return commands
+
+
+def _capture_substitution(text: str, start: int, nested: list[str]) -> int:
+    """`$(` … `)` with nested parentheses; quotes inside are skipped so `)` in a string does not end it."""
+    depth = 1
+    index = start
+    length = len(text)
+    while index < length and depth:
+        char = text[index]
+        if char == "'":
+            end = text.find("'", index + 1)
+            index = length if end < 0 else end + 1
+            continue
+        if char == "\\":
+            index += 2
+            continue
+        if char == "(":
+            depth += 1
+        elif char == ")":
+            depth -= 1
+        index += 1
+    nested.append(text[start : index - 1 if depth == 0 else index])
+    return index
+
+
+def _heredoc_end(text: str, start: int, delimiter: str) -> int:
+    position = start
+    while position < len(text):
+        newline = text.find("\n", position)
+        line_end = len(text) if newline < 0 else newline
+        if text[position:line_end].strip() == delimiter:
+            return position
+        position = line_end + 1
+    return len(text)
+
+
+# -- classification --------------------------------------------------------------------------------------
+
+
+def classify(subject: Subject) -> Classification:
+    findings = analyze(subject)
+    if not findings:
+        return Classification(0, (), ())
+    top = max(findings, key=lambda finding: finding.tier)
+    reasons = tuple(dict.fromkeys(finding.reason for finding in findings if finding.tier == top.tier))
+    return Classification(top.tier, reasons, tuple(finding.canonical for finding in findings))
+
+
+def analyze(subject: Subject) -> list[Finding]:
+    """Every simple command and other classified piece of the subject, with its tier."""
+    if subject.fixed_tier is not None:
+        return [Finding("", subject.fixed_tier, "inspection tool")]
+    findings: list[Finding] = []
+    for name, value in subject.env:
+        if name in CODE_INJECTION_ENV or name.startswith("LD_"):
+            findings.append(Finding(f"env {name}={value or ''}", 2, f"env {name} can inject code"))
+    if subject.command is not None:
+        findings += shell_findings(subject.command, 0)
+        single = _single_command(subject.command) if subject.stdin else None
+        if subject.stdin and single is not None:
+            findings += stdin_findings(single, subject.stdin)
+    if subject.argv is not None:
+        words = list(subject.argv)
+        findings += command_findings(Command(words=words, dynamic=[False] * len(words)), 0)
+        if subject.stdin:
+            findings += stdin_findings(words, subject.stdin)
+    if subject.script is not None:
+        if subject.interpreter == "python":
+            findings += python_findings(subject.script)
+        else:
+            findings += shell_findings(subject.script, 0)
+    return findings
+
+
+def _single_command(text: str) -> list[str] | None:
+    commands = tokenize(text, [])
+    return commands[0].words if len(commands) == 1 else None
+
+
+def stdin_findings(words: list[str], stdin: str) -> list[Finding]:
+    """stdin is a script when it feeds a shell or interpreter that has no script argument."""
+    stripped = _strip_wrappers(words)[0]
+    if not stripped:
+        return []
+    program = _basename(stripped[0])
+    operands = [word for word in stripped[1:] if not word.startswith("-")]
+    if program in SHELLS and (not operands or "-s" in stripped):
+        return shell_findings(stdin, 1)
+    if _is_interpreter(program) and (not operands or operands == ["-"]):
+        return python_findings(stdin) if program.startswith("python") else [Finding(program, 2, "script on stdin")]
+    return []
+
+
+def shell_findings(text: str, depth: int) -> list[Finding]:
+    if depth > MAX_DEPTH:
+        return [Finding(text[:200], 2, "too deeply nested to classify")]
+    findings: list[Finding] = []
+    if _has_fork_bomb(text):
+        findings.append(Finding("fork bomb", 3, "fork bomb"))
+    nested: list[str] = []
+    for command in tokenize(text, nested):
+        findings += command_findings(command, depth)
+    for inner in nested:
+        findings += shell_findings(inner, depth + 1)
+    return findings
+
+
+def command_findings(command: Command, depth: int) -> list[Finding]:
+    findings: list[Finding] = []
+    findings += redirect_findings(command.redirects)
+    words, dynamic, escalated, via_xargs = _strip_wrappers(command.words, command.dynamic)
+    if not words:
+        return findings or ([Finding("", 1, "redirection only")] if command.redirects else [])
+    program = _basename(words[0])
+    canonical = " ".join([program, *words[1:]])
+    if dynamic and dynamic[0]:
+        findings.append(Finding(canonical, 2, "dynamic command word: cannot classify"))
+        return findings
+    if command.heredoc is not None and program in SHELLS:
+        findings += shell_findings(command.heredoc, depth + 1)
+    tier, reason = program_tier(program, words, via_xargs)
+    if command.piped_into and (program in SHELLS or _is_interpreter(program)):
+        operands = [word for word in words[1:] if not word.startswith("-")]
+        if not operands or (program in SHELLS and "-s" in words):
+            tier, reason = max(tier, 2), f"pipes into {program}: runs code that cannot be classified"
+    if program in SHELLS or program in ("su", "eval"):
+        inner = _inline_script(program, words)
+        if inner is not None:
+            findings += shell_findings(inner, depth + 1)
+            tier = max(tier, 2) if program in ("su",) else 1 if tier < 1 else tier
+            reason = reason if program == "su" else f"{program} running inline shell text"
+    if program == "find":
+        for exec_words in _find_exec(words):
+            findings += command_findings(Command(words=exec_words, dynamic=[False] * len(exec_words)), depth + 1)
+    if escalated:
+        tier, reason = max(tier, 2), reason if tier >= 2 else "privilege escalation"
+    findings.append(Finding(canonical, tier, reason))
+    return findings
+
+
+def _strip_wrappers(words: list[str], dynamic: list[bool] | None = None) -> tuple[list[str], list[bool], bool, bool]:
+    dynamic = dynamic if dynamic is not None else [False] * len(words)
+    escalated = False
+    via_xargs = False
+    index = 0
+    for _ in range(32):  # wrappers nest (sudo env nice …); bounded
+        if index >= len(words):
+            break
+        program = _basename(words[index])
+        if program == "timeout":
+            index += 1
+            while index < len(words) and words[index].startswith("-"):
+                index += 2 if words[index] in ("-s", "-k", "--signal", "--kill-after") else 1
+            index += 1  # the duration
+            continue
+        if program == "chroot":
+            index += 2
+            continue
+        if program not in WRAPPERS or (
+            program in ("sudo", "doas")
+            and index + 1 < len(words)
+            and words[index + 1] in ("-l", "-v", "-k", "-K", "--list")
+        ):
+            break
+        escalated = escalated or program in ESCALATION
+        via_xargs = via_xargs or program == "xargs"
+        takes_value = WRAPPERS[program]
+        index += 1
+        while index < len(words):
+            word = words[index]
+            if word == "--":
+                index += 1
+                break
+            if program == "env" and ASSIGNMENT.fullmatch(word):
+                index += 1
+                continue
+            if program == "nice" and re.fullmatch(r"-\d+", word):
+                index += 1
+                continue
+            if not word.startswith("-") or word == "-":
+                break
+            index += 2 if word in takes_value else 1
+    return words[index:], dynamic[index:], escalated, via_xargs
+
+
+def _inline_script(program: str, words: list[str]) -> str | None:
+    if program == "eval":
+        return " ".join(words[1:])
+    for position, word in enumerate(words[1:], start=1):
+        if word == "-c" or (word.startswith("-") and not word.startswith("--") and "c" in word[1:]):
+            return words[position + 1] if position + 1 < len(words) else None
+    return None
+
+
+def _find_exec(words: list[str]) -> list[list[str]]:
+    found = []
+    index = 0
+    while index < len(words):
+        if words[index] in ("-exec", "-execdir", "-ok", "-okdir"):
+            end = index + 1
+            while end < len(words) and words[end] not in (";", "+", "\\;"):
+                end += 1
+            found.append(words[index + 1 : end])
+            index = end
+        index += 1
+    return found
+
+
+def _is_interpreter(program: str) -> bool:
+    return program in INTERPRETERS or program.startswith(("python", "perl", "ruby", "node"))
+
+
+def _basename(word: str) -> str:
+    return word.rstrip("/").rsplit("/", 1)[-1] if "/" in word.rstrip("/") else word
+
+
+def _flags(words: list[str]) -> tuple[set[str], set[str], list[str]]:
+    """Short flags (split: -rf → r, f), long options (without values) and operands, `--` respected."""
+    short: set[str] = set()
+    long: set[str] = set()
+    operands: list[str] = []
+    options_done = False
+    for word in words[1:]:
+        if options_done or word == "-" or not word.startswith("-"):
+            operands.append(word)
+        elif word == "--":
+            options_done = True
+        elif word.startswith("--"):
+            long.add(word.split("=", 1)[0])
+        else:
+            short.update(word[1:])
+    return short, long, operands
+
+
+def _is_rootish(path: str) -> bool:
+    trimmed = path
+    while trimmed.endswith("/*") or trimmed.endswith("/.") or (trimmed.endswith("/") and len(trimmed) > 1):
+        trimmed = trimmed[:-2] if trimmed.endswith(("/*", "/.")) else trimmed[:-1]
+        if not trimmed:
+            return True
+    if trimmed in ROOTISH or trimmed in SYSTEM_DIRS or trimmed in ("~/", "~/*", "~"):
+        return True
+    return (trimmed.startswith("~") and trimmed.rstrip("/*") in ("~", "")) or trimmed in ("", "/")
+
+
+def program_tier(program: str, words: list[str], via_xargs: bool) -> tuple[int, str]:
+    short, long, operands = _flags(words)
+    subcommand = operands[0] if operands else ""
+    if program.startswith("mkfs") or program in IRREVERSIBLE:
+        return 3, f"{program} destroys data or stops the system"
+    if program in ("init", "telinit") and subcommand in ("0", "6"):
+        return 3, f"{program} {subcommand} halts or reboots"
+    if program == "rm":
+        recursive = bool(short & {"r", "R"}) or "--recursive" in long
+        if recursive and (via_xargs or any(_is_rootish(path) for path in operands) or "--no-preserve-root" in long):
+            return 3, "recursive delete of / , a system directory or unknown targets"
+        return 2, "deletes files"
+    recursive_change = short & {"R"} or "--recursive" in long
+    if program in ("chmod", "chown", "chgrp") and recursive_change and any(map(_is_rootish, operands[1:])):
+        return 3, f"recursive {program} of / or a system directory"
+    if program == "mv" and any(_is_rootish(path) for path in operands[:-1]):
+        return 3, "moves / or a system directory"
+    if program == "dd":
+        for word in words[1:]:
+            if word.startswith("of="):
+                target = word[3:]
+                if BLOCK_DEVICE.match(target) or target in CRITICAL_FILES:
+                    return 3, f"dd onto {target}"
+                return 1, "dd writes a file"
+        return 0, "read-only command"
+    if program == "find":
+        if "delete" in {option.lstrip("-") for option in words[1:] if option.startswith("-")}:
+            if any(_is_rootish(path) for path in operands[:1]) or not operands:
+                return 3, "find -delete on / or a system directory"
+            return 2, "find -delete removes files"
+        if any(word in ("-fprint", "-fprintf", "-fls", "-fprint0") for word in words):
+            return 1, "find writes a file"
+        return 0, "read-only command"
+    if program in ("kill", "pkill", "killall"):
+        if program == "kill" and ("-1" in operands or "1" in operands or "-1" in words[1:]):
+            return 3, "kills every process or init"
+        return 2, "signals processes"
+    if program == "crontab":
+        if "r" in short:
+            return 3, "removes the crontab"
+        return (0, "read-only command") if short == {"l"} else (2, "edits the crontab")
+    if program == "git":
+        return _git_tier(words, operands, long, short)
+    if program in ("systemctl",):
+        if subcommand in ("reboot", "poweroff", "halt", "kexec", "rescue", "emergency", "default"):
+            return 3, f"systemctl {subcommand}"
+        if subcommand in (
+            "",
+            "status",
+            "show",
+            "cat",
+            "list-units",
+            "list-unit-files",
+            "list-timers",
+            "is-active",
+            "is-enabled",
+            "is-failed",
+            "list-dependencies",
+            "list-sockets",
+        ):
+            return 0, "read-only command"
+        return 2, f"systemctl {subcommand} changes services"
+    if program in ("docker", "podman"):
+        if subcommand in ("ps", "images", "logs", "inspect", "version", "info", "top", "stats", "port"):
+            return 0, "read-only command"
+        if subcommand in ("system", "volume") and ("prune" in operands or "rm" in operands):
+            return 3, f"{program} {subcommand} destroys data"
+        return 2, f"{program} {subcommand} changes containers"
+    if program == "kubectl":
+        if subcommand in ("get", "describe", "logs", "top", "explain", "version", "api-resources", "config"):
+            return 0, "read-only command"
+        if subcommand == "delete" and len(operands) > 1 and operands[1] in ("namespace", "namespaces", "ns", "pv"):
+            return 3, "kubectl deletes a namespace"
+        return 2, f"kubectl {subcommand} changes the cluster"
+    if program in ("pip", "pip3", "npm", "gem", "cargo", "go") and subcommand in (
+        "list",
+        "show",
+        "freeze",
+        "ls",
+        "view",
+        "search",
+    ):
+        return 0, "read-only command"
+    if program in ("pip", "pip3", "gem") and subcommand in ("install", "uninstall"):
+        return 2, f"{program} {subcommand} changes packages"
+    if program == "npm" and ("g" in short or "--global" in long):
+        return 2, "npm changes global packages"
+    if program in ("apt", "apt-get", "dnf", "yum", "zypper", "apk", "pacman", "snap", "brew") and subcommand in (
+        "list",
+        "search",
+        "show",
+        "info",
+        "policy",
+        "list-installed",
+    ):
+        return 0, "read-only command"
+    if program == "dpkg" and short & {"l", "L", "s", "S"}:
+        return 0, "read-only command"
+    if program in ("ip",):
+        if subcommand in ("", "a", "addr", "address", "r", "route", "l", "link", "n", "neigh") and (
+            len(operands) < 2 or operands[1] in ("show", "list", "ls", "get")
+        ):
+            return 0, "read-only command"
+        return 2, "changes network configuration"
+    if program == "sysctl":
+        return (2, "changes kernel parameters") if "w" in short or any("=" in o for o in operands) else (0, "read")
+    if program in ("mount", "umount") and not operands and program == "mount":
+        return 0, "read-only command"
+    if program in ("psql", "mysql", "mariadb", "sqlite3", "clickhouse-client"):
+        if any(SQL_DESTRUCTION.search(word) for word in words[1:]):
+            return 3, "drops or truncates database objects"
+        return 1, "database client"
+    if program in ("sed", "perl") and ("i" in short or "--in-place" in long):
+        targets = [path for path in operands if path.startswith(("/etc", "/boot", "/usr"))]
+        return (2, "edits system files in place") if targets else (1, "edits files in place")
+    if program == "tee":
+        for path in operands:
+            if BLOCK_DEVICE.match(path) or (path in CRITICAL_FILES and "a" not in short):
+                return 3, f"tee overwrites {path}"
+        return (1, "writes files") if operands else (0, "read-only command")
+    if program == "awk" or program == "gawk":
+        return (1, "awk program") if "system(" in " ".join(words) or "-i" in words else (0, "read-only command")
+    if program in ("hostname", "date") and operands:
+        return 2, f"{program} sets system state"
+    if program in ESCALATION:
+        return 2, "privilege escalation"
+    if program in STATEFUL:
+        return 2, f"{program} changes system state"
+    if program in READ_ONLY:
+        return 0, "read-only command"
+    return 1, f"{program}: not known to be read-only"
+
+
+def _git_tier(words: list[str], operands: list[str], long: set[str], short: set[str]) -> tuple[int, str]:
+    subcommand = operands[0] if operands else ""
+    if subcommand == "push":
+        if (
+            long & {"--force", "--force-with-lease", "--mirror", "--delete", "--prune"}
+            or "f" in short
+            or any(operand.startswith("+") or operand.startswith(":") for operand in operands[1:])
+        ):
+            return 3, "git force push rewrites or deletes remote history"
+        return 2, "git push changes a remote"
+    if subcommand in (
+        "status",
+        "log",
+        "diff",
+        "show",
+        "rev-parse",
+        "ls-files",
+        "blame",
+        "grep",
+        "describe",
+        "shortlog",
+        "reflog",
+        "ls-remote",
+        "remote",
+        "config",
+        "fetch",
+        "",
+        "help",
+        "version",
+    ):
+        return 0, "read-only command"
+    if subcommand == "branch" and not short & {"d", "D", "m", "M"}:
+        return 0, "read-only command"
+    if (subcommand == "reset" and "--hard" in long) or (subcommand == "clean" and short & {"f"}):
+        return 2, f"git {subcommand} discards work"
+    if subcommand in ("filter-branch", "filter-repo") or (subcommand == "branch" and "D" in short):
+        return 2, f"git {subcommand} rewrites or deletes history"
+    return 1, f"git {subcommand}"
+
+
+def redirect_findings(redirects: list[tuple[str, str]]) -> list[Finding]:
+    findings = []
+    for operator, target in redirects:
+        if operator not in REDIRECT_WRITE:
+            continue
+        if target in ("/dev/null", "/dev/stdout", "/dev/stderr", "/dev/tty") or target.startswith("/dev/fd/"):
+            continue
+        if BLOCK_DEVICE.match(target):
+            findings.append(Finding(f"{operator} {target}", 3, f"writes onto block device {target}"))
+        elif target in CRITICAL_FILES or target.startswith("/boot/"):
+            tier = 3 if operator != ">>" and operator != "&>>" else 2
+            findings.append(Finding(f"{operator} {target}", tier, f"writes {target}"))
+        elif any(target.startswith(directory + "/") for directory in SYSTEM_DIRS if directory not in ("/home",)):
+            findings.append(Finding(f"{operator} {target}", 2, f"writes system file {target}"))
+        else:
+            findings.append(Finding(f"{operator} {target}", 1, f"writes {target}"))
+    return findings
+
+
+def _has_fork_bomb(text: str) -> bool:
+    """`name(){ name|name& };name` in any spacing. Each `(){` is inspected within a bounded window."""
+    if "fork while fork" in text or "fork;fork" in text.replace(" ", ""):
+        return True
+    compact_needed = "(" in text and "|" in text and "&" in text
+    if not compact_needed:
+        return False
+    compact = "".join(text.split())
+    position = compact.find("(){")
+    while position >= 0:
+        body = compact[position + 3 : position + 3 + 256].split("}", 1)[0]
+        # Only a body that pipes and backgrounds can be a bomb; then find the function's name (≤ 64 chars).
+        if "|" in body and "&" in body:
+            start = position
+            while (
+                start > 0 and position - start < 64 and (compact[start - 1].isalnum() or compact[start - 1] in "_:.-")
+            ):
+                start -= 1
+            name = compact[start:position]
+            if name and f"{name}|{name}&" in body:
+                return True
+        position = compact.find("(){", position + 3)
+    return False
+
+
+PYTHON_SHELL_CALL = re.compile(
+    r"(?:os\.system|os\.popen|subprocess\.\w+|check_output|check_call)\(\s{0,8}"
+    r"(?:\[?\s{0,8})(?P<quote>['\"])(?P<body>[^'\"\n]{0,4096})(?P=quote)"
+)
+PYTHON_STATEFUL = (
+    "shutil.rmtree",
+    "os.remove",
+    "os.unlink",
+    "os.rmdir",
+    "os.kill",
+    ".unlink(",
+    ".rmdir(",
+    "os.system",
+    "subprocess",
+    "os.popen",
+    "os.exec",
+    "os.chmod",
+    "os.chown",
+    "shutil.move",
+)
+PYTHON_ROOT_RMTREE = re.compile(r"rmtree\(\s{0,8}['\"](?:/|/etc|/usr|/var|/boot|/home|~)/?['\"]")
+
+
+def python_findings(script: str) -> list[Finding]:
+    findings = [Finding("python script", 1, "python script")]
+    if any(marker in script for marker in PYTHON_STATEFUL):
+        findings.append(Finding("python script", 2, "python script changes files, processes or runs commands"))
+    if PYTHON_ROOT_RMTREE.search(script):
+        findings.append(Finding("python rmtree", 3, "python deletes / or a system directory"))
+    for match in PYTHON_SHELL_CALL.finditer(script):
+        findings += shell_findings(match.group("body"), 1)
+    return findings
