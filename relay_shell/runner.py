@@ -21,6 +21,7 @@ from mcp_types import CallToolResult, TextContent
 
 from relay_shell.audit.log import RECORD_VERSION, AuditLog, AuditWriteError, utc_timestamp
 from relay_shell.audit.record import audit_arguments
+from relay_shell.audit.redact import redact
 from relay_shell.capture import BoundedCapture, CapturedText
 from relay_shell.config import Settings
 from relay_shell.metrics import Metrics
@@ -192,7 +193,7 @@ class Runner:
             record["stderr_sha256"] = execution.stderr.sha256
             record["stderr_len"] = execution.stderr.produced_bytes
         if error is not None:
-            record["reason"] = error[:512]
+            record["reason"] = redact(error)[:512]  # error texts may echo argument values
         if plan is not None and plan.target is not None:
             record["target"] = plan.target
         record["duration_ms"] = duration_ms

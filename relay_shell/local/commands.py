@@ -80,21 +80,9 @@ def prepare_exec(
         env=tuple((env or {}).items()),
     )
 
-    async def execute(progress: ProgressFn) -> Execution:
-        outcome = await run_process(
-            argv,
-            cwd=work_dir,
-            env=child_env,
-            stdin=stdin_bytes,
-            merge_stderr=merge_stderr,
-            timeout=timeout_value,
-            budget=max_output_value,
-            kill_grace=settings.kill_grace,
-            progress=progress,
-        )
-        return _execution(outcome)
-
-    return Plan(subject=subject, execute=execute, notes=notes, timeout=timeout_value)
+    return _process_plan(
+        settings, subject, notes, argv, work_dir, child_env, stdin_bytes, merge_stderr, timeout_value, max_output_value
+    )
 
 
 def prepare_script(
@@ -121,21 +109,40 @@ def prepare_script(
     body = (STRICT_PREAMBLE.get(interpreter, "") if strict else "") + script
     subject = Subject(script=script, interpreter=interpreter, env=tuple((env or {}).items()))
 
+    stdin_bytes = body.encode("utf-8", errors="surrogateescape")
+    argv = INTERPRETERS[interpreter]
+    return _process_plan(
+        settings, subject, notes, argv, work_dir, child_env, stdin_bytes, True, timeout_value, max_output_value
+    )
+
+
+def _process_plan(
+    settings: Settings,
+    subject: Subject,
+    notes: list[str],
+    argv: list[str],
+    cwd: str | None,
+    env: dict[str, str],
+    stdin: bytes | None,
+    merge_stderr: bool,
+    timeout: float,
+    budget: int,
+) -> Plan:
     async def execute(progress: ProgressFn) -> Execution:
         outcome = await run_process(
-            INTERPRETERS[interpreter],
-            cwd=work_dir,
-            env=child_env,
-            stdin=body.encode("utf-8", errors="surrogateescape"),
-            merge_stderr=True,
-            timeout=timeout_value,
-            budget=max_output_value,
+            argv,
+            cwd=cwd,
+            env=env,
+            stdin=stdin,
+            merge_stderr=merge_stderr,
+            timeout=timeout,
+            budget=budget,
             kill_grace=settings.kill_grace,
             progress=progress,
         )
         return _execution(outcome)
 
-    return Plan(subject=subject, execute=execute, notes=notes, timeout=timeout_value)
+    return Plan(subject=subject, execute=execute, notes=notes, timeout=timeout)
 
 
 def _limits(settings: Settings, timeout: float, max_output: int | None, notes: list[str]) -> tuple[float, int]:
