@@ -131,6 +131,8 @@ async def test_env_overlay_sets_unsets_and_noninteractive_defaults(client: Clien
         },
     )
     assert text_of(result) == "[exit 0]\nhi there|unset|cat|0|noninteractive\n"
+    plain = await client.call_tool("shell_exec", {"command": "echo $PAGER $GIT_PAGER $DEBIAN_FRONTEND"})
+    assert text_of(plain) == "[exit 0]\ncat cat noninteractive\n"
     override = await client.call_tool("shell_exec", {"command": "echo $PAGER", "env": {"PAGER": "less"}})
     assert text_of(override) == "[exit 0]\nless\n"
 

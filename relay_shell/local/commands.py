@@ -122,7 +122,7 @@ def _process_plan(
     notes: list[str],
     argv: list[str],
     cwd: str | None,
-    env: dict[str, str],
+    env: dict[str, str] | None,
     stdin: bytes | None,
     merge_stderr: bool,
     timeout: float,
@@ -171,16 +171,18 @@ def _check_cwd(cwd: str | None) -> str | None:
 
 
 @functools.cache
-def _base_env() -> dict[str, str]:
-    """The server's environment plus the non-interactive defaults, built once: the server never changes
-    its own environment, and copying os.environ costs more than spawning `true`."""
-    return {**os.environ, **NONINTERACTIVE_ENV}
+def _install_noninteractive_defaults() -> None:
+    """Put the defaults into the server's own environment once, so a call without an overlay passes env=None
+    and the child inherits it: re-encoding ~100 variables per spawn costs more than spawning `true`. The
+    server itself never runs a pager or a prompt, so this changes nothing for it."""
+    os.environ.update(NONINTERACTIVE_ENV)
 
 
-def _child_env(overlay: dict[str, str | None] | None) -> dict[str, str]:
+def _child_env(overlay: dict[str, str | None] | None) -> dict[str, str] | None:
+    _install_noninteractive_defaults()
     if not overlay:
-        return _base_env()
-    child_env = dict(_base_env())
+        return None
+    child_env = dict(os.environ)
     for name, value in (overlay or {}).items():
         if not name or "=" in name or "\x00" in name:
             raise ArgumentError(f"env: {name!r} is not a valid variable name; allowed: a non-empty name without '='")

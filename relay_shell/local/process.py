@@ -80,7 +80,7 @@ async def run_process(
     argv: list[str],
     *,
     cwd: str | None,
-    env: dict[str, str],
+    env: dict[str, str] | None,  # None: inherit the server's environment
     stdin: bytes | None,
     merge_stderr: bool,
     timeout: float,
