@@ -200,11 +200,8 @@ class Runner:
         written = self._write(record, tool, tier, outcome, started)
         if not written and self.settings.audit_on_failure == "refuse" and outcome not in ("denied", "error"):
             # It ran, but without its record the result may not be shown: fail closed, say what happened.
-            what = status_line(
-                outcome, execution.exit_code, execution.signal, plan.timeout if plan else None, error, tier
-            )
             message = (
-                f"AuditWriteFailed: the call ran ({what}) but its audit record could not be written "
+                f"AuditWriteFailed: the call ran ({first}) but its audit record could not be written "
                 f"({self.audit_log.last_error}); output withheld"
             )
             return CallToolResult(

@@ -61,3 +61,24 @@ async def test_continue_mode_runs_and_reports_degraded(tmp_path: Path) -> None:
         assert info.structured_content["info"]["audit"]["healthy"] is False
         assert "cannot" in info.structured_content["info"]["audit"]["last_error"]
     assert marker.exists()
+
+
+async def test_record_lost_after_the_run_withholds_the_output(tmp_path: Path) -> None:
+    import anyio
+
+    log_directory = tmp_path / "logs"
+    audit_path = log_directory / "audit.jsonl"
+    async with connect(audit_path) as client:
+        await client.call_tool("shell_exec", {"command": "true"})
+
+        async def break_while_running() -> None:
+            await anyio.sleep(0.5)
+            break_log_directory(log_directory)
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(break_while_running)
+            result = await client.call_tool("shell_exec", {"command": "sleep 1.5; echo secret-output"})
+        assert result.is_error
+        text = text_of(result)
+        assert text.startswith("[ERROR: AuditWriteFailed: the call ran ([exit 0])")
+        assert "output withheld" in text and "secret-output" not in text
