@@ -1,7 +1,8 @@
 """The floor: a bare MCPServer with no audit, no policy, no capture class. Same SDK, same transport.
 
-Tools: `sh_true` spawns `/bin/sh -c true`; `stream_hash` runs a command and streams its output through
-hashlib SHA-256 keeping a head and a tail, the minimum any bounded, digesting executor must do.
+Tools: `noop` does no work (one MCP round trip and nothing else); `sh_true` spawns `/bin/sh -c true`;
+`stream_hash` runs a command and streams its output through hashlib SHA-256 keeping a head and a tail, the
+minimum any bounded, digesting executor must do.
 """
 
 from __future__ import annotations
@@ -13,6 +14,11 @@ from mcp.server.mcpserver import MCPServer
 
 mcp = MCPServer(name="bare", log_level="WARNING")
 KEEP = 32768
+
+
+@mcp.tool()
+async def noop() -> str:
+    return "ok"
 
 
 @mcp.tool()

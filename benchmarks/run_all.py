@@ -7,7 +7,14 @@ from __future__ import annotations
 
 import anyio
 
-from benchmarks import bench_audit, bench_big_output, bench_exec_latency, bench_startup
+from benchmarks import (
+    bench_audit,
+    bench_big_output,
+    bench_exec_latency,
+    bench_session_flood,
+    bench_session_repl,
+    bench_startup,
+)
 
 
 def main() -> int:
@@ -16,6 +23,8 @@ def main() -> int:
         "startup": bench_startup.main(),
         "exec_latency": anyio.run(bench_exec_latency.main),
         "big_output": anyio.run(bench_big_output.main),
+        "session_repl": anyio.run(bench_session_repl.main),
+        "session_flood": anyio.run(bench_session_flood.main),
     }
     failed = [name for name, ok in results.items() if not ok]
     print("benchmarks:", "all targets met" if not failed else "missed: " + ", ".join(failed))

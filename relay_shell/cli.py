@@ -5,10 +5,14 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import orjson
 
 from relay_shell import __version__
+
+if TYPE_CHECKING:
+    from relay_shell.server import Assembly
 
 EXIT_CONFIG = 2
 
@@ -85,13 +89,43 @@ def serve(check_only: bool) -> int:
         file=sys.stderr,
         flush=True,
     )
+    import anyio
+
     try:
-        assembly.mcp.run("stdio")
+        anyio.run(_serve_stdio, assembly)
     except KeyboardInterrupt:
         pass
     finally:
         audit_log.close()
     return 0
+
+
+async def _serve_stdio(assembly: Assembly) -> None:
+    """Serve until the client closes stdin or a signal (TERM, HUP, INT) arrives; then close every session,
+    so no shell or job outlives the server."""
+    import signal
+
+    import anyio
+
+    from relay_shell.stdio import stdio_transport
+
+    async with anyio.create_task_group() as group:
+
+        async def stop_on_signal() -> None:
+            with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGHUP, signal.SIGINT) as received:
+                async for _ in received:
+                    await assembly.sessions.close_all("server stopped")
+                    group.cancel_scope.cancel()
+                    return
+
+        group.start_soon(stop_on_signal)
+        server = assembly.mcp._lowlevel_server  # the SDK's own in-memory client reaches it the same way
+        try:
+            async with stdio_transport() as (read_stream, write_stream):
+                await server.run(read_stream, write_stream, server.create_initialization_options())
+        finally:
+            await assembly.sessions.close_all("server stopped")
+            group.cancel_scope.cancel()
 
 
 def audit_command(args: list[str]) -> int:

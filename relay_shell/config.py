@@ -52,6 +52,20 @@ class Settings(BaseSettings):
     max_output_hard: int = Field(1024 * 1024, ge=1024, le=64 * 1024 * 1024, description="bytes, 1024 to 67108864")
     max_timeout: float = Field(3600.0, ge=1.0, le=86400.0, description="seconds, 1 to 86400")
     kill_grace: float = Field(2.0, ge=0.1, le=60.0, description="seconds between SIGTERM and SIGKILL, 0.1 to 60")
+    max_sessions: int = Field(16, ge=1, le=1024, description="PTY sessions open at once, 1 to 1024")
+    session_buffer_bytes: int = Field(
+        1024 * 1024,
+        ge=64 * 1024,
+        le=256 * 1024 * 1024,
+        description="bytes of output kept per session, 65536 to 268435456",
+    )
+    session_idle_timeout: float = Field(
+        1800.0, ge=1.0, le=604800.0, description="seconds without a call before a session is closed, 1 to 604800"
+    )
+    session_max_lifetime: float = Field(
+        86400.0, ge=1.0, le=2592000.0, description="seconds a session may live at most, 1 to 2592000"
+    )
+    record_dir: Path | None = Field(None, description="empty (off) or a directory for asciicast session transcripts")
     metrics_addr: str = Field("", description="empty (off) or a loopback HOST:PORT such as 127.0.0.1:9464")
 
     @field_validator("policy_deny", "policy_allow")
@@ -63,6 +77,11 @@ class Settings(BaseSettings):
             except re.error as exc:
                 raise ValueError(f"pattern {pattern!r} is not a valid regex ({exc})") from exc
         return raw
+
+    @field_validator("record_dir", mode="before")
+    @classmethod
+    def _empty_record_dir_is_off(cls, raw: object) -> object:
+        return None if raw == "" else raw
 
     @field_validator("metrics_addr")
     @classmethod
@@ -134,11 +153,10 @@ def unknown_variables() -> list[str]:
 
 def clamp(name: str, value: float, low: float, high: float) -> tuple[float, str | None]:
     """Clamp a tool argument into its configured range; the note tells the caller what happened."""
-    allowed = f"allowed {_number(low)} to {_number(high)}"
     if value < low:
-        return low, f"{name} {_number(value)} raised to {_number(low)} ({allowed})"
+        return low, f"{name} {_number(value)} raised to {_number(low)} (allowed {_number(low)} to {_number(high)})"
     if value > high:
-        return high, f"{name} {_number(value)} lowered to {_number(high)} ({allowed})"
+        return high, f"{name} {_number(value)} lowered to {_number(high)} (allowed {_number(low)} to {_number(high)})"
     return value, None
 
 

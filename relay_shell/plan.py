@@ -14,8 +14,19 @@ from relay_shell.results import Outcome
 ProgressFn = Callable[[int], Awaitable[None]]
 
 
-class ArgumentError(Exception):
+class ToolError(Exception):
+    """A call that cannot proceed, reported as `[ERROR: Kind: message]`; the message says what to change."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+class ArgumentError(ToolError):
     """A tool argument is invalid. The message names the argument, the problem and what is allowed."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("InvalidArgument", message)
 
 
 @dataclass
@@ -27,6 +38,7 @@ class Execution:
     stderr: CapturedText | None = None
     error: str | None = None  # "Kind: message" for status error
     fields: dict[str, Any] = field(default_factory=dict)  # tool-specific structured fields
+    headline: str | None = None  # the result's first line, when the tool has its own (session reads)
 
 
 @dataclass
@@ -36,3 +48,7 @@ class Plan:
     notes: list[str] = field(default_factory=list)  # clamped arguments and similar adjustments
     timeout: float | None = None
     target: str | None = None  # host(s) and identity for the audit record
+    session_id: str | None = None  # the PTY session the call acts on, for the audit record
+    # Replaces the call's arguments in the audit record (input typed at a password prompt); when set, a
+    # refusal's reason is withheld from the record too, since it may quote the input.
+    recorded_arguments: dict[str, Any] | None = None

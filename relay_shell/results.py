@@ -25,7 +25,8 @@ Outcome = Literal["ok", "exit_nonzero", "timeout", "denied", "error", "confirm_r
 
 
 class ToolResult(BaseModel):
-    """Fields every tool returns; tools add their own below."""
+    """Fields every tool returns; tools add their own below. A field at its default (null, false) may be
+    absent from structuredContent."""
 
     status: Outcome = Field(description="what happened: ok, exit_nonzero, timeout, denied, error, cancelled")
     tier: int = Field(description="policy tier of the call: 0 observe, 1 reversible, 2 stateful, 3 irreversible")
@@ -44,6 +45,26 @@ class ToolResult(BaseModel):
 class ExecResult(ToolResult):
     stderr: Annotated[str | None, nullable("string", "stderr when merge_stderr=false")] = None
     stderr_bytes: Annotated[int | None, nullable("integer", "bytes written to stderr when merge_stderr=false")] = None
+
+
+class SessionResult(ToolResult):
+    session_id: Annotated[str | None, nullable("string", "the session the call acted on")] = None
+    cursor: Annotated[
+        int | None, nullable("integer", "offset after the last byte returned: pass as `since` to re-read")
+    ] = None
+    since: Annotated[int | None, nullable("integer", "offset of the first byte returned")] = None
+    dropped: Annotated[
+        int | None, nullable("integer", "bytes missed: overwritten in the ring before they were read")
+    ] = None
+    wait: Annotated[str | None, nullable("string", "why the wait ended: match, quiet, timeout or eof")] = None
+    match_index: Annotated[int | None, nullable("integer", "index of the `until` pattern that matched")] = None
+    match_text: Annotated[str | None, nullable("string", "the text the pattern matched")] = None
+    state: Annotated[str | None, nullable("string", "running, exited or closed")] = None
+    pid: Annotated[int | None, nullable("integer", "process id of the session's program (shell_spawn)")] = None
+
+
+class SessionListResult(ToolResult):
+    sessions: list[dict[str, Any]] = Field(default_factory=list, description="your sessions with their state")
 
 
 class ServerInfoResult(ToolResult):

@@ -25,7 +25,7 @@ from relay_shell.audit.redact import redact
 from relay_shell.capture import BoundedCapture, CapturedText
 from relay_shell.config import Settings
 from relay_shell.metrics import Metrics
-from relay_shell.plan import ArgumentError, Execution, Plan
+from relay_shell.plan import Execution, Plan, ToolError
 from relay_shell.policy.policy import Policy
 from relay_shell.results import Outcome, render_text, status_line, truncation_line
 
@@ -61,6 +61,7 @@ class Runner:
         self.transport = settings.transport
         # Registered tool names: only these become metric labels, so an unknown name cannot add series.
         self.known_tools: set[str] = set()
+        self._call_counters: dict[tuple[str, int, str], Any] = {}
 
     # -- tool calls --------------------------------------------------------------------------------------
 
@@ -79,12 +80,14 @@ class Runner:
             return self._finish(tool, 0, identity, arguments, started, "error", error=refusal)
         try:
             plan = prepare()
-        except ArgumentError as exc:
-            return self._finish(tool, 0, identity, arguments, started, "error", error=f"InvalidArgument: {exc}")
+        except ToolError as exc:
+            return self._finish(tool, 0, identity, arguments, started, "error", error=f"{exc.kind}: {exc}")
         except Exception as exc:  # a bug in preparation must still be a clean, audited result
             logger.exception("preparing %s failed", tool)
             return self._finish(tool, 0, identity, arguments, started, "error", error=f"Internal: {type(exc).__name__}")
 
+        if plan.recorded_arguments is not None:
+            arguments = plan.recorded_arguments
         try:
             decision = self.policy.decide(plan.subject)
         except Exception as exc:
@@ -104,8 +107,8 @@ class Runner:
             with anyio.CancelScope(shield=True):
                 self._finish(tool, decision.tier, identity, arguments, started, "cancelled", plan=plan)
             raise
-        except ArgumentError as exc:
-            execution = Execution(status="error", output=_empty(), error=f"InvalidArgument: {exc}")
+        except ToolError as exc:
+            execution = Execution(status="error", output=_empty(), error=f"{exc.kind}: {exc}")
         except OSError as exc:
             where = f": {exc.filename!r}" if exc.filename else ""
             execution = Execution(status="error", output=_empty(), error=f"OSError: {exc.strerror or exc}{where}")
@@ -142,6 +145,16 @@ class Runner:
             raise RuntimeError("audit log unavailable: " + (self.audit_log.last_error or "unknown error"))
         return body
 
+    # -- lifecycle events --------------------------------------------------------------------------------
+
+    def event(self, label: str, client_id: str, fields: dict[str, Any]) -> None:
+        """A record for something that happened outside a tool call (a session ending: exit status, why,
+        transcript digest). Tier 0, counted under its label."""
+        started = time.monotonic()
+        record = self._record(label, 0, "ok", Identity(request_id=None, client_id=client_id), {}, started)
+        record.update(fields)
+        self._write(record, label, 0, "ok", started)
+
     # -- internals ---------------------------------------------------------------------------------------
 
     def _audit_unavailable(self) -> str | None:
@@ -173,7 +186,9 @@ class Runner:
         execution = execution or Execution(status=outcome, output=_empty(), error=error)
         error = execution.error or error
         captured = execution.output
-        first = status_line(outcome, execution.exit_code, execution.signal, plan.timeout if plan else None, error, tier)
+        first = execution.headline or status_line(
+            outcome, execution.exit_code, execution.signal, plan.timeout if plan else None, error, tier
+        )
         body = captured.text
         trailer = [truncation_line(captured)] if captured.truncated else []
         if execution.stderr is not None and execution.stderr.produced_bytes:
@@ -192,10 +207,16 @@ class Runner:
         if execution.stderr is not None:
             record["stderr_sha256"] = execution.stderr.sha256
             record["stderr_len"] = execution.stderr.produced_bytes
-        if error is not None:
+        if error is not None and plan is not None and plan.recorded_arguments is not None:
+            record["reason"] = "withheld: the refused input was typed with terminal echo off"
+        elif error is not None:
             record["reason"] = redact(error)[:512]  # error texts may echo argument values
         if plan is not None and plan.target is not None:
             record["target"] = plan.target
+        session_id = plan.session_id if plan is not None else None
+        session_id = session_id or execution.fields.get("session_id")
+        if session_id:
+            record["session_id"] = session_id
         record["duration_ms"] = duration_ms
         written = self._write(record, tool, tier, outcome, started)
         if not written and self.settings.audit_on_failure == "refuse" and outcome not in ("denied", "error"):
@@ -244,8 +265,14 @@ class Runner:
             self.metrics.audit_errors.inc()
             self.metrics.audit_degraded.set(1)
             print(f"relay-shell: audit write failed: {exc}", file=sys.stderr)
-        label = tool if tool in self.known_tools or tool.startswith(("prompt:", "resource:")) else "unknown"
-        self.metrics.tool_calls.labels(tool=label, tier=str(tier), outcome=outcome).inc()
+        label = tool if tool in self.known_tools or tool.startswith(("prompt:", "resource:", "session:")) else "unknown"
+        key = (label, tier, outcome)
+        counter = self._call_counters.get(key)
+        if counter is None:  # labels() resolves a child each time; calls repeat the same few combinations
+            counter = self._call_counters[key] = self.metrics.tool_calls.labels(
+                tool=label, tier=str(tier), outcome=outcome
+            )
+        counter.inc()
         self.metrics.call_duration.labels(tool=label).observe(time.monotonic() - started)
         return written
 
@@ -320,4 +347,6 @@ def _structured(
         "error": error,
     }
     structured.update(execution.fields)
-    return structured
+    # Fields at their schema default (null, false) are left out: the outputSchema declares the defaults,
+    # and a client validates every field it receives, so a lean result costs it less on every call.
+    return {key: value for key, value in structured.items() if value is not None and value is not False}

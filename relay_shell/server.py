@@ -3,11 +3,14 @@ through argument validation in the audited runner (so a bad call is an audited, 
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
+import anyio
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.tools import Tool
 from pydantic import ValidationError
 
@@ -17,10 +20,13 @@ from relay_shell.config import Settings
 from relay_shell.metrics import Metrics
 from relay_shell.policy.policy import Policy
 from relay_shell.runner import Runner
+from relay_shell.sessions.owner import connected
+from relay_shell.sessions.registry import Session, SessionRegistry
 from relay_shell.surface.context import current_request, register_context
 from relay_shell.surface.diag_tools import diag_tools
 from relay_shell.surface.guide import INSTRUCTIONS
 from relay_shell.surface.local_tools import local_tools
+from relay_shell.surface.session_tools import session_tools
 
 
 @dataclass
@@ -28,6 +34,7 @@ class Assembly:
     mcp: MCPServer
     runner: Runner
     metrics: Metrics
+    sessions: SessionRegistry
     metrics_port: int | None = None
 
 
@@ -35,9 +42,35 @@ def build_server(settings: Settings, audit_log: AuditLog) -> Assembly:
     metrics = Metrics()
     policy = Policy(settings.policy_mode, settings.deny_patterns, settings.allow_patterns)
     runner = Runner(settings, audit_log, policy, metrics)
+
+    def session_ended(session: Session) -> None:
+        runner.event(
+            "session:end",
+            session.client_id,
+            {
+                "session_id": session.session_id,
+                "exit_code": session.exit_code,
+                "signal": session.signal_name,
+                "reason": session.end_reason or "exited",
+                "raw_len": session.ring.end,
+                "transcript_sha256": session.transcript_sha256,
+                "duration_ms": int(((session.ended_at or 0) - session.created) * 1000),
+            },
+        )
+
+    sessions = SessionRegistry(
+        max_sessions=settings.max_sessions,
+        buffer_bytes=settings.session_buffer_bytes,
+        idle_timeout=settings.session_idle_timeout,
+        max_lifetime=settings.session_max_lifetime,
+        kill_grace=settings.kill_grace,
+        on_end=session_ended,
+        connected=connected,
+    )
     assembly: Assembly
-    tools = local_tools(runner) + diag_tools(runner, lambda: assembly.metrics_port)
+    tools = local_tools(runner) + session_tools(runner, sessions) + diag_tools(runner, lambda: assembly.metrics_port)
     runner.known_tools = {tool.name for tool in tools}
+    gate = ToolCallGate(runner, {tool.name: tool for tool in tools})
     mcp = MCPServer(
         name="relay-shell",
         title="relay-shell",
@@ -45,35 +78,57 @@ def build_server(settings: Settings, audit_log: AuditLog) -> Assembly:
         instructions=INSTRUCTIONS,
         tools=tools,
         log_level="WARNING",
-        middleware=[ToolCallGate(runner, {tool.name: tool for tool in tools})],
+        middleware=[gate],
+        lifespan=lambda app: connection_lifespan(sessions),
     )
+    gate.mcp = mcp
     register_context(mcp, runner)
-    assembly = Assembly(mcp=mcp, runner=runner, metrics=metrics)
+    assembly = Assembly(mcp=mcp, runner=runner, metrics=metrics, sessions=sessions)
     return assembly
 
 
+@asynccontextmanager
+async def connection_lifespan(sessions: SessionRegistry) -> AsyncIterator[dict[str, Any]]:
+    """Entered once per served connection (a stdio stream, an in-memory client): the reaper runs meanwhile,
+    and when the connection ends the sessions of clients that are gone are closed at once."""
+    async with anyio.create_task_group() as group:
+        group.start_soon(sessions.reap_forever)
+        try:
+            yield {}
+        finally:
+            await sessions.close_disconnected()
+            group.cancel_scope.cancel()
+
+
 class ToolCallGate:
-    """Checks tools/call before the SDK does: unknown tools, unknown argument names and wrong types get an
-    error naming the argument, the problem and what is allowed, and an audit record."""
+    """Runs every tools/call for the server's own tools: unknown tools, unknown argument names and wrong types
+    get an error naming the argument, the problem and what is allowed, and an audit record; valid calls go
+    straight to the tool function. The SDK would validate the arguments a second time and wrap the call in
+    machinery these tools do not use (resolvers, result conversion), which costs more than a fast command."""
 
     def __init__(self, runner: Runner, tools: dict[str, Tool]) -> None:
         self.runner = runner
         self.tools = tools
+        self.mcp: MCPServer | None = None  # set once the server exists; tool functions get it in their Context
 
     async def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
         token = current_request.set(ctx)
         try:
             if ctx.method == "tools/call" and ctx.request_id is not None:
-                problem = self.check(ctx.params or {})
-                if problem is not None:
-                    name = (ctx.params or {}).get("name")
-                    arguments = (ctx.params or {}).get("arguments")
-                    return await self.runner.reject(ctx, str(name), arguments, problem)
+                params = ctx.params or {}
+                checked = self.check(params)
+                if isinstance(checked, str):
+                    return await self.runner.reject(ctx, str(params.get("name")), params.get("arguments"), checked)
+                tool, arguments = checked
+                context = Context(request_context=ctx, mcp_server=self.mcp)
+                assert tool.context_kwarg is not None  # every tool takes its Context: it carries the request
+                return await tool.fn(**arguments, **{tool.context_kwarg: context})
             return await call_next(ctx)
         finally:
             current_request.reset(token)
 
-    def check(self, params: Any) -> str | None:
+    def check(self, params: Any) -> tuple[Tool, dict[str, Any]] | str:
+        """The tool and its validated arguments, or what is wrong with the call."""
         name = params.get("name")
         tool = self.tools.get(name) if isinstance(name, str) else None
         if tool is None:
@@ -89,10 +144,9 @@ class ToolCallGate:
             names = ", ".join(repr(item[:64]) for item in unknown[:10])
             return f"InvalidArgument: unknown argument {names}; allowed: {', '.join(properties)}"
         try:
-            tool.fn_metadata.arg_model.model_validate(tool.fn_metadata.pre_parse_json(arguments))
+            return tool, tool.fn_metadata.validate_arguments(arguments)
         except ValidationError as exc:
             return "InvalidArgument: " + "; ".join(_describe_errors(exc.errors(), properties))
-        return None
 
 
 def _describe_errors(errors: list[Any], properties: dict[str, Any]) -> list[str]:

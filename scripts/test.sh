@@ -6,6 +6,9 @@ cd "$(dirname "$0")/.."
 
 missing=()
 command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
+command -v asciinema >/dev/null 2>&1 || missing+=(asciinema)
+command -v less >/dev/null 2>&1 || missing+=(less)
+command -v top >/dev/null 2>&1 || missing+=(procps)
 command -v npm >/dev/null 2>&1 || missing+=(npm)
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then

@@ -20,6 +20,7 @@ no pass matches again in a different way, so `redact(redact(x)) == redact(x)`.
 
 from __future__ import annotations
 
+import functools
 import re
 
 REDACTED = "[REDACTED]"
@@ -102,7 +103,7 @@ _PASS_WORDS = frozenset({"bypass", "compass", "encompass", "overpass", "underpas
 _NOT_SECRET_LAST_SEGMENTS = frozenset(
     {"file", "files", "path", "dir", "stdin", "fd", "prompt", "cmd", "command", "helper", "url", "uri",
      "endpoint", "name", "ref", "type", "length", "len", "ttl", "expiry", "expires", "policy", "hint",
-     "authentication"}
+     "authentication", "env", "var"}  # `secret_env`, `PASSWORD_VAR`: the name of a variable, not its value
 )
 # --no-password, --ask-pass, --ask-become-pass are switches without a value.
 _NOT_SECRET_FIRST_SEGMENTS = frozenset({"no", "ask"})
@@ -124,6 +125,7 @@ _NAME_SEGMENT = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
 _NOT_SECRET, _WEAK, _STRONG = 0, 1, 2
 
 
+@functools.lru_cache(maxsize=4096)  # argument and variable names repeat on every call
 def _secret_name_strength(name: str) -> int:
     """_STRONG for names that say "secret" (DB_PASSWORD, apiKey), _WEAK for short ones (pwd, auth, sig)."""
     if name in _NOT_SECRET_NAMES:
@@ -281,6 +283,8 @@ def _redact_authorization_headers(text: str) -> str:
 # only for secret names: for other names the loop resumes right after the name, never scanning a value
 # (`--from-literal=password=x` still finds `password=x`).
 _SECRET_STEMS = ("pass", "pw", "secret", "token", "key", "cred", "auth", "sig")
+# One C-level scan instead of a Python loop over the stems: most texts mention none of them.
+_ANY_SECRET_STEM = re.compile("|".join(re.escape(stem) for stem in sorted(_SECRET_STEMS)))
 _SECRET_NAME_CANDIDATE = re.compile(r"(?<![\w.-])(?=[\w.-]*?(?i:" + "|".join(_SECRET_STEMS) + r"))[\w.-]++")
 # Closing quote of a quoted key, then '=', ':', ':=' or '=>' (not '==': a comparison). Bounded spaces.
 _ASSIGNMENT = re.compile(r"\\?[\"']?[ \t]*+(?P<operator>:=|=>|=(?!=)|:)[ \t]*+")
@@ -308,8 +312,7 @@ def _value_start(text: str, name: str, name_end: int) -> tuple[int, str] | None:
 
 
 def _redact_named_values(text: str) -> str:
-    lowered = text.lower()
-    if not any(stem in lowered for stem in _SECRET_STEMS):
+    if _ANY_SECRET_STEM.search(text.lower()) is None:
         return text
     pieces: list[str] = []
     copied = 0  # text[:copied] is already in pieces
@@ -434,6 +437,8 @@ _TOOL_GROUPS: tuple[tuple[tuple[str, ...], dict[str, str]], ...] = (
 )
 _TOOL_SECRET_OPTIONS = {tool: options for tools, options in _TOOL_GROUPS for tool in tools}
 _TOOL_FIRST_WORDS = frozenset(tool.split()[0] for tool in _TOOL_SECRET_OPTIONS)
+# One C-level scan instead of a Python loop over every tool name: most texts mention none of them.
+_ANY_TOOL_WORD = re.compile("|".join(re.escape(word) for word in sorted(_TOOL_FIRST_WORDS)))
 # Wrappers whose own options come before the wrapped command: `sshpass -p X ssh -p 2222 host`.
 _WRAPPERS = frozenset({"sshpass"})
 
@@ -457,7 +462,7 @@ _NO_ATTACHED_VALUES = frozenset({"openssl"})
 
 
 def _redact_tool_options(text: str) -> str:
-    if not any(word in text for word in _TOOL_FIRST_WORDS):
+    if _ANY_TOOL_WORD.search(text) is None:
         return text
     pieces: list[str] = []
     copied = 0

@@ -65,13 +65,13 @@ def prepare_exec(
     if (isinstance(command, str) and not command.strip()) or not argv or not argv[0]:
         raise ArgumentError("command: is empty; allowed: a non-empty command")
     for item in argv:
-        _check_no_nul("command", item)
+        check_no_nul("command", item)
     timeout_value, max_output_value = _limits(settings, timeout, max_output, notes)
-    work_dir = _check_cwd(cwd)
-    child_env = _child_env(env)
+    work_dir = check_cwd(cwd)
+    environment = child_env(env)
     stdin_bytes = None
     if stdin is not None:
-        _check_no_nul("stdin", stdin)
+        check_no_nul("stdin", stdin)
         stdin_bytes = stdin.encode("utf-8", errors="surrogateescape")
     subject = Subject(
         command=command if isinstance(command, str) and use_shell else None,
@@ -81,7 +81,16 @@ def prepare_exec(
     )
 
     return _process_plan(
-        settings, subject, notes, argv, work_dir, child_env, stdin_bytes, merge_stderr, timeout_value, max_output_value
+        settings,
+        subject,
+        notes,
+        argv,
+        work_dir,
+        environment,
+        stdin_bytes,
+        merge_stderr,
+        timeout_value,
+        max_output_value,
     )
 
 
@@ -101,10 +110,10 @@ def prepare_script(
         raise ArgumentError(f"interpreter: {interpreter!r} is not supported; allowed: {', '.join(INTERPRETERS)}")
     if not script.strip():
         raise ArgumentError("script: is empty; allowed: a non-empty script")
-    _check_no_nul("script", script)
+    check_no_nul("script", script)
     timeout_value, max_output_value = _limits(settings, timeout, max_output, notes)
-    work_dir = _check_cwd(cwd)
-    child_env = _child_env(env)
+    work_dir = check_cwd(cwd)
+    environment = child_env(env)
     # The script travels on stdin, so it never shows in `ps` and has no argv length limit.
     body = (STRICT_PREAMBLE.get(interpreter, "") if strict else "") + script
     subject = Subject(script=script, interpreter=interpreter, env=tuple((env or {}).items()))
@@ -112,7 +121,7 @@ def prepare_script(
     stdin_bytes = body.encode("utf-8", errors="surrogateescape")
     argv = INTERPRETERS[interpreter]
     return _process_plan(
-        settings, subject, notes, argv, work_dir, child_env, stdin_bytes, True, timeout_value, max_output_value
+        settings, subject, notes, argv, work_dir, environment, stdin_bytes, True, timeout_value, max_output_value
     )
 
 
@@ -156,10 +165,10 @@ def _limits(settings: Settings, timeout: float, max_output: int | None, notes: l
     return timeout_value, int(output_value)
 
 
-def _check_cwd(cwd: str | None) -> str | None:
+def check_cwd(cwd: str | None) -> str | None:
     if cwd is None:
         return None
-    _check_no_nul("cwd", cwd)
+    check_no_nul("cwd", cwd)
     path = os.path.expanduser(cwd)
     if not os.path.exists(path):
         raise ArgumentError(f"cwd: {cwd!r} does not exist; allowed: an existing directory")
@@ -178,23 +187,23 @@ def _install_noninteractive_defaults() -> None:
     os.environ.update(NONINTERACTIVE_ENV)
 
 
-def _child_env(overlay: dict[str, str | None] | None) -> dict[str, str] | None:
+def child_env(overlay: dict[str, str | None] | None) -> dict[str, str] | None:
     _install_noninteractive_defaults()
     if not overlay:
         return None
-    child_env = dict(os.environ)
+    environment = dict(os.environ)
     for name, value in (overlay or {}).items():
         if not name or "=" in name or "\x00" in name:
             raise ArgumentError(f"env: {name!r} is not a valid variable name; allowed: a non-empty name without '='")
         if value is None:
-            child_env.pop(name, None)
+            environment.pop(name, None)
             continue
-        _check_no_nul(f"env.{name}", value)
-        child_env[name] = value
-    return child_env
+        check_no_nul(f"env.{name}", value)
+        environment[name] = value
+    return environment
 
 
-def _check_no_nul(argument: str, value: str) -> None:
+def check_no_nul(argument: str, value: str) -> None:
     if "\x00" in value:
         raise ArgumentError(
             f"{argument}: contains a NUL byte; allowed: text without NUL (NUL cannot pass through exec)"

@@ -13,6 +13,10 @@ named). Long output is cut to head + tail with a [TRUNCATED: …] line: narrow t
 rather than raising max_output.
 - Commands get no terminal and stdin is empty unless you pass `stdin`; pagers are off. Set `timeout` for \
 long jobs. server_info shows the policy mode and limits; audit_tail shows recent audited calls.
+- Anything that needs a terminal (REPL, password prompt, pager, TUI, installer questions, a job to watch): \
+shell_spawn, then session_send(session_id, data, until=<regex of the next prompt>) returns the whole answer in \
+one call; session_recv reads more (pass `since`=cursor to re-read), keys=["ctrl-c"] interrupts, \
+secret_env types a password the operator provided, session_kill closes. Sessions are yours alone.
 Read the operating_guide prompt for the full workflow."""
 
 OPERATING_GUIDE = """\
@@ -29,11 +33,53 @@ call is classified, admitted by policy, bounded, and audited. Work like a carefu
 | run several steps with logic, loops, heredocs | `shell_script` | `interpreter` bash (default), sh or python; `strict=true` adds `set -euo pipefail` for shells |
 | feed data to a command | `shell_exec` with `stdin` | the command gets EOF after your data; without `stdin` it reads /dev/null |
 | change environment for one call | `env` | `{"NAME": "value"}`; `{"NAME": null}` unsets; pagers and prompts are already off |
+| drive a REPL, password prompt, pager, TUI, installer, or watch a long job | `shell_spawn` + `session_send(until=…)` | see "Sessions" below |
 | check limits, policy mode, audit state | `server_info` | tier 0, always allowed |
 | see what was run recently | `audit_tail` | filters `tool`, `tier`, `denied`, `lines` |
 
 Prefer one precise command over exploratory dumps: `grep -n pattern file | head -50` beats `cat` of a large \
 file. Output beyond `max_output` is cut to its head and tail; the audit log still records the digest of all of it.
+
+## Sessions (terminals)
+
+A session is a program in a pseudo-terminal that stays alive between calls: `shell_spawn` starts it (default \
+`bash` without rc files; `command` may be `python3 -q`, `psql …`, `less file`, `top`, an installer) and \
+returns its `session_id` with the first output. Then:
+
+- `session_send(session_id, data, until=…)`: types `data` and presses Enter (`enter=false` to not), then waits \
+until the regex `until` matches the new output and returns everything up to that moment. Use the program's \
+prompt: `^>>> ` for Python, `[$#] $` for a shell, `Password: ` for a password prompt, `\\(END\\)|:$` for less. \
+Matching ignores colour codes and skips the echo of what you typed. A list of regexes matches whichever comes \
+first; `match_index` says which.
+- The first line of a session result says how the wait ended: `[match N 'text' | cursor C]`, \
+`[output quiet | cursor C]` (no `until`: output stopped for a moment), `[TIMEOUT after Ns: no match for until \
+| cursor C]` (the output so far is below; read it before retrying), `[eof: exit N | cursor C]` (the program \
+ended).
+- `keys=[…]` presses named keys after `data`: `ctrl-c` (interrupt the foreground job), `ctrl-d` (end of input), \
+`enter`, `tab`, `esc`, `up`/`down`/`left`/`right`, `pageup`/`pagedown`, `home`/`end`, `backspace`, `f1`…`f12`, \
+`ctrl-a`…`ctrl-z`. With only `keys`, no Enter is added.
+- Passwords: never put one in `data` if you can avoid it. The operator can give you `secret_env="NAME"`: wait \
+for the prompt, then `session_send(session_id, secret_env="NAME", until=…)`; the value is typed, never shown \
+or logged. Input typed at a no-echo prompt is withheld from the audit log.
+- `session_recv(session_id, until=…, timeout=…)` waits for more output without typing (a long build, a log \
+line); without `until` it returns unread output at once. Every result has `cursor`; if a result is lost, \
+`session_recv(since=<old cursor>)` reads it again. `dropped` > 0 means output was overwritten before anyone \
+read it (the buffer is bounded): read more often or narrow the output.
+- `session_resize(cols, rows)` for curses programs; `session_list` shows your sessions (state, cursor, \
+unread, exit status); `session_kill(session_id)` ends the program and everything it started \
+(`close=false` with `signal="INT"` only signals the foreground job).
+- Each line you type is checked by policy like a command (as Python inside a Python REPL). Idle sessions are \
+closed after a while, and all of yours when you disconnect.
+
+Worked loop (Python REPL):
+
+1. `shell_spawn(command="python3 -q", until="^>>> ")` → `[spawned s-1a2b… | match 0 '>>> ' | cursor 4]`
+2. `session_send(session_id="s-1a2b…", data="import json, sys; sys.version", until="^>>> ")` → the answer \
+and the next prompt, in one result.
+3. Multi-line blocks: send the lines, then an empty line: `data="for i in range(3):\\n    print(i)\\n"`, \
+`until="^>>> "`.
+4. A stuck step: `session_send(session_id, keys=["ctrl-c"], until="^>>> ")`.
+5. Done: `session_send(session_id, data="exit()")` → `[eof: exit 0 …]`, or `session_kill(session_id)`.
 
 ## Reading results
 

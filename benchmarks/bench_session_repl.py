@@ -1,0 +1,151 @@
+"""A 200-step Python REPL dialogue in a PTY session through a real stdio client: median session_send step vs
+a floor of one trivial MCP round trip on the bare server plus the same REPL step driven in-process with
+ptyprocess (≤ 1.20×), and every step answered completely in one call (100%)."""
+
+from __future__ import annotations
+
+import os
+import select
+import time
+from collections.abc import Awaitable, Callable
+
+import anyio
+from ptyprocess import PtyProcess
+
+from benchmarks.common import bare_client, median, relay_client, verdict
+
+STEPS = 200
+BATCH = 50
+WARMUP = 10
+LIMIT = 1.20
+PROMPT = "^>>> "
+STEP_TIMEOUT = 10.0
+# What relay-shell gives a session's terminal (sessions/commands.py): the floor's child sees the same.
+TERMINAL_ENV = {
+    "TERM": "xterm-256color",
+    "PAGER": "cat",
+    "GIT_PAGER": "cat",
+    "SYSTEMD_PAGER": "",
+    "MANPAGER": "cat",
+    "DEBIAN_FRONTEND": "noninteractive",
+    "GIT_TERMINAL_PROMPT": "0",
+}
+
+
+def answered(text: str, i: int) -> bool:
+    """The answer on a line of its own: `0` or `1` would otherwise be found in the echo of `0*0`."""
+    lines = text.replace("\r\n", "\n").split("\n")
+    return str(i * i) in lines
+
+
+class DirectRepl:
+    """The floor's second half: python3 -q in a PTY, written and read directly, no server in between."""
+
+    def __init__(self) -> None:
+        env = {**os.environ, **TERMINAL_ENV}
+        self.process = PtyProcess.spawn(["python3", "-q"], env=env, dimensions=(40, 120))
+        self.fd = self.process.fd
+        os.set_blocking(self.fd, False)
+        self.read_until(lambda buffer: buffer.endswith(b">>> "))
+
+    def read_until(self, done: Callable[[bytes], bool]) -> bytes:
+        buffer = b""
+        deadline = time.monotonic() + STEP_TIMEOUT
+        while not done(buffer):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError(f"direct REPL: no prompt after {STEP_TIMEOUT}s, got {buffer[-200:]!r}")
+            readable, _, _ = select.select([self.fd], [], [], remaining)
+            if readable:
+                try:
+                    buffer += os.read(self.fd, 65536)
+                except BlockingIOError:
+                    continue
+        return buffer
+
+    def step(self, i: int) -> None:
+        answer = str(i * i).encode()
+        os.write(self.fd, f"{i}*{i}\r".encode())
+        output = self.read_until(lambda buffer: buffer.endswith(b">>> ") and b"\r\n" + answer + b"\r\n" in buffer)
+        assert answered(output.decode(), i), output
+
+    def close(self) -> None:
+        self.process.terminate(force=True)
+        self.process.close()
+
+
+async def measure(step: Callable[[int], Awaitable[None]], values: range) -> list[float]:
+    samples = []
+    for i in values:
+        started = time.perf_counter()
+        await step(i)
+        samples.append(time.perf_counter() - started)
+    return samples
+
+
+async def main() -> bool:
+    direct = DirectRepl()
+    try:
+        async with relay_client() as relay, bare_client() as bare:
+            spawned = await relay.call_tool("shell_spawn", {"command": "python3 -q", "until": PROMPT, "timeout": 10})
+            assert not spawned.is_error and spawned.structured_content is not None, spawned
+            assert spawned.structured_content["wait"] == "match", spawned.structured_content
+            session_id = spawned.structured_content["session_id"]
+            failures: list[str] = []
+            one_call = 0
+
+            async def relay_step(i: int) -> None:
+                nonlocal one_call
+                result = await relay.call_tool(
+                    "session_send", {"session_id": session_id, "data": f"{i}*{i}", "until": PROMPT}
+                )
+                content = result.structured_content or {}
+                text = result.content[0].text if result.content else ""  # type: ignore[union-attr]
+                if not result.is_error and content.get("wait") == "match" and answered(text, i):
+                    one_call += 1
+                elif len(failures) < 5:
+                    failures.append(f"step {i}: wait={content.get('wait')!r} error={result.is_error} text={text!r}")
+
+            async def bare_step(i: int) -> None:
+                await bare.call_tool("noop", {})
+
+            async def direct_step(i: int) -> None:
+                direct.step(i)
+
+            for k in range(WARMUP):  # warm all three; the warm-up answers are checked but not counted
+                await relay_step(1000 + k)
+                await bare_step(k)
+                await direct_step(1000 + k)
+            warm_ok = one_call == WARMUP and not failures
+            one_call = 0
+            relay_samples: list[float] = []
+            bare_samples: list[float] = []
+            direct_samples: list[float] = []
+            for first in range(0, STEPS, BATCH):  # interleave batches so machine noise hits all three alike
+                values = range(first, min(first + BATCH, STEPS))
+                bare_samples += await measure(bare_step, values)
+                direct_samples += await measure(direct_step, values)
+                relay_samples += await measure(relay_step, values)
+            await relay.call_tool("session_kill", {"session_id": session_id})
+    finally:
+        direct.close()
+    round_trip = median(bare_samples)
+    pty_step = median(direct_samples)
+    floor = round_trip + pty_step
+    ours = median(relay_samples)
+    ratio = ours / floor
+    complete = one_call / STEPS
+    print(
+        f"session REPL: relay-shell step {ours * 1000:.3f} ms, floor {floor * 1000:.3f} ms "
+        f"(MCP round trip {round_trip * 1000:.3f} ms + direct PTY step {pty_step * 1000:.3f} ms), "
+        f"ratio {ratio:.3f} (target ≤ {LIMIT}) {verdict(ratio, LIMIT)}; "
+        f"answered in one call {one_call}/{STEPS} ({complete:.0%}, target 100%) "
+        f"{'PASS' if one_call == STEPS and warm_ok else 'FAIL'}"
+    )
+    for failure in failures:
+        print("  " + failure)
+    return ratio <= LIMIT and one_call == STEPS and warm_ok
+
+
+if __name__ == "__main__":
+    raise SystemExit(0 if anyio.run(main) else 1)

@@ -1,0 +1,468 @@
+"""shell_spawn and session_*: validate the arguments, then plan what the session registry does.
+
+Policy sees what is typed: every line submitted into a session (with the part typed earlier without
+Enter) is classified like a one-shot command, as Python when the program reading the keyboard is Python.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import shlex
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+from relay_shell.capture import BoundedCapture
+from relay_shell.config import Settings, clamp
+from relay_shell.local.commands import MIN_OUTPUT, NONINTERACTIVE_ENV, check_cwd, check_no_nul, child_env
+from relay_shell.plan import ArgumentError, Execution, Plan, ProgressFn, ToolError
+from relay_shell.policy.classify import Subject
+from relay_shell.results import Outcome
+from relay_shell.sessions.ansi import strip_ansi
+from relay_shell.sessions.expect import compile_until, expected_echo
+from relay_shell.sessions.keys import KEYS, LINE_DISCARDING_KEYS, LINE_ENDING_KEYS, key_name
+from relay_shell.sessions.registry import Session, SessionRegistry, WaitResult
+from relay_shell.sessions.transcript import Transcript
+
+DEFAULT_SHELL = ["bash", "--noprofile", "--norc"]  # predictable prompt, no user aliases in the way
+TERM = "xterm-256color"
+PASSWORD_MODE_WAIT = 0.5  # seconds a secret waits for the terminal to turn echo off
+SETTLE = 0.3  # seconds of quiet that end a wait without `until`
+MAX_SEND = 64 * 1024  # characters per session_send; a terminal line holds 4095
+MAX_KEYS = 256
+COLS = (10, 1000)
+ROWS = (2, 500)
+SIGNALS = ("TERM", "INT", "HUP", "KILL", "QUIT", "USR1", "USR2", "STOP", "CONT", "TSTP", "WINCH", "ALRM")
+# A word made only of these needs no shell: run it directly so the program is the session leader.
+_PLAIN_WORD = re.compile(r"[\w@%+=:,./-]+")
+PYTHON_PROGRAMS = re.compile(r"^(python[0-9.]*|ipython[0-9]*|bpython|ptpython)$")
+
+
+def prepare_spawn(
+    settings: Settings,
+    registry: SessionRegistry,
+    owner: str,
+    client_id: str,
+    *,
+    command: str | list[str] | None,
+    cols: int,
+    rows: int,
+    cwd: str | None,
+    env: dict[str, str | None] | None,
+    until: str | list[str] | None,
+    timeout: float,
+) -> Plan:
+    notes: list[str] = []
+    if command is None:
+        argv = list(DEFAULT_SHELL)
+        shown = "bash"
+    elif isinstance(command, list):
+        argv = list(command)
+        shown = shlex.join(argv)
+    else:
+        shown = command
+        try:
+            words = shlex.split(command)
+        except ValueError:
+            words = []
+        argv = words if words and all(_PLAIN_WORD.fullmatch(word) for word in words) else ["/bin/sh", "-c", command]
+    if not argv or not argv[0] or (isinstance(command, str) and not command.strip()):
+        raise ArgumentError("command: is empty; allowed: a program to run in the terminal, or omit it for bash")
+    for item in argv:
+        check_no_nul("command", item)
+    _check_size(cols, rows)
+    patterns = compile_until(until)
+    wait_timeout = _wait_timeout(settings, timeout, notes)
+    work_dir = check_cwd(cwd)
+    overlay = {"TERM": TERM, **(env or {})}
+    terminal_env = child_env(overlay)
+    assert terminal_env is not None
+    for name, value in NONINTERACTIVE_ENV.items():
+        terminal_env.setdefault(name, value)
+    subject = Subject(
+        command=command if isinstance(command, str) else None,
+        argv=tuple(argv) if not isinstance(command, str) else None,
+        env=tuple((env or {}).items()),
+    )
+    program = "python" if PYTHON_PROGRAMS.match(os.path.basename(argv[0])) else "shell"
+
+    async def execute(progress: ProgressFn) -> Execution:
+        # Imported on first use: ptyprocess, ctypes and termios cost startup time a server that never
+        # spawns a terminal should not pay.
+        from relay_shell.sessions.local_pty import LocalPty
+
+        await registry.reserve()
+        try:
+            terminal = LocalPty(argv, work_dir, terminal_env, cols, rows)
+        except FileNotFoundError:
+            raise ArgumentError(f"command: {argv[0]!r} was not found; allowed: an installed program") from None
+        session = registry.add(
+            owner,
+            client_id,
+            shown,
+            program,
+            terminal,
+            cols,
+            rows,
+            lambda session_id: _transcript(settings.record_dir, session_id, shown, cols, rows),
+        )
+        result = await session.wait(0, patterns, wait_timeout, SETTLE, settle_from_start=True)
+        return _read_result(
+            session, None, settings.max_output, False, result, bool(patterns), wait_timeout, spawned=True
+        )
+
+    return Plan(subject=subject, execute=execute, notes=notes, timeout=wait_timeout)
+
+
+def prepare_send(
+    settings: Settings,
+    registry: SessionRegistry,
+    owner: str,
+    *,
+    session_id: str,
+    data: str,
+    enter: bool,
+    keys: list[str] | None,
+    secret_env: str | None,
+    until: str | list[str] | None,
+    timeout: float,
+    max_bytes: int | None,
+    strip_ansi_codes: bool,
+) -> Plan:
+    notes: list[str] = []
+    session = registry.get(owner, session_id)
+    if len(data) > MAX_SEND:
+        raise ArgumentError(
+            f"data: is {len(data)} characters; allowed: at most {MAX_SEND} per call (send large input as a file "
+            "with shell_exec and read it in the session)"
+        )
+    key_names = [key_name(key) for key in keys or []]
+    if len(key_names) > MAX_KEYS:
+        raise ArgumentError(f"keys: {len(key_names)} keys; allowed: at most {MAX_KEYS} per call")
+    secret = _secret_value(secret_env, data, session) if secret_env is not None else None
+    patterns = compile_until(until)
+    wait_timeout = _wait_timeout(settings, timeout, notes)
+    budget = _budget(settings, max_bytes, notes)
+    # Enter follows `data` unless only keys were given (keys=["ctrl-c"] must not also press Enter).
+    press_enter = enter and (bool(data) or secret is not None or not key_names)
+    typed = data + ("\r" if press_enter and secret is None else "")
+    payload = typed.encode("utf-8", errors="surrogateescape")
+    if secret is not None:
+        payload = secret.encode("utf-8", errors="surrogateescape") + (b"\r" if press_enter else b"")
+    payload += b"".join(KEYS[name] for name in key_names)
+
+    password_prompt = session.state == "running" and session.terminal.password_mode()
+    submitted, pending = typed_lines(session.pending_input, data if secret is None else "", press_enter, key_names)
+    program = session.terminal.foreground_program() or session.program
+    text = "\n".join([*submitted, pending]).strip("\n")
+    if program == "python" or PYTHON_PROGRAMS.match(program):
+        subject = Subject(script=text, interpreter="python")
+    else:
+        subject = Subject(command=text)
+    recorded = None
+    if password_prompt and data:
+        recorded = {
+            "session_id": session_id,
+            "data": f"[withheld: {len(data)} characters typed with terminal echo off]",
+            "enter": enter,
+            "keys": keys,
+            "until": until,
+        }
+    echo = None if password_prompt or secret is not None or key_names else expected_echo(typed)
+
+    async def execute(progress: ProgressFn) -> Execution:
+        async with session.input_lock:
+            _check_running(session)
+            if secret is not None:
+                await _await_password_prompt(session)
+            session.last_activity = time.monotonic()
+            match_from = session.ring.end
+            try:
+                await session.terminal.write(payload, time.monotonic() + max(wait_timeout, 1.0))
+            except TimeoutError as exc:
+                raise ToolError("InputBlocked", f"{exc}: the program is not reading its input") from None
+            if session.transcript is not None and not password_prompt and secret is None:
+                session.transcript.input(payload)
+            session.pending_input = pending[-MAX_SEND:]
+        result = await session.wait(match_from, patterns, wait_timeout, SETTLE, settle_from_start=False, echo=echo)
+        session.last_activity = time.monotonic()
+        return _read_result(session, None, budget, strip_ansi_codes, result, bool(patterns), wait_timeout)
+
+    return Plan(
+        subject=subject,
+        execute=execute,
+        notes=notes,
+        timeout=wait_timeout,
+        session_id=session_id,
+        recorded_arguments=recorded,
+    )
+
+
+def prepare_recv(
+    settings: Settings,
+    registry: SessionRegistry,
+    owner: str,
+    *,
+    session_id: str,
+    timeout: float,
+    max_bytes: int | None,
+    until: str | list[str] | None,
+    strip_ansi_codes: bool,
+    since: int | None,
+) -> Plan:
+    notes: list[str] = []
+    session = registry.get(owner, session_id)
+    if since is not None and since < 0:
+        raise ArgumentError(f"since: {since} is negative; allowed: a cursor from an earlier result (0 = the start)")
+    if since is not None and since > session.ring.end:
+        raise ArgumentError(
+            f"since: {since} is beyond the output (cursor {session.ring.end}); allowed: 0 to {session.ring.end}"
+        )
+    patterns = compile_until(until)
+    wait_timeout = _wait_timeout(settings, timeout, notes)
+    budget = _budget(settings, max_bytes, notes)
+
+    async def execute(progress: ProgressFn) -> Execution:
+        session.last_activity = time.monotonic()
+        match_from = session.read_cursor if since is None else since
+        unread = session.ring.end > match_from
+        if patterns or not unread:
+            result = await session.wait(match_from, patterns, wait_timeout, SETTLE, settle_from_start=False)
+        else:
+            # Output is already waiting: return it now rather than sitting out a settle period.
+            result = WaitResult("eof" if session.state != "running" else "quiet")
+        session.last_activity = time.monotonic()
+        return _read_result(session, since, budget, strip_ansi_codes, result, bool(patterns), wait_timeout)
+
+    return Plan(
+        subject=Subject(fixed_tier=0), execute=execute, notes=notes, timeout=wait_timeout, session_id=session_id
+    )
+
+
+def prepare_resize(registry: SessionRegistry, owner: str, *, session_id: str, cols: int, rows: int) -> Plan:
+    session = registry.get(owner, session_id)
+    _check_size(cols, rows)
+
+    async def execute(progress: ProgressFn) -> Execution:
+        _check_running(session)
+        session.last_activity = time.monotonic()
+        session.terminal.resize(cols, rows)
+        session.cols, session.rows = cols, rows
+        if session.transcript is not None:
+            session.transcript.resize(cols, rows)
+        return Execution(
+            status="ok",
+            output=BoundedCapture(1).result(),
+            headline=f"[resized to {cols}x{rows}]",
+            fields={"session_id": session_id, "state": session.state},
+        )
+
+    return Plan(subject=Subject(fixed_tier=0), execute=execute, session_id=session_id)
+
+
+def prepare_kill(
+    settings: Settings, registry: SessionRegistry, owner: str, *, session_id: str, signal_name: str, close: bool
+) -> Plan:
+    session = registry.get(owner, session_id)
+    name = signal_name.strip().upper().removeprefix("SIG")
+    if name not in SIGNALS:
+        raise ArgumentError(f"signal: {signal_name[:20]!r} is not supported; allowed: {', '.join(SIGNALS)}")
+    signal_number = getattr(signal, "SIG" + name)
+
+    async def execute(progress: ProgressFn) -> Execution:
+        session.last_activity = time.monotonic()
+        if close:
+            await registry.close(session, f"closed by session_kill (SIG{name})", first_signal=signal_number)
+            headline = f"[closed {session_id}: {_ending(session)}]"
+        else:
+            _check_running(session)
+            session.terminal.send_signal(signal_number)
+            headline = f"[sent SIG{name} to the foreground job of {session_id}]"
+        return Execution(
+            status="ok",
+            output=BoundedCapture(1).result(),
+            exit_code=session.exit_code,
+            signal=session.signal_name,
+            headline=headline,
+            fields={"session_id": session_id, "state": session.state},
+        )
+
+    return Plan(subject=Subject(fixed_tier=1), execute=execute, session_id=session_id)
+
+
+def prepare_list(settings: Settings, registry: SessionRegistry, owner: str) -> Plan:
+    async def execute(progress: ProgressFn) -> Execution:
+        sessions = [session.describe() for session in registry.owned_by(owner)]
+        lines = [
+            f"{item['session_id']}  {item['state']:<7} {item['cols']}x{item['rows']}  age {item['age_s']}s  "
+            f"idle {item['idle_s']}s  cursor {item['cursor']}  unread {item['unread_bytes']}  "
+            f"dropped {item['dropped_bytes']}"
+            + (f"  exit {item['exit_code']}" if item["exit_code"] is not None else "")
+            + (f"  signal {item['signal']}" if item["signal"] else "")
+            + f"  {item['command']}"
+            for item in sessions
+        ]
+        capture = BoundedCapture(settings.max_output)
+        capture.feed("\n".join(lines).encode())
+        return Execution(
+            status="ok",
+            output=capture.result(),
+            headline=f"[{len(sessions)} session{'s' if len(sessions) != 1 else ''}]",
+            fields={"sessions": sessions},
+        )
+
+    return Plan(subject=Subject(fixed_tier=0), execute=execute)
+
+
+def typed_lines(pending: str, data: str, enter: bool, keys: list[str]) -> tuple[list[str], str]:
+    """The lines this input submits (with what was typed before without Enter) and what stays pending.
+    Ctrl-C, Ctrl-U and Ctrl-D abandon the line; keys that edit it (arrows, tab) cannot be followed, so the
+    line is classified as typed."""
+    submitted: list[str] = []
+    line = pending
+    for char in data:
+        if char in "\r\n":
+            submitted.append(line)
+            line = ""
+        elif char in "\x03\x04\x15\x07":
+            line = ""
+        else:
+            line += char
+    if enter:
+        submitted.append(line)
+        line = ""
+    for key in keys:
+        if key in LINE_ENDING_KEYS:
+            submitted.append(line)
+            line = ""
+        elif key in LINE_DISCARDING_KEYS:
+            line = ""
+    return submitted, line
+
+
+# -- helpers ---------------------------------------------------------------------------------------------
+
+
+def _read_result(
+    session: Session,
+    since: int | None,
+    budget: int,
+    strip: bool,
+    result: WaitResult,
+    has_until: bool,
+    timeout: float,
+    spawned: bool = False,
+) -> Execution:
+    read = session.read(since)
+    data = strip_ansi(read.data) if strip else read.data
+    capture = BoundedCapture(budget)
+    capture.feed(data)
+    status: Outcome = "ok"
+    if result.reason == "match" and result.match is not None:
+        what = f"match {result.match.index} {result.match.text[:80]!r}"
+    elif result.reason == "eof":
+        what = "eof: " + (f"signal {session.signal_name}" if session.signal_name else f"exit {session.exit_code}")
+    elif result.reason == "timeout" and has_until:
+        status = "timeout"
+        what = f"TIMEOUT after {timeout:g}s: no match for until"
+    elif result.reason == "timeout":
+        what = f"waited {timeout:g}s"
+    else:
+        what = "output quiet"
+    if spawned:
+        what = f"spawned {session.session_id} pid {session.terminal.pid} | {what}"
+    headline = f"[{what} | cursor {read.end}" + (f" | dropped {read.dropped} bytes" if read.dropped else "") + "]"
+    fields: dict[str, Any] = {
+        "session_id": session.session_id,
+        "cursor": read.end,
+        "since": read.start,
+        "dropped": read.dropped,
+        "wait": result.reason,
+        "match_index": result.match.index if result.match else None,
+        "match_text": result.match.text if result.match else None,
+        "state": session.state,
+    }
+    if spawned:
+        fields["pid"] = session.terminal.pid
+    ended = session.state != "running"
+    return Execution(
+        status=status,
+        output=capture.result(),
+        exit_code=session.exit_code if ended else None,
+        signal=session.signal_name if ended else None,
+        headline=headline,
+        fields=fields,
+    )
+
+
+def _check_size(cols: int, rows: int) -> None:
+    if not COLS[0] <= cols <= COLS[1]:
+        raise ArgumentError(f"cols: {cols} is out of range; allowed: {COLS[0]} to {COLS[1]}")
+    if not ROWS[0] <= rows <= ROWS[1]:
+        raise ArgumentError(f"rows: {rows} is out of range; allowed: {ROWS[0]} to {ROWS[1]}")
+
+
+def _check_running(session: Session) -> None:
+    if session.state != "running":
+        raise ToolError(
+            "SessionEnded",
+            f"session {session.session_id} has ended ({_ending(session)}); its output can still be read "
+            "with session_recv",
+        )
+
+
+def _ending(session: Session) -> str:
+    if session.signal_name:
+        return f"killed by {session.signal_name}"
+    if session.exit_code is not None:
+        return f"exited with {session.exit_code}"
+    return "running" if session.state == "running" else "ended"
+
+
+def _wait_timeout(settings: Settings, timeout: float, notes: list[str]) -> float:
+    value, note = clamp("timeout", timeout, 0.0, settings.max_timeout)
+    if note:
+        notes.append(note)
+    return value
+
+
+def _budget(settings: Settings, max_bytes: int | None, notes: list[str]) -> int:
+    requested = settings.max_output if max_bytes is None else max_bytes
+    value, note = clamp("max_bytes", requested, MIN_OUTPUT, settings.max_output_hard)
+    if note:
+        notes.append(note)
+    return int(value)
+
+
+def _secret_value(secret_env: str, data: str, session: Session) -> str:
+    if data:
+        raise ArgumentError("data: must be empty with secret_env (the secret is the input); allowed: data=''")
+    value = os.environ.get(secret_env)
+    if not secret_env or value is None:
+        raise ArgumentError(
+            f"secret_env: {secret_env[:64]!r} is not set in the server's environment; allowed: the name of a "
+            "variable the operator set for relay-shell"
+        )
+    return value
+
+
+async def _await_password_prompt(session: Session) -> None:
+    """A program prints its prompt and turns echo off in either order: give it a moment before refusing."""
+    deadline = time.monotonic() + PASSWORD_MODE_WAIT
+    while not session.terminal.password_mode():
+        if time.monotonic() >= deadline:
+            raise ToolError(
+                "EchoOn",
+                "the terminal is echoing input, so the secret would appear in the output; wait for the password "
+                "prompt (session_recv with until) and send it then",
+            )
+        await asyncio.sleep(0.01)
+
+
+def _transcript(record_dir: Path | None, session_id: str, command: str, cols: int, rows: int) -> Transcript | None:
+    if record_dir is None:
+        return None
+    return Transcript(record_dir, session_id, command, cols, rows, TERM)

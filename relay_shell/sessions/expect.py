@@ -1,0 +1,86 @@
+"""`until` patterns: validation, and the search over a session's new output.
+
+Patterns are Python regular expressions (MULTILINE, so `^`/`$` work per line) matched against the output
+with terminal escape sequences removed and CRLF normalised, so a coloured prompt matches `^\\$ $`.
+The terminal echoes what was typed before the program reads it; when the new output starts with that
+echo, the search starts after it, so a pattern that also appears in the input does not match the echo.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from relay_shell.plan import ArgumentError
+from relay_shell.sessions.ansi import strip_ansi
+
+MAX_PATTERNS = 16
+MAX_PATTERN_LENGTH = 1024
+# The search looks at most this far back from the newest byte: enough for any prompt or answer line,
+# and it keeps each wake-up O(1) in the session's output volume.
+SEARCH_WINDOW = 32 * 1024
+
+
+@dataclass(frozen=True)
+class Match:
+    index: int  # which pattern
+    text: str  # what it matched
+
+
+def compile_until(until: str | list[str] | None) -> list[re.Pattern[str]]:
+    if until is None:
+        return []
+    patterns = [until] if isinstance(until, str) else list(until)
+    if not patterns:
+        raise ArgumentError("until: is an empty list; allowed: a regex or a list of 1 to 16 regexes")
+    if len(patterns) > MAX_PATTERNS:
+        raise ArgumentError(f"until: {len(patterns)} patterns; allowed: at most {MAX_PATTERNS}")
+    compiled = []
+    for index, pattern in enumerate(patterns):
+        where = "until" if isinstance(until, str) else f"until[{index}]"
+        if not pattern:
+            raise ArgumentError(f"{where}: is empty (it would match at once); allowed: a non-empty regex")
+        if len(pattern) > MAX_PATTERN_LENGTH:
+            raise ArgumentError(f"{where}: is {len(pattern)} characters; allowed: at most {MAX_PATTERN_LENGTH}")
+        try:
+            compiled.append(re.compile(pattern, re.MULTILINE))
+        except re.error as exc:
+            raise ArgumentError(
+                f"{where}: {pattern[:80]!r} is not a valid regex ({exc}); allowed: a Python regular expression"
+            ) from None
+    return compiled
+
+
+def window_text(window: bytes) -> str:
+    return strip_ansi(window).decode("utf-8", errors="replace")
+
+
+def echo_skip(text: str, echo: str | None) -> int | None:
+    """Where the program's own output starts in `text`: after the echo of the typed input when the text
+    starts with it, else 0. None while the text is still only a prefix of the echo."""
+    if not echo:
+        return 0
+    if text.startswith(echo):
+        return len(echo)
+    if echo.startswith(text):
+        return None
+    return 0
+
+
+def search(patterns: list[re.Pattern[str]], text: str, start: int) -> Match | None:
+    """The earliest match at or after `start` (ties go to the lower pattern index)."""
+    best: tuple[int, int, re.Match[str]] | None = None
+    for index, pattern in enumerate(patterns):
+        found = pattern.search(text, start)
+        if found is not None and (best is None or found.start() < best[0]):
+            best = (found.start(), index, found)
+    if best is None:
+        return None
+    return Match(index=best[1], text=best[2].group(0))
+
+
+def expected_echo(typed: str) -> str | None:
+    """What the terminal shows for typed text (after escape stripping), or None when it cannot be known."""
+    if not typed or any(ord(char) < 32 and char not in "\r\n\t" for char in typed):
+        return None
+    return typed.replace("\r\n", "\n").replace("\r", "\n")

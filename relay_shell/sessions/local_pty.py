@@ -1,0 +1,266 @@
+"""A local PTY: the child runs in its own session with the PTY as its controlling terminal (ptyprocess),
+so job control works and Ctrl-C reaches the foreground job.
+
+This is one kind of terminal the session registry drives; an SSH channel is another. Both are a byte
+stream with write, resize, signal and close, and report output and exit through two callbacks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import errno
+import os
+import signal
+import termios
+import time
+from collections.abc import Callable
+
+from ptyprocess import PtyProcess
+
+READ_CHUNK = 64 * 1024
+DRAIN_QUIET = 0.05  # after the leader exits, output still arriving within this window belongs to it
+DRAIN_MAX = 1.0
+_PR_SET_PDEATHSIG = 1
+
+OutputCallback = Callable[[bytes], None]
+ExitCallback = Callable[[int | None, str | None], None]
+
+
+def _die_with_server() -> None:
+    """In the child, before exec: SIGKILL it if the server dies, so even `kill -9` of the server leaves
+    no shell behind (its jobs then get SIGHUP from the terminal hangup)."""
+    with contextlib.suppress(Exception):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+class LocalPty:
+    kind = "local"
+
+    def __init__(self, argv: list[str], cwd: str | None, env: dict[str, str], cols: int, rows: int) -> None:
+        # Raises FileNotFoundError when argv[0] is not found and OSError when exec fails.
+        self.process = PtyProcess.spawn(argv, cwd=cwd, env=env, dimensions=(rows, cols), preexec_fn=_die_with_server)
+        self.pid = self.process.pid
+        self.fd = self.process.fd
+        self.loop = asyncio.get_running_loop()
+        self.on_output: OutputCallback = lambda data: None
+        self.on_exit: ExitCallback = lambda code, name: None
+        self.exit_code: int | None = None
+        self.signal_name: str | None = None
+        self.leader_exited = False
+        self.output_closed = False
+        self.ended = False
+        self.last_output = time.monotonic()
+        self.exited_at = 0.0
+        self.foreground: tuple[int, str | None] = (0, None)
+        os.set_blocking(self.fd, False)
+        self.pidfd = os.pidfd_open(self.pid)
+
+    def start(self, on_output: OutputCallback, on_exit: ExitCallback) -> None:
+        self.on_output = on_output
+        self.on_exit = on_exit
+        self.loop.add_reader(self.fd, self._on_readable)
+        self.loop.add_reader(self.pidfd, self._on_leader_exit)
+
+    # -- the byte stream ---------------------------------------------------------------------------------
+
+    async def write(self, data: bytes, deadline: float) -> None:
+        """Write everything, waiting while the terminal's input queue is full; TimeoutError at the deadline."""
+        try:  # the usual case: the terminal takes it all at once, no need to involve the event loop
+            written = os.write(self.fd, data)
+        except BlockingIOError:
+            written = 0
+        if written == len(data):
+            return
+        view = memoryview(data)[written:]
+        writable = asyncio.Event()
+        self.loop.add_writer(self.fd, writable.set)
+        try:
+            while view:
+                try:
+                    written = os.write(self.fd, view)
+                    view = view[written:]
+                    continue
+                except BlockingIOError:
+                    pass
+                writable.clear()
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise TimeoutError(f"the terminal accepted {len(data) - len(view)} of {len(data)} bytes")
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(writable.wait(), remaining)
+        finally:
+            with contextlib.suppress(ValueError, OSError):
+                self.loop.remove_writer(self.fd)
+
+    def resize(self, cols: int, rows: int) -> None:
+        self.process.setwinsize(rows, cols)  # the kernel sends SIGWINCH to the foreground job
+
+    def send_signal(self, signal_number: int) -> None:
+        """Deliver to the foreground job, as the terminal's own keys would."""
+        try:
+            group = os.tcgetpgrp(self.fd)
+        except OSError:
+            group = self.pid
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(group, signal_number)
+
+    def password_mode(self) -> bool:
+        """True while a program reads a line with echo off (getpass, sudo, ssh): canonical mode without ECHO.
+        Line editors (readline) and full-screen programs turn canonical mode off and are not matched."""
+        try:
+            local_flags = termios.tcgetattr(self.fd)[3]
+        except termios.error:
+            return False
+        return bool(local_flags & termios.ICANON) and not local_flags & termios.ECHO
+
+    def foreground_program(self) -> str | None:
+        """The name of the program that reads the keyboard now (the terminal's foreground job)."""
+        try:
+            group = os.tcgetpgrp(self.fd)
+        except OSError:
+            return None
+        if group == self.foreground[0]:
+            return self.foreground[1]
+        try:
+            with open(f"/proc/{group}/cmdline", "rb") as cmdline:
+                argv0 = cmdline.read().split(b"\0", 1)[0]
+        except OSError:
+            return None
+        program = os.path.basename(argv0.decode("utf-8", errors="replace")) or None
+        # A group id names one job for as long as the job lives, so the name can be kept until it changes.
+        self.foreground = (group, program)
+        return program
+
+    async def close(self, grace: float, first_signal: int | None = None) -> None:
+        """Stop every process in the terminal's session (`first_signal`, HUP + TERM, grace, KILL), then close
+        the PTY. Interactive shells ignore TERM but not HUP; stopped jobs need CONT to act on either."""
+        members = session_members(self.pid)
+        signals = [first_signal] if first_signal is not None else []
+        signals += [signal.SIGHUP, signal.SIGCONT, signal.SIGTERM]
+        for pid in members:
+            for signal_number in signals:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal_number)
+        deadline = time.monotonic() + grace
+        while members and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+            members = [pid for pid in members if _alive(pid)]
+        for pid in session_members(self.pid) + members:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        end = time.monotonic() + grace
+        while not self.leader_exited and time.monotonic() < end:
+            await asyncio.sleep(0.01)
+            self._reap()
+        self._shutdown_io()
+
+    # -- events ------------------------------------------------------------------------------------------
+
+    def _on_readable(self) -> None:
+        try:
+            data = os.read(self.fd, READ_CHUNK)
+        except BlockingIOError:
+            return
+        except OSError as exc:
+            # EIO: every process closed the terminal's other side.
+            if exc.errno not in (errno.EIO, errno.EBADF):
+                raise
+            data = b""
+        if not data:
+            self.output_closed = True
+            with contextlib.suppress(ValueError, OSError):
+                self.loop.remove_reader(self.fd)
+            self._maybe_end()
+            return
+        self.last_output = time.monotonic()
+        self.on_output(data)
+
+    def _on_leader_exit(self) -> None:
+        with contextlib.suppress(ValueError, OSError):
+            self.loop.remove_reader(self.pidfd)
+        self._reap()
+        self._maybe_end()
+
+    def _reap(self) -> None:
+        if self.leader_exited:
+            return
+        try:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+        except ChildProcessError:
+            pid, status = self.pid, 0
+        if pid == 0:
+            return
+        self.leader_exited = True
+        self.exited_at = time.monotonic()
+        if os.WIFSIGNALED(status):
+            self.signal_name = _signal_name(os.WTERMSIG(status))
+        else:
+            self.exit_code = os.waitstatus_to_exitcode(status)
+        # ptyprocess must not wait for (or signal) a pid we reaped.
+        self.process.terminated = True
+        self.process.exitstatus = self.exit_code
+        self.process.signalstatus = None if self.signal_name is None else os.WTERMSIG(status)
+
+    def _maybe_end(self) -> None:
+        """The session ends when the leader has exited and its output is drained: the terminal closed, or
+        quiet for DRAIN_QUIET (a background job may keep the terminal open; its output is still kept)."""
+        if self.ended or not self.leader_exited:
+            return
+        now = time.monotonic()
+        quiet = now - max(self.last_output, self.exited_at) >= DRAIN_QUIET
+        if self.output_closed or quiet or now - self.exited_at >= DRAIN_MAX:
+            self.ended = True
+            self.on_exit(self.exit_code, self.signal_name)
+            return
+        self.loop.call_later(DRAIN_QUIET, self._maybe_end)
+
+    def _shutdown_io(self) -> None:
+        for descriptor in (self.fd, self.pidfd):
+            with contextlib.suppress(ValueError, OSError):
+                self.loop.remove_reader(descriptor)
+        if not self.process.closed:
+            with contextlib.suppress(OSError):
+                self.process.fileobj.close()
+            self.process.fd = -1
+            self.process.closed = True
+        with contextlib.suppress(OSError):
+            os.close(self.pidfd)
+        if not self.ended:
+            self.ended = True
+            self.on_exit(self.exit_code, self.signal_name)
+
+
+def session_members(session_id: int) -> list[int]:
+    """Every process whose session is `session_id` (the PTY's leader and all its jobs)."""
+    members = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as stat_file:
+                stat = stat_file.read()
+        except OSError:
+            continue
+        # Fields after the command name (which may contain spaces and parentheses): state ppid pgrp session.
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        if len(fields) > 3 and int(fields[3]) == session_id and fields[0] != b"Z":
+            members.append(int(entry))
+    return members
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat_file:
+            stat = stat_file.read()
+    except OSError:
+        return False
+    return stat[stat.rfind(b")") + 2 :][:1] != b"Z"
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"SIG{number}"

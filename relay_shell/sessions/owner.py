@@ -1,0 +1,55 @@
+"""Who owns a session: the MCP client connection that spawned it.
+
+A connection is identified by the SDK's per-stream JSON-RPC dispatcher (one per stdio stream, in-memory
+client or stateful HTTP session), reached through the request context. That holds in both protocol eras:
+a 2026-07-28 client gets a fresh `Connection` object per request, but every request on one stream shares
+the dispatcher. Another client cannot name, list or drive a session it does not own, and once the owning
+stream closes its sessions are closed (`connected` turns false).
+"""
+
+from __future__ import annotations
+
+import secrets
+import weakref
+from typing import Any
+
+from mcp.server.context import ServerRequestContext
+
+_owner_by_channel: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+_channel_by_owner: dict[str, weakref.ref[Any]] = {}
+_OWNER_PREFIX = "client-"
+
+
+def owner_of(request_context: ServerRequestContext[Any, Any] | None) -> str:
+    if request_context is None:
+        return "server"
+    channel = _channel_of(request_context)
+    owner = _owner_by_channel.get(channel)
+    if owner is None:
+        for gone in [name for name in _channel_by_owner if not connected(name)]:
+            del _channel_by_owner[gone]
+        owner = _OWNER_PREFIX + secrets.token_hex(8)
+        _owner_by_channel[channel] = owner
+        _channel_by_owner[owner] = weakref.ref(channel)
+    return owner
+
+
+def connected(owner: str) -> bool:
+    """False once the owner's stream has closed or is gone. Owners not made here ("server") stay connected."""
+    if not owner.startswith(_OWNER_PREFIX):
+        return True
+    reference = _channel_by_owner.get(owner)
+    channel = reference() if reference is not None else None
+    return channel is not None and not getattr(channel, "_closed", False)
+
+
+def _channel_of(request_context: ServerRequestContext[Any, Any]) -> Any:
+    # SDK internals (mcp 2.x has no public accessor): ServerSession -> request DispatchContext (wrapped in
+    # the modern era) -> its JSONRPCDispatcher, present on every stream transport (stdio, in-memory streams,
+    # HTTP). Without one (the SDK's direct in-process dispatch), the Connection object, which is per
+    # connection in the handshake era.
+    session = request_context.session
+    dispatch_context = getattr(session, "_request_outbound", None)
+    dispatch_context = getattr(dispatch_context, "_inner", dispatch_context)
+    dispatcher = getattr(dispatch_context, "_dispatcher", None)
+    return dispatcher if dispatcher is not None else session._connection

@@ -1,0 +1,70 @@
+"""Session transcripts as asciicast v2 files (RELAY_SHELL_RECORD_DIR), with a running SHA-256.
+
+One JSON header line, then one `[seconds, code, data]` line per event: "o" output, "i" input, "r" resize.
+Input typed while the terminal's echo was off, and secrets sent by reference, are never written: the
+transcript shows what the screen showed. The session-end audit record carries the file's SHA-256, so an
+auditor can prove that a transcript is the one recorded.
+"""
+
+from __future__ import annotations
+
+import codecs
+import hashlib
+import os
+import time
+from pathlib import Path
+
+import orjson
+
+
+class Transcript:
+    def __init__(self, directory: Path, session_id: str, command: str, cols: int, rows: int, term: str) -> None:
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.path = directory / f"{session_id}.cast"
+        descriptor = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        self.file = os.fdopen(descriptor, "wb")
+        self.digest = hashlib.sha256()
+        self.started = time.monotonic()
+        # Output is text in asciicast: decode incrementally so a character split across reads survives.
+        self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self.closed = False
+        header = {
+            "version": 2,
+            "width": cols,
+            "height": rows,
+            "timestamp": int(time.time()),
+            "command": command,
+            "env": {"TERM": term, "SHELL": os.environ.get("SHELL", "/bin/sh")},
+        }
+        self._write_line(header)
+
+    def output(self, data: bytes) -> None:
+        text = self.decoder.decode(data)
+        if text:
+            self._event("o", text)
+
+    def input(self, data: bytes) -> None:
+        self._event("i", data.decode("utf-8", errors="replace"))
+
+    def resize(self, cols: int, rows: int) -> None:
+        self._event("r", f"{cols}x{rows}")
+
+    def close(self) -> str:
+        """Flush and close; returns the SHA-256 of the whole file."""
+        if not self.closed:
+            rest = self.decoder.decode(b"", final=True)
+            if rest:
+                self._event("o", rest)
+            self.file.close()
+            self.closed = True
+        return self.digest.hexdigest()
+
+    def _event(self, code: str, data: str) -> None:
+        if self.closed:
+            return
+        self._write_line([round(time.monotonic() - self.started, 6), code, data])
+
+    def _write_line(self, value: object) -> None:
+        line = orjson.dumps(value) + b"\n"
+        self.digest.update(line)
+        self.file.write(line)

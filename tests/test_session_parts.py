@@ -1,0 +1,165 @@
+"""The pieces of a session that need no process: output ring, keys, escape stripping, expect, typed lines."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from relay_shell.plan import ArgumentError
+from relay_shell.sessions.ansi import strip_ansi
+from relay_shell.sessions.commands import typed_lines
+from relay_shell.sessions.expect import compile_until, echo_skip, expected_echo, search, window_text
+from relay_shell.sessions.keys import KEYS, key_name
+from relay_shell.sessions.ring import OutputRing
+
+# -- ring --------------------------------------------------------------------------------------------------
+
+
+def test_ring_reads_from_cursor_and_tracks_offsets() -> None:
+    ring = OutputRing(16)
+    ring.append(b"hello ")
+    ring.append(b"world")
+    read = ring.read(0)
+    assert (read.data, read.start, read.end, read.dropped) == (b"hello world", 0, 11, 0)
+    assert ring.read(6).data == b"world"
+    assert ring.read(11).data == b""
+
+
+def test_ring_wraps_and_reports_dropped_bytes() -> None:
+    ring = OutputRing(8)
+    ring.append(b"0123456789")  # longer than the ring: only the last 8 survive
+    ring.append(b"abc")
+    assert ring.end == 13
+    assert ring.start == 5
+    read = ring.read(0)
+    assert read.data == b"56789abc"
+    assert (read.start, read.dropped) == (5, 5)
+    assert ring.read(7).data == b"789abc"
+
+
+def test_ring_matches_a_reference_over_many_appends() -> None:
+    ring = OutputRing(1000)
+    reference = bytearray()
+    for index in range(2000):
+        chunk = bytes([index % 251]) * (index % 37 + 1)
+        ring.append(chunk)
+        reference += chunk
+    assert ring.end == len(reference)
+    assert ring.read(0).data == bytes(reference[-1000:])
+    assert ring.read(len(reference) - 10, 4).data == bytes(reference[-10:-6])
+
+
+def test_ring_clamps_a_cursor_beyond_the_end() -> None:
+    ring = OutputRing(8)
+    ring.append(b"abc")
+    assert ring.read(99).data == b""
+    assert ring.read(-5).data == b"abc"
+
+
+# -- keys --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("spelling", "name"),
+    [("ctrl-c", "ctrl-c"), ("C-c", "ctrl-c"), ("^C", "ctrl-c"), ("Ctrl+C", "ctrl-c"), ("ENTER", "enter")],
+)
+def test_key_spellings(spelling: str, name: str) -> None:
+    assert key_name(spelling) == name
+
+
+def test_key_codes() -> None:
+    assert KEYS["ctrl-c"] == b"\x03"
+    assert KEYS["ctrl-d"] == b"\x04"
+    assert KEYS["up"] == b"\x1b[A"
+    assert KEYS[key_name("escape")] == b"\x1b"
+
+
+def test_unknown_key_is_a_clear_error() -> None:
+    with pytest.raises(ArgumentError, match=r"keys: unknown key 'hyper-x'; allowed: enter, tab"):
+        key_name("hyper-x")
+
+
+# -- escape stripping --------------------------------------------------------------------------------------
+
+
+def test_strip_ansi_removes_csi_osc_and_charset_sequences() -> None:
+    raw = b"\x1b]0;title\x07\x1b[1;32mgreen\x1b[0m \x1b(Bplain\x1b[?2004h\r\nnext\x1b=\x07"
+    assert strip_ansi(raw) == b"green plain\nnext"
+
+
+def test_strip_ansi_is_linear_on_adversarial_input() -> None:
+    hostile = (b"\x1b[" + b"1;" * 50) * 20000  # unterminated CSI sequences, 1 MB
+    started = time.monotonic()
+    strip_ansi(hostile)
+    assert time.monotonic() - started < 2.0
+
+
+# -- expect ------------------------------------------------------------------------------------------------
+
+
+def test_compile_until_accepts_a_string_or_a_list() -> None:
+    assert len(compile_until(">>> ")) == 1
+    assert len(compile_until(["a", "b"])) == 2
+    assert compile_until(None) == []
+
+
+@pytest.mark.parametrize(
+    ("until", "message"),
+    [
+        ("(unclosed", r"until: '\(unclosed' is not a valid regex"),
+        (["ok", "[z-a]"], r"until\[1\]: '\[z-a\]' is not a valid regex"),
+        ([], "until: is an empty list"),
+        ("", "until: is empty"),
+        (["x"] * 17, "at most 16"),
+        ("a" * 2000, "at most 1024"),
+    ],
+)
+def test_bad_until_is_a_clear_error(until: str | list[str], message: str) -> None:
+    with pytest.raises(ArgumentError, match=message):
+        compile_until(until)
+
+
+def test_search_finds_the_earliest_match_and_its_pattern() -> None:
+    patterns = compile_until(["^>>> ", "Error"])
+    text = window_text(b"1+\r\nError: x\r\n>>> ")
+    found = search(patterns, text, 0)
+    assert found is not None
+    assert (found.index, found.text) == (1, "Error")
+
+
+def test_search_matches_through_colour_codes_and_per_line_anchors() -> None:
+    patterns = compile_until(r"^\$ $")
+    assert search(patterns, window_text(b"out\r\n\x1b[01;32m$\x1b[0m "), 0) is not None
+
+
+def test_echo_is_skipped_and_a_partial_echo_waits() -> None:
+    echo = expected_echo("print('>>> ')\r")
+    assert echo == "print('>>> ')\n"
+    assert echo_skip("print('>", echo) is None  # only part of the echo so far
+    assert echo_skip("print('>>> ')\n>>> \n", echo) == len(echo)
+    assert echo_skip("something else", echo) == 0
+    assert expected_echo("\x03") is None
+
+
+# -- what the policy sees of typed input ------------------------------------------------------------------
+
+
+def test_typed_lines_join_input_split_across_calls() -> None:
+    submitted, pending = typed_lines("", "rm -r", False, [])
+    assert (submitted, pending) == ([], "rm -r")
+    submitted, pending = typed_lines(pending, "f /tmp/x", True, [])
+    assert (submitted, pending) == (["rm -rf /tmp/x"], "")
+
+
+def test_typed_lines_ctrl_c_discards_the_line_and_enter_key_submits() -> None:
+    assert typed_lines("rm -rf /", "", False, ["ctrl-c"]) == ([], "")
+    assert typed_lines("ls", "", False, ["enter"]) == (["ls"], "")
+    assert typed_lines("", "a\nb\rc", False, []) == (["a", "b"], "c")
+
+
+def test_the_name_of_a_secret_sent_by_reference_stays_readable_in_the_log() -> None:
+    from relay_shell.audit.record import audit_arguments
+
+    assert audit_arguments({"session_id": "s-1", "secret_env": "DB_PASSWORD"})["secret_env"] == "DB_PASSWORD"
+    assert audit_arguments({"env": {"DB_PASSWORD": "hunter2"}})["env"]["DB_PASSWORD"] == "[REDACTED]"

@@ -1,0 +1,82 @@
+"""The stdio transport: the protocol stream is the server's alone, and stdin that is not a pipe still works."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+
+from tests.conftest import server_env
+
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
+}
+
+
+def test_nothing_the_server_starts_can_write_into_the_protocol_stream(tmp_path: Path) -> None:
+    # The command forges a JSON-RPC response on the server's own fd 1. If fd 1 were still the wire, the
+    # forged line would reach the client.
+    forged = '{"jsonrpc":"2.0","id":99,"result":{"forged":true}}'
+    call = {
+        "jsonrpc": "2.0",
+        "id": 2,
+        "method": "tools/call",
+        "params": {"name": "shell_exec", "arguments": {"command": f"echo '{forged}' > /proc/$PPID/fd/1; echo ok"}},
+    }
+    server = subprocess.Popen(
+        [sys.executable, "-m", "relay_shell"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=server_env(tmp_path / "audit.jsonl"),
+    )
+    assert server.stdin is not None and server.stdout is not None
+    responses = []
+    for message in [INITIALIZE, {"jsonrpc": "2.0", "method": "notifications/initialized"}, call]:
+        server.stdin.write(orjson.dumps(message) + b"\n")
+        server.stdin.flush()
+        if "id" in message:  # stay connected until the answer is in: EOF cancels calls in flight
+            responses.append(orjson.loads(server.stdout.readline()))
+    server.stdin.close()
+    assert server.wait(timeout=30) == 0
+    assert server.stderr is not None
+    rest, stderr = server.stdout.read(), server.stderr.read()
+    assert rest == b""  # nothing after the two answers
+    assert [response["id"] for response in responses] == [1, 2]
+    assert responses[1]["result"]["content"][0]["text"] == "[exit 0]\nok\n"
+    assert b"forged" in stderr  # where fd 1 points while serving
+
+
+@pytest.mark.parametrize("stdin_kind", ["file", "pipe"])
+def test_initialize_over_a_pipe_or_a_regular_file(tmp_path: Path, stdin_kind: str) -> None:
+    request = orjson.dumps(INITIALIZE) + b"\n"
+    command = [sys.executable, "-m", "relay_shell"]
+    env = server_env(tmp_path / "audit.jsonl")
+    if stdin_kind == "file":  # epoll cannot watch a regular file: the SDK's threaded transport takes over
+        (tmp_path / "in.jsonl").write_bytes(request)
+        with open(tmp_path / "in.jsonl", "rb") as stdin:
+            completed = subprocess.run(command, stdin=stdin, capture_output=True, env=env, timeout=30)
+    else:
+        completed = subprocess.run(command, input=request, capture_output=True, env=env, timeout=30)
+    assert completed.returncode == 0, completed.stderr.decode()
+    response = orjson.loads(completed.stdout.splitlines()[0])
+    assert response["id"] == 1
+    assert response["result"]["serverInfo"]["name"] == "relay-shell"
+
+
+def test_stdin_from_dev_null_ends_the_server_at_once(tmp_path: Path) -> None:
+    completed = subprocess.run(
+        [sys.executable, "-m", "relay_shell"],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        env=server_env(tmp_path / "audit.jsonl"),
+        timeout=30,
+    )
+    assert completed.returncode == 0, completed.stderr.decode()
+    assert completed.stdout == b""
