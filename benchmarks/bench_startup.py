@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import compileall
 import json
 import os
 import subprocess
@@ -48,6 +49,10 @@ def time_to_initialize(argv: list[str], env: dict[str, str]) -> float:
 
 
 def main() -> bool:
+    # As installed (pip compiles every module): with PYTHONDONTWRITEBYTECODE set, as on these machines, an
+    # editable checkout would otherwise recompile relay_shell from source at every start, while the SDK's
+    # modules were compiled at install time.
+    compileall.compile_dir(str(HERE.parent / "relay_shell"), quiet=1)
     with tempfile.TemporaryDirectory() as directory:
         relay_env = {key: value for key, value in os.environ.items() if not key.startswith("RELAY_SHELL_")}
         relay_env["RELAY_SHELL_AUDIT_PATH"] = str(Path(directory) / "audit.jsonl")

@@ -25,8 +25,8 @@ Outcome = Literal["ok", "exit_nonzero", "timeout", "denied", "error", "confirm_r
 
 
 class ToolResult(BaseModel):
-    """Fields every tool returns; tools add their own below. A field at its default (null, false) may be
-    absent from structuredContent."""
+    """Fields every tool returns; tools add their own below. A field whose value is its declared default
+    (null, false, 0 dropped bytes, no notes) is left out of structuredContent: absent means the default."""
 
     status: Outcome = Field(description="what happened: ok, exit_nonzero, timeout, denied, error, cancelled")
     tier: int = Field(description="policy tier of the call: 0 observe, 1 reversible, 2 stateful, 3 irreversible")
@@ -34,11 +34,11 @@ class ToolResult(BaseModel):
     signal: Annotated[str | None, nullable("string", "signal name when the command was killed by a signal")] = None
     timed_out: bool = Field(False, description="true when the timeout killed the command")
     truncated: bool = Field(False, description="true when output was cut to head + tail")
-    output: str = Field("", description="the (possibly truncated) output text")
-    output_bytes: int = Field(0, description="bytes the command produced in total, before any cut")
-    output_sha256: Annotated[str | None, nullable("string", "SHA-256 of every byte produced (audit raw_sha256)")] = None
-    duration_ms: int = Field(0, description="wall time of the call in milliseconds")
-    notes: list[str] = Field(default_factory=list, description="adjustments made, e.g. a clamped timeout")
+    output: str = Field(description="the (possibly truncated) output text")
+    output_bytes: int = Field(description="bytes the command produced in total, before any cut")
+    output_sha256: str = Field(description="SHA-256 of every byte produced (audit raw_sha256)")
+    duration_ms: int = Field(description="wall time of the call in milliseconds")
+    notes: list[str] = Field([], description="adjustments made, e.g. a clamped timeout")
     error: Annotated[str | None, nullable("string", "error or denial message when status is error or denied")] = None
 
 
@@ -53,9 +53,7 @@ class SessionResult(ToolResult):
         int | None, nullable("integer", "offset after the last byte returned: pass as `since` to re-read")
     ] = None
     since: Annotated[int | None, nullable("integer", "offset of the first byte returned")] = None
-    dropped: Annotated[
-        int | None, nullable("integer", "bytes missed: overwritten in the ring before they were read")
-    ] = None
+    dropped: int = Field(0, description="bytes missed: overwritten in the ring before they were read")
     wait: Annotated[str | None, nullable("string", "why the wait ended: match, quiet, timeout or eof")] = None
     match_index: Annotated[int | None, nullable("integer", "index of the `until` pattern that matched")] = None
     match_text: Annotated[str | None, nullable("string", "the text the pattern matched")] = None
@@ -64,7 +62,7 @@ class SessionResult(ToolResult):
 
 
 class SessionListResult(ToolResult):
-    sessions: list[dict[str, Any]] = Field(default_factory=list, description="your sessions with their state")
+    sessions: list[dict[str, Any]] = Field(description="your sessions with their state")
 
 
 class ServerInfoResult(ToolResult):
@@ -72,7 +70,7 @@ class ServerInfoResult(ToolResult):
 
 
 class AuditTailResult(ToolResult):
-    records: list[dict[str, Any]] = Field(default_factory=list, description="audit records, oldest first")
+    records: list[dict[str, Any]] = Field(description="audit records, oldest first")
 
 
 def status_line(

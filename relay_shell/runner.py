@@ -20,8 +20,7 @@ from mcp.server.context import ServerRequestContext
 from mcp_types import CallToolResult, TextContent
 
 from relay_shell.audit.log import RECORD_VERSION, AuditLog, AuditWriteError, utc_timestamp
-from relay_shell.audit.record import audit_arguments
-from relay_shell.audit.redact import redact
+from relay_shell.audit.record import audit_arguments, redact_text
 from relay_shell.capture import BoundedCapture, CapturedText
 from relay_shell.config import Settings
 from relay_shell.metrics import Metrics
@@ -62,6 +61,8 @@ class Runner:
         # Registered tool names: only these become metric labels, so an unknown name cannot add series.
         self.known_tools: set[str] = set()
         self._call_counters: dict[tuple[str, int, str], Any] = {}
+        # Per tool, the defaults its outputSchema declares: a result field at its default is left out.
+        self.result_defaults: dict[str, dict[str, Any]] = {}
 
     # -- tool calls --------------------------------------------------------------------------------------
 
@@ -210,7 +211,7 @@ class Runner:
         if error is not None and plan is not None and plan.recorded_arguments is not None:
             record["reason"] = "withheld: the refused input was typed with terminal echo off"
         elif error is not None:
-            record["reason"] = redact(error)[:512]  # error texts may echo argument values
+            record["reason"] = redact_text(error)[:512]  # error texts may echo argument values
         if plan is not None and plan.target is not None:
             record["target"] = plan.target
         session_id = plan.session_id if plan is not None else None
@@ -227,14 +228,14 @@ class Runner:
             )
             return CallToolResult(
                 content=[TextContent(type="text", text=f"[ERROR: {message}]")],
-                structured_content=_structured(
+                structured_content=self._structured(
                     tool, "error", tier, Execution(status="error", output=_empty()), duration_ms, notes, message
                 ),
                 is_error=True,
             )
         return CallToolResult(
             content=[TextContent(type="text", text=text)],
-            structured_content=_structured(tool, outcome, tier, execution, duration_ms, notes, error),
+            structured_content=self._structured(tool, outcome, tier, execution, duration_ms, notes, error),
             is_error=outcome not in ("ok", "exit_nonzero"),
         )
 
@@ -276,6 +277,37 @@ class Runner:
         self.metrics.call_duration.labels(tool=label).observe(time.monotonic() - started)
         return written
 
+    def _structured(
+        self,
+        tool: str,
+        outcome: Outcome,
+        tier: int,
+        execution: Execution,
+        duration_ms: int,
+        notes: list[str],
+        error: str | None,
+    ) -> dict[str, Any]:
+        captured = execution.output
+        structured: dict[str, Any] = {
+            "status": outcome,
+            "tier": tier,
+            "exit_code": execution.exit_code,
+            "signal": execution.signal,
+            "timed_out": outcome == "timeout",
+            "truncated": captured.truncated,
+            "output": captured.text,
+            "output_bytes": captured.produced_bytes,
+            "output_sha256": captured.sha256,
+            "duration_ms": duration_ms,
+            "notes": list(notes),
+            "error": error,
+        }
+        structured.update(execution.fields)
+        # Fields at their declared default are left out: a client validates every field it receives against
+        # the outputSchema, and on a fast call that costs it more than the call itself.
+        defaults = self.result_defaults.get(tool, {})
+        return {key: value for key, value in structured.items() if not _is_default(value, defaults.get(key, _REQUIRED))}
+
 
 class _Progress:
     """Throttled progress notifications (bytes so far); a no-op unless the client sent a progress token."""
@@ -295,6 +327,19 @@ class _Progress:
             await self.send(float(produced), f"{produced} bytes of output so far")
         except Exception:  # progress is best effort; a closed stream must not fail the call
             logger.debug("progress notification failed", exc_info=True)
+
+
+_REQUIRED = object()
+
+
+def _is_default(value: Any, default: Any) -> bool:
+    # `0 == False` in Python: a default only matches a value of the same type.
+    return default is not _REQUIRED and type(value) is type(default) and value == default
+
+
+def schema_defaults(output_schema: dict[str, Any] | None) -> dict[str, Any]:
+    properties = (output_schema or {}).get("properties", {})
+    return {name: field["default"] for name, field in properties.items() if "default" in field}
 
 
 def _raw_arguments(request_context: ServerRequestContext[Any, Any] | None) -> dict[str, Any]:
@@ -320,33 +365,3 @@ def _digests(returned_text: str, captured: CapturedText) -> dict[str, Any]:
         "raw_sha256": captured.sha256,
         "raw_len": captured.produced_bytes,
     }
-
-
-def _structured(
-    tool: str,
-    outcome: Outcome,
-    tier: int,
-    execution: Execution,
-    duration_ms: int,
-    notes: list[str],
-    error: str | None,
-) -> dict[str, Any]:
-    captured = execution.output
-    structured: dict[str, Any] = {
-        "status": outcome,
-        "tier": tier,
-        "exit_code": execution.exit_code,
-        "signal": execution.signal,
-        "timed_out": outcome == "timeout",
-        "truncated": captured.truncated,
-        "output": captured.text,
-        "output_bytes": captured.produced_bytes,
-        "output_sha256": captured.sha256,
-        "duration_ms": duration_ms,
-        "notes": list(notes),
-        "error": error,
-    }
-    structured.update(execution.fields)
-    # Fields at their schema default (null, false) are left out: the outputSchema declares the defaults,
-    # and a client validates every field it receives, so a lean result costs it less on every call.
-    return {key: value for key, value in structured.items() if value is not None and value is not False}

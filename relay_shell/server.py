@@ -19,7 +19,7 @@ from relay_shell.audit.log import AuditLog
 from relay_shell.config import Settings
 from relay_shell.metrics import Metrics
 from relay_shell.policy.policy import Policy
-from relay_shell.runner import Runner
+from relay_shell.runner import Runner, schema_defaults
 from relay_shell.sessions.owner import connected
 from relay_shell.sessions.registry import Session, SessionRegistry
 from relay_shell.surface.context import current_request, register_context
@@ -70,6 +70,7 @@ def build_server(settings: Settings, audit_log: AuditLog) -> Assembly:
     assembly: Assembly
     tools = local_tools(runner) + session_tools(runner, sessions) + diag_tools(runner, lambda: assembly.metrics_port)
     runner.known_tools = {tool.name for tool in tools}
+    runner.result_defaults = {tool.name: schema_defaults(tool.output_schema) for tool in tools}
     gate = ToolCallGate(runner, {tool.name: tool for tool in tools})
     mcp = MCPServer(
         name="relay-shell",

@@ -24,6 +24,8 @@ fi
 python3 -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
 .venv/bin/python -m pip install -q -e ".[test]"
+# Compiled once here: with PYTHONDONTWRITEBYTECODE set, every server the tests start would recompile it.
+.venv/bin/python -m compileall -q relay_shell >/dev/null
 
 # The MCP Inspector CLI, an independent client for the end-to-end tests.
 inspector=.cache/npm/node_modules/.bin/mcp-inspector

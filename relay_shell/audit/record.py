@@ -6,16 +6,24 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from relay_shell.audit.redact import redact_value
-
 LONG_STRING = 1024  # characters; longer argument strings are summarised
 KEEP_CHARS = 256  # characters of head and of tail kept from a long string
 
 
 def audit_arguments(arguments: dict[str, Any]) -> dict[str, Any]:
+    # Imported at the first record, not at startup: compiling the redaction patterns takes ~9 ms, which a
+    # client waiting for `initialize` should not wait for.
+    from relay_shell.audit.redact import redact_value
+
     redacted = redact_value(arguments)
     assert isinstance(redacted, dict)
     return {name: _summarise(value) for name, value in redacted.items()}
+
+
+def redact_text(text: str) -> str:
+    from relay_shell.audit.redact import redact
+
+    return redact(text)
 
 
 def _summarise(value: Any) -> Any:

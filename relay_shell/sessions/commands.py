@@ -17,7 +17,7 @@ from typing import Any
 
 from relay_shell.capture import BoundedCapture
 from relay_shell.config import Settings, clamp
-from relay_shell.local.commands import MIN_OUTPUT, NONINTERACTIVE_ENV, check_cwd, check_no_nul, child_env
+from relay_shell.local.commands import MIN_OUTPUT, check_cwd, check_no_nul, child_env
 from relay_shell.plan import ArgumentError, Execution, Plan, ProgressFn, ToolError
 from relay_shell.policy.classify import Subject
 from relay_shell.results import Outcome
@@ -78,10 +78,8 @@ def prepare_spawn(
     wait_timeout = _wait_timeout(settings, timeout, notes)
     work_dir = check_cwd(cwd)
     overlay = {"TERM": TERM, **(env or {})}
-    terminal_env = child_env(overlay)
+    terminal_env = child_env(overlay)  # the one-shot pager defaults included, unless the overlay changes them
     assert terminal_env is not None
-    for name, value in NONINTERACTIVE_ENV.items():
-        terminal_env.setdefault(name, value)
     subject = Subject(
         command=command if isinstance(command, str) else None,
         argv=tuple(argv) if not isinstance(command, str) else None,

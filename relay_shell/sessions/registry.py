@@ -56,6 +56,11 @@ class _Waiter:
     ready: Callable[[], bool]  # run on each output: resume the waiting call when true
 
 
+def _wake(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
 @dataclass(frozen=True)
 class WaitResult:
     reason: WaitReason
@@ -194,11 +199,12 @@ class Session:
                 return WaitResult("timeout")
             waiter = _Waiter(loop.create_future(), ready)
             self.waiters.append(waiter)
+            timer = loop.call_later(wake_at - now, _wake, waiter.future)
             try:
-                await asyncio.wait([waiter.future], timeout=wake_at - now)
+                await waiter.future
             finally:
-                if not waiter.future.done():
-                    waiter.future.cancel()
+                timer.cancel()
+                if waiter in self.waiters:
                     self.waiters.remove(waiter)
             found = matched.pop() if matched else None
 
