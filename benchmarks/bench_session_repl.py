@@ -13,6 +13,7 @@ import anyio
 from ptyprocess import PtyProcess
 
 from benchmarks.common import bare_client, median, relay_client, verdict
+from relay_shell.local.commands import NONINTERACTIVE_ENV
 
 STEPS = 200
 BATCH = 50
@@ -21,15 +22,7 @@ LIMIT = 1.20
 PROMPT = "^>>> "
 STEP_TIMEOUT = 10.0
 # What relay-shell gives a session's terminal (sessions/commands.py): the floor's child sees the same.
-TERMINAL_ENV = {
-    "TERM": "xterm-256color",
-    "PAGER": "cat",
-    "GIT_PAGER": "cat",
-    "SYSTEMD_PAGER": "",
-    "MANPAGER": "cat",
-    "DEBIAN_FRONTEND": "noninteractive",
-    "GIT_TERMINAL_PROMPT": "0",
-}
+TERMINAL_ENV = {"TERM": "xterm-256color", **NONINTERACTIVE_ENV}
 
 
 def answered(text: str, i: int) -> bool:

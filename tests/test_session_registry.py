@@ -43,7 +43,7 @@ def _registry(ended: list[Session], **limits: Any) -> SessionRegistry:
 
 def _spawn(registry: SessionRegistry, argv: list[str], owner: str = "a") -> Session:
     terminal = LocalPty(argv, None, SHELL_ENV, 80, 24)
-    return registry.add(owner, "test", " ".join(argv), "shell", terminal, 80, 24, lambda session_id: None)
+    return registry.add(registry.new_id(), owner, "test", " ".join(argv), "shell", terminal, 80, 24, None)
 
 
 async def _type(session: Session, text: str, until: str, timeout: float = 5.0) -> str:
@@ -270,3 +270,27 @@ async def test_disconnect_closes_only_that_clients_sessions(tmp_path: Path) -> N
         ends = [record for record in read_records(audit_path) if record["tool"] == "session:end"]
         assert {record["reason"] for record in ends} == {"client disconnected"}
         assert len(ends) == 3
+
+
+async def test_a_transcript_that_cannot_be_written_starts_nothing(tmp_path: Path) -> None:
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("")
+    audit_path = tmp_path / "audit.jsonl"
+    settings = Settings(audit_path=audit_path, record_dir=blocker / "casts")
+    audit_log = AuditLog(audit_path, chain=True, fsync=False)
+    audit_log.open()
+    assembly = build_server(settings, audit_log)
+    async with Client(assembly.mcp, mode="legacy") as client:
+        result = await client.call_tool("shell_spawn", {"command": "sleep 313"})
+        assert result.is_error
+        assert text_of(result).startswith("[ERROR: TranscriptUnavailable: cannot record the session")
+        assert assembly.sessions.sessions == {}
+    audit_log.close()
+    assert not [pid for pid in map(int, filter(str.isdigit, os.listdir("/proc"))) if _cmdline(pid) == "sleep 313"]
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+    except OSError:
+        return ""

@@ -93,20 +93,19 @@ def prepare_spawn(
         from relay_shell.sessions.local_pty import LocalPty
 
         await registry.reserve()
+        session_id = registry.new_id()
+        # The transcript first: if it cannot be written (RECORD_DIR), nothing is started.
+        transcript = _transcript(settings.record_dir, session_id, shown, cols, rows)
         try:
             terminal = LocalPty(argv, work_dir, terminal_env, cols, rows)
-        except FileNotFoundError:
-            raise ArgumentError(f"command: {argv[0]!r} was not found; allowed: an installed program") from None
-        session = registry.add(
-            owner,
-            client_id,
-            shown,
-            program,
-            terminal,
-            cols,
-            rows,
-            lambda session_id: _transcript(settings.record_dir, session_id, shown, cols, rows),
-        )
+        except BaseException as exc:
+            if transcript is not None:
+                transcript.close()
+                transcript.path.unlink(missing_ok=True)
+            if isinstance(exc, FileNotFoundError):
+                raise ArgumentError(f"command: {argv[0]!r} was not found; allowed: an installed program") from None
+            raise
+        session = registry.add(session_id, owner, client_id, shown, program, terminal, cols, rows, transcript)
         result = await session.wait(0, patterns, wait_timeout, SETTLE, settle_from_start=True)
         return _read_result(
             session, None, settings.max_output, False, result, bool(patterns), wait_timeout, spawned=True
@@ -463,4 +462,11 @@ async def _await_password_prompt(session: Session) -> None:
 def _transcript(record_dir: Path | None, session_id: str, command: str, cols: int, rows: int) -> Transcript | None:
     if record_dir is None:
         return None
-    return Transcript(record_dir, session_id, command, cols, rows, TERM)
+    try:
+        return Transcript(record_dir, session_id, command, cols, rows, TERM)
+    except OSError as exc:
+        raise ToolError(
+            "TranscriptUnavailable",
+            f"cannot record the session in RELAY_SHELL_RECORD_DIR={record_dir} ({exc.strerror or exc}); "
+            "nothing was started",
+        ) from None

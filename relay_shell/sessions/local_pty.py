@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
-import errno
 import os
 import signal
 import termios
@@ -163,10 +162,9 @@ class LocalPty:
             data = os.read(self.fd, READ_CHUNK)
         except BlockingIOError:
             return
-        except OSError as exc:
-            # EIO: every process closed the terminal's other side.
-            if exc.errno not in (errno.EIO, errno.EBADF):
-                raise
+        except OSError:
+            # EIO: every process closed the terminal's other side. Any other error ends the stream too, rather
+            # than firing this callback forever.
             data = b""
         if not data:
             self.output_closed = True

@@ -258,22 +258,28 @@ class SessionRegistry:
         self.sessions: dict[str, Session] = {}
         self.closed: OrderedDict[str, tuple[str, str]] = OrderedDict()  # id -> (owner, how it ended)
 
+    @staticmethod
+    def new_id() -> str:
+        return "s-" + secrets.token_hex(6)
+
     async def reserve(self) -> None:
-        """Make room for one more session: drop the oldest ended one, or refuse."""
-        if len(self.sessions) < self.max_sessions:
-            return
-        ended = [session for session in self.sessions.values() if session.state != "running"]
-        if ended:
+        """Make room for one more session: close the least recently used ended one, or refuse."""
+        while len(self.sessions) >= self.max_sessions:
+            if any(session.closing for session in self.sessions.values()):
+                await anyio.sleep(0.01)  # a close under way will make room
+                continue
+            ended = [session for session in self.sessions.values() if session.state != "running"]
+            if not ended:
+                raise ToolError(
+                    "SessionLimit",
+                    f"{len(self.sessions)} sessions are running (RELAY_SHELL_MAX_SESSIONS={self.max_sessions}); "
+                    "close one with session_kill or reuse one (session_list)",
+                )
             await self.close(min(ended, key=lambda session: session.last_activity), "evicted for a new session")
-            return
-        raise ToolError(
-            "SessionLimit",
-            f"{len(self.sessions)} sessions are running (RELAY_SHELL_MAX_SESSIONS={self.max_sessions}); "
-            "close one with session_kill or reuse one (session_list)",
-        )
 
     def add(
         self,
+        session_id: str,
         owner: str,
         client_id: str,
         command: str,
@@ -281,9 +287,8 @@ class SessionRegistry:
         terminal: Terminal,
         cols: int,
         rows: int,
-        transcript_for: Callable[[str], Transcript | None],
+        transcript: Transcript | None,
     ) -> Session:
-        session_id = "s-" + secrets.token_hex(6)
         session = Session(
             session_id,
             owner,
@@ -294,7 +299,7 @@ class SessionRegistry:
             self.buffer_bytes,
             cols,
             rows,
-            transcript_for(session_id),
+            transcript,
             self.on_end,
         )
         self.sessions[session_id] = session
@@ -336,9 +341,6 @@ class SessionRegistry:
             await session.terminal.close(self.kill_grace if grace is None else grace, first_signal)
         self._forget(session, reason)
 
-    async def close_owner(self, owner: str, reason: str) -> None:
-        await self._close_many(self.owned_by(owner), reason)
-
     async def close_disconnected(self) -> None:
         """Close the sessions of clients whose connection has ended."""
         gone = [session for session in self.sessions.values() if not self.connected(session.owner)]
@@ -362,8 +364,9 @@ class SessionRegistry:
                 EXITED_LINGER, self.idle_timeout
             ):
                 expired.append((session, "ended and unused"))
-        for session, reason in expired:
-            await self.close(session, reason)
+        async with anyio.create_task_group() as group:
+            for session, reason in expired:
+                group.start_soon(self.close, session, reason)
 
     async def reap_forever(self) -> None:
         interval = max(0.1, min(1.0, self.idle_timeout / 4, self.max_lifetime / 4))
