@@ -66,6 +66,9 @@ class Settings(BaseSettings):
         86400.0, ge=1.0, le=2592000.0, description="seconds a session may live at most, 1 to 2592000"
     )
     record_dir: Path | None = Field(None, description="empty (off) or a directory for asciicast session transcripts")
+    record_max_bytes: int = Field(
+        64 * 1024 * 1024, ge=1024 * 1024, le=64 * 1024**3, description="bytes per transcript, 1048576 to 68719476736"
+    )
     metrics_addr: str = Field("", description="empty (off) or a loopback HOST:PORT such as 127.0.0.1:9464")
 
     @field_validator("policy_deny", "policy_allow")

@@ -63,6 +63,9 @@ class Runner:
         self._call_counters: dict[tuple[str, int, str], Any] = {}
         # Per tool, the defaults its outputSchema declares: a result field at its default is left out.
         self.result_defaults: dict[str, dict[str, Any]] = {}
+        # Per tool, what the audit record may keep of the arguments of any call, valid or not (a password
+        # typed into a session is withheld even when the call fails validation).
+        self.argument_filters: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {}
 
     # -- tool calls --------------------------------------------------------------------------------------
 
@@ -75,7 +78,7 @@ class Runner:
     ) -> CallToolResult:
         started = time.monotonic()
         identity = identify(request_context, self.transport)
-        arguments = _raw_arguments(request_context)
+        arguments = self._recordable(tool, _raw_arguments(request_context))
         refusal = self._audit_unavailable()
         if refusal is not None:
             return self._finish(tool, 0, identity, arguments, started, "error", error=refusal)
@@ -126,7 +129,10 @@ class Runner:
         """An invalid call caught before the tool function (unknown tool, argument names or types)."""
         identity = identify(request_context, self.transport)
         started = time.monotonic()
-        recorded = arguments if isinstance(arguments, dict) else {"arguments": repr(arguments)[:1024]}
+        if isinstance(arguments, dict):
+            recorded = self._recordable(tool, arguments)
+        else:
+            recorded = {"arguments": repr(arguments)[:1024]}
         return self._finish(tool[:128], 0, identity, recorded, started, "error", error=message)
 
     # -- context pulls -----------------------------------------------------------------------------------
@@ -157,6 +163,10 @@ class Runner:
         self._write(record, label, 0, "ok", started)
 
     # -- internals ---------------------------------------------------------------------------------------
+
+    def _recordable(self, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        argument_filter = self.argument_filters.get(tool)
+        return argument_filter(arguments) if argument_filter is not None else arguments
 
     def _audit_unavailable(self) -> str | None:
         """Fail closed before anything runs if the log cannot be written."""

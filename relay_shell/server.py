@@ -54,6 +54,7 @@ def build_server(settings: Settings, audit_log: AuditLog) -> Assembly:
                 "reason": session.end_reason or "exited",
                 "raw_len": session.ring.end,
                 "transcript_sha256": session.transcript_sha256,
+                "transcript_truncated": session.transcript.truncated if session.transcript else None,
                 "duration_ms": int(((session.ended_at or 0) - session.created) * 1000),
             },
         )

@@ -53,32 +53,38 @@ async def stdio_transport() -> AsyncIterator[tuple[Any, Any]]:
 
         async def stdin_reader() -> None:
             async with read_stream_writer:
-                while True:
-                    try:
-                        line = await reader.readuntil(b"\n")
-                    except asyncio.IncompleteReadError as exc:
-                        line = exc.partial  # the last line without a newline, or EOF
-                        if not line:
-                            return
-                    except asyncio.LimitOverrunError:
-                        await read_stream_writer.send(ValueError(f"message longer than {MAX_LINE} bytes"))
+                with contextlib.suppress(anyio.ClosedResourceError, ConnectionError):
+                    await read_lines()
+
+        async def read_lines() -> None:
+            while True:
+                try:
+                    line = await reader.readuntil(b"\n")
+                except asyncio.IncompleteReadError as exc:
+                    line = exc.partial  # the last line without a newline, or EOF
+                    if not line:
                         return
-                    if not line.strip():
-                        continue
-                    try:
-                        text = line.decode("utf-8", errors="replace")
-                        message = types.jsonrpc_message_adapter.validate_json(text, by_name=False)
-                    except Exception as exc:
-                        await read_stream_writer.send(exc)
-                        continue
-                    await read_stream_writer.send(SessionMessage(message))
+                except asyncio.LimitOverrunError:
+                    await read_stream_writer.send(ValueError(f"message longer than {MAX_LINE} bytes"))
+                    return
+                if not line.strip():
+                    continue
+                try:
+                    text = line.decode("utf-8", errors="replace")
+                    message = types.jsonrpc_message_adapter.validate_json(text, by_name=False)
+                except Exception as exc:
+                    await read_stream_writer.send(exc)
+                    continue
+                await read_stream_writer.send(SessionMessage(message))
 
         async def stdout_writer() -> None:
+            # A client that closed its end is a client that left: stop writing, the server shuts down on EOF.
             async with write_stream_reader:
-                async for session_message in write_stream_reader:
-                    data = session_message.message.model_dump_json(by_alias=True, exclude_unset=True)
-                    writer.write(data.encode("utf-8") + b"\n")
-                    await writer.drain()
+                with contextlib.suppress(anyio.ClosedResourceError, ConnectionError):
+                    async for session_message in write_stream_reader:
+                        data = session_message.message.model_dump_json(by_alias=True, exclude_unset=True)
+                        writer.write(data.encode("utf-8") + b"\n")
+                        await writer.drain()
 
         async with anyio.create_task_group() as group:
             group.start_soon(stdin_reader)

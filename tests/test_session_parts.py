@@ -146,16 +146,33 @@ def test_echo_is_skipped_and_a_partial_echo_waits() -> None:
 
 
 def test_typed_lines_join_input_split_across_calls() -> None:
-    submitted, pending = typed_lines("", "rm -r", False, [])
-    assert (submitted, pending) == ([], "rm -r")
-    submitted, pending = typed_lines(pending, "f /tmp/x", True, [])
-    assert (submitted, pending) == (["rm -rf /tmp/x"], "")
+    texts, pending, edited = typed_lines([], "rm -r", False, [])
+    assert (texts, pending, edited) == (["rm -r"], ["rm -r"], False)
+    texts, pending, edited = typed_lines(pending, "f /tmp/x", True, [])
+    assert (texts, pending, edited) == (["rm -rf /tmp/x"], [], False)
 
 
-def test_typed_lines_ctrl_c_discards_the_line_and_enter_key_submits() -> None:
-    assert typed_lines("rm -rf /", "", False, ["ctrl-c"]) == ([], "")
-    assert typed_lines("ls", "", False, ["enter"]) == (["ls"], "")
-    assert typed_lines("", "a\nb\rc", False, []) == (["a", "b"], "c")
+@pytest.mark.parametrize(
+    "data",
+    ["rm -rf /x\x04", "rm -rf /x\x07", "rm -rf /x #\x16\x15", "rm -rf /x #\x16\x03", "rm -rf /x\x1b[D"],
+)
+def test_control_characters_never_hide_typed_text_from_the_policy(data: str) -> None:
+    # Whether Ctrl-D, Ctrl-G or a quoted Ctrl-U discards the line depends on the program: classify it anyway.
+    texts, pending, _ = typed_lines([], data, False, [])
+    assert any(text.startswith("rm -rf /x") for text in texts)
+    assert "".join(pending).startswith("rm -rf /x")
+
+
+def test_a_line_edited_with_control_keys_is_read_every_way_and_flagged() -> None:
+    texts, pending, edited = typed_lines([], "rm -r\x04f /x", True, [])
+    assert ("rm -rf /x" in texts, "f /x" in texts, pending, edited) == (True, True, [], True)
+    # Ctrl-C may or may not have discarded `echo hi`: both readings are classified.
+    _, pending, _ = typed_lines([], "echo hi", False, ["ctrl-c"])
+    texts, _, edited = typed_lines(pending, "rm -rf /x", True, [])
+    assert {"echo hirm -rf /x", "rm -rf /x"} <= set(texts) and edited
+    # Keys alone, or Ctrl-C after a finished line, edit nothing.
+    assert typed_lines([], "ls", True, ["ctrl-c"]) == (["ls"], [], False)
+    assert typed_lines([], "", False, ["pagedown"]) == ([], [], False)
 
 
 def test_the_name_of_a_secret_sent_by_reference_stays_readable_in_the_log() -> None:

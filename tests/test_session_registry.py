@@ -6,6 +6,7 @@ or HTTP)."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
 import time
 from collections.abc import AsyncIterator
@@ -21,6 +22,7 @@ from relay_shell.config import Settings
 from relay_shell.server import Assembly, build_server
 from relay_shell.sessions.local_pty import LocalPty, session_members
 from relay_shell.sessions.registry import Session, SessionRegistry
+from relay_shell.sessions.transcript import Transcript
 from tests.conftest import read_records, text_of
 
 pytestmark = pytest.mark.anyio
@@ -43,7 +45,7 @@ def _registry(ended: list[Session], **limits: Any) -> SessionRegistry:
 
 def _spawn(registry: SessionRegistry, argv: list[str], owner: str = "a") -> Session:
     terminal = LocalPty(argv, None, SHELL_ENV, 80, 24)
-    return registry.add(registry.new_id(), owner, "test", " ".join(argv), "shell", terminal, 80, 24, None)
+    return registry.add(registry.new_id(), owner, "test", " ".join(argv), terminal, 80, 24, None)
 
 
 async def _type(session: Session, text: str, until: str, timeout: float = 5.0) -> str:
@@ -294,3 +296,27 @@ def _cmdline(pid: int) -> str:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
     except OSError:
         return ""
+
+
+async def test_programs_in_a_session_get_default_signal_handling() -> None:
+    registry = _registry([])
+    session = _spawn(registry, ["bash", "--norc", "--noprofile"])
+    try:
+        await _type(session, "", PROMPT)
+        output = await _type(session, "yes | head -1; echo status=${PIPESTATUS[*]}\r", "status=[0-9]+ [0-9]+")
+        assert "status=141 0" in output  # yes died of SIGPIPE, as in any terminal
+        assert "Broken pipe" not in output
+    finally:
+        await registry.close_all("test over")
+
+
+async def test_a_transcript_stops_at_its_limit_with_a_marker(tmp_path: Path) -> None:
+    transcript = Transcript(tmp_path, "s-test", "yes", 80, 24, "xterm", max_bytes=1024 * 1024)
+    for _ in range(3000):
+        transcript.output(b"y" * 1000)
+    digest = transcript.close()
+    lines = (tmp_path / "s-test.cast").read_bytes().splitlines()
+    assert transcript.truncated
+    assert (tmp_path / "s-test.cast").stat().st_size < 1024 * 1024 + 2048
+    assert b"transcript limit of 1048576 bytes reached" in lines[-1]
+    assert hashlib.sha256((tmp_path / "s-test.cast").read_bytes()).hexdigest() == digest

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import orjson
 import pytest
 
+from relay_shell.audit.verify import verify_files
 from tests.conftest import server_env
 
 INITIALIZE = {
@@ -80,3 +82,60 @@ def test_stdin_from_dev_null_ends_the_server_at_once(tmp_path: Path) -> None:
     )
     assert completed.returncode == 0, completed.stderr.decode()
     assert completed.stdout == b""
+
+
+def test_an_argument_too_large_for_the_log_encoder_is_still_audited(tmp_path: Path) -> None:
+    # A 65-bit integer is valid JSON but more than the log's encoder takes: the command must not run
+    # without its record.
+    marker = tmp_path / "ran"
+    audit_path = tmp_path / "audit.jsonl"
+    call = (
+        '{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"shell_exec","arguments":'
+        f'{{"command":"touch {marker}; echo done","max_output":{2**64}}}}}}}'
+    )
+    server = subprocess.Popen(
+        [sys.executable, "-m", "relay_shell"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env=server_env(audit_path),
+    )
+    assert server.stdin is not None and server.stdout is not None
+    responses = []
+    for line in [orjson.dumps(INITIALIZE).decode(), '{"jsonrpc":"2.0","method":"notifications/initialized"}', call]:
+        server.stdin.write(line.encode() + b"\n")
+        server.stdin.flush()
+        if '"id"' in line:
+            responses.append(orjson.loads(server.stdout.readline()))
+    server.stdin.close()
+    assert server.wait(timeout=30) == 0
+    result = responses[1]["result"]
+    assert result["content"][0]["text"].startswith("[exit 0]\n[NOTE: max_output 18446744073709551616 lowered")
+    assert marker.exists()
+    records = [orjson.loads(line) for line in audit_path.read_bytes().splitlines()]
+    shell_records = [record for record in records if record["tool"] == "shell_exec"]
+    assert len(shell_records) == 1
+    assert shell_records[0]["args"]["max_output"] == str(2**64)
+    assert verify_files([audit_path]).ok
+
+
+def test_a_client_that_stops_reading_ends_the_server_cleanly(tmp_path: Path) -> None:
+    server = subprocess.Popen(
+        [sys.executable, "-m", "relay_shell"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=server_env(tmp_path / "audit.jsonl"),
+    )
+    assert server.stdin is not None and server.stdout is not None and server.stderr is not None
+    server.stdin.write(orjson.dumps(INITIALIZE) + b"\n")
+    server.stdin.flush()
+    assert orjson.loads(server.stdout.readline())["id"] == 1
+    server.stdout.close()  # the client is gone: the next answer has nowhere to go
+    for request_id in (2, 3, 4):
+        server.stdin.write(orjson.dumps({"jsonrpc": "2.0", "id": request_id, "method": "ping"}) + b"\n")
+        server.stdin.flush()
+        time.sleep(0.2)
+    server.stdin.close()
+    assert server.wait(timeout=30) == 0
+    assert b"Traceback" not in server.stderr.read()

@@ -174,6 +174,9 @@ class AuditLog:
         except OSError as exc:
             self._fail(f"cannot write audit log {self.path}: {exc.strerror or exc}")
             raise AuditWriteError(self.last_error) from exc
+        except TypeError as exc:  # orjson: a value JSON cannot carry; the log itself is fine
+            self.write_errors += 1
+            raise AuditWriteError(f"cannot encode the audit record: {exc}") from exc
         self.last_error = None
 
     def _follow_rotation(self) -> None:

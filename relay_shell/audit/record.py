@@ -6,6 +6,8 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
+_INT64_MIN = -(2**63)
+_UINT64_MAX = 2**64 - 1
 LONG_STRING = 1024  # characters; longer argument strings are summarised
 KEEP_CHARS = 256  # characters of head and of tail kept from a long string
 
@@ -27,6 +29,8 @@ def redact_text(text: str) -> str:
 
 
 def _summarise(value: Any) -> Any:
+    if isinstance(value, int) and not isinstance(value, bool) and not _INT64_MIN <= value <= _UINT64_MAX:
+        return str(value)  # JSON allows any integer; the log's encoder, like most readers, stops at 64 bits
     if isinstance(value, str) and len(value) > LONG_STRING:
         # The digest is over the redacted text: it proves what ran without becoming a guessing oracle for
         # a secret inside it (an auditor holding the script redacts it the same way and compares).
@@ -41,3 +45,4 @@ def _summarise(value: Any) -> Any:
     if isinstance(value, list):
         return [_summarise(item) for item in value]
     return value
+

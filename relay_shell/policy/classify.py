@@ -29,6 +29,10 @@ class Subject:
     stdin: str | None = None  # data on stdin
     env: tuple[tuple[str, str | None], ...] = ()  # env overlay (None value = unset)
     fixed_tier: int | None = None  # inspection tools: tier given by the tool
+    # Lines typed into a terminal: read by a shell, a Python REPL or anything else, so classified as shell
+    # text and, where that finds something stateful, as Python too.
+    typed: str | None = None
+    typed_edited: bool = False  # a submitted line was edited with control keys: what it became is unknown
 
 
 @dataclass(frozen=True)
@@ -307,6 +311,28 @@ WRAPPERS: dict[str, set[str]] = {
     "watch": {"-n", "--interval", "-d"},
 }
 CODE_INJECTION_ENV = {
+    # Run by an interactive shell at each prompt, or by pagers and tools started inside a session.
+    "PS0",
+    "PS1",
+    "PS2",
+    "PS3",
+    "PS4",
+    "LESSOPEN",
+    "LESSCLOSE",
+    "LESSKEY",
+    "PAGER",
+    "MANPAGER",
+    "GIT_PAGER",
+    "SYSTEMD_PAGER",
+    "EDITOR",
+    "VISUAL",
+    "GIT_EDITOR",
+    "SUDO_ASKPASS",
+    "SSH_ASKPASS",
+    "GIT_ASKPASS",
+    "INPUTRC",
+    "HISTFILE",
+    "ZDOTDIR",
     "LD_PRELOAD",
     "LD_LIBRARY_PATH",
     "LD_AUDIT",
@@ -327,6 +353,12 @@ CODE_INJECTION_ENV = {
     "BASHOPTS",
     "GCONV_PATH",
 }
+# `PAGER=cat` and friends are what the server sets itself: naming a plain pager runs nothing else.
+_HARMLESS_PAGERS = {
+    name: {"", "cat", "less", "more"} for name in ("PAGER", "MANPAGER", "GIT_PAGER", "SYSTEMD_PAGER")
+}
+_EDITED_LINE = "a line edited with control keys before Enter: what it became cannot be known"
+_PROMPTS = {"PS0", "PS1", "PS2", "PS3", "PS4"}
 SYSTEM_DIRS = {
     "/etc",
     "/usr",
@@ -590,7 +622,11 @@ def analyze(subject: Subject) -> list[Finding]:
         return [Finding("", subject.fixed_tier, "inspection tool")]
     findings: list[Finding] = []
     for name, value in subject.env:
-        if name in CODE_INJECTION_ENV or name.startswith("LD_"):
+        if name in _HARMLESS_PAGERS and (value or "").strip() in _HARMLESS_PAGERS[name]:
+            continue
+        if name in _PROMPTS and not any(char in (value or "") for char in "$`\\"):
+            continue  # a literal prompt: nothing in it is expanded
+        if name in CODE_INJECTION_ENV or name.startswith(("LD_", "BASH_FUNC_")):
             findings.append(Finding(f"env {name}={value or ''}", 2, f"env {name} can inject code"))
     if subject.command is not None:
         findings += shell_findings(subject.command, 0)
@@ -607,6 +643,13 @@ def analyze(subject: Subject) -> list[Finding]:
             findings += python_findings(subject.script)
         else:
             findings += shell_findings(subject.script, 0)
+    if subject.typed is not None:
+        # Which program reads the keyboard cannot be known for sure (`exec -a`, sudo, a remote shell): every
+        # line counts as shell text, and Python's view adds what it finds stateful.
+        findings += shell_findings(subject.typed, 0)
+        findings += [finding for finding in python_findings(subject.typed) if finding.tier >= 2]
+    if subject.typed_edited:
+        findings.append(Finding(subject.typed[:200] if subject.typed else "", 2, _EDITED_LINE))
     return findings
 
 

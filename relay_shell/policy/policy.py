@@ -62,7 +62,7 @@ def _compile(pattern: str) -> re.Pattern[str]:
 
 
 def _raw_texts(subject: Subject) -> list[str]:
-    texts = [text for text in (subject.command, subject.script, subject.stdin) if text]
+    texts = [text for text in (subject.command, subject.script, subject.stdin, subject.typed) if text]
     if subject.argv:
         texts.append(" ".join(subject.argv))
     texts += [f"{name}={value or ''}" for name, value in subject.env]

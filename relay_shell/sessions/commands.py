@@ -1,7 +1,7 @@
 """shell_spawn and session_*: validate the arguments, then plan what the session registry does.
 
 Policy sees what is typed: every line submitted into a session (with the part typed earlier without
-Enter) is classified like a one-shot command, as Python when the program reading the keyboard is Python.
+Enter) is classified like a one-shot command (see `typed_lines`).
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ import re
 import shlex
 import signal
 import time
-from pathlib import Path
 from typing import Any
 
 from relay_shell.capture import BoundedCapture
@@ -23,7 +22,7 @@ from relay_shell.policy.classify import Subject
 from relay_shell.results import Outcome
 from relay_shell.sessions.ansi import strip_ansi
 from relay_shell.sessions.expect import compile_until, expected_echo
-from relay_shell.sessions.keys import KEYS, LINE_DISCARDING_KEYS, LINE_ENDING_KEYS, key_name
+from relay_shell.sessions.keys import KEYS, LINE_ENDING_KEYS, key_name
 from relay_shell.sessions.registry import Session, SessionRegistry, WaitResult
 from relay_shell.sessions.transcript import Transcript
 
@@ -38,7 +37,6 @@ ROWS = (2, 500)
 SIGNALS = ("TERM", "INT", "HUP", "KILL", "QUIT", "USR1", "USR2", "STOP", "CONT", "TSTP", "WINCH", "ALRM")
 # A word made only of these needs no shell: run it directly so the program is the session leader.
 _PLAIN_WORD = re.compile(r"[\w@%+=:,./-]+")
-PYTHON_PROGRAMS = re.compile(r"^(python[0-9.]*|ipython[0-9]*|bpython|ptpython)$")
 
 
 def prepare_spawn(
@@ -85,7 +83,6 @@ def prepare_spawn(
         argv=tuple(argv) if not isinstance(command, str) else None,
         env=tuple((env or {}).items()),
     )
-    program = "python" if PYTHON_PROGRAMS.match(os.path.basename(argv[0])) else "shell"
 
     async def execute(progress: ProgressFn) -> Execution:
         # Imported on first use: ptyprocess, ctypes and termios cost startup time a server that never
@@ -95,7 +92,7 @@ def prepare_spawn(
         await registry.reserve()
         session_id = registry.new_id()
         # The transcript first: if it cannot be written (RECORD_DIR), nothing is started.
-        transcript = _transcript(settings.record_dir, session_id, shown, cols, rows)
+        transcript = _transcript(settings, session_id, shown, cols, rows)
         try:
             terminal = LocalPty(argv, work_dir, terminal_env, cols, rows)
         except BaseException as exc:
@@ -105,7 +102,7 @@ def prepare_spawn(
             if isinstance(exc, FileNotFoundError):
                 raise ArgumentError(f"command: {argv[0]!r} was not found; allowed: an installed program") from None
             raise
-        session = registry.add(session_id, owner, client_id, shown, program, terminal, cols, rows, transcript)
+        session = registry.add(session_id, owner, client_id, shown, terminal, cols, rows, transcript)
         result = await session.wait(0, patterns, wait_timeout, SETTLE, settle_from_start=True)
         return _read_result(
             session, None, settings.max_output, False, result, bool(patterns), wait_timeout, spawned=True
@@ -152,50 +149,60 @@ def prepare_send(
     payload += b"".join(KEYS[name] for name in key_names)
 
     password_prompt = session.state == "running" and session.terminal.password_mode()
-    submitted, pending = typed_lines(session.pending_input, data if secret is None else "", press_enter, key_names)
-    program = session.terminal.foreground_program() or session.program
-    text = "\n".join([*submitted, pending]).strip("\n")
-    if program == "python" or PYTHON_PROGRAMS.match(program):
-        subject = Subject(script=text, interpreter="python")
-    else:
-        subject = Subject(command=text)
-    recorded = None
-    if password_prompt and data:
-        recorded = {
-            "session_id": session_id,
-            "data": f"[withheld: {len(data)} characters typed with terminal echo off]",
-            "enter": enter,
-            "keys": keys,
-            "until": until,
-        }
+    version = session.input_version
+    call_arguments = {"session_id": session_id, "data": data, "enter": enter, "keys": keys, "until": until}
+    lines, pending, edited = typed_lines(session.pending_input, data if secret is None else "", press_enter, key_names)
+    subject = Subject(typed="\n".join(lines), typed_edited=edited)
     echo = None if password_prompt or secret is not None or key_names else expected_echo(typed)
 
     async def execute(progress: ProgressFn) -> Execution:
         async with session.input_lock:
             _check_running(session)
+            if session.input_version != version:
+                # The line was classified with what had been typed before; another call has typed since.
+                raise ToolError("InputRace", "another call typed into this session meanwhile; send this again")
             if secret is not None:
                 await _await_password_prompt(session)
+            # Sampled again just before writing: a program may have turned echo off since the call began.
+            if data and session.terminal.password_mode():
+                plan.recorded_arguments = withheld_input(call_arguments)
             session.last_activity = time.monotonic()
             match_from = session.ring.end
             try:
                 await session.terminal.write(payload, time.monotonic() + max(wait_timeout, 1.0))
             except TimeoutError as exc:
                 raise ToolError("InputBlocked", f"{exc}: the program is not reading its input") from None
-            if session.transcript is not None and not password_prompt and secret is None:
+            finally:
+                session.input_version += 1
+            if session.transcript is not None and plan.recorded_arguments is None and secret is None:
                 session.transcript.input(payload)
-            session.pending_input = pending[-MAX_SEND:]
+            session.pending_input = pending
         result = await session.wait(match_from, patterns, wait_timeout, SETTLE, settle_from_start=False, echo=echo)
         session.last_activity = time.monotonic()
         return _read_result(session, None, budget, strip_ansi_codes, result, bool(patterns), wait_timeout)
 
-    return Plan(
-        subject=subject,
-        execute=execute,
-        notes=notes,
-        timeout=wait_timeout,
-        session_id=session_id,
-        recorded_arguments=recorded,
-    )
+    plan = Plan(subject=subject, execute=execute, notes=notes, timeout=wait_timeout, session_id=session_id)
+    if password_prompt and data:
+        plan.recorded_arguments = withheld_input(call_arguments)
+    return plan
+
+
+def withheld_input(arguments: dict[str, Any]) -> dict[str, Any]:
+    """The arguments of a send typed at a no-echo prompt, as the audit log keeps them: no `data`."""
+    data = arguments.get("data")
+    if data is None or data == "":
+        return arguments
+    length = len(data) if isinstance(data, str) else len(repr(data))
+    return {**arguments, "data": f"[withheld: {length} characters typed with terminal echo off]"}
+
+
+def withhold_at_password_prompt(registry: SessionRegistry, arguments: dict[str, Any]) -> dict[str, Any]:
+    """For every session_send record, valid or not: withhold `data` while the session reads a password."""
+    session_id = arguments.get("session_id")
+    session = registry.sessions.get(session_id) if isinstance(session_id, str) else None
+    if session is not None and session.state == "running" and session.terminal.password_mode():
+        return withheld_input(arguments)
+    return arguments
 
 
 def prepare_recv(
@@ -314,30 +321,64 @@ def prepare_list(settings: Settings, registry: SessionRegistry, owner: str) -> P
     return Plan(subject=Subject(fixed_tier=0), execute=execute)
 
 
-def typed_lines(pending: str, data: str, enter: bool, keys: list[str]) -> tuple[list[str], str]:
-    """The lines this input submits (with what was typed before without Enter) and what stays pending.
-    Ctrl-C, Ctrl-U and Ctrl-D abandon the line; keys that edit it (arrows, tab) cannot be followed, so the
-    line is classified as typed."""
-    submitted: list[str] = []
-    line = pending
+MAX_FRAGMENTS = 32  # pieces of one typed line kept for the policy; more control keys than that is no line
+
+
+def typed_lines(
+    pending: list[str], data: str, enter: bool, keys: list[str]
+) -> tuple[list[str], list[str], bool]:
+    """What the policy classifies for this input, the pieces of the line still being typed, and whether a
+    submitted line was edited with control keys.
+
+    A control character or a key (Ctrl-C, Ctrl-U, an arrow, Tab…) may discard, keep or rewrite what was
+    typed before it, depending on the program and its terminal settings, so nothing is ever dropped: the
+    line is kept as pieces split at those keys, and every way of reading it that drops a leading part is
+    classified (`rm -r` + Ctrl-D + `f /` is seen as `rm -rf /`). A line submitted after such edits may have
+    become anything, which the policy treats as stateful."""
+    # `pending` ends with the piece still open for typing ("" after a control key).
+    pieces = [piece for piece in pending[:-1] if piece]
+    current = pending[-1] if pending else ""
+    texts: list[str] = []
+    edited = False
+
+    def split() -> None:
+        nonlocal current
+        if current:
+            pieces.append(current)
+        current = ""
+
+    def submit() -> None:
+        nonlocal edited, pieces
+        split()
+        texts.extend(_readings(pieces))
+        edited = edited or len(pieces) > 1
+        pieces = []
+
     for char in data:
         if char in "\r\n":
-            submitted.append(line)
-            line = ""
-        elif char in "\x03\x04\x15\x07":
-            line = ""
+            submit()
+        elif (char < " " and char != "\t") or char == "\x7f":
+            split()
         else:
-            line += char
+            current += char
     if enter:
-        submitted.append(line)
-        line = ""
+        submit()
     for key in keys:
         if key in LINE_ENDING_KEYS:
-            submitted.append(line)
-            line = ""
-        elif key in LINE_DISCARDING_KEYS:
-            line = ""
-    return submitted, line
+            submit()
+        else:
+            split()
+    if len(pieces) >= MAX_FRAGMENTS:
+        pieces = ["".join(pieces[: len(pieces) - MAX_FRAGMENTS + 2]), *pieces[len(pieces) - MAX_FRAGMENTS + 2 :]]
+    # What is typed so far counts too: refusing it before Enter costs nothing.
+    texts.extend(_readings([*pieces, current] if current else pieces))
+    open_line = [*pieces, current]
+    return texts, open_line if any(open_line) else [], edited
+
+
+def _readings(pieces: list[str]) -> list[str]:
+    """The line as typed, and with each leading part dropped."""
+    return ["".join(pieces[index:]) for index in range(len(pieces))]
 
 
 # -- helpers ---------------------------------------------------------------------------------------------
@@ -459,14 +500,14 @@ async def _await_password_prompt(session: Session) -> None:
         await asyncio.sleep(0.01)
 
 
-def _transcript(record_dir: Path | None, session_id: str, command: str, cols: int, rows: int) -> Transcript | None:
-    if record_dir is None:
+def _transcript(settings: Settings, session_id: str, command: str, cols: int, rows: int) -> Transcript | None:
+    if settings.record_dir is None:
         return None
     try:
-        return Transcript(record_dir, session_id, command, cols, rows, TERM)
+        return Transcript(settings.record_dir, session_id, command, cols, rows, TERM, settings.record_max_bytes)
     except OSError as exc:
         raise ToolError(
             "TranscriptUnavailable",
-            f"cannot record the session in RELAY_SHELL_RECORD_DIR={record_dir} ({exc.strerror or exc}); "
+            f"cannot record the session in RELAY_SHELL_RECORD_DIR={settings.record_dir} ({exc.strerror or exc}); "
             "nothing was started",
         ) from None

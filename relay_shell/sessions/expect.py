@@ -1,17 +1,20 @@
 """`until` patterns: validation, and the search over a session's new output.
 
 Patterns are Python regular expressions (MULTILINE, so `^`/`$` work per line) matched against the output
-with terminal escape sequences removed and CRLF normalised, so a coloured prompt matches `^\\$ $`.
+with terminal escape sequences removed and CRLF and lone CR read as line ends, so a coloured prompt
+matches `^\\$ $`.
 The terminal echoes what was typed before the program reads it; when the new output starts with that
 echo, the search starts after it, so a pattern that also appears in the input does not match the echo.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
+from typing import Any
 
-from relay_shell.plan import ArgumentError
+import regex
+
+from relay_shell.plan import ArgumentError, ToolError
 from relay_shell.sessions.ansi import strip_ansi
 
 MAX_PATTERNS = 16
@@ -19,6 +22,12 @@ MAX_PATTERN_LENGTH = 1024
 # The search looks at most this far back from the newest byte: enough for any prompt or answer line,
 # and it keeps each wake-up O(1) in the session's output volume.
 SEARCH_WINDOW = 32 * 1024
+# A pattern that backtracks catastrophically is stopped here instead of freezing the server: the `regex`
+# module (re-compatible syntax) takes a timeout, which the standard `re` does not.
+SEARCH_TIMEOUT = 0.1
+
+# Compiled `until` patterns (regex.Pattern, untyped).
+Patterns = list[Any]
 
 
 @dataclass(frozen=True)
@@ -27,7 +36,7 @@ class Match:
     text: str  # what it matched
 
 
-def compile_until(until: str | list[str] | None) -> list[re.Pattern[str]]:
+def compile_until(until: str | list[str] | None) -> Patterns:
     if until is None:
         return []
     patterns = [until] if isinstance(until, str) else list(until)
@@ -43,8 +52,8 @@ def compile_until(until: str | list[str] | None) -> list[re.Pattern[str]]:
         if len(pattern) > MAX_PATTERN_LENGTH:
             raise ArgumentError(f"{where}: is {len(pattern)} characters; allowed: at most {MAX_PATTERN_LENGTH}")
         try:
-            compiled.append(re.compile(pattern, re.MULTILINE))
-        except re.error as exc:
+            compiled.append(regex.compile(pattern, regex.MULTILINE))
+        except regex.error as exc:
             raise ArgumentError(
                 f"{where}: {pattern[:80]!r} is not a valid regex ({exc}); allowed: a Python regular expression"
             ) from None
@@ -52,7 +61,8 @@ def compile_until(until: str | list[str] | None) -> list[re.Pattern[str]]:
 
 
 def window_text(window: bytes) -> str:
-    return strip_ansi(window).decode("utf-8", errors="replace")
+    # A lone CR (a redrawn line, a prompt after `\x1b[?2004l\r`) starts a line too, so `^` matches after it.
+    return strip_ansi(window).replace(b"\r", b"\n").decode("utf-8", errors="replace")
 
 
 def echo_skip(text: str, echo: str | None) -> int | None:
@@ -67,11 +77,18 @@ def echo_skip(text: str, echo: str | None) -> int | None:
     return 0
 
 
-def search(patterns: list[re.Pattern[str]], text: str, start: int) -> Match | None:
+def search(patterns: Patterns, text: str, start: int) -> Match | None:
     """The earliest match at or after `start` (ties go to the lower pattern index)."""
-    best: tuple[int, int, re.Match[str]] | None = None
+    best: tuple[int, int, Any] | None = None
     for index, pattern in enumerate(patterns):
-        found = pattern.search(text, start)
+        try:
+            found = pattern.search(text, start, timeout=SEARCH_TIMEOUT)
+        except TimeoutError:
+            raise ToolError(
+                "UntilTooSlow",
+                f"until pattern {index} ({pattern.pattern[:80]!r}) took over {SEARCH_TIMEOUT}s on the output "
+                "(catastrophic backtracking); use a simpler regex, e.g. without nested repetition",
+            ) from None
         if found is not None and (best is None or found.start() < best[0]):
             best = (found.start(), index, found)
     if best is None:

@@ -27,9 +27,12 @@ OutputCallback = Callable[[bytes], None]
 ExitCallback = Callable[[int | None, str | None], None]
 
 
-def _die_with_server() -> None:
-    """In the child, before exec: SIGKILL it if the server dies, so even `kill -9` of the server leaves
-    no shell behind (its jobs then get SIGHUP from the terminal hangup)."""
+def _prepare_child() -> None:
+    """In the child, before exec. Python ignores SIGPIPE and SIGXFSZ, and exec keeps ignored signals: give
+    the program the defaults (`yes | head -1` must end quietly, as in any terminal). And SIGKILL the program
+    if the server dies, so even `kill -9` of the server does not leave the shell behind."""
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
     with contextlib.suppress(Exception):
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
@@ -39,7 +42,7 @@ class LocalPty:
 
     def __init__(self, argv: list[str], cwd: str | None, env: dict[str, str], cols: int, rows: int) -> None:
         # Raises FileNotFoundError when argv[0] is not found and OSError when exec fails.
-        self.process = PtyProcess.spawn(argv, cwd=cwd, env=env, dimensions=(rows, cols), preexec_fn=_die_with_server)
+        self.process = PtyProcess.spawn(argv, cwd=cwd, env=env, dimensions=(rows, cols), preexec_fn=_prepare_child)
         self.pid = self.process.pid
         self.fd = self.process.fd
         self.loop = asyncio.get_running_loop()
@@ -52,7 +55,6 @@ class LocalPty:
         self.ended = False
         self.last_output = time.monotonic()
         self.exited_at = 0.0
-        self.foreground: tuple[int, str | None] = (0, None)
         os.set_blocking(self.fd, False)
         self.pidfd = os.pidfd_open(self.pid)
 
@@ -113,24 +115,6 @@ class LocalPty:
         except termios.error:
             return False
         return bool(local_flags & termios.ICANON) and not local_flags & termios.ECHO
-
-    def foreground_program(self) -> str | None:
-        """The name of the program that reads the keyboard now (the terminal's foreground job)."""
-        try:
-            group = os.tcgetpgrp(self.fd)
-        except OSError:
-            return None
-        if group == self.foreground[0]:
-            return self.foreground[1]
-        try:
-            with open(f"/proc/{group}/cmdline", "rb") as cmdline:
-                argv0 = cmdline.read().split(b"\0", 1)[0]
-        except OSError:
-            return None
-        program = os.path.basename(argv0.decode("utf-8", errors="replace")) or None
-        # A group id names one job for as long as the job lives, so the name can be kept until it changes.
-        self.foreground = (group, program)
-        return program
 
     async def close(self, grace: float, first_signal: int | None = None) -> None:
         """Stop every process in the terminal's session (`first_signal`, HUP + TERM, grace, KILL), then close

@@ -9,7 +9,6 @@ client's sessions when its connection ends and every session when the server sto
 from __future__ import annotations
 
 import asyncio
-import re
 import secrets
 import time
 from collections import OrderedDict
@@ -20,7 +19,7 @@ from typing import Literal, Protocol
 import anyio
 
 from relay_shell.plan import ToolError
-from relay_shell.sessions.expect import SEARCH_WINDOW, Match, echo_skip, search, window_text
+from relay_shell.sessions.expect import SEARCH_WINDOW, Match, Patterns, echo_skip, search, window_text
 from relay_shell.sessions.ring import OutputRing, RingRead
 from relay_shell.sessions.transcript import Transcript
 
@@ -44,8 +43,6 @@ class Terminal(Protocol):
     def send_signal(self, signal_number: int) -> None: ...
 
     def password_mode(self) -> bool: ...
-
-    def foreground_program(self) -> str | None: ...
 
     async def close(self, grace: float, first_signal: int | None = None) -> None: ...
 
@@ -74,7 +71,6 @@ class Session:
         owner: str,
         client_id: str,
         command: str,
-        program: str,
         terminal: Terminal,
         buffer_bytes: int,
         cols: int,
@@ -86,7 +82,6 @@ class Session:
         self.owner = owner
         self.client_id = client_id
         self.command = command
-        self.program = program  # "python" or "shell": how typed lines are classified
         self.terminal = terminal
         self.ring = OutputRing(buffer_bytes)
         self.cols = cols
@@ -99,7 +94,8 @@ class Session:
         self.last_output = self.created
         self.ended_at: float | None = None
         self.read_cursor = 0
-        self.pending_input = ""  # the line typed so far without Enter, for the policy
+        self.pending_input: list[str] = []  # the line typed so far without Enter, in pieces (typed_lines)
+        self.input_version = 0  # counts writes, so a send can tell that another typed after it was classified
         self.state: Literal["running", "exited", "closed"] = "running"
         self.exit_code: int | None = None
         self.signal_name: str | None = None
@@ -157,7 +153,7 @@ class Session:
     async def wait(
         self,
         match_from: int,
-        patterns: list[re.Pattern[str]],
+        patterns: Patterns,
         timeout: float,
         settle: float,
         settle_from_start: bool,
@@ -170,9 +166,15 @@ class Session:
         deadline = started + timeout
         loop = asyncio.get_running_loop()
         matched: list[Match] = []
+        failed: list[ToolError] = []
 
         def pattern_matched() -> bool:
-            found = self._search(match_from, patterns, echo)
+            # Runs in the terminal's output callback: an error is handed to the waiting call, not raised here.
+            try:
+                found = self._search(match_from, patterns, echo)
+            except ToolError as exc:
+                failed.append(exc)
+                return True
             if found is not None:
                 matched.append(found)
             return found is not None
@@ -206,9 +208,11 @@ class Session:
                 timer.cancel()
                 if waiter in self.waiters:
                     self.waiters.remove(waiter)
+            if failed:
+                raise failed[0]
             found = matched.pop() if matched else None
 
-    def _search(self, match_from: int, patterns: list[re.Pattern[str]], echo: str | None) -> Match | None:
+    def _search(self, match_from: int, patterns: Patterns, echo: str | None) -> Match | None:
         window_start = max(match_from, self.ring.end - SEARCH_WINDOW, self.ring.start)
         text = window_text(self.ring.read(window_start).data)
         start = echo_skip(text, echo) if window_start == match_from else 0
@@ -283,7 +287,6 @@ class SessionRegistry:
         owner: str,
         client_id: str,
         command: str,
-        program: str,
         terminal: Terminal,
         cols: int,
         rows: int,
@@ -294,7 +297,6 @@ class SessionRegistry:
             owner,
             client_id,
             command,
-            program,
             terminal,
             self.buffer_bytes,
             cols,

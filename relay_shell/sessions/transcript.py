@@ -2,8 +2,9 @@
 
 One JSON header line, then one `[seconds, code, data]` line per event: "o" output, "i" input, "r" resize.
 Input typed while the terminal's echo was off, and secrets sent by reference, are never written: the
-transcript shows what the screen showed. The session-end audit record carries the file's SHA-256, so an
-auditor can prove that a transcript is the one recorded.
+transcript shows what the screen showed. A transcript stops at RELAY_SHELL_RECORD_MAX_BYTES with a
+marker. The session-end audit record carries the file's SHA-256, so an auditor can prove that a transcript
+is the one recorded.
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ import orjson
 
 
 class Transcript:
-    def __init__(self, directory: Path, session_id: str, command: str, cols: int, rows: int, term: str) -> None:
+    def __init__(
+        self, directory: Path, session_id: str, command: str, cols: int, rows: int, term: str, max_bytes: int
+    ) -> None:
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         self.path = directory / f"{session_id}.cast"
         descriptor = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
@@ -28,6 +31,9 @@ class Transcript:
         # Output is text in asciicast: decode incrementally so a character split across reads survives.
         self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self.closed = False
+        self.max_bytes = max_bytes
+        self.size = 0
+        self.truncated = False
         header = {
             "version": 2,
             "width": cols,
@@ -60,11 +66,18 @@ class Transcript:
         return self.digest.hexdigest()
 
     def _event(self, code: str, data: str) -> None:
-        if self.closed:
+        if self.closed or self.truncated:
             return
-        self._write_line([round(time.monotonic() - self.started, 6), code, data])
+        event = [round(time.monotonic() - self.started, 6), code, data]
+        if self.size + len(data) > self.max_bytes:
+            # Disk is bounded like everything else: one marker, then nothing more is written.
+            self.truncated = True
+            note = f"\r\n[relay-shell: transcript limit of {self.max_bytes} bytes reached; not recorded after this]\r\n"
+            event = [event[0], "o", note]
+        self._write_line(event)
 
     def _write_line(self, value: object) -> None:
         line = orjson.dumps(value) + b"\n"
         self.digest.update(line)
         self.file.write(line)
+        self.size += len(line)

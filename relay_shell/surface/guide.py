@@ -68,8 +68,10 @@ read it (the buffer is bounded): read more often or narrow the output.
 - `session_resize(cols, rows)` for curses programs; `session_list` shows your sessions (state, cursor, \
 unread, exit status); `session_kill(session_id)` ends the program and everything it started \
 (`close=false` with `signal="INT"` only signals the foreground job).
-- Each line you type is checked by policy like a command (as Python inside a Python REPL). Idle sessions are \
-closed after a while, and all of yours when you disconnect.
+- Each line you type is checked by policy like a command (and for Python that changes files or runs \
+commands). Text typed without Enter counts with the next line; a line edited with control keys before Enter \
+(Ctrl-U, arrows, Tab) counts as stateful, because the server cannot tell what it became: type whole lines. \
+Idle sessions are closed after a while, and all of yours when you disconnect.
 
 Worked loop (Python REPL):
 

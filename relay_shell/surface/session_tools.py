@@ -18,6 +18,7 @@ from relay_shell.sessions.commands import (
     prepare_resize,
     prepare_send,
     prepare_spawn,
+    withhold_at_password_prompt,
 )
 from relay_shell.sessions.owner import owner_of
 from relay_shell.sessions.registry import SessionRegistry
@@ -45,6 +46,7 @@ Rows = Annotated[int, Field(description="terminal height in rows, 2 to 500")]
 
 def session_tools(runner: Runner, registry: SessionRegistry) -> list[Tool]:
     settings = runner.settings
+    runner.argument_filters["session_send"] = lambda arguments: withhold_at_password_prompt(registry, arguments)
 
     async def shell_spawn(
         ctx: Context,
