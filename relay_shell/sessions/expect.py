@@ -12,8 +12,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import regex
-
 from relay_shell.plan import ArgumentError, ToolError
 from relay_shell.sessions.ansi import strip_ansi
 
@@ -44,6 +42,8 @@ def compile_until(until: str | list[str] | None) -> Patterns:
         raise ArgumentError("until: is an empty list; allowed: a regex or a list of 1 to 16 regexes")
     if len(patterns) > MAX_PATTERNS:
         raise ArgumentError(f"until: {len(patterns)} patterns; allowed: at most {MAX_PATTERNS}")
+    import regex  # on first use: it takes ~9 ms to import, which startup should not pay
+
     compiled = []
     for index, pattern in enumerate(patterns):
         where = "until" if isinstance(until, str) else f"until[{index}]"
