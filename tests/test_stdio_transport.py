@@ -6,6 +6,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -19,6 +20,30 @@ INITIALIZE = {
     "method": "initialize",
     "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
 }
+INITIALIZED = b'{"jsonrpc":"2.0","method":"notifications/initialized"}'
+
+
+def start_server(audit_path: Path) -> subprocess.Popen[bytes]:
+    """relay-shell on pipes, driven with raw JSON-RPC lines."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "relay_shell"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=server_env(audit_path),
+    )
+
+
+def exchange(server: subprocess.Popen[bytes], messages: list[bytes]) -> list[dict[str, Any]]:
+    """Send each message; wait for the answer to each request (EOF would cancel calls still running)."""
+    assert server.stdin is not None and server.stdout is not None
+    responses = []
+    for message in messages:
+        server.stdin.write(message + b"\n")
+        server.stdin.flush()
+        if b'"id"' in message:
+            responses.append(orjson.loads(server.stdout.readline()))
+    return responses
 
 
 def test_nothing_the_server_starts_can_write_into_the_protocol_stream(tmp_path: Path) -> None:
@@ -31,20 +56,9 @@ def test_nothing_the_server_starts_can_write_into_the_protocol_stream(tmp_path: 
         "method": "tools/call",
         "params": {"name": "shell_exec", "arguments": {"command": f"echo '{forged}' > /proc/$PPID/fd/1; echo ok"}},
     }
-    server = subprocess.Popen(
-        [sys.executable, "-m", "relay_shell"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=server_env(tmp_path / "audit.jsonl"),
-    )
+    server = start_server(tmp_path / "audit.jsonl")
+    responses = exchange(server, [orjson.dumps(INITIALIZE), INITIALIZED, orjson.dumps(call)])
     assert server.stdin is not None and server.stdout is not None
-    responses = []
-    for message in [INITIALIZE, {"jsonrpc": "2.0", "method": "notifications/initialized"}, call]:
-        server.stdin.write(orjson.dumps(message) + b"\n")
-        server.stdin.flush()
-        if "id" in message:  # stay connected until the answer is in: EOF cancels calls in flight
-            responses.append(orjson.loads(server.stdout.readline()))
     server.stdin.close()
     assert server.wait(timeout=30) == 0
     assert server.stderr is not None
@@ -93,20 +107,9 @@ def test_an_argument_too_large_for_the_log_encoder_is_still_audited(tmp_path: Pa
         '{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"shell_exec","arguments":'
         f'{{"command":"touch {marker}; echo done","max_output":{2**64}}}}}}}'
     )
-    server = subprocess.Popen(
-        [sys.executable, "-m", "relay_shell"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        env=server_env(audit_path),
-    )
-    assert server.stdin is not None and server.stdout is not None
-    responses = []
-    for line in [orjson.dumps(INITIALIZE).decode(), '{"jsonrpc":"2.0","method":"notifications/initialized"}', call]:
-        server.stdin.write(line.encode() + b"\n")
-        server.stdin.flush()
-        if '"id"' in line:
-            responses.append(orjson.loads(server.stdout.readline()))
+    server = start_server(audit_path)
+    responses = exchange(server, [orjson.dumps(INITIALIZE), INITIALIZED, call.encode()])
+    assert server.stdin is not None
     server.stdin.close()
     assert server.wait(timeout=30) == 0
     result = responses[1]["result"]
@@ -120,17 +123,9 @@ def test_an_argument_too_large_for_the_log_encoder_is_still_audited(tmp_path: Pa
 
 
 def test_a_client_that_stops_reading_ends_the_server_cleanly(tmp_path: Path) -> None:
-    server = subprocess.Popen(
-        [sys.executable, "-m", "relay_shell"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=server_env(tmp_path / "audit.jsonl"),
-    )
+    server = start_server(tmp_path / "audit.jsonl")
+    assert exchange(server, [orjson.dumps(INITIALIZE)])[0]["id"] == 1
     assert server.stdin is not None and server.stdout is not None and server.stderr is not None
-    server.stdin.write(orjson.dumps(INITIALIZE) + b"\n")
-    server.stdin.flush()
-    assert orjson.loads(server.stdout.readline())["id"] == 1
     server.stdout.close()  # the client is gone: the next answer has nowhere to go
     for request_id in (2, 3, 4):
         server.stdin.write(orjson.dumps({"jsonrpc": "2.0", "id": request_id, "method": "ping"}) + b"\n")
