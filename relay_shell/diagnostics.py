@@ -17,7 +17,9 @@ from relay_shell.policy.classify import Subject
 MAX_TAIL_LINES = 1000
 
 
-def server_state(settings: Settings, audit_log: AuditLog, metrics_port: int | None) -> dict[str, Any]:
+def server_state(
+    settings: Settings, audit_log: AuditLog, metrics_port: int | None, open_sessions: int
+) -> dict[str, Any]:
     return {
         "version": __version__,
         "transport": settings.transport,
@@ -43,6 +45,14 @@ def server_state(settings: Settings, audit_log: AuditLog, metrics_port: int | No
             "write_errors": audit_log.write_errors,
             "seq": audit_log.seq if settings.audit_chain else None,
         },
+        "sessions": {
+            "open": open_sessions,
+            "max": settings.max_sessions,
+            "buffer_bytes": settings.session_buffer_bytes,
+            "idle_timeout_seconds": settings.session_idle_timeout,
+            "max_lifetime_seconds": settings.session_max_lifetime,
+            "transcripts": str(settings.record_dir) if settings.record_dir else None,
+        },
         "metrics": {"listen_port": metrics_port},
         "ssh": {
             "available": False,
@@ -51,9 +61,9 @@ def server_state(settings: Settings, audit_log: AuditLog, metrics_port: int | No
     }
 
 
-def prepare_server_info(settings: Settings, audit_log: AuditLog, metrics_port: int | None) -> Plan:
+def prepare_server_info(settings: Settings, audit_log: AuditLog, metrics_port: int | None, open_sessions: int) -> Plan:
     async def execute(progress: ProgressFn) -> Execution:
-        state = server_state(settings, audit_log, metrics_port)
+        state = server_state(settings, audit_log, metrics_port, open_sessions)
         return _text_execution(settings, state, {"info": state})
 
     return Plan(subject=Subject(fixed_tier=0), execute=execute)

@@ -33,6 +33,12 @@ class Metrics:
             registry=self.registry,
         )
 
+        self.sessions_open = Gauge(
+            "relay_shell_sessions_open",
+            "Terminal sessions held (running or ended, not yet closed).",
+            registry=self.registry,
+        )
+
     def exposition(self) -> bytes:
         return prometheus_client.generate_latest(self.registry)
 

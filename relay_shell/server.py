@@ -68,8 +68,13 @@ def build_server(settings: Settings, audit_log: AuditLog) -> Assembly:
         on_end=session_ended,
         connected=connected,
     )
+    metrics.sessions_open.set_function(lambda: len(sessions.sessions))  # read at scrape time
     assembly: Assembly
-    tools = local_tools(runner) + session_tools(runner, sessions) + diag_tools(runner, lambda: assembly.metrics_port)
+    tools = [
+        *local_tools(runner),
+        *session_tools(runner, sessions),
+        *diag_tools(runner, lambda: assembly.metrics_port, lambda: len(sessions.sessions)),
+    ]
     runner.known_tools = {tool.name for tool in tools}
     runner.result_defaults = {tool.name: schema_defaults(tool.output_schema) for tool in tools}
     gate = ToolCallGate(runner, {tool.name: tool for tool in tools})

@@ -22,8 +22,10 @@ async def test_metrics_listener_passes_promtool(tmp_path: Path) -> None:
         await client.call_tool("shell_exec", {"command": "true", "cwd": "/nope"})
         await client.call_tool('evil"tool{x="1"}', {})
         await client.get_prompt("operating_guide")
+        await client.call_tool("shell_spawn", {"command": "cat", "timeout": 0})
         info = await client.call_tool("server_info", {})
         assert info.structured_content is not None
+        assert info.structured_content["info"]["sessions"]["open"] == 1
         port = info.structured_content["info"]["metrics"]["listen_port"]
         assert isinstance(port, int) and port > 0
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
@@ -36,7 +38,8 @@ async def test_metrics_listener_passes_promtool(tmp_path: Path) -> None:
     assert 'tool="prompt:operating_guide"' in exposition
     assert "evil" not in exposition  # label values are server-authored, never caller text
     assert "relay_shell_tool_call_duration_seconds_bucket" in exposition
-    assert "relay_shell_audit_records_total 7.0" in exposition
+    assert "relay_shell_audit_records_total 8.0" in exposition
+    assert "relay_shell_sessions_open 1.0" in exposition
     assert "relay_shell_audit_errors_total 0.0" in exposition
     assert "relay_shell_audit_degraded 0.0" in exposition
 

@@ -16,16 +16,18 @@ from relay_shell.runner import Runner
 from relay_shell.surface.build import make_tool
 
 
-def diag_tools(runner: Runner, metrics_port: Callable[[], int | None]) -> list[Tool]:
+def diag_tools(runner: Runner, metrics_port: Callable[[], int | None], open_sessions: Callable[[], int]) -> list[Tool]:
     settings = runner.settings
     audit_log = runner.audit_log
 
     async def server_info(ctx: Context) -> Annotated[CallToolResult, ServerInfoResult]:
         """Describe this server: version, transport, policy mode, effective limits (default and maximum
-        output, maximum timeout), audit log path and health, metrics listener. Call it once before work to
-        learn what the policy will admit."""
+        output, maximum timeout), audit log path and health, terminal sessions (open, limits), metrics
+        listener. Call it once before work to learn what the policy will admit."""
         return await runner.run(
-            ctx.request_context, "server_info", lambda: prepare_server_info(settings, audit_log, metrics_port())
+            ctx.request_context,
+            "server_info",
+            lambda: prepare_server_info(settings, audit_log, metrics_port(), open_sessions()),
         )
 
     async def audit_tail(
