@@ -173,10 +173,11 @@ def prepare_send(
             except TimeoutError as exc:
                 raise ToolError("InputBlocked", f"{exc}: the program is not reading its input") from None
             finally:
+                # Even a write cut short may have typed part of the line: the policy assumes all of it.
                 session.input_version += 1
+                session.pending_input = pending
             if session.transcript is not None and plan.recorded_arguments is None and secret is None:
                 session.transcript.input(payload)
-            session.pending_input = pending
         result = await session.wait(match_from, patterns, wait_timeout, SETTLE, settle_from_start=False, echo=echo)
         session.last_activity = time.monotonic()
         return _read_result(session, None, budget, strip_ansi_codes, result, bool(patterns), wait_timeout)
