@@ -55,6 +55,7 @@ def build_server(settings: Settings, audit_log: AuditLog) -> Assembly:
                 "raw_len": session.ring.end,
                 "transcript_sha256": session.transcript_sha256,
                 "transcript_truncated": session.transcript.truncated if session.transcript else None,
+                "transcript_error": session.transcript.error if session.transcript else None,
                 "duration_ms": int(((session.ended_at or 0) - session.created) * 1000),
             },
         )

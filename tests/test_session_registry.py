@@ -320,3 +320,14 @@ async def test_a_transcript_stops_at_its_limit_with_a_marker(tmp_path: Path) -> 
     assert (tmp_path / "s-test.cast").stat().st_size < 1024 * 1024 + 2048
     assert b"transcript limit of 1048576 bytes reached" in lines[-1]
     assert hashlib.sha256((tmp_path / "s-test.cast").read_bytes()).hexdigest() == digest
+
+
+async def test_a_full_disk_ends_the_recording_not_the_session(tmp_path: Path) -> None:
+    transcript = Transcript(tmp_path, "s-full", "cat", 80, 24, "xterm", max_bytes=1024 * 1024)
+    transcript.file.close()
+    transcript.file = open("/dev/full", "wb", buffering=0)  # every write fails with ENOSPC, for real
+    for _ in range(3):
+        transcript.output(b"output that cannot be stored\r\n")
+    assert transcript.close() is None
+    assert transcript.error == "No space left on device"
+    assert transcript.truncated

@@ -34,6 +34,7 @@ class Transcript:
         self.max_bytes = max_bytes
         self.size = 0
         self.truncated = False
+        self.error: str | None = None  # why writing stopped, if the file could not be written
         header = {
             "version": 2,
             "width": cols,
@@ -55,15 +56,18 @@ class Transcript:
     def resize(self, cols: int, rows: int) -> None:
         self._event("r", f"{cols}x{rows}")
 
-    def close(self) -> str:
-        """Flush and close; returns the SHA-256 of the whole file."""
+    def close(self) -> str | None:
+        """Flush and close; returns the SHA-256 of the whole file, or None if it could not be written."""
         if not self.closed:
             rest = self.decoder.decode(b"", final=True)
             if rest:
                 self._event("o", rest)
-            self.file.close()
             self.closed = True
-        return self.digest.hexdigest()
+            try:
+                self.file.close()
+            except OSError as exc:
+                self.error = f"{exc.strerror or exc}"
+        return None if self.error else self.digest.hexdigest()
 
     def _event(self, code: str, data: str) -> None:
         if self.closed or self.truncated:
@@ -79,5 +83,11 @@ class Transcript:
     def _write_line(self, value: object) -> None:
         line = orjson.dumps(value) + b"\n"
         self.digest.update(line)
-        self.file.write(line)
+        try:
+            self.file.write(line)
+        except OSError as exc:
+            # A full disk ends the recording, never the session: this runs in the terminal's output callback.
+            self.error = f"{exc.strerror or exc}"
+            self.truncated = True
+            return
         self.size += len(line)
