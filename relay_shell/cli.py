@@ -114,7 +114,7 @@ async def _serve_stdio(assembly: Assembly) -> None:
         async def stop_on_signal() -> None:
             with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGHUP, signal.SIGINT) as received:
                 async for _ in received:
-                    await assembly.sessions.close_all("server stopped")
+                    await assembly.shutdown()
                     group.cancel_scope.cancel()
                     return
 
@@ -124,7 +124,7 @@ async def _serve_stdio(assembly: Assembly) -> None:
             async with stdio_transport() as (read_stream, write_stream):
                 await server.run(read_stream, write_stream, server.create_initialization_options())
         finally:
-            await assembly.sessions.close_all("server stopped")
+            await assembly.shutdown()
             group.cancel_scope.cancel()
 
 

@@ -69,6 +69,29 @@ class Settings(BaseSettings):
     record_max_bytes: int = Field(
         64 * 1024 * 1024, ge=1024 * 1024, le=64 * 1024**3, description="bytes per transcript, 1048576 to 68719476736"
     )
+    ssh_config: Path | None = Field(
+        default_factory=lambda: Path.home() / ".ssh" / "config",
+        description="path of the OpenSSH client config (default ~/.ssh/config); empty to ignore it",
+    )
+    inventory: Path | None = Field(
+        None, description="empty (none) or the path of a JSON/YAML inventory or an Ansible inventory (YAML or INI)"
+    )
+    ssh_known_hosts: Literal["strict", "accept-new", "ignore"] = Field(
+        "accept-new", description="default host-key mode: strict, accept-new or ignore"
+    )
+    ssh_connect_timeout: float = Field(10.0, ge=0.5, le=300.0, description="seconds to connect and log in, 0.5 to 300")
+    ssh_max_connections: int = Field(256, ge=1, le=4096, description="pooled SSH connections at most, 1 to 4096")
+    ssh_max_channels: int = Field(
+        10, ge=1, le=1000, description="channels per SSH connection (sshd MaxSessions, default 10), 1 to 1000"
+    )
+    ssh_idle_timeout: float = Field(
+        300.0, ge=1.0, le=86400.0, description="seconds an unused SSH connection stays open, 1 to 86400"
+    )
+    ssh_keepalive: float = Field(30.0, ge=1.0, le=3600.0, description="seconds between SSH keepalives, 1 to 3600")
+    fanout_max_hosts: int = Field(256, ge=1, le=10000, description="hosts per ssh_fanout/ssh_check call, 1 to 10000")
+    fanout_max_concurrency: int = Field(
+        64, ge=1, le=1024, description="largest `concurrency` an ssh_fanout may ask for, 1 to 1024"
+    )
     metrics_addr: str = Field("", description="empty (off) or a loopback HOST:PORT such as 127.0.0.1:9464")
 
     @field_validator("policy_deny", "policy_allow")
@@ -81,7 +104,7 @@ class Settings(BaseSettings):
                 raise ValueError(f"pattern {pattern!r} is not a valid regex ({exc})") from exc
         return raw
 
-    @field_validator("record_dir", mode="before")
+    @field_validator("record_dir", "inventory", "ssh_config", mode="before")
     @classmethod
     def _empty_record_dir_is_off(cls, raw: object) -> object:
         return None if raw == "" else raw

@@ -18,7 +18,7 @@ MAX_TAIL_LINES = 1000
 
 
 def server_state(
-    settings: Settings, audit_log: AuditLog, metrics_port: int | None, open_sessions: int
+    settings: Settings, audit_log: AuditLog, metrics_port: int | None, open_sessions: int, ssh_connections: int
 ) -> dict[str, Any]:
     return {
         "version": __version__,
@@ -55,15 +55,26 @@ def server_state(
         },
         "metrics": {"listen_port": metrics_port},
         "ssh": {
-            "available": False,
-            "note": "SSH tools are not in this version; when they are, they follow ~/.ssh/config and known_hosts",
+            "ssh_config": str(settings.ssh_config) if settings.ssh_config else None,
+            "inventory": str(settings.inventory) if settings.inventory else None,
+            "host_key_mode": settings.ssh_known_hosts,
+            "connect_timeout_seconds": settings.ssh_connect_timeout,
+            "connections_open": ssh_connections,
+            "max_connections": settings.ssh_max_connections,
+            "channels_per_connection": settings.ssh_max_channels,
+            "idle_timeout_seconds": settings.ssh_idle_timeout,
+            "keepalive_seconds": settings.ssh_keepalive,
+            "fanout_max_hosts": settings.fanout_max_hosts,
+            "fanout_max_concurrency": settings.fanout_max_concurrency,
         },
     }
 
 
-def prepare_server_info(settings: Settings, audit_log: AuditLog, metrics_port: int | None, open_sessions: int) -> Plan:
+def prepare_server_info(
+    settings: Settings, audit_log: AuditLog, metrics_port: int | None, open_sessions: int, ssh_connections: int
+) -> Plan:
     async def execute(progress: ProgressFn) -> Execution:
-        state = server_state(settings, audit_log, metrics_port, open_sessions)
+        state = server_state(settings, audit_log, metrics_port, open_sessions, ssh_connections)
         return _text_execution(settings, state, {"info": state})
 
     return Plan(subject=Subject(fixed_tier=0), execute=execute)

@@ -38,6 +38,9 @@ class Metrics:
             "Terminal sessions held (running or ended, not yet closed).",
             registry=self.registry,
         )
+        self.ssh_connections_open = Gauge(
+            "relay_shell_ssh_connections_open", "Pooled SSH connections open.", registry=self.registry
+        )
 
     def exposition(self) -> bytes:
         return prometheus_client.generate_latest(self.registry)

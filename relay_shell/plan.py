@@ -10,7 +10,8 @@ from relay_shell.capture import CapturedText
 from relay_shell.policy.classify import Subject
 from relay_shell.results import Outcome
 
-# Called by executors with the number of bytes produced so far; the runner throttles and reports progress.
+# Called by executors with the progress so far (bytes produced, or hosts done); the runner throttles it and
+# reports it to the client when it asked for progress.
 ProgressFn = Callable[[int], Awaitable[None]]
 
 
@@ -47,7 +48,13 @@ class Plan:
     execute: Callable[[ProgressFn], Awaitable[Execution]]
     notes: list[str] = field(default_factory=list)  # clamped arguments and similar adjustments
     timeout: float | None = None
-    target: str | None = None  # host(s) and identity for the audit record
+    target: dict[str, Any] | None = None  # host(s) and SSH identity for the audit record; filled in by execute
+    # Calls that reach many hosts: each host is admitted on its own (a deny rule on one host refuses that
+    # host, not the call); the runner fills `denied_hosts` (name -> the refusal's first line) before execute.
+    host_subjects: dict[str, Subject] | None = None
+    denied_hosts: dict[str, str] = field(default_factory=dict)
+    progress_total: int | None = None  # set when progress counts something other than bytes (hosts)
+    progress_unit: str = "bytes of output"
     session_id: str | None = None  # the PTY session the call acts on, for the audit record
     # Replaces the call's arguments in the audit record (input typed at a password prompt); when set, a
     # refusal's reason is withheld from the record too, since it may quote the input.

@@ -65,6 +65,28 @@ class SessionListResult(ToolResult):
     sessions: list[dict[str, Any]] = Field(description="your sessions with their state")
 
 
+class SshExecResult(ExecResult):
+    host: Annotated[str | None, nullable("string", "the host as named in the call")] = None
+    host_key: Annotated[str | None, nullable("string", "SHA-256 fingerprint of the host key the server presented")] = (
+        None
+    )
+
+
+class FanoutResult(ToolResult):
+    hosts: list[dict[str, Any]] = Field(
+        [], description="per host: host, status, exit_code, duration_ms, output, output_bytes, output_sha256, error"
+    )
+    summary: Annotated[dict[str, Any] | None, nullable("object", "hosts counted by status")] = None
+
+
+class KeyscanResult(ToolResult):
+    hosts: list[dict[str, Any]] = Field([], description="per host: status and keys (type, fingerprint, known_hosts)")
+
+
+class InventoryResult(ToolResult):
+    inventory: Annotated[dict[str, Any] | None, nullable("object", "hosts, groups, problems, files")] = None
+
+
 class ServerInfoResult(ToolResult):
     info: Annotated[dict[str, Any] | None, nullable("object", "version, transport, policy, limits, audit state")] = None
 

@@ -74,7 +74,7 @@ class Runner:
         request_context: ServerRequestContext[Any, Any],
         tool: str,
         prepare: Callable[[], Plan],
-        report_progress: Callable[[float, str], Any] | None = None,
+        report_progress: Callable[[float, float | None, str], Any] | None = None,
     ) -> CallToolResult:
         started = time.monotonic()
         identity = identify(request_context, self.transport)
@@ -101,15 +101,26 @@ class Runner:
             return self._finish(
                 tool, decision.tier, identity, arguments, started, "denied", error=decision.reason, plan=plan
             )
+        tier = decision.tier
+        if plan.host_subjects:
+            try:
+                tier, refusal = self._admit_hosts(plan, tier)
+            except Exception as exc:
+                logger.exception("policy failed for %s", tool)
+                return self._finish(
+                    tool, 3, identity, arguments, started, "error", error=f"Policy: {type(exc).__name__}"
+                )
+            if refusal is not None:
+                return self._finish(tool, tier, identity, arguments, started, "denied", error=refusal, plan=plan)
 
-        progress = _Progress(report_progress)
+        progress = _Progress(report_progress, plan)
         try:
             execution = await plan.execute(progress.report)
         except anyio.get_cancelled_exc_class():
             # The client cancelled (or went away): the executor killed what it started; the record is
             # still written before the cancellation propagates.
             with anyio.CancelScope(shield=True):
-                self._finish(tool, decision.tier, identity, arguments, started, "cancelled", plan=plan)
+                self._finish(tool, tier, identity, arguments, started, "cancelled", plan=plan)
             raise
         except ToolError as exc:
             execution = Execution(status="error", output=_empty(), error=f"{exc.kind}: {exc}")
@@ -119,9 +130,7 @@ class Runner:
         except Exception as exc:
             logger.exception("executing %s failed", tool)
             execution = Execution(status="error", output=_empty(), error=f"Internal: {type(exc).__name__}: {exc}")
-        return self._finish(
-            tool, decision.tier, identity, arguments, started, execution.status, plan=plan, execution=execution
-        )
+        return self._finish(tool, tier, identity, arguments, started, execution.status, plan=plan, execution=execution)
 
     async def reject(
         self, request_context: ServerRequestContext[Any, Any], tool: str, arguments: Any, message: str
@@ -163,6 +172,20 @@ class Runner:
         self._write(record, label, 0, "ok", started)
 
     # -- internals ---------------------------------------------------------------------------------------
+
+    def _admit_hosts(self, plan: Plan, tier: int) -> tuple[int, str | None]:
+        """Admit each host of a many-host call on its own; refuse the call only when every host is refused."""
+        assert plan.host_subjects is not None
+        for name, subject in plan.host_subjects.items():
+            host_decision = self.policy.decide(subject)
+            if host_decision.denied:
+                plan.denied_hosts[name] = host_decision.reason
+            else:
+                tier = max(tier, host_decision.tier)
+        if len(plan.denied_hosts) == len(plan.host_subjects):
+            reasons = dict.fromkeys(plan.denied_hosts.values())
+            return tier, f"every host was refused: {'; '.join(list(reasons)[:3])}"
+        return tier, None
 
     def _recordable(self, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
         argument_filter = self.argument_filters.get(tool)
@@ -320,11 +343,15 @@ class Runner:
 
 
 class _Progress:
-    """Throttled progress notifications (bytes so far); a no-op unless the client sent a progress token."""
+    """Throttled progress notifications (bytes so far, or hosts done out of a total); a no-op unless the
+    client sent a progress token. Counted steps (hosts) are each reported; byte counts once a second."""
 
-    def __init__(self, report: Callable[[float, str], Any] | None) -> None:
+    def __init__(self, report: Callable[[float, float | None, str], Any] | None, plan: Plan) -> None:
         self.send = report
-        self.next_at = time.monotonic() + PROGRESS_INTERVAL
+        self.total = plan.progress_total
+        self.unit = plan.progress_unit
+        self.interval = 0.0 if plan.progress_total is not None else PROGRESS_INTERVAL
+        self.next_at = time.monotonic() + self.interval
 
     async def report(self, produced: int) -> None:
         if self.send is None:
@@ -332,9 +359,12 @@ class _Progress:
         now = time.monotonic()
         if now < self.next_at:
             return
-        self.next_at = now + PROGRESS_INTERVAL
+        self.next_at = now + self.interval
+        message = (
+            f"{produced} bytes of output so far" if self.total is None else f"{produced} of {self.total} {self.unit}"
+        )
         try:
-            await self.send(float(produced), f"{produced} bytes of output so far")
+            await self.send(float(produced), None if self.total is None else float(self.total), message)
         except Exception:  # progress is best effort; a closed stream must not fail the call
             logger.debug("progress notification failed", exc_info=True)
 

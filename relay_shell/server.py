@@ -22,11 +22,13 @@ from relay_shell.policy.policy import Policy
 from relay_shell.runner import Runner, schema_defaults
 from relay_shell.sessions.owner import connected
 from relay_shell.sessions.registry import Session, SessionRegistry
+from relay_shell.ssh.access import SshAccess
 from relay_shell.surface.context import current_request, register_context
 from relay_shell.surface.diag_tools import diag_tools
 from relay_shell.surface.guide import INSTRUCTIONS
 from relay_shell.surface.local_tools import local_tools
 from relay_shell.surface.session_tools import session_tools
+from relay_shell.surface.ssh_tools import ssh_tools
 
 
 @dataclass
@@ -35,7 +37,15 @@ class Assembly:
     runner: Runner
     metrics: Metrics
     sessions: SessionRegistry
+    ssh: SshAccess
     metrics_port: int | None = None
+
+    async def shutdown(self) -> None:
+        """Close every session (local and remote), then every SSH connection."""
+        with anyio.CancelScope(shield=True):
+            await self.sessions.close_all("server stopped")
+            with anyio.move_on_after(2.0):
+                await self.ssh.close()
 
 
 def build_server(settings: Settings, audit_log: AuditLog) -> Assembly:
@@ -70,11 +80,14 @@ def build_server(settings: Settings, audit_log: AuditLog) -> Assembly:
         connected=connected,
     )
     metrics.sessions_open.set_function(lambda: len(sessions.sessions))  # read at scrape time
+    ssh = SshAccess(settings)
+    metrics.ssh_connections_open.set_function(ssh.connections)
     assembly: Assembly
     tools = [
         *local_tools(runner),
         *session_tools(runner, sessions),
-        *diag_tools(runner, lambda: assembly.metrics_port, lambda: len(sessions.sessions)),
+        *ssh_tools(runner, sessions, ssh),
+        *diag_tools(runner, lambda: assembly.metrics_port, lambda: len(sessions.sessions), ssh.connections),
     ]
     runner.known_tools = {tool.name for tool in tools}
     runner.result_defaults = {tool.name: schema_defaults(tool.output_schema) for tool in tools}
@@ -90,8 +103,8 @@ def build_server(settings: Settings, audit_log: AuditLog) -> Assembly:
         lifespan=lambda app: connection_lifespan(sessions),
     )
     gate.mcp = mcp
-    register_context(mcp, runner)
-    assembly = Assembly(mcp=mcp, runner=runner, metrics=metrics, sessions=sessions)
+    register_context(mcp, runner, ssh)
+    assembly = Assembly(mcp=mcp, runner=runner, metrics=metrics, sessions=sessions, ssh=ssh)
     return assembly
 
 

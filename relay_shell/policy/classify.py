@@ -33,6 +33,10 @@ class Subject:
     # text and, where that finds something stateful, as Python too.
     typed: str | None = None
     typed_edited: bool = False  # a submitted line was edited with control keys: what it became is unknown
+    # SSH: every spelling of every host the call reaches (deny patterns match them), and whether the host
+    # key goes unchecked (known_hosts=ignore asked for by the call).
+    hosts: tuple[str, ...] = ()
+    unverified_host_key: bool = False
 
 
 @dataclass(frozen=True)
@@ -618,9 +622,14 @@ def classify(subject: Subject) -> Classification:
 
 def analyze(subject: Subject) -> list[Finding]:
     """Every simple command and other classified piece of the subject, with its tier."""
-    if subject.fixed_tier is not None:
-        return [Finding("", subject.fixed_tier, "inspection tool")]
     findings: list[Finding] = []
+    if subject.fixed_tier is not None:
+        findings.append(Finding("", subject.fixed_tier, "inspection tool"))
+        if subject.unverified_host_key:
+            findings.append(
+                Finding("known_hosts=ignore " + " ".join(subject.hosts[:1]), 2, "host-key checking turned off (ignore)")
+            )
+        return findings
     for name, value in subject.env:
         if name in _HARMLESS_PAGERS and (value or "").strip() in _HARMLESS_PAGERS[name]:
             continue
@@ -650,6 +659,10 @@ def analyze(subject: Subject) -> list[Finding]:
         findings += [finding for finding in python_findings(subject.typed) if finding.tier >= 2]
     if subject.typed_edited:
         findings.append(Finding(subject.typed[:200] if subject.typed else "", 2, _EDITED_LINE))
+    if subject.unverified_host_key:
+        findings.append(
+            Finding("known_hosts=ignore " + " ".join(subject.hosts[:1]), 2, "host-key checking turned off (ignore)")
+        )
     return findings
 
 

@@ -66,6 +66,7 @@ def _raw_texts(subject: Subject) -> list[str]:
     if subject.argv:
         texts.append(" ".join(subject.argv))
     texts += [f"{name}={value or ''}" for name, value in subject.env]
+    texts += subject.hosts
     return texts
 
 

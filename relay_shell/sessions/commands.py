@@ -7,11 +7,13 @@ Enter) is classified like a one-shot command (see `typed_lines`).
 from __future__ import annotations
 
 import asyncio
+import inspect
 import os
 import re
 import shlex
 import signal
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from relay_shell.capture import BoundedCapture
@@ -21,9 +23,9 @@ from relay_shell.plan import ArgumentError, Execution, Plan, ProgressFn, ToolErr
 from relay_shell.policy.classify import Subject
 from relay_shell.results import Outcome
 from relay_shell.sessions.ansi import strip_ansi
-from relay_shell.sessions.expect import compile_until, expected_echo
+from relay_shell.sessions.expect import Patterns, compile_until, expected_echo
 from relay_shell.sessions.keys import KEYS, LINE_ENDING_KEYS, key_name
-from relay_shell.sessions.registry import Session, SessionRegistry, WaitResult
+from relay_shell.sessions.registry import Session, SessionRegistry, Terminal, WaitResult
 from relay_shell.sessions.transcript import Transcript
 
 DEFAULT_SHELL = ["bash", "--noprofile", "--norc"]  # predictable prompt, no user aliases in the way
@@ -71,9 +73,9 @@ def prepare_spawn(
         raise ArgumentError("command: is empty; allowed: a program to run in the terminal, or omit it for bash")
     for item in argv:
         check_no_nul("command", item)
-    _check_size(cols, rows)
+    check_size(cols, rows)
     patterns = compile_until(until)
-    wait_timeout = _wait_timeout(settings, timeout, notes)
+    wait_timeout = wait_timeout_for(settings, timeout, notes)
     work_dir = check_cwd(cwd)
     overlay = {"TERM": TERM, **(env or {})}
     terminal_env = child_env(overlay)  # the one-shot pager defaults included, unless the overlay changes them
@@ -84,23 +86,50 @@ def prepare_spawn(
         env=tuple((env or {}).items()),
     )
 
-    async def execute(progress: ProgressFn) -> Execution:
+    def open_terminal() -> Terminal:
         # Imported on first use: ptyprocess, ctypes and termios cost startup time a server that never
         # spawns a terminal should not pay.
         from relay_shell.sessions.local_pty import LocalPty
 
+        try:
+            return LocalPty(argv, work_dir, terminal_env, cols, rows)
+        except FileNotFoundError:
+            raise ArgumentError(f"command: {argv[0]!r} was not found; allowed: an installed program") from None
+
+    return spawn_plan(
+        settings, registry, owner, client_id, subject, shown, cols, rows, patterns, wait_timeout, notes, open_terminal
+    )
+
+
+def spawn_plan(
+    settings: Settings,
+    registry: SessionRegistry,
+    owner: str,
+    client_id: str,
+    subject: Subject,
+    shown: str,
+    cols: int,
+    rows: int,
+    patterns: Patterns,
+    wait_timeout: float,
+    notes: list[str],
+    open_terminal: Callable[[], Terminal | Awaitable[Terminal]],
+    target: dict[str, Any] | None = None,
+) -> Plan:
+    """Start a terminal (local PTY or SSH channel) as a new session and wait for its first output."""
+
+    async def execute(progress: ProgressFn) -> Execution:
         await registry.reserve()
         session_id = registry.new_id()
         # The transcript first: if it cannot be written (RECORD_DIR), nothing is started.
         transcript = _transcript(settings, session_id, shown, cols, rows)
         try:
-            terminal = LocalPty(argv, work_dir, terminal_env, cols, rows)
-        except BaseException as exc:
+            opened = open_terminal()
+            terminal = await opened if inspect.isawaitable(opened) else opened
+        except BaseException:
             if transcript is not None:
                 transcript.close()
                 transcript.path.unlink(missing_ok=True)
-            if isinstance(exc, FileNotFoundError):
-                raise ArgumentError(f"command: {argv[0]!r} was not found; allowed: an installed program") from None
             raise
         session = registry.add(session_id, owner, client_id, shown, terminal, cols, rows, transcript)
         result = await session.wait(0, patterns, wait_timeout, SETTLE, settle_from_start=True)
@@ -108,7 +137,7 @@ def prepare_spawn(
             session, None, settings.max_output, False, result, bool(patterns), wait_timeout, spawned=True
         )
 
-    return Plan(subject=subject, execute=execute, notes=notes, timeout=wait_timeout)
+    return Plan(subject=subject, execute=execute, notes=notes, timeout=wait_timeout, target=target)
 
 
 def prepare_send(
@@ -138,7 +167,7 @@ def prepare_send(
         raise ArgumentError(f"keys: {len(key_names)} keys; allowed: at most {MAX_KEYS} per call")
     secret = _secret_value(secret_env, data, session) if secret_env is not None else None
     patterns = compile_until(until)
-    wait_timeout = _wait_timeout(settings, timeout, notes)
+    wait_timeout = wait_timeout_for(settings, timeout, notes)
     budget = _budget(settings, max_bytes, notes)
     # Enter follows `data` unless only keys were given (keys=["ctrl-c"] must not also press Enter).
     press_enter = enter and (bool(data) or secret is not None or not key_names)
@@ -227,7 +256,7 @@ def prepare_recv(
             f"since: {since} is beyond the output (cursor {session.ring.end}); allowed: 0 to {session.ring.end}"
         )
     patterns = compile_until(until)
-    wait_timeout = _wait_timeout(settings, timeout, notes)
+    wait_timeout = wait_timeout_for(settings, timeout, notes)
     budget = _budget(settings, max_bytes, notes)
 
     async def execute(progress: ProgressFn) -> Execution:
@@ -249,7 +278,7 @@ def prepare_recv(
 
 def prepare_resize(registry: SessionRegistry, owner: str, *, session_id: str, cols: int, rows: int) -> Plan:
     session = registry.get(owner, session_id)
-    _check_size(cols, rows)
+    check_size(cols, rows)
 
     async def execute(progress: ProgressFn) -> Execution:
         _check_running(session)
@@ -412,7 +441,7 @@ def _read_result(
     else:
         what = "output quiet"
     if spawned:
-        what = f"spawned {session.session_id} pid {session.terminal.pid} | {what}"
+        what = f"spawned {session.session_id} {session.terminal.where} | {what}"
     headline = f"[{what} | cursor {read.end}" + (f" | dropped {read.dropped} bytes" if read.dropped else "") + "]"
     fields: dict[str, Any] = {
         "session_id": session.session_id,
@@ -437,7 +466,7 @@ def _read_result(
     )
 
 
-def _check_size(cols: int, rows: int) -> None:
+def check_size(cols: int, rows: int) -> None:
     if not COLS[0] <= cols <= COLS[1]:
         raise ArgumentError(f"cols: {cols} is out of range; allowed: {COLS[0]} to {COLS[1]}")
     if not ROWS[0] <= rows <= ROWS[1]:
@@ -461,7 +490,7 @@ def _ending(session: Session) -> str:
     return "running" if session.state == "running" else "ended"
 
 
-def _wait_timeout(settings: Settings, timeout: float, notes: list[str]) -> float:
+def wait_timeout_for(settings: Settings, timeout: float, notes: list[str]) -> float:
     value, note = clamp("timeout", timeout, 0.0, settings.max_timeout)
     if note:
         notes.append(note)

@@ -44,6 +44,7 @@ class LocalPty:
         # Raises FileNotFoundError when argv[0] is not found and OSError when exec fails.
         self.process = PtyProcess.spawn(argv, cwd=cwd, env=env, dimensions=(rows, cols), preexec_fn=_prepare_child)
         self.pid = self.process.pid
+        self.where = f"pid {self.pid}"
         self.fd = self.process.fd
         self.loop = asyncio.get_running_loop()
         self.on_output: OutputCallback = lambda data: None

@@ -31,8 +31,9 @@ WaitReason = Literal["match", "quiet", "timeout", "eof"]
 
 
 class Terminal(Protocol):
-    kind: str
-    pid: int | None
+    kind: str  # "local" or "ssh"
+    pid: int | None  # the local program's pid; None for a remote one
+    where: str  # for the spawn result: "pid 1234", "on root@db1:22"
 
     def start(self, on_output: Callable[[bytes], None], on_exit: Callable[[int | None, str | None], None]) -> None: ...
 

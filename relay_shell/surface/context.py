@@ -12,6 +12,7 @@ from mcp.server.mcpserver import MCPServer
 
 from relay_shell.audit.tail import recent_records
 from relay_shell.runner import Runner
+from relay_shell.ssh.access import SshAccess
 from relay_shell.surface.guide import OPERATING_GUIDE
 
 RECENT_RECORDS = 50
@@ -21,7 +22,7 @@ RECENT_RECORDS = 50
 current_request: ContextVar[ServerRequestContext[Any, Any] | None] = ContextVar("current_request", default=None)
 
 
-def register_context(mcp: MCPServer, runner: Runner) -> None:
+def register_context(mcp: MCPServer, runner: Runner, ssh: SshAccess) -> None:
     @mcp.prompt(name="operating_guide", title="Operating guide")
     def operating_guide() -> str:
         """How to use relay-shell well: choosing tools, reading results, tiers and policy, a worked loop."""
@@ -38,3 +39,47 @@ def register_context(mcp: MCPServer, runner: Runner) -> None:
         records = recent_records(runner.audit_log.path, RECENT_RECORDS)
         text = orjson.dumps(records, option=orjson.OPT_INDENT_2).decode()
         return runner.context_pull(current_request.get(), "resource:audit_recent", text)
+
+    @mcp.resource(
+        "relay-shell://inventory",
+        name="inventory",
+        title="SSH inventory",
+        description="Every SSH host (address, port, user, jump, groups, source), the groups, and load problems.",
+        mime_type="application/json",
+    )
+    def inventory() -> str:
+        from relay_shell.ssh.commands import inventory_view
+
+        text = orjson.dumps(inventory_view(ssh.get()), option=orjson.OPT_INDENT_2).decode()
+        return runner.context_pull(current_request.get(), "resource:inventory", text)
+
+    @mcp.resource(
+        "relay-shell://inventory/{host}",
+        name="inventory_host",
+        title="One SSH host, resolved",
+        description="How a call to this host connects: address, port, user, key, jump chain, host-key mode, "
+        "whether its key is known.",
+        mime_type="application/json",
+    )
+    def inventory_host(host: str) -> str:
+        from relay_shell.ssh.commands import host_view
+
+        return runner.context_pull(current_request.get(), "resource:inventory_host", host_view(ssh.get(), host))
+
+    @mcp.resource(
+        "relay-shell://ssh-config",
+        name="ssh_config",
+        title="OpenSSH client config",
+        description="The ssh_config files relay-shell reads (the main file and its Includes), as text.",
+        mime_type="text/plain",
+    )
+    def ssh_config() -> str:
+        parts = []
+        for path in ssh.get().inventory.files():
+            if path.name.startswith("config") or path == runner.settings.ssh_config or "ssh" in str(path.parent):
+                try:
+                    parts.append(f"# file: {path}\n{path.read_text(errors='replace')}")
+                except OSError as exc:
+                    parts.append(f"# file: {path}: unreadable ({exc.strerror})")
+        text = "\n".join(parts) if parts else f"# no ssh_config file ({runner.settings.ssh_config})\n"
+        return runner.context_pull(current_request.get(), "resource:ssh_config", text)

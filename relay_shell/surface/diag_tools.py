@@ -16,7 +16,12 @@ from relay_shell.runner import Runner
 from relay_shell.surface.build import make_tool
 
 
-def diag_tools(runner: Runner, metrics_port: Callable[[], int | None], open_sessions: Callable[[], int]) -> list[Tool]:
+def diag_tools(
+    runner: Runner,
+    metrics_port: Callable[[], int | None],
+    open_sessions: Callable[[], int],
+    ssh_connections: Callable[[], int],
+) -> list[Tool]:
     settings = runner.settings
     audit_log = runner.audit_log
 
@@ -27,7 +32,7 @@ def diag_tools(runner: Runner, metrics_port: Callable[[], int | None], open_sess
         return await runner.run(
             ctx.request_context,
             "server_info",
-            lambda: prepare_server_info(settings, audit_log, metrics_port(), open_sessions()),
+            lambda: prepare_server_info(settings, audit_log, metrics_port(), open_sessions(), ssh_connections()),
         )
 
     async def audit_tail(

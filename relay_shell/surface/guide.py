@@ -17,6 +17,11 @@ long jobs. server_info shows the policy mode and limits; audit_tail shows recent
 shell_spawn, then session_send(session_id, data, until=<regex of the next prompt>) returns the whole answer in \
 one call; session_recv reads more (pass `since`=cursor to re-read), keys=["ctrl-c"] interrupts, \
 secret_env types a password the operator provided, session_kill closes. Sessions are yours alone.
+- Remote hosts: ssh_exec(host, command) is shell_exec over SSH (host = inventory alias, user@host:port; \
+connections are pooled); ssh_spawn opens a remote terminal driven by the same session_* tools. Fleet work: \
+ssh_hosts (inventory, @groups) → ssh_check (who is reachable) → ssh_exec on one canary → ssh_fanout(command, \
+hosts) in batches; per-host status ok/failed/unreachable/timeout/denied/auth_failed/hostkey_rejected. Host keys: \
+accept-new trusts a new host once and never a changed key; HostKeyMismatch means stop and ask the operator.
 Read the operating_guide prompt for the full workflow."""
 
 OPERATING_GUIDE = """\
@@ -34,6 +39,12 @@ call is classified, admitted by policy, bounded, and audited. Work like a carefu
 | feed data to a command | `shell_exec` with `stdin` | the command gets EOF after your data; without `stdin` it reads /dev/null |
 | change environment for one call | `env` | `{"NAME": "value"}`; `{"NAME": null}` unsets; pagers and prompts are already off |
 | drive a REPL, password prompt, pager, TUI, installer, or watch a long job | `shell_spawn` + `session_send(until=…)` | see "Sessions" below |
+| run a command on one SSH host | `ssh_exec(host, command)` | same grammar as `shell_exec`; `stdin` gets EOF; connection errors by kind |
+| a terminal on an SSH host | `ssh_spawn(host)` + `session_*` | exactly like a local session |
+| see the fleet | `ssh_hosts`, resource `relay-shell://inventory` | aliases, addresses, groups (`@web`), jump hosts |
+| who is reachable | `ssh_check(hosts)` | connect + `true` per host; empty `hosts` = every inventory host |
+| one command on many hosts | `ssh_fanout(command, hosts)` | per-host status, exit code, bounded output |
+| a host's key fingerprints | `ssh_keyscan(hosts)` | never writes known_hosts |
 | check limits, policy mode, audit state | `server_info` | tier 0, always allowed |
 | see what was run recently | `audit_tail` | filters `tool`, `tier`, `denied`, `lines` |
 
@@ -82,6 +93,39 @@ and the next prompt, in one result.
 `until="^>>> "`.
 4. A stuck step: `session_send(session_id, keys=["ctrl-c"], until="^>>> ")`.
 5. Done: `session_send(session_id, data="exit()")` → `[eof: exit 0 …]`, or `session_kill(session_id)`.
+
+## Remote hosts and fleets (SSH)
+
+`host` is an inventory alias (from `~/.ssh/config` or the operator's inventory file, Ansible inventories \
+included), `host`, `user@host` or `user@host:port`. Connection arguments (`user`, `port`, `key_path`, \
+`known_hosts`, `jump`) are optional: the inventory and ssh_config fill them in as `ssh` would. Connections are \
+pooled per identity, so repeated calls are cheap.
+
+- `ssh_exec`: one command, the remote user's login shell runs it. `[exit N]`, `[TIMEOUT after Ns]` (the \
+remote command and what it started are killed; partial output kept), or `[ERROR: Kind: …]` where Kind says \
+what failed: `ConnectionRefused`, `Unreachable`, `UnknownHost`, `ConnectTimeout`, `AuthFailed`, \
+`HostKeyMismatch`, `HostKeyUnknown`.
+- `ssh_spawn`: a remote terminal; then `session_send(until=…)`, `session_recv`, `session_resize`, \
+`session_kill` exactly as for a local session. A password typed at a prompt the output shows (`Password:`, \
+`passphrase`) is withheld from the audit log; prefer `secret_env`.
+- Host-key trust: `accept-new` (default) trusts a host seen for the first time and records its key; a *changed* \
+key is always refused (`HostKeyMismatch`: possible man-in-the-middle; stop and tell the user, do not retry with \
+`ignore`). `strict` connects only to hosts already in known_hosts (`HostKeyUnknown` otherwise: `ssh_keyscan` \
+shows the fingerprint to verify). `known_hosts="ignore"` disables the check; it is tier 2 and audited.
+
+Fleet workflow:
+
+1. `ssh_hosts` (or resource `relay-shell://inventory`): the hosts and groups. Target a group with `"@web"`.
+2. `ssh_check(hosts="@web")`: who is reachable; fix or exclude `unreachable`, `auth_failed`, \
+`hostkey_rejected` hosts before changing anything.
+3. Canary: `ssh_exec(host="web01", command=…)` on one host; verify the result with an observe command.
+4. `ssh_fanout(command=…, hosts="@web", concurrency=8)`: the first line counts hosts by status \
+(`ok`, `failed` = non-zero exit, `unreachable`, `timeout`, `denied` = refused by policy for that host, \
+`auth_failed`, `hostkey_rejected`); then one `=== host: status exit N Tms` block per host. Go in batches \
+and stop at the first unexpected failure; summarize per host for the user.
+
+Policy sees the target too: a host the operator denied is refused under every spelling (alias, address, \
+decimal or hex IP, IPv4-mapped IPv6).
 
 ## Reading results
 

@@ -70,7 +70,7 @@ def local_tools(runner: Runner) -> list[Tool]:
                 merge_stderr=merge_stderr,
                 use_shell=use_shell,
             ),
-            lambda progress, message: ctx.report_progress(progress, None, message),
+            ctx.report_progress,
         )
 
     async def shell_script(
@@ -102,7 +102,7 @@ def local_tools(runner: Runner) -> list[Tool]:
                 cwd=cwd,
                 env=env,
             ),
-            lambda progress, message: ctx.report_progress(progress, None, message),
+            ctx.report_progress,
         )
 
     # Arbitrary commands can destroy data and reach the network; running one twice is not idempotent.

@@ -1,0 +1,49 @@
+"""The SSH side of the server, built on first use: importing asyncssh costs about 250 ms, which a server that
+never touches SSH (and every server's startup) should not pay."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import TYPE_CHECKING
+
+from relay_shell.config import Settings
+
+if TYPE_CHECKING:
+    from relay_shell.ssh.commands import Ssh
+
+
+class SshAccess:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.ssh: Ssh | None = None
+        self.reaper: asyncio.Task[None] | None = None
+
+    def get(self) -> Ssh:
+        if self.ssh is None:
+            from relay_shell.ssh.commands import Ssh
+            from relay_shell.ssh.inventory import Inventory
+            from relay_shell.ssh.pool import SshPool
+
+            settings = self.settings
+            pool = SshPool(
+                max_connections=settings.ssh_max_connections,
+                max_channels=settings.ssh_max_channels,
+                idle_timeout=settings.ssh_idle_timeout,
+                connect_timeout=settings.ssh_connect_timeout,
+                keepalive=settings.ssh_keepalive,
+            )
+            self.ssh = Ssh(settings, Inventory(settings.ssh_config, settings.inventory), pool)
+            with contextlib.suppress(RuntimeError):  # no running loop: a resource read outside the server
+                self.reaper = asyncio.get_running_loop().create_task(pool.reap_forever())
+        return self.ssh
+
+    def connections(self) -> int:
+        return self.ssh.pool.count() if self.ssh is not None else 0
+
+    async def close(self) -> None:
+        """Shutdown: close every SSH connection (remote sessions hang up with them)."""
+        if self.reaper is not None:
+            self.reaper.cancel()
+        if self.ssh is not None:
+            await self.ssh.pool.close_all()

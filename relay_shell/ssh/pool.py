@@ -1,0 +1,298 @@
+"""The SSH connection pool: one connection per full identity, reused across calls.
+
+The identity is everything that decides what a connection is allowed to be used for: address, port, user,
+key, host-key mode and known_hosts files, and the same for every jump host in front of it. A connection
+made under `ignore` is never handed to a call that asked for `strict`, nor one authenticated with another
+key. Each connection carries at most `max_channels` channels at once (OpenSSH's MaxSessions is 10 by
+default; a server that refuses earlier lowers that connection's limit); when every connection for an
+identity is full, another one is dialed. Concurrent calls for an identity with no free connection share
+one dial. Connections idle longer than `idle_timeout` are closed by the reaper; keepalives notice dead
+peers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import logging
+import socket
+import time
+from dataclasses import dataclass, field
+
+import asyncssh
+
+from relay_shell.plan import ToolError
+from relay_shell.ssh.target import Endpoint, Route
+from relay_shell.ssh.trust import TrustDecision, check_unmatched_key, known_hosts
+
+logger = logging.getLogger("relay_shell")
+
+Identity = tuple[Endpoint, ...]  # jump hosts first, the target last
+
+
+class ConnectFailed(ToolError):
+    """A connection could not be made; `status` is the fan-out status it maps to."""
+
+    def __init__(self, kind: str, status: str, message: str) -> None:
+        super().__init__(kind, message)
+        self.status = status
+
+
+class _Client(asyncssh.SSHClient):
+    def __init__(self, endpoint: Endpoint, decision: TrustDecision, pooled: list[PooledConnection]) -> None:
+        self.endpoint = endpoint
+        self.decision = decision
+        self.pooled = pooled  # filled once connected, so a lost connection leaves the pool at once
+
+    def validate_host_public_key(self, host: str, addr: str, port: int, key: asyncssh.SSHKey) -> bool:
+        endpoint = self.endpoint
+        return check_unmatched_key(
+            endpoint.known_hosts_mode, endpoint.known_hosts_files, host, addr, port, key, self.decision
+        )
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        for connection in self.pooled:
+            connection.closed = True
+
+
+@dataclass(eq=False)
+class PooledConnection:
+    identity: Identity
+    connection: asyncssh.SSHClientConnection
+    decision: TrustDecision
+    limit: int
+    in_use: int = 0  # channels reserved by callers
+    channels_open: int = 0  # channels the server actually opened for them
+    last_used: float = field(default_factory=time.monotonic)
+    closed: bool = False
+    forgotten: bool = False  # removed from the pool (and its jump connection's channel given back)
+    tunnel: PooledConnection | None = None  # the jump connection this one runs through
+
+    @property
+    def host_key(self) -> str | None:
+        key = self.connection.get_server_host_key()
+        return key.get_fingerprint("sha256") if key is not None else self.decision.host_key
+
+
+class SshPool:
+    def __init__(
+        self,
+        *,
+        max_connections: int,
+        max_channels: int,
+        idle_timeout: float,
+        connect_timeout: float,
+        keepalive: float,
+    ) -> None:
+        self.max_connections = max_connections
+        self.max_channels = max_channels
+        self.idle_timeout = idle_timeout
+        self.connect_timeout = connect_timeout
+        self.keepalive = keepalive
+        self.connections: dict[Identity, list[PooledConnection]] = {}
+        self.dialing: dict[Identity, asyncio.Future[PooledConnection]] = {}
+        self.released = asyncio.Event()  # set (and replaced) whenever a channel is given back
+
+    def count(self) -> int:
+        return sum(len(items) for items in self.connections.values())
+
+    async def acquire(self, route: Route, timeout: float) -> PooledConnection:
+        """A connection for the route with one channel reserved for the caller; `release` gives it back."""
+        return await asyncio.wait_for(self._acquire((*route.jumps, route.target)), timeout)
+
+    def release(self, connection: PooledConnection) -> None:
+        connection.in_use -= 1
+        connection.last_used = time.monotonic()
+        if connection.limit == 0 and connection.in_use == 0 and not connection.closed:
+            self._close(connection)  # retired: it refuses every channel
+        self.released.set()
+        self.released = asyncio.Event()
+
+    def channel_refused(self, connection: PooledConnection) -> None:
+        """The server refused a channel below our limit: its MaxSessions is lower, or sessions are still held
+        by processes that have not exited. Lower this connection's limit to what it holds; at 0 it is retired
+        (closed once its callers are done) and the next caller dials a fresh connection."""
+        connection.limit = connection.channels_open
+
+    async def _acquire(self, identity: Identity) -> PooledConnection:
+        while True:
+            live = self._live(identity)
+            free = [connection for connection in live if connection.in_use < connection.limit]
+            if free:
+                connection = max(free, key=lambda item: item.in_use)  # fill one connection before the next
+                connection.in_use += 1
+                connection.last_used = time.monotonic()
+                return connection
+            pending = self.dialing.get(identity)
+            if pending is not None:
+                with contextlib.suppress(Exception):  # the dialing caller reports its own failure below
+                    await asyncio.shield(pending)
+                if pending.exception() is not None and not live:
+                    raise pending.exception()  # type: ignore[misc]  # one attempt, one answer for everyone
+                continue
+            if self.count() >= self.max_connections and not self._evict_idle():
+                await self.released.wait()  # everything is busy: wait for a release
+                continue
+            future: asyncio.Future[PooledConnection] = asyncio.get_running_loop().create_future()
+            self.dialing[identity] = future
+            try:
+                connection = await self._dial(identity)
+            except BaseException as exc:
+                if not future.done():
+                    future.set_exception(exc if isinstance(exc, Exception) else ConnectFailed("Cancelled", "error", ""))
+                    future.exception()  # retrieved: no "never retrieved" warning when nobody else waits
+                raise
+            finally:
+                self.dialing.pop(identity, None)
+            self.connections.setdefault(identity, []).append(connection)
+            future.set_result(connection)
+
+    def _live(self, identity: Identity) -> list[PooledConnection]:
+        items = self.connections.get(identity)
+        if not items:
+            return []
+        live = [connection for connection in items if not connection.closed]
+        for connection in items:
+            if connection.closed and not connection.forgotten:
+                connection.forgotten = True
+                if connection.tunnel is not None:
+                    connection.tunnel.in_use -= 1
+                    connection.tunnel.last_used = time.monotonic()
+        if len(live) != len(items):
+            if live:
+                self.connections[identity] = live
+            else:
+                del self.connections[identity]
+        return live
+
+    def _evict_idle(self) -> bool:
+        """Close the least recently used idle connection to make room; False if none is idle."""
+        idle = [
+            connection
+            for items in self.connections.values()
+            for connection in items
+            if connection.in_use == 0 and not connection.closed
+        ]
+        if not idle:
+            return False
+        self._close(min(idle, key=lambda connection: connection.last_used))
+        return True
+
+    async def _dial(self, identity: Identity) -> PooledConnection:
+        endpoint = identity[-1]
+        tunnel: PooledConnection | None = None
+        if len(identity) > 1:
+            tunnel = await self._acquire(identity[:-1])  # the jump connection carries this one's TCP stream
+        decision = TrustDecision()
+        holder: list[PooledConnection] = []
+        options: dict[str, object] = {
+            "port": endpoint.port,
+            "username": endpoint.user,
+            "config": None,  # ssh_config was applied when the route was resolved; do not apply it twice
+            "connect_timeout": self.connect_timeout,
+            "keepalive_interval": self.keepalive,
+            "keepalive_count_max": 3,
+            "client_factory": lambda: _Client(endpoint, decision, holder),
+            "known_hosts": None if endpoint.known_hosts_mode == "ignore" else known_hosts(endpoint.known_hosts_files),
+        }
+        if endpoint.key_path is not None:
+            options["client_keys"] = [endpoint.key_path]
+        if tunnel is not None:
+            options["tunnel"] = tunnel.connection
+        try:
+            connection = await asyncssh.connect(endpoint.address, **options)
+        except BaseException as exc:
+            if tunnel is not None:
+                self.release(tunnel)
+            if isinstance(exc, Exception):
+                raise connect_error(endpoint, exc, decision) from None
+            raise
+        pooled = PooledConnection(
+            identity=identity, connection=connection, decision=decision, limit=self.max_channels, tunnel=tunnel
+        )
+        holder.append(pooled)
+        return pooled
+
+    def _close(self, connection: PooledConnection) -> None:
+        connection.closed = True
+        connection.connection.close()
+        self._live(connection.identity)
+
+    async def reap_forever(self) -> None:
+        """Close connections idle longer than the idle timeout, on a schedule of its own."""
+        interval = max(0.5, min(30.0, self.idle_timeout / 4))
+        while True:
+            await asyncio.sleep(interval)
+            self.reap()
+
+    def reap(self) -> None:
+        now = time.monotonic()
+        # Tunneled connections first, so their jump connections become idle in the same pass.
+        everything = sorted(
+            (connection for items in list(self.connections.values()) for connection in items),
+            key=lambda connection: -len(connection.identity),
+        )
+        for connection in everything:
+            if connection.closed:
+                self._live(connection.identity)
+            elif connection.in_use == 0 and now - connection.last_used >= self.idle_timeout:
+                self._close(connection)
+
+    async def close_all(self) -> None:
+        everything = [connection for items in list(self.connections.values()) for connection in items]
+        for connection in sorted(everything, key=lambda connection: -len(connection.identity)):
+            connection.closed = True
+            connection.connection.close()
+        self.connections.clear()
+        for connection in everything:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(connection.connection.wait_closed(), 1.0)
+
+
+def connect_error(endpoint: Endpoint, exc: Exception, decision: TrustDecision) -> ConnectFailed:
+    """A connection failure by kind, with what to do about it."""
+    where = endpoint.describe()
+    if isinstance(exc, asyncssh.HostKeyNotVerifiable) or decision.rejected is not None:
+        if decision.rejected == "changed":
+            return ConnectFailed(
+                "HostKeyMismatch",
+                "hostkey_rejected",
+                f"{where}: the host key ({decision.host_key}) differs from the one in known_hosts "
+                f"({', '.join(endpoint.known_hosts_files)}); possible man-in-the-middle. If the host was really "
+                "reinstalled, remove the old key (ssh-keygen -R) after verifying the new one out of band",
+            )
+        return ConnectFailed(
+            "HostKeyUnknown",
+            "hostkey_rejected",
+            f"{where}: host key {decision.host_key} is not in known_hosts and the mode is strict; verify it "
+            "(ssh_keyscan shows it) and add it, or use known_hosts='accept-new' to trust it on first use",
+        )
+    if isinstance(exc, asyncssh.PermissionDenied):
+        key = endpoint.key_path or "the agent and default keys"
+        return ConnectFailed(
+            "AuthFailed", "auth_failed", f"{where}: authentication failed with {key}; check user and key_path"
+        )
+    if isinstance(exc, ConnectionRefusedError):
+        return ConnectFailed(
+            "ConnectionRefused", "unreachable", f"{where}: connection refused (no SSH server on that port)"
+        )
+    if isinstance(exc, asyncio.TimeoutError | TimeoutError):
+        return ConnectFailed("ConnectTimeout", "unreachable", f"{where}: no SSH handshake within the connect timeout")
+    if isinstance(exc, socket.gaierror):
+        return ConnectFailed(
+            "UnknownHost",
+            "unreachable",
+            f"{endpoint.name!r} is not an inventory or ssh_config alias and the resolver does not know it "
+            f"({exc.strerror}); ssh_hosts lists the aliases",
+        )
+    if isinstance(exc, OSError):
+        reason = exc.strerror or errno.errorcode.get(exc.errno or 0, str(exc))
+        return ConnectFailed("Unreachable", "unreachable", f"{where}: {reason}")
+    if isinstance(exc, asyncssh.DisconnectError):
+        return ConnectFailed("ConnectionLost", "unreachable", f"{where}: the server disconnected ({exc.reason})")
+    if isinstance(exc, asyncssh.KeyImportError | asyncssh.KeyEncryptionError | ValueError):
+        return ConnectFailed("KeyUnusable", "auth_failed", f"{where}: the key cannot be used ({exc})")
+    if isinstance(exc, ToolError):
+        return ConnectFailed(exc.kind, getattr(exc, "status", "unreachable"), str(exc))
+    return ConnectFailed("ConnectFailed", "unreachable", f"{where}: {type(exc).__name__}: {exc}")

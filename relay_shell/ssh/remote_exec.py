@@ -1,0 +1,189 @@
+"""One command on one host over a pooled connection: bounded capture of stdout and stderr, stdin then EOF,
+exit status or signal, and a timeout that really ends the remote command.
+
+sshd starts every exec in a new session (setsid), so the remote shell's pid is also its process group and
+session id. The command is prefixed with `printf '%s\\n' "$$" >&2` — the first line on stderr, consumed
+here, never shown — so that on timeout the whole remote session can be killed (`pkill -s`), not only the
+shell: closing an SSH channel without a terminal does not stop what the command started. This assumes a
+POSIX-style login shell on the remote side, as Ansible does (ADR 0007).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+import asyncssh
+
+from relay_shell.capture import BoundedCapture, CapturedText
+from relay_shell.plan import ProgressFn, ToolError
+from relay_shell.ssh.pool import PooledConnection, SshPool, connect_error
+from relay_shell.ssh.target import Route
+
+PID_PREFIX = "printf '%s\\n' \"$$\" >&2; "
+KILL_TIMEOUT = 5.0
+CHANNEL_RETRIES = 3
+PROGRESS_EVERY = 0.5
+T = TypeVar("T")
+
+
+@dataclass
+class RemoteOutcome:
+    exit_code: int | None
+    signal: str | None
+    timed_out: bool
+    stdout: CapturedText
+    stderr: CapturedText | None
+    host_key: str | None
+    accepted_new_key: bool
+
+
+class _ExecSession(asyncssh.SSHClientSession[bytes]):
+    def __init__(self, stdout: BoundedCapture, stderr: BoundedCapture) -> None:
+        self.stdout = stdout
+        self.stderr = stderr
+        self.pid: int | None = None
+        self.pid_line = b""
+        self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.produced = 0
+
+    def data_received(self, data: bytes, datatype: asyncssh.DataType) -> None:
+        if datatype == asyncssh.EXTENDED_DATA_STDERR:
+            if self.pid is None and len(self.pid_line) < 32:
+                self.pid_line += data
+                line, newline, rest = self.pid_line.partition(b"\n")
+                if not newline and len(self.pid_line) < 32:
+                    return
+                self.pid = int(line) if line.strip().isdigit() else 0
+                data = rest if newline else self.pid_line
+            self.stderr.feed(data)
+        else:
+            self.stdout.feed(data)
+        self.produced += len(data)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.done.done():
+            self.done.set_result(None)
+
+
+async def run_remote(
+    pool: SshPool,
+    route: Route,
+    command: str,
+    *,
+    stdin: bytes | None,
+    timeout: float,
+    budget: int,
+    merge_stderr: bool,
+    progress: ProgressFn | None,
+) -> RemoteOutcome:
+    """Connect (or reuse), run, capture. Connection failures raise ConnectFailed by kind."""
+    deadline = time.monotonic() + timeout
+    stdout = BoundedCapture(budget)
+    stderr = stdout if merge_stderr else BoundedCapture(budget)
+
+    async def run(connection: PooledConnection) -> RemoteOutcome:
+        session = _ExecSession(stdout, stderr)
+        channel, _ = await connection.connection.create_session(lambda: session, PID_PREFIX + command, encoding=None)
+        connection.channels_open += 1
+        try:
+            if stdin:
+                channel.write(stdin)
+            channel.write_eof()  # a command reading stdin sees EOF instead of waiting forever
+            timed_out = False
+            try:
+                await _wait(session, deadline, progress)
+            except TimeoutError:
+                timed_out = True
+                await _kill(pool, route, channel, session)
+            except BaseException:  # cancelled by the client: the remote command must not outlive the call
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(_kill(pool, route, channel, session))
+                raise
+        finally:
+            connection.channels_open -= 1
+        exit_signal = channel.get_exit_signal()
+        return RemoteOutcome(
+            exit_code=None if timed_out else channel.get_exit_status() if exit_signal is None else None,
+            signal=None if timed_out or exit_signal is None else _signal_name(exit_signal[0]),
+            timed_out=timed_out,
+            stdout=stdout.result(),
+            stderr=None if merge_stderr else stderr.result(),
+            host_key=connection.host_key,
+            accepted_new_key=connection.decision.announce_new_key(),
+        )
+
+    return await on_channel(pool, route, deadline, run)
+
+
+async def on_channel(
+    pool: SshPool, route: Route, deadline: float, use: Callable[[PooledConnection], Awaitable[T]]
+) -> T:
+    """Run `use` with a pooled connection that has a channel reserved for it. A refused channel (the server's
+    MaxSessions is lower than ours, or its sessions are still held by dying processes) or a connection lost
+    on the way is retried on another connection for the same identity."""
+    for attempt in range(CHANNEL_RETRIES):
+        try:
+            connection = await pool.acquire(route, max(0.01, deadline - time.monotonic()))
+        except TimeoutError:
+            raise ToolError("ConnectTimeout", f"{route.target.describe()}: no connection in time") from None
+        try:
+            return await use(connection)
+        except asyncssh.ChannelOpenError as exc:
+            pool.channel_refused(connection)
+            if attempt == CHANNEL_RETRIES - 1:
+                raise ToolError(
+                    "ChannelRefused", f"{route.target.describe()}: the server refused a channel ({exc.reason})"
+                ) from None
+        except (asyncssh.DisconnectError, asyncssh.ConnectionLost, ConnectionError) as exc:
+            connection.closed = True
+            if attempt == CHANNEL_RETRIES - 1:
+                raise connect_error(route.target, exc, connection.decision) from None
+        finally:
+            pool.release(connection)
+    raise AssertionError("unreachable")
+
+
+async def _wait(session: _ExecSession, deadline: float, progress: ProgressFn | None) -> None:
+    """Until the channel closes; TimeoutError at the deadline. Reports progress every half second."""
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError
+        try:
+            await asyncio.wait_for(asyncio.shield(session.done), min(remaining, PROGRESS_EVERY))
+            return
+        except TimeoutError:
+            if progress is not None and time.monotonic() < deadline:
+                await progress(session.produced)
+
+
+async def _kill(pool: SshPool, route: Route, channel: asyncssh.SSHClientChannel[bytes], session: _ExecSession) -> None:
+    """End the remote command and everything it started: its whole remote session (`pkill -s`, on any pooled
+    connection for the same identity: sshd refuses SSH signal requests for some logins, root's among them,
+    and this command's own connection may have no channel to spare), then the channel."""
+    with contextlib.suppress(Exception):
+        channel.send_signal("KILL")
+    pid = session.pid
+    if pid:
+
+        async def kill_session(connection: PooledConnection) -> None:
+            await connection.connection.run(
+                f"pkill -KILL -s {pid} 2>/dev/null || kill -KILL -- -{pid} 2>/dev/null; true",
+                check=False,
+                stdin=asyncssh.DEVNULL,
+            )
+
+        with contextlib.suppress(Exception):  # a connection that is gone took its exec sessions with it
+            await asyncio.wait_for(on_channel(pool, route, time.monotonic() + KILL_TIMEOUT, kill_session), KILL_TIMEOUT)
+    channel.close()
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(asyncio.shield(session.done), 1.0)
+
+
+def _signal_name(name: str) -> str:
+    return name if name.startswith("SIG") else f"SIG{name}"

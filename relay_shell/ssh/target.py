@@ -1,0 +1,292 @@
+"""Where an SSH call goes: parse `host`, `user@host`, `user@host:port` and jump specs, resolve them through the
+inventory and ssh_config into one connection identity, and list every spelling of the target for policy.
+
+Policy sees the target in all its spellings: an IPv4 address written in decimal, hex, octal or shortened
+form (`2130706433`, `0x7f000001`, `0177.0.0.1`, `127.1`) or as IPv4-mapped IPv6 reaches the same host as
+its dotted quad, so a deny rule written for one spelling must match them all; the inventory alias and the
+address it resolves to are both part of the text too.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import re
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+
+from relay_shell.plan import ArgumentError
+from relay_shell.ssh.inventory import KNOWN_HOSTS_MODES, Inventory
+
+DEFAULT_PORT = 22
+MAX_JUMPS = 8
+# POSIX names, plus `DOMAIN\\user` and `user@domain` (ssh splits user from host at the last '@')
+_USER = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9_.\\-]|@(?!@)){0,62}(?<!@)")
+# Host names, IPv4 in any inet_aton spelling, IPv6 (bracketed or not, with a zone id).
+_HOST = re.compile(r"[A-Za-z0-9_.:%-]{1,253}")
+
+
+@dataclass(frozen=True)
+class HostSpec:
+    user: str | None
+    host: str
+    port: int | None
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """One hop: everything that decides which connection may be reused for it."""
+
+    name: str  # what the caller or the inventory calls it
+    address: str  # what is dialed
+    port: int
+    user: str
+    key_path: str | None  # None: the agent and the default keys, as `ssh` would use them
+    known_hosts_mode: str
+    known_hosts_files: tuple[str, ...]
+
+    def describe(self) -> str:
+        return f"{self.user}@{self.address}:{self.port}"
+
+
+@dataclass(frozen=True)
+class Route:
+    """The target and the jump hosts in front of it (first hop first)."""
+
+    target: Endpoint
+    jumps: tuple[Endpoint, ...]
+    spellings: tuple[str, ...]  # every name of every hop, for policy
+
+
+def parse_host_spec(argument: str, value: str) -> HostSpec:
+    """`host`, `user@host`, `host:port`, `user@host:port`, `[v6]`, `user@[v6]:port`; a bare IPv6 address
+    has no port."""
+    text = value.strip()
+    allowed = "allowed: host, user@host or user@host:port (IPv6 as [addr]:port), or an inventory alias"
+    if not text:
+        raise ArgumentError(f"{argument}: is empty; {allowed}")
+    if any(char.isspace() for char in text) or text.startswith("-"):
+        raise ArgumentError(f"{argument}: {value!r} is malformed (spaces or a leading '-'); {allowed}")
+    user: str | None = None
+    if "@" in text:
+        user, _, text = text.rpartition("@")
+        if not _USER.fullmatch(user):
+            raise ArgumentError(f"{argument}: user {user!r} in {value!r} is not a valid user name; {allowed}")
+    port_text: str | None = None
+    if text.startswith("["):
+        close = text.find("]")
+        if close < 0:
+            raise ArgumentError(f"{argument}: {value!r} has '[' without ']'; {allowed}")
+        host, rest = text[1:close], text[close + 1 :]
+        if rest:
+            if not rest.startswith(":"):
+                raise ArgumentError(f"{argument}: {value!r} has text after ']'; {allowed}")
+            port_text = rest[1:]
+    elif text.count(":") == 1:
+        host, _, port_text = text.partition(":")
+    else:
+        host = text  # a name, or a bare IPv6 address
+    if not host or not _HOST.fullmatch(host) or host.startswith("-"):
+        raise ArgumentError(f"{argument}: host {host!r} in {value!r} is not a valid host name or address; {allowed}")
+    port = None if port_text is None else parse_port(argument, port_text)
+    return HostSpec(user=user, host=host, port=port)
+
+
+def parse_port(argument: str, value: str | int) -> int:
+    text = str(value).strip()
+    if not text.isdigit() or not 1 <= int(text) <= 65535:
+        raise ArgumentError(f"{argument}: port {value!r} is out of range; allowed: 1 to 65535")
+    return int(text)
+
+
+def host_spellings(host: str) -> list[str]:
+    """The name as given and, for an address, its canonical forms; lowercased, without a trailing dot."""
+    name = host.strip().strip("[]").lower().rstrip(".")
+    spellings = [name]
+    address = _as_ip(name)
+    if address is not None:
+        if isinstance(address, ipaddress.IPv6Address):
+            spellings += [address.compressed, address.exploded]
+            mapped = address.ipv4_mapped or _ipv4_compatible(address)
+            if mapped is not None:
+                spellings.append(str(mapped))
+        else:
+            spellings += [str(address), f"::ffff:{address}"]
+    return list(dict.fromkeys(spellings))
+
+
+def _as_ip(name: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    bare = name.split("%", 1)[0]
+    try:
+        return ipaddress.ip_address(bare)
+    except ValueError:
+        pass
+    if ":" in bare or not re.fullmatch(r"[0-9a-fA-FxX.]+", bare):
+        return None
+    try:  # the resolver accepts what inet_aton accepts: decimal, hex, octal, shortened forms
+        return ipaddress.IPv4Address(socket.inet_aton(bare))
+    except OSError:
+        return None
+
+
+def _ipv4_compatible(address: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    # ::a.b.c.d (deprecated IPv4-compatible form), and NAT64's well-known prefix
+    value = int(address)
+    if value >> 32 == 0 and value > 1:
+        return ipaddress.IPv4Address(value)
+    if value >> 32 == 0x0064FF9B0000000000000000:
+        return ipaddress.IPv4Address(value & 0xFFFFFFFF)
+    return None
+
+
+def resolve_route(
+    inventory: Inventory,
+    host: str,
+    *,
+    user: str | None,
+    port: int | None,
+    key_path: str | None,
+    known_hosts: str | None,
+    jump: str | None,
+    default_mode: str,
+    argument: str = "host",
+) -> Route:
+    """The full identity of a call's target: explicit arguments, then the inventory file, then ssh_config,
+    then the defaults (the local user, port 22, the agent and default keys) — as `ssh` would do it."""
+    if port is not None:
+        port = parse_port("port", port)
+    if known_hosts is not None and known_hosts not in KNOWN_HOSTS_MODES:
+        raise ArgumentError(f"known_hosts: {known_hosts!r} is not a mode; allowed: {', '.join(KNOWN_HOSTS_MODES)}")
+    if key_path is not None:
+        key_path = _check_key(key_path, "key_path")
+    spec = parse_host_spec(argument, host)
+    target, jump_spec, spellings = _endpoint(
+        inventory, spec, user, port if spec.port is None else spec.port, key_path, known_hosts, default_mode, argument
+    )
+    if jump is not None:
+        jump_spec = jump if jump.strip().lower() != "none" else None
+    jumps: list[Endpoint] = []
+    if jump_spec:
+        hops = [hop.strip() for hop in jump_spec.split(",")]
+        if len(hops) > MAX_JUMPS or not all(hops):
+            raise ArgumentError(
+                f"jump: {jump_spec!r} is malformed; allowed: up to {MAX_JUMPS} hosts separated by commas, "
+                "each host, user@host or user@host:port"
+            )
+        for hop in hops:
+            hop_spec = parse_host_spec("jump", hop)
+            # A jump host's own settings come from the inventory/ssh_config; its mode follows the target's.
+            endpoint, _, hop_spellings = _endpoint(
+                inventory, hop_spec, None, hop_spec.port, None, known_hosts, default_mode, "jump"
+            )
+            jumps.append(endpoint)
+            spellings += hop_spellings
+    return Route(target=target, jumps=tuple(jumps), spellings=tuple(dict.fromkeys(spellings)))
+
+
+def _endpoint(
+    inventory: Inventory,
+    spec: HostSpec,
+    user: str | None,
+    port: int | None,
+    key_path: str | None,
+    known_hosts: str | None,
+    default_mode: str,
+    argument: str,
+) -> tuple[Endpoint, str | None, list[str]]:
+    entry = inventory.lookup(spec.host)
+    # ssh_config matches the name the connection is made to: the alias, or the inventory file's address.
+    config_name = entry.hostname if entry is not None and entry.source != "ssh_config" and entry.hostname else spec.host
+    options = inventory.ssh_options(config_name)
+    address = (entry.hostname if entry and entry.hostname else None) or options.hostname or spec.host
+    chosen_user = spec.user or user or (entry.user if entry else None) or options.user or _local_user()
+    chosen_port = port or (entry.port if entry else None) or options.port or DEFAULT_PORT
+    chosen_key = key_path or (entry.key_path if entry else None) or (options.identity_files[:1] or (None,))[0]
+    if chosen_key is not None and not key_path:
+        chosen_key = _check_key(chosen_key, f"{argument} (key from the inventory for {spec.host!r})")
+    mode = known_hosts or (entry.known_hosts if entry else None) or _config_mode(options.strict_host_key_checking)
+    files = options.user_known_hosts_files or (str(Path("~/.ssh/known_hosts").expanduser()),)
+    jump = (entry.jump if entry else None) or options.proxy_jump
+    endpoint = Endpoint(
+        name=spec.host,
+        address=address,
+        port=chosen_port,
+        user=chosen_user,
+        key_path=chosen_key,
+        known_hosts_mode=mode or default_mode,
+        known_hosts_files=tuple(files),
+    )
+    spellings = host_spellings(spec.host) + (host_spellings(address) if address != spec.host else [])
+    spellings += [name for name in _aliases_of(inventory, address) if name not in spellings]
+    return endpoint, jump, spellings
+
+
+_alias_cache: list[tuple[object, dict[str, list[str]]]] = []  # (the inventory's hosts, address -> names)
+
+
+def _aliases_of(inventory: Inventory, address: str) -> list[str]:
+    """Inventory names that lead to this address: a deny rule on an alias also holds for its address."""
+    hosts = inventory.hosts()
+    if not _alias_cache or _alias_cache[0][0] is not hosts:  # rebuilt when the inventory reloads
+        by_address: dict[str, list[str]] = {}
+        for entry in hosts.values():
+            for spelling in host_spellings(entry.hostname or entry.name):
+                by_address.setdefault(spelling, []).append(entry.name)
+        _alias_cache[:] = [(hosts, by_address)]
+    by_address = _alias_cache[0][1]
+    names: list[str] = []
+    for spelling in host_spellings(address):
+        names += by_address.get(spelling, [])
+    return list(dict.fromkeys(names))
+
+
+def _config_mode(strict_host_key_checking: str | None) -> str | None:
+    # ssh_config's StrictHostKeyChecking: `no` still never accepts a *changed* key here (ADR 0007).
+    return {"yes": "strict", "ask": "strict", "accept-new": "accept-new", "no": "accept-new", "off": "accept-new"}.get(
+        strict_host_key_checking or ""
+    )
+
+
+def _check_key(path: str, argument: str) -> str:
+    expanded = os.path.expanduser(path)
+    if not os.path.isfile(expanded):
+        raise ArgumentError(f"{argument}: key file {path!r} does not exist; allowed: a readable private key file")
+    if not os.access(expanded, os.R_OK):
+        raise ArgumentError(f"{argument}: key file {path!r} is not readable; allowed: a readable private key file")
+    return expanded
+
+
+_fingerprints: dict[tuple[str, int, int], str] = {}
+
+
+def key_fingerprint(path: str) -> str:
+    """SHA-256 fingerprint of a client key (from its .pub file when there is one: no passphrase needed)."""
+    import asyncssh
+
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return f"unreadable key {path}"
+    cache_key = (path, stat.st_mtime_ns, stat.st_size)
+    cached = _fingerprints.get(cache_key)
+    if cached is not None:
+        return cached
+    try:
+        if os.path.isfile(path + ".pub"):
+            fingerprint = asyncssh.read_public_key(path + ".pub").get_fingerprint("sha256")
+        else:
+            fingerprint = asyncssh.read_private_key(path).get_fingerprint("sha256")
+    except (asyncssh.KeyImportError, asyncssh.KeyEncryptionError, OSError, ValueError) as exc:
+        fingerprint = f"unknown ({type(exc).__name__}) {path}"
+    _fingerprints[cache_key] = fingerprint
+    return fingerprint
+
+
+def _local_user() -> str:
+    try:
+        import pwd
+
+        return pwd.getpwuid(os.getuid()).pw_name
+    except (ImportError, KeyError):
+        return os.environ.get("USER", "root")

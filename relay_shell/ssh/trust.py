@@ -1,0 +1,90 @@
+"""Host-key trust, exactly like OpenSSH: `strict` connects only to hosts whose key is in known_hosts,
+`accept-new` (the default) also trusts a host seen for the first time and appends its key, and neither ever
+accepts a *changed* key. `ignore` turns checking off; it is only ever chosen explicitly and is audited.
+
+Matching is asyncssh's own known_hosts handling (hashed names, patterns, `[host]:port`, revoked keys); this
+module only decides what happens to a key that did not match.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import asyncssh
+
+_cache: dict[tuple[str, ...], tuple[tuple[tuple[int, int, int] | None, ...], asyncssh.SSHKnownHosts]] = {}
+
+
+def known_hosts(files: tuple[str, ...]) -> asyncssh.SSHKnownHosts:
+    """The known_hosts entries of these files (missing ones count as empty), re-read when a file changes."""
+    signature = tuple(_signature(path) for path in files)
+    cached = _cache.get(files)
+    if cached is not None and cached[0] == signature:
+        return cached[1]
+    loaded = asyncssh.SSHKnownHosts()
+    for path, stat in zip(files, signature, strict=True):
+        if stat is not None:
+            loaded.load(Path(path).read_text(errors="replace"))
+    _cache[files] = (signature, loaded)
+    return loaded
+
+
+def _signature(path: str) -> tuple[int, int, int] | None:
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return None
+    return (stat.st_ino, stat.st_mtime_ns, stat.st_size)
+
+
+def fingerprint(key: asyncssh.SSHKey) -> str:
+    return key.get_fingerprint("sha256")
+
+
+class TrustDecision:
+    """What the host-key check concluded for one connection, for errors and the audit record."""
+
+    def __init__(self) -> None:
+        self.rejected: str | None = None  # "unknown" (strict) or "changed"
+        self.accepted_new = False
+        self.announced = False
+        self.host_key: str | None = None  # fingerprint of the key the server presented
+
+    def announce_new_key(self) -> bool:
+        """True once, for the first call on a connection whose host key was trusted on first use."""
+        if self.accepted_new and not self.announced:
+            self.announced = True
+            return True
+        return False
+
+
+def check_unmatched_key(
+    mode: str, files: tuple[str, ...], host: str, addr: str, port: int, key: asyncssh.SSHKey, decision: TrustDecision
+) -> bool:
+    """Called for a key that known_hosts does not list for this host. True: trust it."""
+    decision.host_key = fingerprint(key)
+    entries = known_hosts(files).match(host, addr, port if port != 22 else None)
+    listed = bool(entries[0]) or bool(entries[1])
+    if listed:  # the host is known with another key: never trust, never append (like OpenSSH)
+        decision.rejected = "changed"
+        return False
+    if mode != "accept-new":
+        decision.rejected = "unknown"
+        return False
+    _append(files[0], host, port, key)
+    decision.accepted_new = True
+    return True
+
+
+def _append(path: str, host: str, port: int, key: asyncssh.SSHKey) -> None:
+    pattern = host if port == 22 else f"[{host}]:{port}"
+    line = f"{pattern} {' '.join(key.export_public_key('openssh').decode().split()[:2])}\n"
+    directory = os.path.dirname(path)
+    if directory and not os.path.isdir(directory):
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+    descriptor = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        os.write(descriptor, line.encode())
+    finally:
+        os.close(descriptor)
