@@ -13,6 +13,8 @@ from benchmarks import (
     bench_exec_latency,
     bench_session_flood,
     bench_session_repl,
+    bench_ssh_exec,
+    bench_ssh_fanout,
     bench_startup,
 )
 
@@ -25,6 +27,8 @@ def main() -> int:
         "big_output": anyio.run(bench_big_output.main),
         "session_repl": anyio.run(bench_session_repl.main),
         "session_flood": anyio.run(bench_session_flood.main),
+        "ssh_exec": anyio.run(bench_ssh_exec.main),
+        "ssh_fanout": anyio.run(bench_ssh_fanout.main),
     }
     failed = [name for name, ok in results.items() if not ok]
     print("benchmarks:", "all targets met" if not failed else "missed: " + ", ".join(failed))

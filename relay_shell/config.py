@@ -65,6 +65,11 @@ class Settings(BaseSettings):
     session_max_lifetime: float = Field(
         86400.0, ge=1.0, le=2592000.0, description="seconds a session may live at most, 1 to 2592000"
     )
+    secret_env_allow: str = Field(
+        "",
+        description="comma-separated names (or shell patterns like DB_*) of server environment variables that "
+        "session_send(secret_env=...) may type; empty: none",
+    )
     record_dir: Path | None = Field(None, description="empty (off) or a directory for asciicast session transcripts")
     record_max_bytes: int = Field(
         64 * 1024 * 1024, ge=1024 * 1024, le=64 * 1024**3, description="bytes per transcript, 1048576 to 68719476736"

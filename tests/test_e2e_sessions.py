@@ -286,7 +286,7 @@ async def test_secret_env_is_typed_only_at_a_no_echo_prompt_and_never_shown_or_l
         "print(f'got {len(value)} chars')\n"
     )
     texts: list[str] = []
-    async with connect(audit_path, mode=MODE) as client:
+    async with connect(audit_path, mode=MODE, secret_env_allow="RS_TEST_*") as client:
         session_id = await spawn_bash(client)
         # At the shell prompt the terminal echoes: the secret would be shown, so it is refused.
         refused = await call(client, "session_send", session_id=session_id, secret_env="RS_TEST_SECRET")
@@ -297,6 +297,10 @@ async def test_secret_env_is_typed_only_at_a_no_echo_prompt_and_never_shown_or_l
         assert unset.is_error and "secret_env" in text_of(unset) and "not set" in text_of(unset)
         both = await call(client, "session_send", session_id=session_id, data="x", secret_env="RS_TEST_SECRET")
         assert both.is_error and "secret_env" in text_of(both)
+        # Only variables the operator set aside may be typed: a program could print what it reads.
+        other = await call(client, "session_send", session_id=session_id, secret_env="HOME")
+        assert other.is_error and "not a variable the operator allows" in text_of(other)
+        assert "RS_TEST_*" in text_of(other)
 
         texts.append(await run_in(client, session_id, f"{sys.executable} {script}", until="Password: "))
         typed = await call(client, "session_send", session_id=session_id, secret_env="RS_TEST_SECRET", until=AT_PROMPT)

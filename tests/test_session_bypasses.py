@@ -124,7 +124,7 @@ async def test_environment_that_runs_code_in_a_session_is_refused(
 async def test_a_line_classified_before_another_call_typed_is_not_sent(tmp_path: Path) -> None:
     victim = tmp_path / "victim"
     victim.mkdir()
-    async with serve(tmp_path, policy_deny='["rm -rf"]') as (client, _):
+    async with serve(tmp_path, policy_deny='["rm -rf"]', secret_env_allow="HOME") as (client, _):
         session_id = await spawn(client, ["bash", "--norc", "--noprofile"])
 
         async def send(delay: float, **arguments: Any) -> str:
@@ -185,3 +185,29 @@ async def test_a_catastrophic_until_pattern_fails_the_call_not_the_server(tmp_pa
         info = await client.call_tool("server_info", {})
         assert not info.is_error
         assert asyncio.get_running_loop().time() - started < 5
+
+
+async def test_echo_off_does_not_hide_commands_from_the_audit_log(tmp_path: Path) -> None:
+    """`stty -echo` (or a fake "Password:" prompt) must not make typed commands vanish from the record: only a
+    single line that reads like a password is withheld."""
+    target = tmp_path / "made-while-echo-was-off"
+    async with serve(tmp_path) as (client, audit_path):
+        session_id = await spawn(client, ["sh"])
+        await client.call_tool("session_send", {"session_id": session_id, "data": "stty -echo", "until": AT_PROMPT})
+        typed = {
+            "touch": f"touch {target}; chmod 600 {target}",
+            "multi": "echo one\necho two",
+            "password": "hunter2-not-a-command",
+        }
+        for data in typed.values():
+            result = await client.call_tool(
+                "session_send", {"session_id": session_id, "data": data, "until": AT_PROMPT, "timeout": 3}
+            )
+            assert not result.is_error, text_of(result)
+    assert target.exists()
+    sends = [record for record in read_records(audit_path) if record["tool"] == "session_send"]
+    recorded = [record["args"]["data"] for record in sends]
+    assert typed["touch"] in recorded  # a stateful command is kept even though echo was off
+    assert typed["multi"] in recorded  # several lines are never a password
+    assert typed["password"] not in recorded
+    assert f"[withheld: {len(typed['password'])} characters typed with terminal echo off]" in recorded

@@ -10,7 +10,7 @@ from relay_shell.plan import ArgumentError
 from relay_shell.policy.classify import Subject
 from relay_shell.policy.policy import Policy
 from relay_shell.ssh.inventory import Inventory
-from relay_shell.ssh.target import HostSpec, host_spellings, parse_host_spec, resolve_route
+from relay_shell.ssh.target import HostSpec, canonical_host, host_spellings, parse_host_spec, resolve_route
 
 
 @pytest.mark.parametrize(
@@ -179,3 +179,101 @@ def test_ignoring_host_keys_is_tier_two() -> None:
     assert "host-key checking turned off" in decision.reason
     assert Policy("guarded").decide(Subject(fixed_tier=0, hosts=("web1",), unverified_host_key=True)).denied
     assert not Policy("guarded").decide(Subject(command="uptime", hosts=("web1",))).denied
+
+
+@pytest.mark.parametrize(
+    ("name", "canonical"),
+    [
+        ("LOCALHOST.", "localhost"),
+        ("0x7f000001", "127.0.0.1"),
+        ("2130706433", "127.0.0.1"),
+        ("127.1", "127.0.0.1"),
+        ("::ffff:127.0.0.1", "127.0.0.1"),
+        ("[2001:DB8::0:1]", "2001:db8::1"),
+        ("Web1.Example.com", "web1.example.com"),
+    ],
+)
+def test_hosts_are_dialed_under_one_canonical_name(name: str, canonical: str) -> None:
+    # known_hosts is matched by the dialed name: `LOCALHOST` or `127.1` must not look like a new host
+    assert canonical_host(name) == canonical
+
+
+def test_deny_rules_naming_the_login_or_this_machine_hold(tmp_path: Path) -> None:
+    inventory = _inventory(tmp_path, "Host bastion\n  HostName 10.9.0.1\n  User admin\n")
+
+    def subject(host: str, jump: str | None = None) -> Subject:
+        route = resolve_route(
+            inventory,
+            host,
+            user=None,
+            port=None,
+            key_path=None,
+            known_hosts=None,
+            jump=jump,
+            default_mode="accept-new",
+        )
+        return Subject(command="true", hosts=route.spellings)
+
+    root_on_two = Policy("open", deny=[r"^root@127\.0\.0\.2$"])
+    for spelling in ["root@127.0.0.2", "root@0x7f000002:22", "root@[::ffff:127.0.0.2]:22", "root@127.2"]:
+        assert root_on_two.decide(subject(spelling)).denied, spelling
+    assert not root_on_two.decide(subject("deploy@127.0.0.2")).denied
+    admin_bastion = Policy("open", deny=[r"^admin@bastion$"])
+    assert admin_bastion.decide(subject("10.0.0.1", jump="bastion")).denied  # the jump host's login counts too
+    this_machine = Policy("open", deny=[r"^127\.0\.0\.1$"])
+    for spelling in ["0", "0.0.0.0", "localhost", "[::]:22"]:
+        assert this_machine.decide(subject(spelling)).denied, spelling
+
+
+def test_key_path_must_be_a_small_regular_file(tmp_path: Path) -> None:
+    inventory = _inventory(tmp_path, "")
+    huge = tmp_path / "huge"
+    with huge.open("wb") as handle:
+        handle.truncate(3 * 1024**3)  # sparse: reading it would take gigabytes of memory
+    for path, problem in [(huge, "too large for a key"), (tmp_path, "not a regular file")]:
+        with pytest.raises(ArgumentError) as raised:
+            resolve_route(
+                inventory,
+                "h",
+                user=None,
+                port=None,
+                key_path=str(path),
+                known_hosts=None,
+                jump=None,
+                default_mode="accept-new",
+            )
+        assert str(raised.value).startswith("key_path: ") and problem in str(raised.value)
+
+
+def test_jump_hosts_are_checked_as_strictly_as_the_target_and_chain(tmp_path: Path) -> None:
+    inventory = _inventory(
+        tmp_path,
+        "Host target\n  HostName 10.0.0.9\n  StrictHostKeyChecking yes\n  ProxyJump inner\n"
+        "Host inner\n  HostName 10.1.0.1\n  ProxyJump outer\n"
+        "Host outer\n  HostName 10.2.0.1\n"
+        "Host loop1\n  ProxyJump loop2\nHost loop2\n  ProxyJump loop1\n",
+    )
+    route = resolve_route(
+        inventory,
+        "target",
+        user=None,
+        port=None,
+        key_path=None,
+        known_hosts=None,
+        jump=None,
+        default_mode="accept-new",
+    )
+    assert [hop.address for hop in route.jumps] == ["10.2.0.1", "10.1.0.1"]  # outer first, as ssh -J does
+    assert [hop.known_hosts_mode for hop in route.jumps] == ["strict", "strict"]
+    with pytest.raises(ArgumentError) as raised:
+        resolve_route(
+            inventory,
+            "10.0.0.1",
+            user=None,
+            port=None,
+            key_path=None,
+            known_hosts=None,
+            jump="loop1",
+            default_mode="accept-new",
+        )
+    assert str(raised.value).startswith("jump: ") and "more than" in str(raised.value)

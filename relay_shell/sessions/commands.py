@@ -7,6 +7,7 @@ Enter) is classified like a one-shot command (see `typed_lines`).
 from __future__ import annotations
 
 import asyncio
+import fnmatch
 import inspect
 import os
 import re
@@ -20,7 +21,7 @@ from relay_shell.capture import BoundedCapture
 from relay_shell.config import Settings, clamp
 from relay_shell.local.commands import MIN_OUTPUT, check_cwd, check_no_nul, child_env
 from relay_shell.plan import ArgumentError, Execution, Plan, ProgressFn, ToolError
-from relay_shell.policy.classify import Subject
+from relay_shell.policy.classify import Subject, classify
 from relay_shell.results import Outcome
 from relay_shell.sessions.ansi import strip_ansi
 from relay_shell.sessions.expect import Patterns, compile_until, expected_echo
@@ -165,7 +166,7 @@ def prepare_send(
     key_names = [key_name(key) for key in keys or []]
     if len(key_names) > MAX_KEYS:
         raise ArgumentError(f"keys: {len(key_names)} keys; allowed: at most {MAX_KEYS} per call")
-    secret = _secret_value(secret_env, data, session) if secret_env is not None else None
+    secret = _secret_value(settings, secret_env, data) if secret_env is not None else None
     patterns = compile_until(until)
     wait_timeout = wait_timeout_for(settings, timeout, notes)
     budget = _budget(settings, max_bytes, notes)
@@ -217,13 +218,18 @@ def prepare_send(
     return plan
 
 
-def withheld_input(arguments: dict[str, Any]) -> dict[str, Any]:
-    """The arguments of a send typed at a no-echo prompt, as the audit log keeps them: no `data`."""
+def withheld_input(arguments: dict[str, Any]) -> dict[str, Any] | None:
+    """The arguments of a send typed at a no-echo prompt, as the audit log keeps them: no `data`. None when
+    the input is kept: a program can turn echo off (`stty -echo`) or print "Password:" on purpose to hide
+    what is typed next, so only a single line that reads like a password (tier 0 or 1, not a stateful
+    command) is withheld (ADR 0005)."""
     data = arguments.get("data")
-    if data is None or data == "":
-        return arguments
-    length = len(data) if isinstance(data, str) else len(repr(data))
-    return {**arguments, "data": f"[withheld: {length} characters typed with terminal echo off]"}
+    if not isinstance(data, str) or data == "":
+        return None
+    line = data.removesuffix("\n").removesuffix("\r")
+    if "\n" in line or "\r" in line or classify(Subject(typed=line)).tier >= 2:
+        return None
+    return {**arguments, "data": f"[withheld: {len(data)} characters typed with terminal echo off]"}
 
 
 def withhold_at_password_prompt(registry: SessionRegistry, arguments: dict[str, Any]) -> dict[str, Any]:
@@ -231,7 +237,7 @@ def withhold_at_password_prompt(registry: SessionRegistry, arguments: dict[str, 
     session_id = arguments.get("session_id")
     session = registry.sessions.get(session_id) if isinstance(session_id, str) else None
     if session is not None and session.state == "running" and session.terminal.password_mode():
-        return withheld_input(arguments)
+        return withheld_input(arguments) or arguments
     return arguments
 
 
@@ -505,9 +511,19 @@ def _budget(settings: Settings, max_bytes: int | None, notes: list[str]) -> int:
     return int(value)
 
 
-def _secret_value(secret_env: str, data: str, session: Session) -> str:
+def _secret_value(settings: Settings, secret_env: str, data: str) -> str:
     if data:
         raise ArgumentError("data: must be empty with secret_env (the secret is the input); allowed: data=''")
+    allowed = [pattern.strip() for pattern in settings.secret_env_allow.split(",") if pattern.strip()]
+    # A program that reads the "password" can print it: only variables the operator set aside for typing.
+    if not any(fnmatch.fnmatchcase(secret_env, pattern) for pattern in allowed) or secret_env.startswith(
+        "RELAY_SHELL_"
+    ):
+        listed = ", ".join(allowed) if allowed else "none"
+        raise ArgumentError(
+            f"secret_env: {secret_env[:64]!r} is not a variable the operator allows to be typed; allowed: "
+            f"{listed} (RELAY_SHELL_SECRET_ENV_ALLOW)"
+        )
     value = os.environ.get(secret_env)
     if not secret_env or value is None:
         raise ArgumentError(

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import asyncssh
@@ -23,10 +23,10 @@ from relay_shell.sessions.expect import compile_until
 from relay_shell.sessions.registry import SessionRegistry
 from relay_shell.ssh.inventory import Inventory, InventoryError
 from relay_shell.ssh.pool import ConnectFailed, SshPool
-from relay_shell.ssh.remote_exec import RemoteOutcome, run_remote
+from relay_shell.ssh.remote_exec import RemoteOutcome, open_channel, run_remote
 from relay_shell.ssh.target import Route, key_fingerprint, resolve_route
 from relay_shell.ssh.terminal import SshTerminal
-from relay_shell.ssh.trust import known_hosts
+from relay_shell.ssh.trust import trusted_keys
 
 FANOUT_STATUSES = ("ok", "failed", "unreachable", "timeout", "denied", "auth_failed", "hostkey_rejected")
 DEFAULT_PER_HOST_OUTPUT = 8192
@@ -58,7 +58,7 @@ class Ssh:
             )
         if connection.user is not None and not connection.user.strip():
             raise ArgumentError("user: is empty; allowed: a user name, or omit it")
-        return resolve_route(
+        route = resolve_route(
             self.inventory,
             host,
             user=connection.user,
@@ -69,6 +69,14 @@ class Ssh:
             default_mode=self.settings.ssh_known_hosts,
             argument=argument,
         )
+        if self.settings.policy_mode == "readonly":
+            # Trusting a new host key writes known_hosts: a change readonly mode does not make.
+            hops = tuple(
+                replace(hop, known_hosts_mode="strict") if hop.known_hosts_mode == "accept-new" else hop
+                for hop in (*route.jumps, route.target)
+            )
+            route = replace(route, jumps=hops[:-1], target=hops[-1])
+        return route
 
 
 def target_record(route: Route) -> dict[str, Any]:
@@ -89,7 +97,7 @@ def target_record(route: Route) -> dict[str, Any]:
 
 def _subject(route: Route, connection: ConnectionArgs, **texts: Any) -> Subject:
     return Subject(
-        hosts=route.spellings + tuple(f"{route.target.user}@{name}" for name in route.spellings[:3]),
+        hosts=route.spellings,
         unverified_host_key=connection.known_hosts == "ignore",
         **texts,
     )
@@ -222,7 +230,8 @@ def prepare_spawn(
         terminal = SshTerminal(ssh.pool, pooled, route.target.describe())
         try:
             # sshd passes only the variables its AcceptEnv allows; TERM travels with the terminal request.
-            await terminal.open(command, TERM, cols, rows, env or {})
+            deadline = time.monotonic() + ssh.settings.ssh_connect_timeout
+            await open_channel(ssh.pool, pooled, deadline, lambda: terminal.open(command, TERM, cols, rows, env or {}))
         except BaseException as exc:
             ssh.pool.release(pooled)
             if isinstance(exc, asyncssh.ChannelOpenError):
@@ -304,6 +313,7 @@ class HostResult:
     output: CapturedText | None = None
     error: str | None = None
     target: dict[str, Any] | None = None
+    host_key: str | None = None
 
     def fields(self) -> dict[str, Any]:
         fields: dict[str, Any] = {"host": self.name, "status": self.status, "duration_ms": self.duration_ms}
@@ -349,6 +359,14 @@ def prepare_fanout(
     timeout_value, budget = _limits(
         settings, timeout, DEFAULT_PER_HOST_OUTPUT if max_output_per_host is None else max_output_per_host, notes
     )
+    share = max(MIN_OUTPUT, settings.max_output_hard // len(names))
+    if budget > share:
+        # The whole result (every host's output, in text and structuredContent) stays within the hard cap.
+        notes.append(
+            f"max_output_per_host {budget} lowered to {share} for {len(names)} hosts "
+            f"(RELAY_SHELL_MAX_OUTPUT_HARD={settings.max_output_hard} in all)"
+        )
+        budget = share
     routes: dict[str, Route] = {}
     for name in names:
         routes[name] = ssh.route(name, connection, argument="hosts")
@@ -376,6 +394,8 @@ def prepare_fanout(
         ordered = [results[name] for name in names]
         for result in ordered:
             targets[result.name]["status"] = result.status
+            if result.host_key is not None:
+                targets[result.name]["host_key"] = result.host_key
         return _fanout_execution(ordered, settings.max_output_hard, time.monotonic() - started, check)
 
     plan = Plan(
@@ -410,11 +430,12 @@ async def _run_one(
             progress=None,
         )
     except ConnectFailed as exc:
-        return HostResult(name, exc.status, _ms(started), error=f"{exc.kind}: {exc}")
+        status = exc.status if exc.status in FANOUT_STATUSES else "unreachable"
+        return HostResult(name, status, _ms(started), error=f"{exc.kind}: {exc}")
     except ToolError as exc:
         return HostResult(name, "unreachable", _ms(started), error=f"{exc.kind}: {exc}")
-    except OSError as exc:
-        return HostResult(name, "unreachable", _ms(started), error=f"OSError: {exc.strerror or exc}")
+    except Exception as exc:  # one host's surprise must not cost the other hosts their results
+        return HostResult(name, "unreachable", _ms(started), error=f"{type(exc).__name__}: {exc}"[:300])
     if outcome.timed_out:
         status = "timeout"
     elif outcome.exit_code == 0:
@@ -429,6 +450,7 @@ async def _run_one(
         signal=outcome.signal,
         output=None if check else outcome.stdout,
         error=f"TIMEOUT after {timeout:g}s" if outcome.timed_out else None,
+        host_key=outcome.host_key,
     )
 
 
@@ -501,22 +523,37 @@ def prepare_keyscan(
     routes = {name: ssh.route(name, connection, argument="hosts") for name in names}
     host_subjects = {name: _subject(route, connection, fixed_tier=0) for name, route in routes.items()}
 
+    gate = asyncio.Semaphore(ssh.settings.fanout_max_concurrency)
+
     async def scan(name: str, route: Route) -> dict[str, Any]:
         if name in plan.denied_hosts:
             return {"host": name, "status": "denied", "error": plan.denied_hosts[name], "keys": []}
         target = route.target
-        known = known_hosts(target.known_hosts_files)
-        listed = known.match(target.address, "", target.port if target.port != 22 else None)[0]
+        known = trusted_keys(target.known_hosts_files)
+        listed = [
+            key
+            for spelling in (target.address, *target.spellings)
+            for key in known.match(spelling, "", target.port if target.port != 22 else None)[0]
+        ]
         keys: list[dict[str, Any]] = []
         errors: list[str] = []
+        deadline = time.monotonic() + timeout_value  # for all key types of this host together
         for key_type in types:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                errors.append(f"{key_type}: no time left")
+                break
             try:
-                key = await asyncio.wait_for(
-                    asyncssh.get_server_host_key(
-                        target.address, target.port, server_host_key_algs=[key_type], config=None
-                    ),
-                    timeout_value,
-                )
+                async with gate:
+                    key = await asyncio.wait_for(
+                        asyncssh.get_server_host_key(
+                            target.address, target.port, server_host_key_algs=[key_type], config=None
+                        ),
+                        remaining,
+                    )
+            except (OSError, TimeoutError) as exc:  # the host does not answer: other key types will not either
+                errors.append(f"{type(exc).__name__}: {exc}")
+                break
             except Exception as exc:
                 errors.append(f"{key_type}: {type(exc).__name__}: {exc}")
                 continue
@@ -627,7 +664,8 @@ def host_view(ssh: Ssh, name: str) -> str:
         return orjson.dumps({"host": name, "error": str(exc)}).decode()
     entry = ssh.inventory.lookup(name)
     target = route.target
-    listed = known_hosts(target.known_hosts_files).match(target.address, "", target.port if target.port != 22 else None)
+    known = trusted_keys(target.known_hosts_files)
+    listed = known.match(target.address, "", target.port if target.port != 22 else None)
     view = {
         **target_record(route),
         "groups": list(entry.groups) if entry else [],

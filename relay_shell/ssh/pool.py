@@ -24,7 +24,7 @@ import asyncssh
 
 from relay_shell.plan import ToolError
 from relay_shell.ssh.target import Endpoint, Route
-from relay_shell.ssh.trust import TrustDecision, check_unmatched_key, known_hosts
+from relay_shell.ssh.trust import TrustDecision, check_unmatched_key, trusted_keys
 
 logger = logging.getLogger("relay_shell")
 
@@ -48,7 +48,14 @@ class _Client(asyncssh.SSHClient):
     def validate_host_public_key(self, host: str, addr: str, port: int, key: asyncssh.SSHKey) -> bool:
         endpoint = self.endpoint
         return check_unmatched_key(
-            endpoint.known_hosts_mode, endpoint.known_hosts_files, host, addr, port, key, self.decision
+            endpoint.known_hosts_mode,
+            endpoint.known_hosts_files,
+            endpoint.spellings,
+            host,
+            addr,
+            port,
+            key,
+            self.decision,
         )
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -91,7 +98,7 @@ class SshPool:
         self.connect_timeout = connect_timeout
         self.keepalive = keepalive
         self.connections: dict[Identity, list[PooledConnection]] = {}
-        self.dialing: dict[Identity, asyncio.Future[PooledConnection]] = {}
+        self.dialing: dict[Identity, asyncio.Task[None]] = {}
         self.released = asyncio.Event()  # set (and replaced) whenever a channel is given back
 
     def count(self) -> int:
@@ -124,29 +131,36 @@ class SshPool:
                 connection.in_use += 1
                 connection.last_used = time.monotonic()
                 return connection
-            pending = self.dialing.get(identity)
-            if pending is not None:
-                with contextlib.suppress(Exception):  # the dialing caller reports its own failure below
-                    await asyncio.shield(pending)
-                if pending.exception() is not None and not live:
-                    raise pending.exception()  # type: ignore[misc]  # one attempt, one answer for everyone
-                continue
-            if self.count() >= self.max_connections and not self._evict_idle():
-                await self.released.wait()  # everything is busy: wait for a release
-                continue
-            future: asyncio.Future[PooledConnection] = asyncio.get_running_loop().create_future()
-            self.dialing[identity] = future
+            dial = self.dialing.get(identity)
+            if dial is None:
+                if self.count() + len(self.dialing) >= self.max_connections and not self._evict_idle():
+                    await self.released.wait()  # everything is busy: wait for a release
+                    continue
+                dial = asyncio.get_running_loop().create_task(self._dial_into_pool(identity))
+                dial.add_done_callback(_retrieve)
+                self.dialing[identity] = dial
             try:
-                connection = await self._dial(identity)
-            except BaseException as exc:
-                if not future.done():
-                    future.set_exception(exc if isinstance(exc, Exception) else ConnectFailed("Cancelled", "error", ""))
-                    future.exception()  # retrieved: no "never retrieved" warning when nobody else waits
-                raise
-            finally:
-                self.dialing.pop(identity, None)
-            self.connections.setdefault(identity, []).append(connection)
-            future.set_result(connection)
+                # Everyone who needs this identity waits for the same attempt; a caller giving up (its own
+                # timeout) does not cancel it for the others.
+                await asyncio.shield(dial)
+            except ConnectFailed:
+                if not live:
+                    raise  # one attempt, one answer for everyone waiting on it
+                await self.released.wait()  # an extra connection failed: wait for a channel on the others
+
+    async def _dial_into_pool(self, identity: Identity) -> None:
+        try:
+            # Bounded even if a jump connection has to wait for room in the pool.
+            limit = self.connect_timeout * len(identity) + 1
+            try:
+                connection = await asyncio.wait_for(self._dial(identity), limit)
+            except TimeoutError:
+                raise ConnectFailed(
+                    "ConnectTimeout", "unreachable", f"{identity[-1].describe()}: no connection within {limit:g}s"
+                ) from None
+        finally:
+            self.dialing.pop(identity, None)
+        self.connections.setdefault(identity, []).append(connection)
 
     def _live(self, identity: Identity) -> list[PooledConnection]:
         items = self.connections.get(identity)
@@ -194,7 +208,7 @@ class SshPool:
             "keepalive_interval": self.keepalive,
             "keepalive_count_max": 3,
             "client_factory": lambda: _Client(endpoint, decision, holder),
-            "known_hosts": None if endpoint.known_hosts_mode == "ignore" else known_hosts(endpoint.known_hosts_files),
+            "known_hosts": None if endpoint.known_hosts_mode == "ignore" else trusted_keys(endpoint.known_hosts_files),
         }
         if endpoint.key_path is not None:
             options["client_keys"] = [endpoint.key_path]
@@ -213,6 +227,12 @@ class SshPool:
         )
         holder.append(pooled)
         return pooled
+
+    def discard(self, connection: PooledConnection) -> None:
+        """Drop a connection that stopped answering; its callers still release their channels."""
+        connection.closed = True
+        connection.connection.abort()
+        self._live(connection.identity)
 
     def _close(self, connection: PooledConnection) -> None:
         connection.closed = True
@@ -240,6 +260,8 @@ class SshPool:
                 self._close(connection)
 
     async def close_all(self) -> None:
+        for dial in list(self.dialing.values()):
+            dial.cancel()
         everything = [connection for items in list(self.connections.values()) for connection in items]
         for connection in sorted(everything, key=lambda connection: -len(connection.identity)):
             connection.closed = True
@@ -248,6 +270,12 @@ class SshPool:
         for connection in everything:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(connection.connection.wait_closed(), 1.0)
+
+
+def _retrieve(task: asyncio.Task[None]) -> None:
+    """Mark a dial's failure as seen: its waiters may all have given up before it ended."""
+    if not task.cancelled():
+        task.exception()
 
 
 def connect_error(endpoint: Endpoint, exc: Exception, decision: TrustDecision) -> ConnectFailed:

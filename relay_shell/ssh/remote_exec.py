@@ -2,16 +2,17 @@
 exit status or signal, and a timeout that really ends the remote command.
 
 sshd starts every exec in a new session (setsid), so the remote shell's pid is also its process group and
-session id. The command is prefixed with `printf '%s\\n' "$$" >&2` — the first line on stderr, consumed
-here, never shown — so that on timeout the whole remote session can be killed (`pkill -s`), not only the
-shell: closing an SSH channel without a terminal does not stop what the command started. This assumes a
-POSIX-style login shell on the remote side, as Ansible does (ADR 0007).
+session id. The command is prefixed with `printf 'RELAY-PID-<nonce> %s\\n' "$$" >&2`: a stderr line found
+behind its per-call nonce, consumed here and never shown, so that on timeout the whole remote session can be
+killed (`pkill -s`), not only the shell: closing an SSH channel without a terminal does not stop what the
+command started. This assumes a POSIX-style login shell on the remote side, as Ansible does (ADR 0007).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import secrets
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -24,7 +25,7 @@ from relay_shell.plan import ProgressFn, ToolError
 from relay_shell.ssh.pool import PooledConnection, SshPool, connect_error
 from relay_shell.ssh.target import Route
 
-PID_PREFIX = "printf '%s\\n' \"$$\" >&2; "
+PID_SEARCH = 64 * 1024  # stderr bytes (shell start-up noise) searched for the pid line
 KILL_TIMEOUT = 5.0
 CHANNEL_RETRIES = 3
 PROGRESS_EVERY = 0.5
@@ -43,29 +44,50 @@ class RemoteOutcome:
 
 
 class _ExecSession(asyncssh.SSHClientSession[bytes]):
-    def __init__(self, stdout: BoundedCapture, stderr: BoundedCapture) -> None:
+    """Feeds stdout and stderr into their captures; takes the remote shell's pid line out of stderr."""
+
+    def __init__(self, stdout: BoundedCapture, stderr: BoundedCapture, marker: bytes) -> None:
         self.stdout = stdout
         self.stderr = stderr
+        self.marker = marker  # b"RELAY-PID-<nonce> ": never in the command's own output by chance
         self.pid: int | None = None
-        self.pid_line = b""
+        self.searching = True
+        self.held = b""  # stderr before the pid line: shell start-up messages, passed on once seen whole
         self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.produced = 0
 
     def data_received(self, data: bytes, datatype: asyncssh.DataType) -> None:
-        if datatype == asyncssh.EXTENDED_DATA_STDERR:
-            if self.pid is None and len(self.pid_line) < 32:
-                self.pid_line += data
-                line, newline, rest = self.pid_line.partition(b"\n")
-                if not newline and len(self.pid_line) < 32:
-                    return
-                self.pid = int(line) if line.strip().isdigit() else 0
-                data = rest if newline else self.pid_line
-            self.stderr.feed(data)
-        else:
+        if datatype != asyncssh.EXTENDED_DATA_STDERR:
             self.stdout.feed(data)
-        self.produced += len(data)
+            self.produced += len(data)
+            return
+        if self.searching:
+            data = self._take_pid_line(data)
+        if data:
+            self.stderr.feed(data)
+            self.produced += len(data)
+
+    def _take_pid_line(self, data: bytes) -> bytes:
+        self.held += data
+        start = self.held.find(self.marker)
+        end = self.held.find(b"\n", start) if start >= 0 else -1
+        if end >= 0:
+            digits = self.held[start + len(self.marker) : end]
+            self.pid = int(digits) if digits.isdigit() else None
+            self.searching = False
+            rest, self.held = self.held[:start] + self.held[end + 1 :], b""
+            return rest
+        if len(self.held) > PID_SEARCH:  # no marker where it must be: pass everything on, kill by shell only
+            self.searching = False
+            rest, self.held = self.held, b""
+            return rest
+        return b""
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self.held:
+            self.stderr.feed(self.held)
+            self.produced += len(self.held)
+            self.held = b""
         if not self.done.done():
             self.done.set_result(None)
 
@@ -87,8 +109,15 @@ async def run_remote(
     stderr = stdout if merge_stderr else BoundedCapture(budget)
 
     async def run(connection: PooledConnection) -> RemoteOutcome:
-        session = _ExecSession(stdout, stderr)
-        channel, _ = await connection.connection.create_session(lambda: session, PID_PREFIX + command, encoding=None)
+        marker = f"RELAY-PID-{secrets.token_hex(8)} "
+        session = _ExecSession(stdout, stderr, marker.encode())
+        prefixed = f"printf '{marker}%s\\n' \"$$\" >&2; {command}"
+        channel = await open_channel(
+            pool,
+            connection,
+            deadline,
+            lambda: connection.connection.create_session(lambda: session, prefixed, encoding=None),
+        )
         connection.channels_open += 1
         try:
             if stdin:
@@ -118,6 +147,26 @@ async def run_remote(
         )
 
     return await on_channel(pool, route, deadline, run)
+
+
+async def open_channel(
+    pool: SshPool,
+    connection: PooledConnection,
+    deadline: float,
+    open_session: Callable[[], Awaitable[tuple[asyncssh.SSHClientChannel[bytes], asyncssh.SSHClientSession[bytes]]]],
+) -> asyncssh.SSHClientChannel[bytes]:
+    """Open a channel before the deadline. A server that does not answer (stopped, wedged) is dropped from the
+    pool, so the next call dials afresh instead of waiting on it too."""
+    try:
+        channel, _ = await asyncio.wait_for(open_session(), max(0.01, deadline - time.monotonic()))
+    except TimeoutError:
+        pool.discard(connection)
+        raise ToolError(
+            "ServerNotResponding",
+            f"{connection.identity[-1].describe()}: the server did not open a channel in time; the connection "
+            "was dropped (the next call reconnects)",
+        ) from None
+    return channel
 
 
 async def on_channel(

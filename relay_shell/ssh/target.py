@@ -13,8 +13,9 @@ import ipaddress
 import os
 import re
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from stat import S_ISREG
 
 from relay_shell.plan import ArgumentError
 from relay_shell.ssh.inventory import KNOWN_HOSTS_MODES, Inventory
@@ -45,6 +46,8 @@ class Endpoint:
     key_path: str | None  # None: the agent and the default keys, as `ssh` would use them
     known_hosts_mode: str
     known_hosts_files: tuple[str, ...]
+    # every name of this hop, for host-key matching: a key known under any of them is this host's key
+    spellings: tuple[str, ...] = field(default=(), compare=False)
 
     def describe(self) -> str:
         return f"{self.user}@{self.address}:{self.port}"
@@ -104,8 +107,13 @@ def host_spellings(host: str) -> list[str]:
     """The name as given and, for an address, its canonical forms; lowercased, without a trailing dot."""
     name = host.strip().strip("[]").lower().rstrip(".")
     spellings = [name]
+    if name == "localhost":
+        spellings += ["127.0.0.1", "::1"]
     address = _as_ip(name)
     if address is not None:
+        if address.is_unspecified or address.is_loopback:
+            # 0, 0.0.0.0 and :: reach this machine too
+            spellings += ["localhost", "127.0.0.1", "::1"] if address.is_unspecified else ["localhost"]
         if isinstance(address, ipaddress.IPv6Address):
             spellings += [address.compressed, address.exploded]
             mapped = address.ipv4_mapped or _ipv4_compatible(address)
@@ -167,22 +175,53 @@ def resolve_route(
     if jump is not None:
         jump_spec = jump if jump.strip().lower() != "none" else None
     jumps: list[Endpoint] = []
-    if jump_spec:
-        hops = [hop.strip() for hop in jump_spec.split(",")]
-        if len(hops) > MAX_JUMPS or not all(hops):
+    pending = _split_jumps(jump_spec)
+    while pending:
+        hop_spec = parse_host_spec("jump", pending.pop())
+        endpoint, own_jump, hop_spellings = _endpoint(
+            inventory, hop_spec, None, hop_spec.port, None, known_hosts, default_mode, "jump"
+        )
+        if known_hosts is None and STRICTNESS[target.known_hosts_mode] > STRICTNESS[endpoint.known_hosts_mode]:
+            # A jump host carries the target's traffic: it is checked at least as strictly as the target.
+            endpoint = replace(endpoint, known_hosts_mode=target.known_hosts_mode)
+        jumps.insert(0, endpoint)
+        spellings += hop_spellings
+        # The jump host's own ProxyJump (from the inventory or ssh_config) comes before it, as with `ssh -J`.
+        pending += _split_jumps(own_jump)
+        if len(jumps) + len(pending) > MAX_JUMPS:
             raise ArgumentError(
-                f"jump: {jump_spec!r} is malformed; allowed: up to {MAX_JUMPS} hosts separated by commas, "
-                "each host, user@host or user@host:port"
+                f"jump: the chain to {host!r} has more than {MAX_JUMPS} hops (or loops through its own ProxyJump); "
+                f"allowed: up to {MAX_JUMPS} jump hosts"
             )
-        for hop in hops:
-            hop_spec = parse_host_spec("jump", hop)
-            # A jump host's own settings come from the inventory/ssh_config; its mode follows the target's.
-            endpoint, _, hop_spellings = _endpoint(
-                inventory, hop_spec, None, hop_spec.port, None, known_hosts, default_mode, "jump"
-            )
-            jumps.append(endpoint)
-            spellings += hop_spellings
     return Route(target=target, jumps=tuple(jumps), spellings=tuple(dict.fromkeys(spellings)))
+
+
+STRICTNESS = {"ignore": 0, "accept-new": 1, "strict": 2}
+
+
+def _split_jumps(jump_spec: str | None) -> list[str]:
+    if not jump_spec or jump_spec.strip().lower() == "none":
+        return []
+    hops = [hop.strip() for hop in jump_spec.split(",")]
+    if len(hops) > MAX_JUMPS or not all(hops):
+        raise ArgumentError(
+            f"jump: {jump_spec!r} is malformed; allowed: up to {MAX_JUMPS} hosts separated by commas, "
+            "each host, user@host or user@host:port"
+        )
+    return hops
+
+
+def canonical_host(name: str) -> str:
+    """The one spelling a host is dialed and recorded in known_hosts under: lowercase, no trailing dot, an IP
+    address in its canonical form. Otherwise `LOCALHOST` or `127.1` would be a host known_hosts never saw."""
+    spellings = host_spellings(name)
+    address = _as_ip(spellings[0])
+    if address is None:
+        return spellings[0]
+    zone = spellings[0].partition("%")[2]
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return str(address.ipv4_mapped)
+    return str(address) + (f"%{zone}" if zone else "")
 
 
 def _endpoint(
@@ -199,7 +238,7 @@ def _endpoint(
     # ssh_config matches the name the connection is made to: the alias, or the inventory file's address.
     config_name = entry.hostname if entry is not None and entry.source != "ssh_config" and entry.hostname else spec.host
     options = inventory.ssh_options(config_name)
-    address = (entry.hostname if entry and entry.hostname else None) or options.hostname or spec.host
+    address = canonical_host((entry.hostname if entry and entry.hostname else None) or options.hostname or spec.host)
     chosen_user = spec.user or user or (entry.user if entry else None) or options.user or _local_user()
     chosen_port = port or (entry.port if entry else None) or options.port or DEFAULT_PORT
     chosen_key = key_path or (entry.key_path if entry else None) or (options.identity_files[:1] or (None,))[0]
@@ -208,6 +247,8 @@ def _endpoint(
     mode = known_hosts or (entry.known_hosts if entry else None) or _config_mode(options.strict_host_key_checking)
     files = options.user_known_hosts_files or (str(Path("~/.ssh/known_hosts").expanduser()),)
     jump = (entry.jump if entry else None) or options.proxy_jump
+    names = host_spellings(spec.host) + (host_spellings(address) if address != spec.host else [])
+    names += [name for name in _aliases_of(inventory, address) if name not in names]
     endpoint = Endpoint(
         name=spec.host,
         address=address,
@@ -216,9 +257,10 @@ def _endpoint(
         key_path=chosen_key,
         known_hosts_mode=mode or default_mode,
         known_hosts_files=tuple(files),
+        spellings=tuple(names),
     )
-    spellings = host_spellings(spec.host) + (host_spellings(address) if address != spec.host else [])
-    spellings += [name for name in _aliases_of(inventory, address) if name not in spellings]
+    # A deny rule may name the login too (`root@db1`): pair this hop's user with every name of the hop.
+    spellings = names + [f"{chosen_user}@{name}" for name in names]
     return endpoint, jump, spellings
 
 
@@ -248,12 +290,22 @@ def _config_mode(strict_host_key_checking: str | None) -> str | None:
     )
 
 
+MAX_KEY_FILE = 64 * 1024  # an OpenSSH private key is a few KiB; anything larger is not one
+
+
 def _check_key(path: str, argument: str) -> str:
     expanded = os.path.expanduser(path)
-    if not os.path.isfile(expanded):
-        raise ArgumentError(f"{argument}: key file {path!r} does not exist; allowed: a readable private key file")
+    allowed = f"allowed: a readable private key file (at most {MAX_KEY_FILE} bytes)"
+    try:
+        stat = os.stat(expanded)
+    except OSError:
+        raise ArgumentError(f"{argument}: key file {path!r} does not exist; {allowed}") from None
+    if not S_ISREG(stat.st_mode):
+        raise ArgumentError(f"{argument}: {path!r} is not a regular file; {allowed}")
+    if stat.st_size > MAX_KEY_FILE:
+        raise ArgumentError(f"{argument}: {path!r} is {stat.st_size} bytes, too large for a key; {allowed}")
     if not os.access(expanded, os.R_OK):
-        raise ArgumentError(f"{argument}: key file {path!r} is not readable; allowed: a readable private key file")
+        raise ArgumentError(f"{argument}: key file {path!r} is not readable; {allowed}")
     return expanded
 
 

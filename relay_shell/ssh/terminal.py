@@ -59,8 +59,10 @@ class SshTerminal:
         self.released = False
         self.tail = b""
 
-    async def open(self, command: str | None, term_type: str, cols: int, rows: int, env: dict[str, str]) -> None:
-        channel, _ = await self.connection.connection.create_session(
+    async def open(
+        self, command: str | None, term_type: str, cols: int, rows: int, env: dict[str, str]
+    ) -> tuple[asyncssh.SSHClientChannel[bytes], asyncssh.SSHClientSession[bytes]]:
+        channel, session = await self.connection.connection.create_session(
             lambda: _TerminalSession(self),
             command if command is not None else (),
             request_pty="force",
@@ -71,6 +73,7 @@ class SshTerminal:
         )
         self.channel = channel
         self.connection.channels_open += 1
+        return channel, session
 
     def start(self, on_output: Callable[[bytes], None], on_exit: Callable[[int | None, str | None], None]) -> None:
         self.on_output = on_output

@@ -59,13 +59,34 @@ class TrustDecision:
         return False
 
 
+# The system-wide known_hosts files `ssh` reads too: keys pinned there are matched, never written.
+GLOBAL_KNOWN_HOSTS = ("/etc/ssh/ssh_known_hosts", "/etc/ssh/ssh_known_hosts2")
+
+
+def trusted_keys(files: tuple[str, ...]) -> asyncssh.SSHKnownHosts:
+    """What asyncssh matches a presented key against: the user's files and the system-wide ones."""
+    return known_hosts(files + GLOBAL_KNOWN_HOSTS)
+
+
 def check_unmatched_key(
-    mode: str, files: tuple[str, ...], host: str, addr: str, port: int, key: asyncssh.SSHKey, decision: TrustDecision
+    mode: str,
+    files: tuple[str, ...],
+    spellings: tuple[str, ...],
+    host: str,
+    addr: str,
+    port: int,
+    key: asyncssh.SSHKey,
+    decision: TrustDecision,
 ) -> bool:
     """Called for a key that known_hosts does not list for this host. True: trust it."""
     decision.host_key = fingerprint(key)
-    entries = known_hosts(files).match(host, addr, port if port != 22 else None)
-    listed = bool(entries[0]) or bool(entries[1])
+    known = trusted_keys(files)
+    listed = False
+    # Known under any spelling of the host (another case, a hex IP, an alias) counts as known: a different
+    # key for it is a changed key, not a new host.
+    for name in (host, *spellings):
+        entries = known.match(name, addr, port if port != 22 else None)
+        listed = listed or bool(entries[0]) or bool(entries[1])
     if listed:  # the host is known with another key: never trust, never append (like OpenSSH)
         decision.rejected = "changed"
         return False

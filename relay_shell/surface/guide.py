@@ -69,7 +69,8 @@ ended).
 - `keys=[…]` presses named keys after `data`: `ctrl-c` (interrupt the foreground job), `ctrl-d` (end of input), \
 `enter`, `tab`, `esc`, `up`/`down`/`left`/`right`, `pageup`/`pagedown`, `home`/`end`, `backspace`, `f1`…`f12`, \
 `ctrl-a`…`ctrl-z`. With only `keys`, no Enter is added.
-- Passwords: never put one in `data` if you can avoid it. The operator can give you `secret_env="NAME"`: wait \
+- Passwords: never put one in `data` if you can avoid it. The operator can allow variables for \
+`secret_env="NAME"` (RELAY_SHELL_SECRET_ENV_ALLOW): wait \
 for the prompt, then `session_send(session_id, secret_env="NAME", until=…)`; the value is typed, never shown \
 or logged. Input typed at a no-echo prompt is withheld from the audit log.
 - `session_recv(session_id, until=…, timeout=…)` waits for more output without typing (a long build, a log \

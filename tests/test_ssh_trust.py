@@ -1,0 +1,80 @@
+"""Host-key trust against real sshd: a key known under one spelling of a host is that host's key under every
+spelling, directly and through a jump host; readonly mode never trusts a new key."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from relay_shell.ssh.inventory import Inventory
+from relay_shell.ssh.pool import ConnectFailed, SshPool
+from relay_shell.ssh.remote_exec import run_remote
+from relay_shell.ssh.target import resolve_route
+from tests.conftest import connect, text_of
+from tests.sshd import SshFleet
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def fleet(tmp_path: Path) -> Iterator[SshFleet]:
+    with SshFleet(tmp_path / "fleet", 3, first_octet=50) as running:
+        yield running
+
+
+async def _run(fleet: SshFleet, host: str, jump: str | None = None) -> str:
+    pool = SshPool(max_connections=8, max_channels=10, idle_timeout=60, connect_timeout=5, keepalive=30)
+    route = resolve_route(
+        Inventory(fleet.ssh_config, None),
+        host,
+        user=None,
+        port=None,
+        key_path=None,
+        known_hosts=None,
+        jump=jump,
+        default_mode="accept-new",
+    )
+    try:
+        outcome = await run_remote(
+            pool, route, "echo reached", stdin=None, timeout=10, budget=1024, merge_stderr=True, progress=None
+        )
+        return outcome.stdout.text
+    except ConnectFailed as exc:
+        return f"{exc.kind}: {exc}"
+    finally:
+        await pool.close_all()
+
+
+async def test_a_changed_key_is_refused_under_every_spelling(fleet: SshFleet) -> None:
+    first = fleet.hosts[0]
+    fleet.trust(first.alias)
+    fleet.rotate_host_key(first.alias)
+    before = fleet.known_hosts.read_bytes()
+    for spelling in ["h01", first.address, "0x7f000032", "2130706482", "127.50", f"[::ffff:{first.address}]"]:
+        host = spelling if spelling == "h01" else f"root@{spelling}:{first.port}"
+        result = await _run(fleet, host)
+        assert result.startswith("HostKeyMismatch"), (spelling, result)
+    assert fleet.known_hosts.read_bytes() == before  # a changed key is never appended
+
+
+async def test_a_changed_key_behind_a_jump_host_is_refused(fleet: SshFleet) -> None:
+    fleet.trust()
+    target = fleet.hosts[2]
+    fleet.rotate_host_key(target.alias)
+    before = fleet.known_hosts.read_bytes()
+    for spelling in [target.address, "127.52", "2130706484"]:
+        result = await _run(fleet, f"root@{spelling}:{target.port}", jump="h02")
+        assert result.startswith("HostKeyMismatch"), (spelling, result)
+    assert await _run(fleet, "h01", jump="h02") == "reached\n"  # the jump itself works
+    assert fleet.known_hosts.read_bytes() == before
+
+
+async def test_readonly_mode_does_not_trust_new_host_keys(fleet: SshFleet, tmp_path: Path) -> None:
+    async with connect(tmp_path / "audit.jsonl", ssh_config=str(fleet.ssh_config), policy_mode="readonly") as client:
+        result = await client.call_tool("ssh_check", {"hosts": "h01,h02"})
+        text = text_of(result)
+        assert text.startswith("[check 2 hosts: 2 hostkey_rejected"), text
+        assert "HostKeyUnknown" in text
+    assert fleet.known_hosts.read_bytes() == b""
