@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import asyncssh
@@ -30,6 +30,7 @@ from relay_shell.ssh.trust import trusted_keys
 
 FANOUT_STATUSES = ("ok", "failed", "unreachable", "timeout", "denied", "auth_failed", "hostkey_rejected")
 DEFAULT_PER_HOST_OUTPUT = 8192
+MAX_CACHED_ROUTES = 4096
 KEY_TYPES = ("ssh-ed25519", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384", "ecdsa-sha2-nistp521", "rsa-sha2-512")
 
 
@@ -49,8 +50,22 @@ class Ssh:
     settings: Settings
     inventory: Inventory
     pool: SshPool
+    # Resolved routes for the current inventory load: resolving costs more than a warm exec.
+    routes: dict[tuple[str, ConnectionArgs, str], Route] = field(default_factory=dict)
+    routes_for: object = None
 
     def route(self, host: str, connection: ConnectionArgs, argument: str = "host") -> Route:
+        hosts = self.inventory.hosts()  # the same object until the inventory reloads
+        if hosts is not self.routes_for or len(self.routes) >= MAX_CACHED_ROUTES:
+            self.routes.clear()
+            self.routes_for = hosts
+        key = (host, connection, argument)
+        route = self.routes.get(key)
+        if route is None:
+            route = self.routes[key] = self._resolve(host, connection, argument)
+        return route
+
+    def _resolve(self, host: str, connection: ConnectionArgs, argument: str) -> Route:
         if argument == "host" and host.strip().startswith("@"):
             raise ArgumentError(
                 f"host: {host!r} is a group and this tool takes one host; allowed: one host, or ssh_fanout / "
