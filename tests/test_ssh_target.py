@@ -96,6 +96,10 @@ def test_route_takes_arguments_then_inventory_then_ssh_config(tmp_path: Path) ->
     assert [hop.address for hop in route.jumps] == ["10.1.0.1"]
     assert route.jumps[0].user == "jump"
     assert {"db1", "10.1.0.7", "bastion", "10.1.0.1"} <= set(route.spellings)
+    shouted = resolve_route(
+        inventory, "DB1", user=None, port=None, key_path=None, known_hosts=None, jump=None, default_mode="accept-new"
+    )
+    assert (shouted.target.address, shouted.target.port) == ("10.1.0.7", 2201)  # ssh lowercases, so do we
 
     explicit = resolve_route(
         inventory,

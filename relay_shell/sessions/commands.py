@@ -33,6 +33,8 @@ DEFAULT_SHELL = ["bash", "--noprofile", "--norc"]  # predictable prompt, no user
 TERM = "xterm-256color"
 PASSWORD_MODE_WAIT = 0.5  # seconds a secret waits for the terminal to turn echo off
 SETTLE = 0.3  # seconds of quiet that end a wait without `until`
+RESIZE_SETTLE = 0.2  # a resize waits this long for the program's redraw to go quiet
+RESIZE_WAIT = 1.0
 MAX_SEND = 64 * 1024  # characters per session_send; a terminal line holds 4095
 MAX_KEYS = 256
 COLS = (10, 1000)
@@ -282,22 +284,25 @@ def prepare_recv(
     )
 
 
-def prepare_resize(registry: SessionRegistry, owner: str, *, session_id: str, cols: int, rows: int) -> Plan:
+def prepare_resize(
+    settings: Settings, registry: SessionRegistry, owner: str, *, session_id: str, cols: int, rows: int
+) -> Plan:
     session = registry.get(owner, session_id)
     check_size(cols, rows)
 
     async def execute(progress: ProgressFn) -> Execution:
         _check_running(session)
         session.last_activity = time.monotonic()
+        match_from = session.ring.end
         session.terminal.resize(cols, rows)
         session.cols, session.rows = cols, rows
         if session.transcript is not None:
             session.transcript.resize(cols, rows)
-        return Execution(
-            status="ok",
-            output=BoundedCapture(1).result(),
-            headline=f"[resized to {cols}x{rows}]",
-            fields={"session_id": session_id, "state": session.state},
+        # The program redraws (a prompt, a screen) a moment later, over SSH a round trip later: return that
+        # redraw here, so that it is not taken for the answer to the next session_send.
+        result = await session.wait(match_from, [], RESIZE_WAIT, RESIZE_SETTLE, settle_from_start=True)
+        return _read_result(
+            session, None, settings.max_output, False, result, False, RESIZE_WAIT, prefix=f"resized to {cols}x{rows}"
         )
 
     return Plan(subject=Subject(fixed_tier=0), execute=execute, session_id=session_id)
@@ -429,6 +434,7 @@ def _read_result(
     has_until: bool,
     timeout: float,
     spawned: bool = False,
+    prefix: str | None = None,
 ) -> Execution:
     read = session.read(since)
     data = strip_ansi(read.data) if strip else read.data
@@ -448,6 +454,8 @@ def _read_result(
         what = "output quiet"
     if spawned:
         what = f"spawned {session.session_id} {session.terminal.where} | {what}"
+    if prefix:
+        what = f"{prefix} | {what}"
     headline = f"[{what} | cursor {read.end}" + (f" | dropped {read.dropped} bytes" if read.dropped else "") + "]"
     fields: dict[str, Any] = {
         "session_id": session.session_id,

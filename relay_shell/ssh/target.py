@@ -111,9 +111,10 @@ def host_spellings(host: str) -> list[str]:
         spellings += ["127.0.0.1", "::1"]
     address = _as_ip(name)
     if address is not None:
-        if address.is_unspecified or address.is_loopback:
-            # 0, 0.0.0.0 and :: reach this machine too
-            spellings += ["localhost", "127.0.0.1", "::1"] if address.is_unspecified else ["localhost"]
+        if address.is_unspecified:  # 0, 0.0.0.0 and :: reach this machine too
+            spellings += ["localhost", "127.0.0.1", "::1"]
+        elif str(address) in ("127.0.0.1", "::1"):
+            spellings.append("localhost")
         if isinstance(address, ipaddress.IPv6Address):
             spellings += [address.compressed, address.exploded]
             mapped = address.ipv4_mapped or _ipv4_compatible(address)
@@ -234,9 +235,13 @@ def _endpoint(
     default_mode: str,
     argument: str,
 ) -> tuple[Endpoint, str | None, list[str]]:
-    entry = inventory.lookup(spec.host)
+    # Names as written first, then lowercased, as `ssh` lowercases the host before matching ssh_config.
+    entry = inventory.lookup(spec.host) or inventory.lookup(spec.host.lower())
     # ssh_config matches the name the connection is made to: the alias, or the inventory file's address.
-    config_name = entry.hostname if entry is not None and entry.source != "ssh_config" and entry.hostname else spec.host
+    if entry is not None and entry.source != "ssh_config" and entry.hostname:
+        config_name = entry.hostname
+    else:
+        config_name = entry.name if entry is not None else spec.host.lower()
     options = inventory.ssh_options(config_name)
     address = canonical_host((entry.hostname if entry and entry.hostname else None) or options.hostname or spec.host)
     chosen_user = spec.user or user or (entry.user if entry else None) or options.user or _local_user()
@@ -247,8 +252,8 @@ def _endpoint(
     mode = known_hosts or (entry.known_hosts if entry else None) or _config_mode(options.strict_host_key_checking)
     files = options.user_known_hosts_files or (str(Path("~/.ssh/known_hosts").expanduser()),)
     jump = (entry.jump if entry else None) or options.proxy_jump
-    names = host_spellings(spec.host) + (host_spellings(address) if address != spec.host else [])
-    names += [name for name in _aliases_of(inventory, address) if name not in names]
+    own_names = host_spellings(spec.host) + (host_spellings(address) if address != spec.host else [])
+    names = own_names + [name for name in _aliases_of(inventory, address) if name not in own_names]
     endpoint = Endpoint(
         name=spec.host,
         address=address,
@@ -257,7 +262,7 @@ def _endpoint(
         key_path=chosen_key,
         known_hosts_mode=mode or default_mode,
         known_hosts_files=tuple(files),
-        spellings=tuple(names),
+        spellings=tuple(own_names),  # host keys match the host's own names, not other inventory aliases
     )
     # A deny rule may name the login too (`root@db1`): pair this hop's user with every name of the hop.
     spellings = names + [f"{chosen_user}@{name}" for name in names]

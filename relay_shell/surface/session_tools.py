@@ -179,12 +179,13 @@ def session_tools(runner: Runner, registry: SessionRegistry) -> list[Tool]:
     async def session_resize(
         session_id: SessionId, cols: Cols, rows: Rows, ctx: Context
     ) -> Annotated[CallToolResult, SessionResult]:
-        """Change a session's terminal size; the program gets SIGWINCH and redraws (read it with session_recv)."""
+        """Change a session's terminal size; the program gets SIGWINCH and redraws. Returns the redraw (output
+        until it goes quiet, up to a second), so the next session_send sees only its own answer."""
         return await runner.run(
             ctx.request_context,
             "session_resize",
             lambda: prepare_resize(
-                registry, owner_of(ctx.request_context), session_id=session_id, cols=cols, rows=rows
+                settings, registry, owner_of(ctx.request_context), session_id=session_id, cols=cols, rows=rows
             ),
         )
 
