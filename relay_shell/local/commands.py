@@ -5,10 +5,11 @@ from __future__ import annotations
 import functools
 import os
 import shlex
-from typing import Any
+from typing import Any, Protocol
 
+from relay_shell.capture import CapturedText
 from relay_shell.config import Settings, clamp
-from relay_shell.local.process import ProcessOutcome, run_process
+from relay_shell.local.process import run_process
 from relay_shell.plan import ArgumentError, Execution, Plan, ProgressFn
 from relay_shell.policy.classify import Subject
 from relay_shell.results import Outcome
@@ -66,7 +67,7 @@ def prepare_exec(
         raise ArgumentError("command: is empty; allowed: a non-empty command")
     for item in argv:
         check_no_nul("command", item)
-    timeout_value, max_output_value = _limits(settings, timeout, max_output, notes)
+    timeout_value, max_output_value = call_limits(settings, timeout, max_output, notes)
     work_dir = check_cwd(cwd)
     environment = child_env(env)
     stdin_bytes = None
@@ -111,7 +112,7 @@ def prepare_script(
     if not script.strip():
         raise ArgumentError("script: is empty; allowed: a non-empty script")
     check_no_nul("script", script)
-    timeout_value, max_output_value = _limits(settings, timeout, max_output, notes)
+    timeout_value, max_output_value = call_limits(settings, timeout, max_output, notes)
     work_dir = check_cwd(cwd)
     environment = child_env(env)
     # The script travels on stdin, so it never shows in `ps` and has no argv length limit.
@@ -149,12 +150,13 @@ def _process_plan(
             kill_grace=settings.kill_grace,
             progress=progress,
         )
-        return _execution(outcome)
+        return command_execution(outcome)
 
     return Plan(subject=subject, execute=execute, notes=notes, timeout=timeout)
 
 
-def _limits(settings: Settings, timeout: float, max_output: int | None, notes: list[str]) -> tuple[float, int]:
+def call_limits(settings: Settings, timeout: float, max_output: int | None, notes: list[str]) -> tuple[float, int]:
+    """The call's timeout and output budget, clamped to the configured ranges (a note says when)."""
     timeout_value, note = clamp("timeout", timeout, MIN_TIMEOUT, settings.max_timeout)
     if note:
         notes.append(note)
@@ -210,8 +212,19 @@ def check_no_nul(argument: str, value: str) -> None:
         )
 
 
-def _execution(outcome: ProcessOutcome) -> Execution:
-    fields: dict[str, Any] = {}
+class CommandOutcome(Protocol):
+    """How a command ended, locally (ProcessOutcome) or over SSH (RemoteOutcome)."""
+
+    exit_code: int | None
+    signal: str | None
+    timed_out: bool
+    stdout: CapturedText
+    stderr: CapturedText | None
+
+
+def command_execution(outcome: CommandOutcome, fields: dict[str, Any] | None = None) -> Execution:
+    """The result of a one-shot command: timeout, ok or exit_nonzero, with separate stderr when kept apart."""
+    fields = dict(fields or {})
     if outcome.stderr is not None:
         fields["stderr"] = outcome.stderr.text
         fields["stderr_bytes"] = outcome.stderr.produced_bytes

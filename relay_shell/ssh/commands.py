@@ -13,8 +13,8 @@ import asyncssh
 import orjson
 
 from relay_shell.capture import BoundedCapture, CapturedText
-from relay_shell.config import Settings, clamp
-from relay_shell.local.commands import MIN_OUTPUT, MIN_TIMEOUT, check_no_nul
+from relay_shell.config import Settings
+from relay_shell.local.commands import MIN_OUTPUT, call_limits, check_no_nul, command_execution
 from relay_shell.plan import ArgumentError, Execution, Plan, ProgressFn, ToolError
 from relay_shell.policy.classify import Subject
 from relay_shell.results import Outcome
@@ -118,17 +118,6 @@ def _subject(route: Route, connection: ConnectionArgs, **texts: Any) -> Subject:
     )
 
 
-def _limits(settings: Settings, timeout: float, max_output: int | None, notes: list[str]) -> tuple[float, int]:
-    timeout_value, note = clamp("timeout", timeout, MIN_TIMEOUT, settings.max_timeout)
-    if note:
-        notes.append(note)
-    requested = settings.max_output if max_output is None else max_output
-    output_value, note = clamp("max_output", requested, MIN_OUTPUT, settings.max_output_hard)
-    if note:
-        notes.append(note)
-    return timeout_value, int(output_value)
-
-
 def _command_text(command: str) -> str:
     if not command.strip():
         raise ArgumentError("command: is empty; allowed: a non-empty command")
@@ -153,7 +142,7 @@ def prepare_exec(
     notes: list[str] = []
     command = _command_text(command)
     route = ssh.route(host, connection)
-    timeout_value, budget = _limits(ssh.settings, timeout, max_output, notes)
+    timeout_value, budget = call_limits(ssh.settings, timeout, max_output, notes)
     stdin_bytes = None
     if stdin is not None:
         check_no_nul("stdin", stdin)
@@ -172,19 +161,7 @@ def prepare_exec(
             progress=progress,
         )
         _note_trust(outcome, route, target, notes)
-        fields: dict[str, Any] = {"host": route.target.name, "host_key": outcome.host_key}
-        if outcome.stderr is not None:
-            fields["stderr"] = outcome.stderr.text
-            fields["stderr_bytes"] = outcome.stderr.produced_bytes
-        status: Outcome = "timeout" if outcome.timed_out else "ok" if outcome.exit_code == 0 else "exit_nonzero"
-        return Execution(
-            status=status,
-            output=outcome.stdout,
-            exit_code=outcome.exit_code,
-            signal=outcome.signal,
-            stderr=outcome.stderr,
-            fields=fields,
-        )
+        return command_execution(outcome, {"host": route.target.name, "host_key": outcome.host_key})
 
     return Plan(
         subject=_subject(route, connection, command=command, stdin=stdin),
@@ -371,7 +348,7 @@ def prepare_fanout(
             "(RELAY_SHELL_FANOUT_MAX_CONCURRENCY)"
         )
         concurrency = settings.fanout_max_concurrency
-    timeout_value, budget = _limits(
+    timeout_value, budget = call_limits(
         settings, timeout, DEFAULT_PER_HOST_OUTPUT if max_output_per_host is None else max_output_per_host, notes
     )
     share = max(MIN_OUTPUT, settings.max_output_hard // len(names))
@@ -533,7 +510,7 @@ def prepare_keyscan(
                 f"key_types: {key_type!r} is not a host key type; allowed: {', '.join(KEY_TYPES)}, "
                 "rsa-sha2-256, ssh-rsa"
             )
-    timeout_value, _ = _limits(ssh.settings, timeout, None, notes)
+    timeout_value, _ = call_limits(ssh.settings, timeout, None, notes)
     connection = ConnectionArgs(port=port)
     routes = {name: ssh.route(name, connection, argument="hosts") for name in names}
     host_subjects = {name: _subject(route, connection, fixed_tier=0) for name, route in routes.items()}
