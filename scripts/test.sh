@@ -10,6 +10,7 @@ command -v asciinema >/dev/null 2>&1 || missing+=(asciinema)
 command -v less >/dev/null 2>&1 || missing+=(less)
 command -v top >/dev/null 2>&1 || missing+=(procps)
 command -v npm >/dev/null 2>&1 || missing+=(npm)
+[ -x /usr/sbin/sshd ] || missing+=(openssh-server)
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     export DEBIAN_FRONTEND=noninteractive

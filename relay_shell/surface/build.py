@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable
 from typing import Any
 
 from mcp.server.mcpserver.tools import Tool
+from mcp.server.mcpserver.utilities.func_metadata import func_metadata
 from mcp_types import ToolAnnotations
 
 
 def make_tool(
     function: Callable[..., Any], title: str, *, read_only: bool, destructive: bool, idempotent: bool, open_world: bool
 ) -> Tool:
-    return Tool.from_function(
+    tool = Tool.from_function(
         function,
         title=title,
         description=inspect.cleandoc(function.__doc__ or ""),
@@ -24,5 +26,19 @@ def make_tool(
             idempotent_hint=idempotent,
             open_world_hint=open_world,
         ),
-        structured_output=True,
+        structured_output=False,
     )
+    # The outputSchema comes from the result model in the return annotation. Several tools share a model
+    # (six return SessionResult): generating its schema once, not per tool, keeps startup fast.
+    tool.fn_metadata.output_schema = output_schema(inspect.signature(function, eval_str=True).return_annotation)
+    return tool
+
+
+@functools.cache
+def output_schema(return_annotation: Any) -> dict[str, Any] | None:
+    """The schema the SDK derives for a function with this return annotation (structured output)."""
+
+    def probe() -> None: ...
+
+    probe.__annotations__["return"] = return_annotation
+    return func_metadata(probe, structured_output=True).output_schema
