@@ -1,14 +1,51 @@
 """Prometheus metrics. Label values are server-authored constants (tool names, tiers, outcomes), never
-user text, so a caller cannot blow up cardinality."""
+user text, so a caller cannot blow up cardinality.
+
+Metrics are collected only when something can read them (a listener is configured): prometheus-client costs
+startup time (its import alone pulls in an HTTP server and client), which a stdio server without
+METRICS_ADDR would pay for numbers nobody can scrape.
+"""
 
 from __future__ import annotations
 
-import prometheus_client
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from typing import Any
+
+
+class _Discard:
+    """Stands in for a counter, gauge or histogram when metrics are off."""
+
+    def labels(self, **labels: str) -> _Discard:
+        return self
+
+    def inc(self, amount: float = 1) -> None:
+        pass
+
+    def set(self, value: float) -> None:
+        pass
+
+    def observe(self, value: float) -> None:
+        pass
+
+    def set_function(self, function: Any) -> None:
+        pass
 
 
 class Metrics:
-    def __init__(self) -> None:
+    def __init__(self, enabled: bool = True) -> None:
+        self.enabled = enabled
+        self.registry: Any = None
+        if not enabled:
+            discard = _Discard()
+            self.tool_calls: Any = discard
+            self.call_duration: Any = discard
+            self.audit_records: Any = discard
+            self.audit_errors: Any = discard
+            self.audit_degraded: Any = discard
+            self.sessions_open: Any = discard
+            self.ssh_connections_open: Any = discard
+            return
+        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
         self.registry = CollectorRegistry(auto_describe=True)
         self.tool_calls = Counter(
             "relay_shell_tool_calls",
@@ -32,7 +69,6 @@ class Metrics:
             "1 while the audit log cannot be written (calls are refused unless AUDIT_ON_FAILURE=continue).",
             registry=self.registry,
         )
-
         self.sessions_open = Gauge(
             "relay_shell_sessions_open",
             "Terminal sessions held (running or ended, not yet closed).",
@@ -43,9 +79,13 @@ class Metrics:
         )
 
     def exposition(self) -> bytes:
-        return prometheus_client.generate_latest(self.registry)
+        import prometheus_client
+
+        return bytes(prometheus_client.generate_latest(self.registry))
 
     def serve(self, host: str, port: int) -> int:
         """Start the loopback listener used while serving stdio; returns the bound port (port 0 picks one)."""
+        import prometheus_client
+
         server, _thread = prometheus_client.start_http_server(port, addr=host, registry=self.registry)
         return int(server.server_address[1])

@@ -49,7 +49,7 @@ class Assembly:
 
 
 def build_server(settings: Settings, audit_log: AuditLog) -> Assembly:
-    metrics = Metrics()
+    metrics = Metrics(enabled=bool(settings.metrics_addr))  # readable only through the listener (stdio)
     policy = Policy(settings.policy_mode, settings.deny_patterns, settings.allow_patterns)
     runner = Runner(settings, audit_log, policy, metrics)
 
