@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from relay_shell.ssh.inventory import Inventory
-from relay_shell.ssh.pool import SshPool
+from relay_shell.ssh.pool import ConnectFailed, SshPool
 from relay_shell.ssh.remote_exec import run_remote
 from relay_shell.ssh.target import Route, resolve_route
 from tests.sshd import SshFleet
@@ -145,3 +145,38 @@ async def test_a_lost_connection_leaves_the_pool(fleet: SshFleet, tmp_path: Path
     assert await _run(pool, route, "echo again") == "again\n"  # a new connection, not the dead one
     assert pool.count() == 1
     await pool.close_all()
+
+
+async def test_proxy_command_from_ssh_config_carries_the_connection(tmp_path: Path) -> None:
+    """ssh_config's ProxyCommand (here real OpenSSH `ssh -W` through h01) is how the host is reached."""
+    with SshFleet(tmp_path / "fleet", 2, first_octet=60) as proxy_fleet:
+        proxy_fleet.trust()
+        marker = tmp_path / "proxy-ran"
+        target = proxy_fleet.hosts[1]
+        config = tmp_path / "ssh_config"
+        config.write_text(
+            f"Host viaproxy\n  HostName {target.address}\n  Port {target.port}\n  User root\n"
+            f"  IdentityFile {proxy_fleet.client_key}\n"
+            f"  ProxyCommand sh -c 'touch {marker}; exec ssh -F {proxy_fleet.ssh_config} -o BatchMode=yes "
+            "-W %h:%p h01'\n" + proxy_fleet.ssh_config.read_text()
+        )
+        route = resolve_route(
+            Inventory(config, None),
+            "viaproxy",
+            user=None,
+            port=None,
+            key_path=None,
+            known_hosts=None,
+            jump=None,
+            default_mode="strict",
+        )
+        assert route.target.proxy_command is not None and "-W 127.0.0.61:" in route.target.proxy_command
+        pool = _pool()
+        assert await _run(pool, route, "echo through-proxy") == "through-proxy\n"
+        assert marker.exists()
+        await pool.close_all()
+        proxy_fleet.stop_host("h01")  # without the proxy's hop the host cannot be reached this way
+        pool = _pool(connect_timeout=3)
+        with pytest.raises(ConnectFailed):
+            await _run(pool, route, "echo unreachable")
+        await pool.close_all()

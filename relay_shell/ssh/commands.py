@@ -107,6 +107,8 @@ def target_record(route: Route) -> dict[str, Any]:
     }
     if route.jumps:
         record["jump"] = [hop.describe() for hop in route.jumps]
+    if target.proxy_command:
+        record["proxy_command"] = target.proxy_command
     return record
 
 

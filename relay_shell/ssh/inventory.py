@@ -79,6 +79,7 @@ class SshConfigOptions:
     proxy_jump: str | None
     user_known_hosts_files: tuple[str, ...]
     strict_host_key_checking: str | None  # raw value lowercased: yes/no/accept-new/ask/off
+    proxy_command: str | None = None  # %-tokens expanded; None when unset or "none"
 
 
 EMPTY_SSH_OPTIONS = SshConfigOptions(
@@ -242,6 +243,7 @@ def read_ssh_options(config_path: Path, host: str, user: str | None, port: int |
         config = _ClientConfig.load(config, [config_path], True, False, True, local_user, given_user, host, given_port)
     port_value = config.get("Port")
     proxy_jump = _string_option(config, "ProxyJump")
+    proxy_command = _string_option(config, "ProxyCommand")
     strict = _string_option(config, "StrictHostKeyChecking")
     return SshConfigOptions(
         hostname=_string_option(config, "Hostname"),
@@ -252,6 +254,7 @@ def read_ssh_options(config_path: Path, host: str, user: str | None, port: int |
         proxy_jump=None if proxy_jump is None or proxy_jump.lower() == "none" else proxy_jump,
         user_known_hosts_files=tuple(os.path.expanduser(path) for path in _list_option(config, "UserKnownHostsFile")),
         strict_host_key_checking=strict.lower() if strict else None,
+        proxy_command=None if proxy_command is None or proxy_command.lower() == "none" else proxy_command,
     )
 
 

@@ -214,6 +214,8 @@ class SshPool:
             options["client_keys"] = [endpoint.key_path]
         if tunnel is not None:
             options["tunnel"] = tunnel.connection
+        elif endpoint.proxy_command:
+            options["proxy_command"] = endpoint.proxy_command
         try:
             connection = await asyncssh.connect(endpoint.address, **options)
         except BaseException as exc:

@@ -48,6 +48,7 @@ class Endpoint:
     known_hosts_files: tuple[str, ...]
     # every name of this hop, for host-key matching: a key known under any of them is this host's key
     spellings: tuple[str, ...] = field(default=(), compare=False)
+    proxy_command: str | None = None  # ssh_config's ProxyCommand: a local command that carries the stream
 
     def describe(self) -> str:
         return f"{self.user}@{self.address}:{self.port}"
@@ -194,6 +195,8 @@ def resolve_route(
                 f"jump: the chain to {host!r} has more than {MAX_JUMPS} hops (or loops through its own ProxyJump); "
                 f"allowed: up to {MAX_JUMPS} jump hosts"
             )
+    if jumps and target.proxy_command:
+        target = replace(target, proxy_command=None)  # the jump hosts carry the stream instead
     return Route(target=target, jumps=tuple(jumps), spellings=tuple(dict.fromkeys(spellings)))
 
 
@@ -263,6 +266,8 @@ def _endpoint(
         known_hosts_mode=mode or default_mode,
         known_hosts_files=tuple(files),
         spellings=tuple(own_names),  # host keys match the host's own names, not other inventory aliases
+        # As in OpenSSH, a ProxyJump (from the inventory or ssh_config) wins over a ProxyCommand.
+        proxy_command=None if jump else options.proxy_command,
     )
     # A deny rule may name the login too (`root@db1`): pair this hop's user with every name of the hop.
     spellings = names + [f"{chosen_user}@{name}" for name in names]
