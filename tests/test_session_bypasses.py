@@ -198,16 +198,25 @@ async def test_echo_off_does_not_hide_commands_from_the_audit_log(tmp_path: Path
             "touch": f"touch {target}; chmod 600 {target}",
             "multi": "echo one\necho two",
             "password": "hunter2-not-a-command",
+            "edited": f"x\x15rm -f {target}-edited",  # Ctrl-U erases the x: a command behind a control key
         }
         for data in typed.values():
             result = await client.call_tool(
                 "session_send", {"session_id": session_id, "data": data, "until": AT_PROMPT, "timeout": 3}
             )
             assert not result.is_error, text_of(result)
+        # A command typed in two pieces: the second piece alone reads like a password, the line does not.
+        await client.call_tool("session_send", {"session_id": session_id, "data": "r", "enter": False})
+        second = f"m -f {target}-split"
+        await client.call_tool(
+            "session_send", {"session_id": session_id, "data": second, "until": AT_PROMPT, "timeout": 3}
+        )
     assert target.exists()
     sends = [record for record in read_records(audit_path) if record["tool"] == "session_send"]
     recorded = [record["args"]["data"] for record in sends]
     assert typed["touch"] in recorded  # a stateful command is kept even though echo was off
     assert typed["multi"] in recorded  # several lines are never a password
+    assert typed["edited"] in recorded  # line editing: what the line became is not a password
+    assert second in recorded  # the rest of a line begun earlier
     assert typed["password"] not in recorded
     assert f"[withheld: {len(typed['password'])} characters typed with terminal echo off]" in recorded

@@ -180,3 +180,14 @@ async def test_proxy_command_from_ssh_config_carries_the_connection(tmp_path: Pa
         with pytest.raises(ConnectFailed):
             await _run(pool, route, "echo unreachable")
         await pool.close_all()
+
+
+async def test_a_full_pool_still_dials_the_jump_host_its_targets_need(fleet: SshFleet) -> None:
+    """Every slot may be taken by target dials waiting for their jump connection: that one must not wait too."""
+    pool = _pool(max_connections=1)
+    inventory = Inventory(fleet.ssh_config, None)
+    route = resolve_route(
+        inventory, "h02", user=None, port=None, key_path=None, known_hosts=None, jump="h01", default_mode="accept-new"
+    )
+    assert await _run(pool, route, "echo via-h01") == "via-h01\n"
+    await pool.close_all()

@@ -24,14 +24,14 @@ def fleet(tmp_path: Path) -> Iterator[SshFleet]:
         yield running
 
 
-async def _run(fleet: SshFleet, host: str, jump: str | None = None) -> str:
+async def _run(fleet: SshFleet, host: str, jump: str | None = None, key: bool = False) -> str:
     pool = SshPool(max_connections=8, max_channels=10, idle_timeout=60, connect_timeout=5, keepalive=30)
     route = resolve_route(
         Inventory(fleet.ssh_config, None),
         host,
         user=None,
         port=None,
-        key_path=None,
+        key_path=str(fleet.client_key) if key else None,
         known_hosts=None,
         jump=jump,
         default_mode="accept-new",
@@ -78,3 +78,30 @@ async def test_readonly_mode_does_not_trust_new_host_keys(fleet: SshFleet, tmp_p
         assert text.startswith("[check 2 hosts: 2 hostkey_rejected"), text
         assert "HostKeyUnknown" in text
     assert fleet.known_hosts.read_bytes() == b""
+
+
+async def test_revoked_keys_are_refused_under_every_spelling(fleet: SshFleet) -> None:
+    first = fleet.hosts[0]
+    key_line = first.host_key_line().split(" ", 1)[1]
+    for revoked_as, dialed in [
+        (f"[h01]:{first.port}", "h01"),  # revoked under the alias, dialed by the alias
+        (f"[{first.address}]:{first.port}", f"root@127.50:{first.port}"),  # under the address, dialed in short form
+        (f"[{first.address}]:{first.port}", "h01"),
+    ]:
+        fleet.known_hosts.write_text(f"@revoked {revoked_as} {key_line}\n")
+        result = await _run(fleet, dialed, key=True)
+        assert result.startswith("HostKeyRevoked"), (revoked_as, dialed, result)
+        assert fleet.known_hosts.read_text() == f"@revoked {revoked_as} {key_line}\n"  # nothing appended
+
+
+async def test_the_same_key_under_another_spelling_is_trusted_and_other_ports_are_other_hosts(
+    fleet: SshFleet,
+) -> None:
+    first, second = fleet.hosts[0], fleet.hosts[1]
+    # h01's own key, recorded under its alias (as `ssh h01` with HostKeyAlias would): the same host.
+    fleet.known_hosts.write_text(f"[h01]:{first.port} {first.host_key_line().split(' ', 1)[1]}\n")
+    assert await _run(fleet, f"root@{first.address}:{first.port}", key=True) == "reached\n"
+    # A key recorded for port 22 of an address says nothing about another sshd on another port of it.
+    fleet.known_hosts.write_text(f"{second.address} {first.host_key_line().split(' ', 1)[1]}\n")
+    assert await _run(fleet, "h02") == "reached\n"
+    assert f"[{second.address}]:{second.port}" in fleet.known_hosts.read_text()  # trusted on first use

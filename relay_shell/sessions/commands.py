@@ -197,7 +197,7 @@ def prepare_send(
                 await _await_password_prompt(session)
             # Sampled again just before writing: a program may have turned echo off since the call began.
             if data and session.terminal.password_mode():
-                plan.recorded_arguments = withheld_input(call_arguments)
+                plan.recorded_arguments = withheld_input(call_arguments, session)
             session.last_activity = time.monotonic()
             match_from = session.ring.end
             try:
@@ -216,20 +216,20 @@ def prepare_send(
 
     plan = Plan(subject=subject, execute=execute, notes=notes, timeout=wait_timeout, session_id=session_id)
     if password_prompt and data:
-        plan.recorded_arguments = withheld_input(call_arguments)
+        plan.recorded_arguments = withheld_input(call_arguments, session)
     return plan
 
 
-def withheld_input(arguments: dict[str, Any]) -> dict[str, Any] | None:
+def withheld_input(arguments: dict[str, Any], session: Session) -> dict[str, Any] | None:
     """The arguments of a send typed at a no-echo prompt, as the audit log keeps them: no `data`. None when
     the input is kept: a program can turn echo off (`stty -echo`) or print "Password:" on purpose to hide
-    what is typed next, so only a single line that reads like a password (tier 0 or 1, not a stateful
-    command) is withheld (ADR 0005)."""
+    what is typed next, so only a whole line that reads like a password is withheld: nothing typed before it
+    without Enter, no control characters (line editing), one line, and tier 0 or 1 (ADR 0005)."""
     data = arguments.get("data")
-    if not isinstance(data, str) or data == "":
+    if not isinstance(data, str) or data == "" or session.pending_input:
         return None
     line = data.removesuffix("\n").removesuffix("\r")
-    if "\n" in line or "\r" in line or classify(Subject(typed=line)).tier >= 2:
+    if any(ord(char) < 32 or ord(char) == 127 for char in line) or classify(Subject(typed=line)).tier >= 2:
         return None
     return {**arguments, "data": f"[withheld: {len(data)} characters typed with terminal echo off]"}
 
@@ -239,7 +239,7 @@ def withhold_at_password_prompt(registry: SessionRegistry, arguments: dict[str, 
     session_id = arguments.get("session_id")
     session = registry.sessions.get(session_id) if isinstance(session_id, str) else None
     if session is not None and session.state == "running" and session.terminal.password_mode():
-        return withheld_input(arguments) or arguments
+        return withheld_input(arguments, session) or arguments
     return arguments
 
 

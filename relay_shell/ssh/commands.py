@@ -5,6 +5,7 @@ target into a full identity, and plan what runs. Policy sees each target in all 
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -61,8 +62,9 @@ class Ssh:
             self.routes_for = hosts
         key = (host, connection, argument)
         route = self.routes.get(key)
-        if route is None:
-            route = self.routes[key] = self._resolve(host, connection, argument)
+        hops = (*route.jumps, route.target) if route is not None else ()
+        if route is None or any(hop.key_path and not os.path.isfile(hop.key_path) for hop in hops):
+            route = self.routes[key] = self._resolve(host, connection, argument)  # a key gone: say so again
         return route
 
     def _resolve(self, host: str, connection: ConnectionArgs, argument: str) -> Route:
@@ -107,8 +109,10 @@ def target_record(route: Route) -> dict[str, Any]:
     }
     if route.jumps:
         record["jump"] = [hop.describe() for hop in route.jumps]
-    if target.proxy_command:
-        record["proxy_command"] = target.proxy_command
+    # ssh_config's ProxyCommand runs a local command: the record names it, for the target or the first hop.
+    proxy_commands = [hop.proxy_command for hop in (*route.jumps, target) if hop.proxy_command]
+    if proxy_commands:
+        record["proxy_command"] = proxy_commands[0]
     return record
 
 

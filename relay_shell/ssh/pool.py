@@ -122,7 +122,9 @@ class SshPool:
         (closed once its callers are done) and the next caller dials a fresh connection."""
         connection.limit = connection.channels_open
 
-    async def _acquire(self, identity: Identity) -> PooledConnection:
+    async def _acquire(self, identity: Identity, for_tunnel: bool = False) -> PooledConnection:
+        """`for_tunnel`: the jump connection a dial in progress needs. It may exceed the cap (by the length of
+        the chain): that dial already holds a slot, and waiting for another would deadlock a full pool."""
         while True:
             live = self._live(identity)
             free = [connection for connection in live if connection.in_use < connection.limit]
@@ -133,7 +135,8 @@ class SshPool:
                 return connection
             dial = self.dialing.get(identity)
             if dial is None:
-                if self.count() + len(self.dialing) >= self.max_connections and not self._evict_idle():
+                full = self.count() + len(self.dialing) >= self.max_connections
+                if full and not for_tunnel and not self._evict_idle():
                     await self.released.wait()  # everything is busy: wait for a release
                     continue
                 dial = asyncio.get_running_loop().create_task(self._dial_into_pool(identity))
@@ -197,7 +200,8 @@ class SshPool:
         endpoint = identity[-1]
         tunnel: PooledConnection | None = None
         if len(identity) > 1:
-            tunnel = await self._acquire(identity[:-1])  # the jump connection carries this one's TCP stream
+            # The jump connection carries this one's TCP stream.
+            tunnel = await self._acquire(identity[:-1], for_tunnel=True)
         decision = TrustDecision()
         holder: list[PooledConnection] = []
         options: dict[str, object] = {
@@ -284,6 +288,12 @@ def connect_error(endpoint: Endpoint, exc: Exception, decision: TrustDecision) -
     """A connection failure by kind, with what to do about it."""
     where = endpoint.describe()
     if isinstance(exc, asyncssh.HostKeyNotVerifiable) or decision.rejected is not None:
+        if decision.rejected == "revoked" or "revoked" in str(exc).lower():
+            return ConnectFailed(
+                "HostKeyRevoked",
+                "hostkey_rejected",
+                f"{where}: the host key ({decision.host_key}) is marked @revoked in known_hosts; do not connect",
+            )
         if decision.rejected == "changed":
             return ConnectFailed(
                 "HostKeyMismatch",

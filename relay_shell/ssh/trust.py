@@ -46,7 +46,7 @@ class TrustDecision:
     """What the host-key check concluded for one connection, for errors and the audit record."""
 
     def __init__(self) -> None:
-        self.rejected: str | None = None  # "unknown" (strict) or "changed"
+        self.rejected: str | None = None  # "unknown" (strict), "changed" or "revoked"
         self.accepted_new = False
         self.announced = False
         self.host_key: str | None = None  # fingerprint of the key the server presented
@@ -78,15 +78,25 @@ def check_unmatched_key(
     key: asyncssh.SSHKey,
     decision: TrustDecision,
 ) -> bool:
-    """Called for a key that known_hosts does not list for this host. True: trust it."""
+    """Called for a key that known_hosts does not list for this host under the dialed name. True: trust it.
+
+    Every spelling of the host is looked up as OpenSSH looks hosts up: `[name]:port` for a port other than
+    22, with no fallback to port-less entries (another sshd on another port is another host). The key listed
+    under any spelling is this host's key; another key there is a changed key; a revoked key is refused."""
     decision.host_key = fingerprint(key)
     known = trusted_keys(files)
-    listed = False
-    # Known under any spelling of the host (another case, a hex IP, an alias) counts as known: a different
-    # key for it is a changed key, not a new host.
-    for name in (host, *spellings):
-        entries = known.match(name, addr, port if port != 22 else None)
-        listed = listed or bool(entries[0]) or bool(entries[1])
+    listed = same_key = False
+    for name in dict.fromkeys((host, addr, *spellings)):
+        if not name:
+            continue
+        trusted, authorities, revoked = known.match(name if port == 22 else f"[{name}]:{port}", "", None)[:3]
+        if key in revoked:
+            decision.rejected = "revoked"
+            return False
+        same_key = same_key or key in trusted
+        listed = listed or bool(trusted) or bool(authorities)
+    if same_key:  # known under another spelling (an alias, a hex IP): the same host, the same key
+        return True
     if listed:  # the host is known with another key: never trust, never append (like OpenSSH)
         decision.rejected = "changed"
         return False
