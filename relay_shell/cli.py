@@ -28,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--version", action="version", version=f"relay-shell {__version__}")
     parser.add_argument("--check-config", action="store_true", help="validate the configuration and exit")
-    parser.add_argument("--transport", choices=["stdio"], help="override RELAY_SHELL_TRANSPORT")
+    parser.add_argument("--transport", choices=["stdio", "http"], help="override RELAY_SHELL_TRANSPORT")
     options = parser.parse_args(args)
     if options.transport:
         import os
@@ -68,7 +68,16 @@ def serve(check_only: bool) -> int:
 
     from relay_shell.server import build_server
 
-    assembly = build_server(settings, audit_log)
+    verifier = None
+    if settings.transport == "http":
+        from relay_shell.http import check_http_settings
+
+        try:
+            verifier = check_http_settings(settings)
+        except ConfigError as exc:
+            print(f"relay-shell: configuration error: {exc}", file=sys.stderr)
+            return EXIT_CONFIG
+    assembly = build_server(settings, audit_log, verifier)
     if not audit_log.healthy:
         assembly.metrics.audit_degraded.set(1)
     metrics_note = "off"
@@ -83,7 +92,22 @@ def serve(check_only: bool) -> int:
     chain = "on" if settings.audit_chain else "off"
     print(
         f"relay-shell {__version__} | transport {settings.transport} | policy {settings.policy_mode} | "
-        f"audit {settings.audit_path} (chain {chain}) | metrics {metrics_note}\n"
+        f"audit {settings.audit_path} (chain {chain}) | metrics {metrics_note}",
+        file=sys.stderr,
+        flush=True,
+    )
+    if settings.transport == "http":
+        from relay_shell.http import serve_http
+
+        try:
+            serve_http(assembly, settings, verifier)
+        except OSError as exc:
+            print(f"relay-shell: configuration error: RELAY_SHELL_HTTP_PORT: cannot listen: {exc}", file=sys.stderr)
+            return EXIT_CONFIG
+        finally:
+            audit_log.close()
+        return 0
+    print(
         "relay-shell: speaking MCP on stdin/stdout; connect by registering the command `relay-shell` in your "
         "MCP client (e.g. `claude mcp add relay-shell -- relay-shell`)",
         file=sys.stderr,

@@ -40,7 +40,20 @@ def parse_patterns(raw: str) -> list[str]:
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore", validate_default=True)
 
-    transport: Literal["stdio"] = Field("stdio", description="stdio (the HTTP transport is not in this version)")
+    transport: Literal["stdio", "http"] = Field("stdio", description="stdio or http (streamable HTTP at /mcp)")
+    http_host: str = Field("127.0.0.1", description="address the HTTP transport binds; non-loopback needs TOKEN_FILE")
+    http_port: int = Field(8765, ge=0, le=65535, description="port of the HTTP transport, 0 to 65535 (0 picks one)")
+    http_allowed_hosts: str = Field(
+        "", description="comma-separated extra Host header values accepted (host:port, * for any port)"
+    )
+    http_allowed_origins: str = Field("", description="comma-separated extra Origin values accepted")
+    token_file: Path | None = Field(
+        None,
+        description="empty (no authentication) or a file of `NAME SHA256-OF-TOKEN` lines, not group/world readable",
+    )
+    metrics_token_name: str = Field(
+        "", description="empty (any client token may read /metrics) or the token NAME that alone may read it"
+    )
     audit_path: Path = Field(default_factory=default_audit_path, description="path of the JSON Lines audit log")
     audit_chain: bool = Field(True, description="true or false")
     audit_fsync: Literal["off", "always"] = Field("off", description="off or always")
@@ -109,7 +122,7 @@ class Settings(BaseSettings):
                 raise ValueError(f"pattern {pattern!r} is not a valid regex ({exc})") from exc
         return raw
 
-    @field_validator("record_dir", "inventory", "ssh_config", mode="before")
+    @field_validator("record_dir", "inventory", "ssh_config", "token_file", mode="before")
     @classmethod
     def _empty_record_dir_is_off(cls, raw: object) -> object:
         return None if raw == "" else raw

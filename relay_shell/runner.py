@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import anyio
+from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.server.context import ServerRequestContext
 from mcp_types import CallToolResult, TextContent
 
@@ -43,8 +44,12 @@ def identify(request_context: ServerRequestContext[Any, Any] | None, transport: 
     if request_context is None:
         return Identity(request_id=None, client_id=transport)
     client_name = "unknown"
+    access = get_access_token()
     params = request_context.session.client_params
-    if params is not None and params.client_info is not None:
+    if access is not None:
+        # Authenticated over HTTP: the token's name from the token file, not what the client says it is.
+        client_name = access.client_id
+    elif params is not None and params.client_info is not None:
         # The client's self-declared name, kept as a label in the record (never in metrics).
         client_name = params.client_info.name[:64]
     request_id = request_context.request_id

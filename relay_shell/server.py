@@ -6,13 +6,16 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.tools import Tool
 from pydantic import ValidationError
+
+if TYPE_CHECKING:
+    from mcp.server.auth.provider import TokenVerifier
 
 from relay_shell import __version__
 from relay_shell.audit.log import AuditLog
@@ -48,8 +51,9 @@ class Assembly:
                 await self.ssh.close()
 
 
-def build_server(settings: Settings, audit_log: AuditLog) -> Assembly:
-    metrics = Metrics(enabled=bool(settings.metrics_addr))  # readable only through the listener (stdio)
+def build_server(settings: Settings, audit_log: AuditLog, token_verifier: TokenVerifier | None = None) -> Assembly:
+    # Metrics are collected when something can read them: the stdio listener or the HTTP transport's /metrics.
+    metrics = Metrics(enabled=bool(settings.metrics_addr) or settings.transport == "http")
     policy = Policy(settings.policy_mode, settings.deny_patterns, settings.allow_patterns)
     runner = Runner(settings, audit_log, policy, metrics)
 
@@ -101,11 +105,23 @@ def build_server(settings: Settings, audit_log: AuditLog) -> Assembly:
         log_level="WARNING",
         middleware=[gate],
         lifespan=lambda app: connection_lifespan(sessions),
+        **_http_auth(settings, token_verifier),
     )
     gate.mcp = mcp
     register_context(mcp, runner, ssh)
     assembly = Assembly(mcp=mcp, runner=runner, metrics=metrics, sessions=sessions, ssh=ssh)
     return assembly
+
+
+def _http_auth(settings: Settings, token_verifier: TokenVerifier | None) -> dict[str, Any]:
+    """Bearer tokens on the HTTP transport: the SDK's auth middleware checks every /mcp request."""
+    if token_verifier is None:
+        return {}
+    from mcp.server.auth.settings import AuthSettings
+
+    # No OAuth authorization server and no protected-resource metadata: the tokens come from the token file.
+    base = f"http://{settings.http_host}:{settings.http_port or 80}"
+    return {"auth": AuthSettings(issuer_url=base, resource_server_url=None), "token_verifier": token_verifier}
 
 
 @asynccontextmanager

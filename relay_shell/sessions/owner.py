@@ -1,10 +1,15 @@
 """Who owns a session: the MCP client connection that spawned it.
 
 A connection is identified by the SDK's per-stream JSON-RPC dispatcher (one per stdio stream, in-memory
-client or stateful HTTP session), reached through the request context. That holds in both protocol eras:
-a 2026-07-28 client gets a fresh `Connection` object per request, but every request on one stream shares
-the dispatcher. Another client cannot name, list or drive a session it does not own, and once the owning
-stream closes its sessions are closed (`connected` turns false).
+client or stateful HTTP session, i.e. per MCP session id), reached through the request context. That holds
+in both protocol eras on streams: a 2026-07-28 client gets a fresh `Connection` object per request, but
+every request on one stream shares the dispatcher. Another client cannot name, list or drive a session it
+does not own, and once the owning stream closes its sessions are closed (`connected` turns false).
+
+Over HTTP in the 2026-07-28 era there is no MCP session: every request stands alone. There the owner is the
+authenticated principal (the token's name), and without authentication every such client is one anonymous
+owner — give each client a token when several share a server. These owners never "disconnect"; their
+sessions end by session_kill, the idle timeout or shutdown.
 """
 
 from __future__ import annotations
@@ -13,16 +18,21 @@ import secrets
 import weakref
 from typing import Any
 
+from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.server.context import ServerRequestContext
 
 _owner_by_channel: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
 _channel_by_owner: dict[str, weakref.ref[Any]] = {}
 _OWNER_PREFIX = "client-"
+_PRINCIPAL_PREFIX = "principal:"
 
 
 def owner_of(request_context: ServerRequestContext[Any, Any] | None) -> str:
     if request_context is None:
         return "server"
+    if request_context.request is not None and getattr(request_context.session._connection, "session_id", 1) is None:
+        access = get_access_token()  # stateless HTTP (no MCP session id): the token says who it is
+        return _PRINCIPAL_PREFIX + (access.client_id if access is not None else "anonymous")
     channel = _channel_of(request_context)
     owner = _owner_by_channel.get(channel)
     if owner is None:

@@ -1,0 +1,196 @@
+"""The streamable HTTP transport (`RELAY_SHELL_TRANSPORT=http`): the SDK's app at /mcp with MCP session ids,
+bearer tokens from a token file, Host and Origin allowlists (DNS-rebinding protection), and /metrics.
+
+Safe by default: it binds 127.0.0.1, and it refuses to serve a non-loopback address without authentication.
+Tokens are stored as SHA-256 hashes, one named client per line; the name becomes the audit record's
+`client_id` (never a metric label). The token file must not be readable by group or others.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import ipaddress
+import os
+import re
+import signal
+import socket
+import stat
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from relay_shell.config import ConfigError, Settings
+
+if TYPE_CHECKING:
+    from mcp.server.auth.provider import AccessToken
+    from starlette.requests import Request
+    from starlette.responses import Response
+
+    from relay_shell.server import Assembly
+
+_NAME = re.compile(r"[A-Za-z0-9_.@-]{1,64}")
+_DIGEST = re.compile(r"[0-9a-f]{64}")
+SHUTDOWN_GRACE = 5.0  # seconds in-flight calls get after SIGTERM before they are cancelled (and their processes killed)
+
+
+@dataclass(frozen=True)
+class NamedToken:
+    name: str
+    sha256: str
+
+
+def load_tokens(path: Path) -> list[NamedToken]:
+    """`NAME SHA256-HEX` per line (`#` comments, blank lines ignored). Refused if group or others may read
+    or write it: a token file anyone can read is a password anyone can use."""
+    variable = "RELAY_SHELL_TOKEN_FILE"
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        raise ConfigError(f"{variable}={str(path)!r}: cannot read it ({exc.strerror})") from None
+    if not stat.S_ISREG(mode):
+        raise ConfigError(f"{variable}={str(path)!r}: not a regular file")
+    if mode & 0o077:
+        raise ConfigError(
+            f"{variable}={str(path)!r}: mode {stat.S_IMODE(mode):04o} lets group or others read or write it; "
+            "allowed: 0600 or 0400 (chmod 600 it)"
+        )
+    tokens: list[NamedToken] = []
+    names: set[str] = set()
+    for number, raw in enumerate(path.read_text().splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        parts = line.split()
+        if len(parts) != 2 or not _NAME.fullmatch(parts[0]) or not _DIGEST.fullmatch(parts[1].lower()):
+            raise ConfigError(
+                f"{variable}: line {number} is not `NAME SHA256-HEX` (a name of letters, digits, _.@-, then the "
+                "64-hex-digit SHA-256 of the token; `relay-shell token NAME` prints one)"
+            )
+        if parts[0] in names:
+            raise ConfigError(f"{variable}: line {number}: the name {parts[0]!r} is used twice")
+        names.add(parts[0])
+        tokens.append(NamedToken(parts[0], parts[1].lower()))
+    if not tokens:
+        raise ConfigError(f"{variable}={str(path)!r}: holds no token")
+    return tokens
+
+
+class TokenFileVerifier:
+    """The SDK's TokenVerifier over the token file: constant-time comparison of SHA-256 digests."""
+
+    def __init__(self, tokens: list[NamedToken]) -> None:
+        self.tokens = tokens
+
+    def name_of(self, token: str) -> str | None:
+        digest = hashlib.sha256(token.encode("utf-8", errors="surrogateescape")).hexdigest()
+        found = None
+        for candidate in self.tokens:  # every entry is compared: the time does not tell which one matched
+            if hmac.compare_digest(candidate.sha256, digest):
+                found = candidate.name
+        return found
+
+    async def verify_token(self, token: str) -> AccessToken | None:
+        from mcp.server.auth.provider import AccessToken
+
+        name = self.name_of(token)
+        if name is None:
+            return None
+        # The raw token is not kept: the record of who called is the name.
+        return AccessToken(token=hashlib.sha256(token.encode()).hexdigest(), client_id=name, scopes=[])
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def check_http_settings(settings: Settings) -> TokenFileVerifier | None:
+    """Refuse unsafe combinations before anything listens; load the tokens."""
+    verifier = TokenFileVerifier(load_tokens(settings.token_file)) if settings.token_file else None
+    if verifier is None and not is_loopback(settings.http_host):
+        raise ConfigError(
+            f"RELAY_SHELL_HTTP_HOST={settings.http_host!r}: serving a non-loopback address needs authentication; "
+            "set RELAY_SHELL_TOKEN_FILE, or bind 127.0.0.1"
+        )
+    return verifier
+
+
+def _allowlists(settings: Settings, port: int) -> tuple[list[str], list[str]]:
+    extra_hosts = [item.strip() for item in settings.http_allowed_hosts.split(",") if item.strip()]
+    extra_origins = [item.strip() for item in settings.http_allowed_origins.split(",") if item.strip()]
+    host = settings.http_host
+    if is_loopback(host):
+        hosts = [f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}"]
+        origins = [f"http://127.0.0.1:{port}", f"http://localhost:{port}", f"http://[::1]:{port}"]
+    else:
+        shown = f"[{host}]" if ":" in host else host
+        hosts = [f"{shown}:{port}"]
+        origins = [f"http://{shown}:{port}", f"https://{shown}:{port}"]
+    return hosts + extra_hosts, origins + extra_origins
+
+
+def serve_http(assembly: Assembly, settings: Settings, verifier: TokenFileVerifier | None) -> None:
+    """Listen, serve until SIGTERM/SIGINT, then give in-flight calls a grace period and close everything."""
+    import anyio
+    import uvicorn
+    from mcp.server.transport_security import TransportSecuritySettings
+
+    listener = socket.socket(socket.AF_INET6 if ":" in settings.http_host else socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind((settings.http_host.strip("[]"), settings.http_port))
+    listener.listen(2048)  # connections queue from the moment the banner says where to connect
+    port = int(listener.getsockname()[1])
+    hosts, origins = _allowlists(settings, port)
+    security = TransportSecuritySettings(
+        enable_dns_rebinding_protection=True, allowed_hosts=hosts, allowed_origins=origins
+    )
+    add_metrics_route(assembly, settings, verifier)
+    app = assembly.mcp.streamable_http_app(transport_security=security, host=settings.http_host)
+    config = uvicorn.Config(
+        app, log_level="warning", timeout_graceful_shutdown=int(SHUTDOWN_GRACE), lifespan="on", access_log=False
+    )
+    server = uvicorn.Server(config)
+    shown = f"[{settings.http_host}]" if ":" in settings.http_host else settings.http_host
+    auth = "bearer tokens required" if verifier is not None else "no authentication (loopback only)"
+    print(f"relay-shell: speaking MCP at http://{shown}:{port}/mcp ({auth}); metrics at /metrics", file=sys.stderr)
+    sys.stderr.flush()
+
+    async def run() -> None:
+        try:
+            await server.serve(sockets=[listener])
+        finally:
+            await assembly.shutdown()
+
+    # uvicorn turns SIGTERM/SIGINT into a graceful shutdown (in-flight calls get SHUTDOWN_GRACE seconds, then
+    # are cancelled and their processes killed), and afterwards re-raises the signal to the handler that was
+    # there before: a no-op here, so relay-shell closes sessions and connections and exits 0, as a service
+    # manager expects.
+    for signal_number in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signal_number, lambda number, frame: None)
+    anyio.run(run)
+
+
+def add_metrics_route(assembly: Assembly, settings: Settings, verifier: TokenFileVerifier | None) -> None:
+    """GET /metrics on the same server; with authentication on, only with a valid bearer token (or the one
+    named by METRICS_TOKEN_NAME), so the metrics endpoint is never an open door."""
+    from starlette.responses import PlainTextResponse
+
+    @assembly.mcp.custom_route("/metrics", methods=["GET"])
+    async def metrics(request: Request) -> Response:
+        if verifier is not None:
+            header = request.headers.get("authorization", "")
+            scheme, _, token = header.partition(" ")
+            name = verifier.name_of(token.strip()) if scheme.lower() == "bearer" else None
+            if name is None or (settings.metrics_token_name and name != settings.metrics_token_name):
+                return PlainTextResponse(
+                    "a valid bearer token is required\n", status_code=401, headers={"WWW-Authenticate": "Bearer"}
+                )
+        return PlainTextResponse(
+            assembly.metrics.exposition().decode(), media_type="text/plain; version=0.0.4; charset=utf-8"
+        )

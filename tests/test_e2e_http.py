@@ -1,0 +1,232 @@
+"""The streamable HTTP transport end to end: a real relay-shell process serving HTTP, the SDK client over HTTP,
+bearer tokens, Host/Origin checks, per-client sessions, /metrics through promtool, and SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+
+from tests.conftest import read_records, server_env, text_of
+
+pytestmark = pytest.mark.anyio
+
+TOKENS = {"alice": "alice-token-6f1d2c", "bob": "bob-token-93ab07"}
+
+
+@dataclass
+class HttpServer:
+    process: subprocess.Popen[str]
+    url: str
+    audit_path: Path
+    stderr_lines: list[str]
+
+
+def write_token_file(path: Path, tokens: dict[str, str], mode: int = 0o600) -> Path:
+    path.write_text("".join(f"{name} {hashlib.sha256(token.encode()).hexdigest()}\n" for name, token in tokens.items()))
+    path.chmod(mode)
+    return path
+
+
+def start(tmp_path: Path, **settings: str) -> HttpServer:
+    audit_path = tmp_path / "audit.jsonl"
+    env = server_env(audit_path, transport="http", http_port="0", **settings)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "relay_shell"], env=env, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
+    assert process.stderr is not None
+    lines: list[str] = []
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        line = process.stderr.readline()
+        if not line:
+            break
+        lines.append(line)
+        found = re.search(r"speaking MCP at (http://\S+/mcp)", line)
+        if found:
+            return HttpServer(process, found.group(1), audit_path, lines)
+    process.kill()
+    raise AssertionError(f"the server did not start: {''.join(lines)}")
+
+
+def stop(server: HttpServer) -> int:
+    server.process.send_signal(signal.SIGTERM)
+    return server.process.wait(timeout=15)
+
+
+@pytest.fixture
+def authed(tmp_path: Path) -> Iterator[HttpServer]:
+    server = start(tmp_path, token_file=str(write_token_file(tmp_path / "tokens", TOKENS)))
+    yield server
+    if server.process.poll() is None:
+        stop(server)
+
+
+@asynccontextmanager
+async def client(server: HttpServer, token: str | None, mode: str = "auto") -> AsyncIterator[Client]:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    transport = streamable_http_client(server.url, http_client=create_mcp_http_client(headers=headers))
+    async with Client(transport, mode=mode) as connected:  # type: ignore[arg-type]
+        yield connected
+
+
+async def call(connected: Client, tool: str, **arguments: Any) -> Any:
+    return await connected.call_tool(tool, arguments)
+
+
+async def test_tools_run_over_http_and_the_audit_names_the_token(authed: HttpServer) -> None:
+    for mode in ("legacy", "auto"):  # the 2025-11-25 initialize handshake and the 2026-07-28 era
+        async with client(authed, TOKENS["alice"], mode=mode) as alice:
+            result = await call(alice, "shell_exec", command="echo over-http")
+            assert text_of(result) == "[exit 0]\nover-http\n"
+    records = [record for record in read_records(authed.audit_path) if record["tool"] == "shell_exec"]
+    assert [record["client_id"] for record in records] == ["http:alice", "http:alice"]
+    assert stop(authed) == 0
+    verified = subprocess.run(
+        [sys.executable, "-m", "relay_shell", "audit", "verify", str(authed.audit_path)], capture_output=True
+    )
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+
+
+async def test_missing_or_wrong_tokens_get_401(authed: HttpServer) -> None:
+    initialize = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}},
+    }
+    headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+    async with httpx2.AsyncClient() as http:
+        none = await http.post(authed.url, json=initialize, headers=headers)
+        wrong = await http.post(authed.url, json=initialize, headers={**headers, "Authorization": "Bearer nope"})
+        right = await http.post(
+            authed.url, json=initialize, headers={**headers, "Authorization": f"Bearer {TOKENS['bob']}"}
+        )
+        metrics_none = await http.get(authed.url.replace("/mcp", "/metrics"))
+    assert none.status_code == 401 and wrong.status_code == 401
+    assert right.status_code == 200, right.text
+    assert metrics_none.status_code == 401
+    assert not [record for record in read_records(authed.audit_path) if record["tool"] == "shell_exec"]
+
+
+async def test_bad_host_or_origin_is_rejected(authed: HttpServer) -> None:
+    port = authed.url.split(":")[2].split("/")[0]
+    bearer = {"Authorization": f"Bearer {TOKENS['alice']}", "Accept": "application/json, text/event-stream"}
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+    async with httpx2.AsyncClient() as http:
+        rebinding = await http.post(authed.url, json=body, headers={**bearer, "Host": f"evil.example:{port}"})
+        origin = await http.post(authed.url, json=body, headers={**bearer, "Origin": "http://evil.example"})
+    assert rebinding.status_code in (400, 421), rebinding.status_code
+    assert origin.status_code == 403, origin.status_code
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])  # per MCP session id; per token in the stateless era
+async def test_one_client_cannot_see_drive_or_kill_another_clients_session(authed: HttpServer, mode: str) -> None:
+    async with client(authed, TOKENS["alice"], mode) as alice, client(authed, TOKENS["bob"], mode) as bob:
+        spawned = await call(alice, "shell_spawn", command="cat")
+        session_id = spawned.structured_content["session_id"]
+        for tool, arguments in [
+            ("session_send", {"session_id": session_id, "data": "hi"}),
+            ("session_recv", {"session_id": session_id}),
+            ("session_kill", {"session_id": session_id}),
+        ]:
+            refused = await call(bob, tool, **arguments)
+            assert refused.is_error and text_of(refused).startswith("[ERROR: SessionNotOwned"), text_of(refused)
+        assert (await call(bob, "session_list")).structured_content["sessions"] == []
+        mine = await call(alice, "session_send", session_id=session_id, data="still-mine", until="still-mine")
+        assert not mine.is_error, text_of(mine)
+
+
+async def test_metrics_need_a_token_and_pass_promtool(authed: HttpServer) -> None:
+    async with client(authed, TOKENS["alice"]) as alice:
+        await call(alice, "shell_exec", command="true")
+    async with httpx2.AsyncClient() as http:
+        response = await http.get(
+            authed.url.replace("/mcp", "/metrics"), headers={"Authorization": f"Bearer {TOKENS['bob']}"}
+        )
+    assert response.status_code == 200
+    assert 'relay_shell_tool_calls_total{outcome="ok",tier="0",tool="shell_exec"} 1.0' in response.text
+    assert "alice" not in response.text  # client names are never metric labels
+    checked = subprocess.run(["promtool", "check", "metrics"], input=response.text, capture_output=True, text=True)
+    assert checked.returncode == 0, checked.stderr
+
+
+async def test_sigterm_closes_sessions_and_exits_cleanly(authed: HttpServer) -> None:
+    async with client(authed, TOKENS["alice"]) as alice:
+        spawned = await call(alice, "shell_spawn", command="sleep 300")
+        pid = spawned.structured_content["pid"]
+        assert os.path.exists(f"/proc/{pid}")
+        assert stop(authed) == 0
+    deadline = time.monotonic() + 3
+    while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not os.path.exists(f"/proc/{pid}")
+    ends = [record for record in read_records(authed.audit_path) if record["tool"] == "session:end"]
+    assert [record["reason"] for record in ends] == ["server stopped"]
+
+
+def test_unsafe_configurations_are_refused_at_startup(tmp_path: Path) -> None:
+    def refused(**settings: str) -> str:
+        env = server_env(tmp_path / "audit.jsonl", transport="http", http_port="0", **settings)
+        done = subprocess.run(
+            [sys.executable, "-m", "relay_shell"], env=env, capture_output=True, text=True, timeout=30
+        )
+        assert done.returncode == 2, done.stderr
+        return done.stderr
+
+    assert "needs authentication" in refused(http_host="0.0.0.0")
+    loose = write_token_file(tmp_path / "loose", TOKENS, mode=0o644)
+    assert "lets group or others read or write it" in refused(token_file=str(loose))
+    malformed = tmp_path / "malformed"
+    malformed.write_text("alice not-a-digest\n")
+    malformed.chmod(0o600)
+    assert "line 1 is not `NAME SHA256-HEX`" in refused(token_file=str(malformed))
+
+
+async def test_mcp_sessions_of_one_token_are_separate_and_closing_one_ends_its_sessions(authed: HttpServer) -> None:
+    async with client(authed, TOKENS["alice"], "legacy") as second:
+        async with client(authed, TOKENS["alice"], "legacy") as first:
+            spawned = await call(first, "shell_spawn", command="sleep 300")
+            session_id, pid = spawned.structured_content["session_id"], spawned.structured_content["pid"]
+            refused = await call(second, "session_recv", session_id=session_id)
+            assert text_of(refused).startswith("[ERROR: SessionNotOwned"), text_of(refused)
+        # The first client closed its MCP session (DELETE): its terminal is closed within 2 s.
+        deadline = time.monotonic() + 2
+        while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not os.path.exists(f"/proc/{pid}")
+
+
+async def test_sigterm_gives_in_flight_calls_a_grace_period_then_kills_them(authed: HttpServer) -> None:
+    marker = f"sleep {300 + os.getpid() % 1000}.{int(time.time()) % 1000}"
+    async with client(authed, TOKENS["alice"]) as alice:
+        in_flight = asyncio.create_task(call(alice, "shell_exec", command=marker, timeout=600))
+        deadline = time.monotonic() + 5
+        while not subprocess.run(["pgrep", "-f", marker], capture_output=True).stdout and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        began = time.monotonic()
+        authed.process.send_signal(signal.SIGTERM)
+        assert await asyncio.to_thread(authed.process.wait, 20) == 0
+        assert 4 <= time.monotonic() - began < 15  # the grace period, then the call is cancelled
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(in_flight, 5)
+    assert not subprocess.run(["pgrep", "-f", marker], capture_output=True).stdout  # its process is gone
+    records = [record for record in read_records(authed.audit_path) if record["tool"] == "shell_exec"]
+    assert [record["outcome"] for record in records] == ["cancelled"]
