@@ -65,6 +65,9 @@ class Settings(BaseSettings):
     max_output_hard: int = Field(1024 * 1024, ge=1024, le=64 * 1024 * 1024, description="bytes, 1024 to 67108864")
     max_timeout: float = Field(3600.0, ge=1.0, le=86400.0, description="seconds, 1 to 86400")
     kill_grace: float = Field(2.0, ge=0.1, le=60.0, description="seconds between SIGTERM and SIGKILL, 0.1 to 60")
+    max_concurrent_calls: int = Field(
+        64, ge=1, le=10000, description="tool calls running at once; beyond it a call is refused as Busy, 1 to 10000"
+    )
     max_sessions: int = Field(16, ge=1, le=1024, description="PTY sessions open at once, 1 to 1024")
     session_buffer_bytes: int = Field(
         1024 * 1024,

@@ -147,19 +147,32 @@ class ToolCallGate:
         self.runner = runner
         self.tools = tools
         self.mcp: MCPServer | None = None  # set once the server exists; tool functions get it in their Context
+        self.in_flight = 0  # tool calls running now (bounded by MAX_CONCURRENT_CALLS)
 
     async def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
         token = current_request.set(ctx)
         try:
             if ctx.method == "tools/call" and ctx.request_id is not None:
                 params = ctx.params or {}
+                limit = self.runner.settings.max_concurrent_calls
+                if self.in_flight >= limit:
+                    # A bounded service: a clear refusal now beats an unbounded queue of commands.
+                    busy = (
+                        f"Busy: {self.in_flight} calls are running (RELAY_SHELL_MAX_CONCURRENT_CALLS={limit}); "
+                        "nothing ran, retry shortly"
+                    )
+                    return await self.runner.reject(ctx, str(params.get("name")), params.get("arguments"), busy)
                 checked = self.check(params)
                 if isinstance(checked, str):
                     return await self.runner.reject(ctx, str(params.get("name")), params.get("arguments"), checked)
                 tool, arguments = checked
                 context = Context(request_context=ctx, mcp_server=self.mcp)
                 assert tool.context_kwarg is not None  # every tool takes its Context: it carries the request
-                return await tool.fn(**arguments, **{tool.context_kwarg: context})
+                self.in_flight += 1
+                try:
+                    return await tool.fn(**arguments, **{tool.context_kwarg: context})
+                finally:
+                    self.in_flight -= 1
             return await call_next(ctx)
         finally:
             current_request.reset(token)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import json
 import os
 import re
 import signal
@@ -25,6 +26,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
 from tests.conftest import read_records, server_env, text_of
+from tests.test_e2e_inspector import inspector_command
 
 pytestmark = pytest.mark.anyio
 
@@ -230,3 +232,72 @@ async def test_sigterm_gives_in_flight_calls_a_grace_period_then_kills_them(auth
     assert not subprocess.run(["pgrep", "-f", marker], capture_output=True).stdout  # its process is gone
     records = [record for record in read_records(authed.audit_path) if record["tool"] == "shell_exec"]
     assert [record["outcome"] for record in records] == ["cancelled"]
+
+
+async def test_calls_beyond_the_bound_are_refused_as_busy(tmp_path: Path) -> None:
+    server = start(tmp_path, token_file=str(write_token_file(tmp_path / "tokens", TOKENS)), max_concurrent_calls="2")
+    try:
+        async with client(server, TOKENS["alice"]) as alice:
+            slow = [asyncio.create_task(call(alice, "shell_exec", command="sleep 1.5")) for _ in range(2)]
+            await asyncio.sleep(0.7)
+            refused = await call(alice, "shell_exec", command="echo should-not-run")
+            assert refused.is_error and text_of(refused).startswith("[ERROR: Busy: 2 calls are running"), text_of(
+                refused
+            )
+            assert [text_of(result) for result in await asyncio.gather(*slow)] == ["[exit 0]", "[exit 0]"]
+            again = await call(alice, "shell_exec", command="echo runs-now")
+            assert text_of(again) == "[exit 0]\nruns-now\n"
+    finally:
+        stop(server)
+    outcomes = [record["outcome"] for record in read_records(server.audit_path) if record["tool"] == "shell_exec"]
+    assert sorted(outcomes) == ["error", "ok", "ok", "ok"]
+
+
+async def test_four_clients_with_250_concurrent_calls_each(tmp_path: Path) -> None:
+    tokens = {f"client{number}": f"token-{number}-{os.getpid()}" for number in range(4)}
+    server = start(tmp_path, token_file=str(write_token_file(tmp_path / "tokens", tokens)), max_concurrent_calls="1000")
+    try:
+
+        async def one_client(name: str) -> list[Any]:
+            async with client(server, tokens[name]) as connected:
+                return await asyncio.gather(
+                    *(call(connected, "shell_exec", command=f"echo {name}-{index}") for index in range(250))
+                )
+
+        results = await asyncio.gather(*(one_client(name) for name in tokens))
+    finally:
+        assert stop(server) == 0
+    for name, client_results in zip(tokens, results, strict=True):
+        assert [text_of(result) for result in client_results] == [f"[exit 0]\n{name}-{i}\n" for i in range(250)]
+    records = [record for record in read_records(server.audit_path) if record["tool"] == "shell_exec"]
+    assert len(records) == 1000
+    for name in tokens:
+        mine = [record for record in records if record["client_id"] == f"http:{name}"]
+        assert len(mine) == 250 and all(record["args"]["command"].startswith(f"echo {name}-") for record in mine)
+    verified = subprocess.run(
+        [sys.executable, "-m", "relay_shell", "audit", "verify", str(server.audit_path)], capture_output=True
+    )
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+
+
+def test_the_mcp_inspector_cli_works_over_http(authed: HttpServer, tmp_path: Path) -> None:
+    """An independent client (the MCP Inspector CLI, TypeScript) over streamable HTTP with a bearer token."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("RELAY_SHELL_")}
+    env["HOME"] = str(tmp_path)  # the Inspector writes ~/.mcp-inspector/
+
+    def inspect(*args: str, token: str = TOKENS["bob"]) -> subprocess.CompletedProcess[str]:
+        command = [inspector_command(), "--cli", authed.url, "--transport", "http", "--format", "json"]
+        command += ["--header", f"Authorization: Bearer {token}", *args]
+        return subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+
+    listed = inspect("--method", "tools/list")
+    assert listed.returncode == 0, listed.stderr
+    names = {tool["name"] for tool in json.loads(listed.stdout)["result"]["tools"]}
+    assert {"shell_exec", "ssh_exec", "session_send"} <= names
+    called = inspect("--method", "tools/call", "--tool-name", "shell_exec", "--tool-arg", "command=echo from-inspector")
+    assert called.returncode == 0, called.stderr
+    assert json.loads(called.stdout)["result"]["content"][0]["text"] == "[exit 0]\nfrom-inspector\n"
+    refused = inspect("--method", "tools/list", token="not-a-token")
+    assert refused.returncode != 0
+    shell_records = [record for record in read_records(authed.audit_path) if record["tool"] == "shell_exec"]
+    assert [record["client_id"] for record in shell_records] == ["http:bob"]
