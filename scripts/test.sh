@@ -28,10 +28,11 @@ python3 -m venv .venv
 # Compiled once here: with PYTHONDONTWRITEBYTECODE set, every server the tests start would recompile it.
 .venv/bin/python -m compileall -q relay_shell >/dev/null
 
-# The MCP Inspector CLI, an independent client for the end-to-end tests.
+# The MCP Inspector CLI and the official TypeScript SDK: independent clients for the end-to-end tests.
 inspector=.cache/npm/node_modules/.bin/mcp-inspector
-if [ ! -x "$inspector" ]; then
-  npm install --silent --no-audit --no-fund --prefix .cache/npm @modelcontextprotocol/inspector@2.12.0 >/dev/null 2>&1
+if [ ! -x "$inspector" ] || [ ! -d .cache/npm/node_modules/@modelcontextprotocol/sdk ]; then
+  npm install --silent --no-audit --no-fund --prefix .cache/npm \
+    @modelcontextprotocol/inspector@2.12.0 @modelcontextprotocol/sdk@1.32.2 >/dev/null 2>&1
 fi
 export RELAY_SHELL_TEST_INSPECTOR="$PWD/$inspector"
 

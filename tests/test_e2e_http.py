@@ -10,6 +10,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -301,3 +302,101 @@ def test_the_mcp_inspector_cli_works_over_http(authed: HttpServer, tmp_path: Pat
     assert refused.returncode != 0
     shell_records = [record for record in read_records(authed.audit_path) if record["tool"] == "shell_exec"]
     assert [record["client_id"] for record in shell_records] == ["http:bob"]
+
+
+async def test_a_real_prometheus_scrapes_metrics_with_its_token(tmp_path: Path) -> None:
+    tokens = {**TOKENS, "prometheus": "prometheus-token-51c2"}
+    server = start(
+        tmp_path, token_file=str(write_token_file(tmp_path / "tokens", tokens)), metrics_token_name="prometheus"
+    )
+    prometheus: subprocess.Popen[bytes] | None = None
+    try:
+        async with client(server, TOKENS["alice"]) as alice:
+            await call(alice, "shell_exec", command="true")
+        target = server.url.removeprefix("http://").removesuffix("/mcp")
+        async with httpx2.AsyncClient() as http:  # only the named token may read /metrics
+            other = await http.get(f"http://{target}/metrics", headers={"Authorization": f"Bearer {TOKENS['alice']}"})
+        assert other.status_code == 401
+        listener = socket.socket()
+        listener.bind(("127.0.0.1", 0))
+        web_port = listener.getsockname()[1]
+        listener.close()
+        config = tmp_path / "prometheus.yml"
+        config.write_text(
+            "global:\n  scrape_interval: 1s\n"
+            "scrape_configs:\n  - job_name: relay-shell\n"
+            f"    authorization:\n      credentials: {tokens['prometheus']}\n"
+            f"    static_configs:\n      - targets: ['{target}']\n"
+        )
+        prometheus = subprocess.Popen(
+            [
+                "prometheus",
+                f"--config.file={config}",
+                f"--web.listen-address=127.0.0.1:{web_port}",
+                f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        query = 'relay_shell_tool_calls_total{tool="shell_exec",outcome="ok"}'
+        value = None
+        deadline = time.monotonic() + 40
+        async with httpx2.AsyncClient() as http:
+            while value is None and time.monotonic() < deadline:
+                await asyncio.sleep(1)
+                with contextlib.suppress(httpx2.HTTPError):
+                    answer = await http.get(f"http://127.0.0.1:{web_port}/api/v1/query", params={"query": query})
+                    results = answer.json()["data"]["result"]
+                    value = results[0]["value"][1] if results else None
+        assert value == "1", value
+    finally:
+        if prometheus is not None:
+            prometheus.terminate()
+            prometheus.wait(timeout=10)
+        stop(server)
+
+
+TS_CLIENT = """
+import {{ Client }} from "{sdk}/dist/esm/client/index.js";
+import {{ StreamableHTTPClientTransport }} from "{sdk}/dist/esm/client/streamableHttp.js";
+const [url, token] = process.argv.slice(2);
+const transport = new StreamableHTTPClientTransport(new URL(url), {{
+  requestInit: {{ headers: {{ Authorization: `Bearer ${{token}}` }} }},
+}});
+const client = new Client({{ name: "typescript-sdk", version: "1.0.0" }});
+await client.connect(transport);
+const listed = await client.listTools();
+const called = await client.callTool({{ name: "shell_exec", arguments: {{ command: "echo from-typescript" }} }});
+const denied = await client.callTool({{ name: "session_recv", arguments: {{ session_id: "s-000000000000" }} }});
+console.log(JSON.stringify({{
+  tools: listed.tools.map((tool) => tool.name),
+  text: called.content[0].text,
+  status: called.structuredContent.status,
+  error: denied.isError,
+  errorText: denied.content[0].text,
+}}));
+await transport.terminateSession();
+await client.close();
+"""
+
+
+def typescript_sdk() -> Path:
+    sdk = Path(__file__).resolve().parent.parent / ".cache/npm/node_modules/@modelcontextprotocol/sdk"
+    assert sdk.exists(), "the TypeScript SDK is missing: run scripts/test.sh, which installs it"
+    return sdk
+
+
+def test_the_official_typescript_sdk_client_works_over_http(authed: HttpServer, tmp_path: Path) -> None:
+    """An independent implementation: the TypeScript SDK's client, with its own outputSchema validation."""
+    script = tmp_path / "client.mjs"
+    script.write_text(TS_CLIENT.format(sdk=typescript_sdk()))
+    done = subprocess.run(
+        ["node", str(script), authed.url, TOKENS["alice"]], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout.strip().splitlines()[-1])
+    assert {"shell_exec", "shell_spawn", "ssh_fanout"} <= set(answer["tools"])
+    assert answer["text"] == "[exit 0]\nfrom-typescript\n" and answer["status"] == "ok"
+    assert answer["error"] is True and answer["errorText"].startswith("[ERROR: UnknownSession")
+    clients = {record["client_id"] for record in read_records(authed.audit_path) if record["tool"] == "shell_exec"}
+    assert clients == {"http:alice"}
