@@ -50,4 +50,9 @@ async def stream_hash(command: str) -> str:
 
 
 if __name__ == "__main__":
-    mcp.run("stdio")
+    import sys
+
+    if len(sys.argv) == 3 and sys.argv[1] == "--http":  # the HTTP floor: the SDK's streamable HTTP transport
+        mcp.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]))
+    else:
+        mcp.run("stdio")

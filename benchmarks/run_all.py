@@ -11,6 +11,7 @@ from benchmarks import (
     bench_audit,
     bench_big_output,
     bench_exec_latency,
+    bench_http,
     bench_session_flood,
     bench_session_repl,
     bench_ssh_exec,
@@ -28,6 +29,7 @@ def main() -> int:
         "session_repl": anyio.run(bench_session_repl.main),
         "session_flood": anyio.run(bench_session_flood.main),
         "ssh_exec": anyio.run(bench_ssh_exec.main),
+        "http": anyio.run(bench_http.main),
         "ssh_fanout": anyio.run(bench_ssh_fanout.main),
     }
     failed = [name for name, ok in results.items() if not ok]
