@@ -21,10 +21,13 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if args[:1] == ["audit"]:
         return audit_command(args[1:])
+    if args[:1] == ["token"]:
+        return token_command(args[1:])
     parser = argparse.ArgumentParser(
         prog="relay-shell",
         description="Audited MCP server for shell commands. Configure with RELAY_SHELL_* environment variables.",
-        epilog="Audit tools: relay-shell audit verify [PATH ...] | relay-shell audit tail [-n N] [--follow] ...",
+        epilog="Audit tools: relay-shell audit verify [PATH ...] | relay-shell audit tail [-n N] [--follow] ... | "
+        "HTTP tokens: relay-shell token NAME",
     )
     parser.add_argument("--version", action="version", version=f"relay-shell {__version__}")
     parser.add_argument("--check-config", action="store_true", help="validate the configuration and exit")
@@ -150,6 +153,24 @@ async def _serve_stdio(assembly: Assembly) -> None:
         finally:
             await assembly.shutdown()
             group.cancel_scope.cancel()
+
+
+def token_command(args: list[str]) -> int:
+    """A new random bearer token for the HTTP transport: the token goes to the client, the line to TOKEN_FILE."""
+    import hashlib
+    import re
+    import secrets
+
+    parser = argparse.ArgumentParser(prog="relay-shell token", description="Create a bearer token for a client.")
+    parser.add_argument("name", help="the client's name, as the audit log will show it (letters, digits, _.@-)")
+    options = parser.parse_args(args)
+    if not re.fullmatch(r"[A-Za-z0-9_.@-]{1,64}", options.name):
+        print("relay-shell token: NAME must be 1 to 64 letters, digits or _.@-", file=sys.stderr)
+        return EXIT_CONFIG
+    token = secrets.token_urlsafe(32)
+    print(f"token for the client (shown once, keep it secret): {token}", file=sys.stderr)
+    print(f"{options.name} {hashlib.sha256(token.encode()).hexdigest()}")
+    return 0
 
 
 def audit_command(args: list[str]) -> int:

@@ -26,6 +26,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
+from relay_shell.http import TokenFileVerifier, load_tokens
 from tests.conftest import read_records, server_env, text_of
 from tests.test_e2e_inspector import inspector_command
 
@@ -436,3 +437,19 @@ def test_the_mcp_conformance_suite_passes_the_scenarios_that_apply(tmp_path: Pat
             assert re.search(r"Passed: (\d+)/\1, 0 failed", done.stdout), (scenario, done.stdout[-2000:])
     finally:
         stop(server)
+
+
+def test_relay_shell_token_makes_a_token_and_its_file_line(tmp_path: Path) -> None:
+    made = subprocess.run(
+        [sys.executable, "-m", "relay_shell", "token", "carol"], capture_output=True, text=True, timeout=30
+    )
+    assert made.returncode == 0, made.stderr
+    token = made.stderr.strip().rsplit(" ", 1)[1]
+    line = made.stdout.strip()
+    assert line == f"carol {hashlib.sha256(token.encode()).hexdigest()}"
+    tokens = tmp_path / "tokens"
+    tokens.write_text(line + "\n")
+    tokens.chmod(0o600)
+    assert TokenFileVerifier(load_tokens(tokens)).name_of(token) == "carol"
+    bad = subprocess.run([sys.executable, "-m", "relay_shell", "token", "no spaces"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "NAME must be" in bad.stderr
