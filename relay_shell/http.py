@@ -25,6 +25,7 @@ from relay_shell.config import ConfigError, Settings
 
 if TYPE_CHECKING:
     from mcp.server.auth.provider import AccessToken
+    from mcp.server.transport_security import TransportSecuritySettings
     from starlette.requests import Request
     from starlette.responses import Response
 
@@ -46,19 +47,27 @@ def load_tokens(path: Path) -> list[NamedToken]:
     or write it: a token file anyone can read is a password anyone can use."""
     variable = "RELAY_SHELL_TOKEN_FILE"
     try:
-        mode = os.stat(path).st_mode
+        # Opened once, not through a symlink; everything is checked on the open file, then read from it.
+        descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     except OSError as exc:
-        raise ConfigError(f"{variable}={str(path)!r}: cannot read it ({exc.strerror})") from None
-    if not stat.S_ISREG(mode):
-        raise ConfigError(f"{variable}={str(path)!r}: not a regular file")
-    if mode & 0o077:
-        raise ConfigError(
-            f"{variable}={str(path)!r}: mode {stat.S_IMODE(mode):04o} lets group or others read or write it; "
-            "allowed: 0600 or 0400 (chmod 600 it)"
-        )
+        raise ConfigError(f"{variable}={str(path)!r}: cannot open it ({exc.strerror}; symlinks are refused)") from None
+    with os.fdopen(descriptor, encoding="utf-8", errors="replace") as handle:
+        status = os.fstat(handle.fileno())
+        mode = status.st_mode
+        if not stat.S_ISREG(mode):
+            raise ConfigError(f"{variable}={str(path)!r}: not a regular file")
+        if mode & 0o077:
+            raise ConfigError(
+                f"{variable}={str(path)!r}: mode {stat.S_IMODE(mode):04o} lets group or others read or write it; "
+                "allowed: 0600 or 0400 (chmod 600 it)"
+            )
+        if status.st_uid != os.geteuid():
+            raise ConfigError(f"{variable}={str(path)!r}: owned by uid {status.st_uid}, not by the server's user")
+        text = handle.read()
     tokens: list[NamedToken] = []
     names: set[str] = set()
-    for number, raw in enumerate(path.read_text().splitlines(), 1):
+    digests: set[str] = set()
+    for number, raw in enumerate(text.splitlines(), 1):
         line = raw.strip()
         if not line or line.startswith("#"):
             continue
@@ -70,7 +79,10 @@ def load_tokens(path: Path) -> list[NamedToken]:
             )
         if parts[0] in names:
             raise ConfigError(f"{variable}: line {number}: the name {parts[0]!r} is used twice")
+        if parts[1].lower() in digests:  # one token, two names: the audit log could name the wrong client
+            raise ConfigError(f"{variable}: line {number}: this token is already listed under another name")
         names.add(parts[0])
+        digests.add(parts[1].lower())
         tokens.append(NamedToken(parts[0], parts[1].lower()))
     if not tokens:
         raise ConfigError(f"{variable}={str(path)!r}: holds no token")
@@ -150,7 +162,7 @@ def serve_http(assembly: Assembly, settings: Settings, verifier: TokenFileVerifi
     security = TransportSecuritySettings(
         enable_dns_rebinding_protection=True, allowed_hosts=hosts, allowed_origins=origins
     )
-    add_metrics_route(assembly, settings, verifier)
+    add_metrics_route(assembly, settings, verifier, security)
     app = assembly.mcp.streamable_http_app(transport_security=security, host=settings.http_host)
     config = uvicorn.Config(
         app, log_level="warning", timeout_graceful_shutdown=int(SHUTDOWN_GRACE), lifespan="on", access_log=False
@@ -169,20 +181,30 @@ def serve_http(assembly: Assembly, settings: Settings, verifier: TokenFileVerifi
 
     # uvicorn turns SIGTERM/SIGINT into a graceful shutdown (in-flight calls get SHUTDOWN_GRACE seconds, then
     # are cancelled and their processes killed), and afterwards re-raises the signal to the handler that was
-    # there before: a no-op here, so relay-shell closes sessions and connections and exits 0, as a service
-    # manager expects.
+    # there before: this one, which only asks for the stop already under way, so relay-shell closes sessions
+    # and connections and exits 0, as a service manager expects.
+    # Until uvicorn installs its own handlers, a signal asks it to stop all the same.
     for signal_number in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signal_number, lambda number, frame: None)
+        signal.signal(signal_number, lambda number, frame: setattr(server, "should_exit", True))
     anyio.run(run)
 
 
-def add_metrics_route(assembly: Assembly, settings: Settings, verifier: TokenFileVerifier | None) -> None:
+def add_metrics_route(
+    assembly: Assembly, settings: Settings, verifier: TokenFileVerifier | None, security: TransportSecuritySettings
+) -> None:
     """GET /metrics on the same server; with authentication on, only with a valid bearer token (or the one
-    named by METRICS_TOKEN_NAME), so the metrics endpoint is never an open door."""
+    named by METRICS_TOKEN_NAME), so the metrics endpoint is never an open door. Host and Origin are checked
+    as for /mcp (a DNS-rebinding page must not read it either)."""
+    from mcp.server.transport_security import TransportSecurityMiddleware
     from starlette.responses import PlainTextResponse
+
+    host_check = TransportSecurityMiddleware(security)
 
     @assembly.mcp.custom_route("/metrics", methods=["GET"])
     async def metrics(request: Request) -> Response:
+        refused = await host_check.validate_request(request)
+        if refused is not None:
+            return refused
         if verifier is not None:
             header = request.headers.get("authorization", "")
             scheme, _, token = header.partition(" ")

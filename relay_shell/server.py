@@ -120,7 +120,8 @@ def _http_auth(settings: Settings, token_verifier: TokenVerifier | None) -> dict
     from mcp.server.auth.settings import AuthSettings
 
     # No OAuth authorization server and no protected-resource metadata: the tokens come from the token file.
-    base = f"http://{settings.http_host}:{settings.http_port or 80}"
+    host = f"[{settings.http_host}]" if ":" in settings.http_host else settings.http_host
+    base = f"http://{host}:{settings.http_port or 80}"
     return {"auth": AuthSettings(issuer_url=base, resource_server_url=None), "token_verifier": token_verifier}
 
 

@@ -141,6 +141,22 @@ async def test_bad_host_or_origin_is_rejected(authed: HttpServer) -> None:
     assert origin.status_code == 403, origin.status_code
 
 
+async def test_metrics_are_behind_the_host_check_too(tmp_path: Path) -> None:
+    """Without tokens (loopback), /metrics is open to local clients, but not to a DNS-rebinding web page."""
+    server = start(tmp_path)
+    try:
+        port = server.url.split(":")[2].split("/")[0]
+        metrics_url = server.url.replace("/mcp", "/metrics")
+        async with httpx2.AsyncClient() as http:
+            local = await http.get(metrics_url)
+            rebinding = await http.get(metrics_url, headers={"Host": f"evil.example:{port}"})
+            origin = await http.get(metrics_url, headers={"Origin": "http://evil.example"})
+        assert local.status_code == 200 and "relay_shell_audit_records_total" in local.text
+        assert rebinding.status_code in (400, 421) and origin.status_code == 403
+    finally:
+        stop(server)
+
+
 @pytest.mark.parametrize("mode", ["legacy", "auto"])  # per MCP session id; per token in the stateless era
 async def test_one_client_cannot_see_drive_or_kill_another_clients_session(authed: HttpServer, mode: str) -> None:
     async with client(authed, TOKENS["alice"], mode) as alice, client(authed, TOKENS["bob"], mode) as bob:
@@ -202,6 +218,11 @@ def test_unsafe_configurations_are_refused_at_startup(tmp_path: Path) -> None:
     malformed.write_text("alice not-a-digest\n")
     malformed.chmod(0o600)
     assert "line 1 is not `NAME SHA256-HEX`" in refused(token_file=str(malformed))
+    link = tmp_path / "link"
+    link.symlink_to(write_token_file(tmp_path / "target", TOKENS))
+    assert "symlinks are refused" in refused(token_file=str(link))
+    shared = write_token_file(tmp_path / "shared", {"alice": "same-token", "bob": "same-token"})
+    assert "already listed under another name" in refused(token_file=str(shared))
 
 
 async def test_mcp_sessions_of_one_token_are_separate_and_closing_one_ends_its_sessions(authed: HttpServer) -> None:
