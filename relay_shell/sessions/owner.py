@@ -30,7 +30,8 @@ _PRINCIPAL_PREFIX = "principal:"
 def owner_of(request_context: ServerRequestContext[Any, Any] | None) -> str:
     if request_context is None:
         return "server"
-    if request_context.request is not None and getattr(request_context.session._connection, "session_id", 1) is None:
+    over_http = request_context.request is not None  # the transport attached the HTTP request
+    if over_http and getattr(request_context.session._connection, "session_id", None) is None:
         access = get_access_token()  # stateless HTTP (no MCP session id): the token says who it is
         return _PRINCIPAL_PREFIX + (access.client_id if access is not None else "anonymous")
     channel = _channel_of(request_context)
