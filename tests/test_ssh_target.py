@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import pytest
@@ -281,3 +282,8 @@ def test_jump_hosts_are_checked_as_strictly_as_the_target_and_chain(tmp_path: Pa
             default_mode="accept-new",
         )
     assert str(raised.value).startswith("jump: ") and "more than" in str(raised.value)
+
+
+def test_a_numeric_ipv6_zone_is_named_by_its_interface() -> None:
+    interface = socket.if_indextoname(1)  # `%1` and `%<name>` are the same link: one known_hosts name
+    assert canonical_host("fe80::1%1") == f"fe80::1%{interface}" == canonical_host(f"FE80::1%{interface}")

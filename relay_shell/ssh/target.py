@@ -9,6 +9,7 @@ address it resolves to are both part of the text too.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import os
 import re
@@ -223,6 +224,9 @@ def canonical_host(name: str) -> str:
     if address is None:
         return spellings[0]
     zone = spellings[0].partition("%")[2]
+    if zone.isdigit():  # `%1` and `%lo` are the same interface: one name for known_hosts
+        with contextlib.suppress(OSError):
+            zone = socket.if_indextoname(int(zone))
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
         return str(address.ipv4_mapped)
     return str(address) + (f"%{zone}" if zone else "")
