@@ -18,6 +18,7 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A private HOME: relative Includes resolve against ~/.ssh, and ~ in paths expands here."""
     home_dir = tmp_path / "home"
     (home_dir / ".ssh").mkdir(parents=True)
+    # Settings, not mocks: a private HOME (ssh_config Includes resolve against ~/.ssh) and no reload delay.
     monkeypatch.setenv("HOME", str(home_dir))
     # Every call re-checks the files, so a test sees its own edits at once.
     monkeypatch.setattr(inventory_module, "RECHECK_INTERVAL_SECONDS", 0.0)

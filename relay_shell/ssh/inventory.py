@@ -179,18 +179,8 @@ class _HostListingConfig(_ClientConfig):
     condition: every block is entered (so Includes inside Host blocks are followed too) and `Match exec`
     commands never run just to list hosts."""
 
-    def __init__(
-        self,
-        last_config: SSHConfig | None,
-        reload: bool,
-        canonical: bool,
-        final: bool,
-        local_user: str,
-        user: Any,
-        host: str,
-        port: Any,
-    ) -> None:
-        super().__init__(last_config, reload, canonical, final, local_user, user, host, port)
+    def __init__(self, *args: Any) -> None:  # the same arguments as _ClientConfig (asyncssh's load passes them)
+        super().__init__(*args)
         self.host_names: list[str] = []
         self.watched_dirs: list[Path] = []
 
