@@ -16,6 +16,8 @@ from benchmarks import (
     bench_session_repl,
     bench_ssh_exec,
     bench_ssh_fanout,
+    bench_ssh_forward,
+    bench_ssh_transfer,
     bench_startup,
 )
 
@@ -31,6 +33,8 @@ def main() -> int:
         "ssh_exec": anyio.run(bench_ssh_exec.main),
         "http": anyio.run(bench_http.main),
         "ssh_fanout": anyio.run(bench_ssh_fanout.main),
+        "ssh_forward": anyio.run(bench_ssh_forward.main),
+        "ssh_transfer": anyio.run(bench_ssh_transfer.main),
     }
     failed = [name for name, ok in results.items() if not ok]
     print("benchmarks:", "all targets met" if not failed else "missed: " + ", ".join(failed))

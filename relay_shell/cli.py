@@ -57,6 +57,14 @@ def serve(check_only: bool) -> int:
         if problem is not None:
             print(f"relay-shell: configuration error: RELAY_SHELL_AUDIT_PATH: {problem}", file=sys.stderr)
             return EXIT_CONFIG
+        if settings.transport == "http":  # the token file, the OAuth state and the bind address
+            from relay_shell.http import check_http_settings
+
+            try:
+                check_http_settings(settings)
+            except ConfigError as exc:
+                print(f"relay-shell: configuration error: {exc}", file=sys.stderr)
+                return EXIT_CONFIG
         print(f"relay-shell {__version__}: configuration OK (audit log {settings.audit_path} is writable)")
         return 0
 
@@ -69,18 +77,20 @@ def serve(check_only: bool) -> int:
             return EXIT_CONFIG
         print(f"relay-shell: warning: {exc}; serving degraded (AUDIT_ON_FAILURE=continue)", file=sys.stderr)
 
+    from relay_shell.http import HttpAuth
     from relay_shell.server import build_server
 
-    verifier = None
+    http_auth = HttpAuth()
     if settings.transport == "http":
         from relay_shell.http import check_http_settings
 
         try:
-            verifier = check_http_settings(settings)
+            http_auth = check_http_settings(settings)
         except ConfigError as exc:
             print(f"relay-shell: configuration error: {exc}", file=sys.stderr)
             return EXIT_CONFIG
-    assembly = build_server(settings, audit_log, verifier)
+    raise_open_files_limit()  # before build_server: the port forwards' connection budget is derived from it
+    assembly = build_server(settings, audit_log, http_auth.tokens, http_auth.oauth)
     if not audit_log.healthy:
         assembly.metrics.audit_degraded.set(1)
     metrics_note = "off"
@@ -103,7 +113,7 @@ def serve(check_only: bool) -> int:
         from relay_shell.http import serve_http
 
         try:
-            serve_http(assembly, settings, verifier)
+            serve_http(assembly, settings, http_auth)
         except OSError as exc:
             print(f"relay-shell: configuration error: RELAY_SHELL_HTTP_PORT: cannot listen: {exc}", file=sys.stderr)
             return EXIT_CONFIG
@@ -125,6 +135,22 @@ def serve(check_only: bool) -> int:
     finally:
         audit_log.close()
     return 0
+
+
+def raise_open_files_limit() -> None:
+    """Raise the soft limit on open files (RLIMIT_NOFILE) to the hard limit. Every command, session, SSH
+    connection and forwarded connection holds descriptors, and the usual soft limit of 1024 is kept low only for
+    programs that use select(), which asyncio does not; port forwards may use half of the limit (ssh/forward.py
+    `connection_budget`), so a low one would starve them or, without that bound, everything else. Children
+    inherit the raised limit. An operator's lower hard limit (LimitNOFILE=) still holds."""
+    import contextlib
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = hard if hard != resource.RLIM_INFINITY else 1 << 20  # Linux caps descriptors at fs.nr_open anyway
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
 
 
 async def _serve_stdio(assembly: Assembly) -> None:

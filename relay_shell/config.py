@@ -54,6 +54,21 @@ class Settings(BaseSettings):
     metrics_token_name: str = Field(
         "", description="empty (any client token may read /metrics) or the token NAME that alone may read it"
     )
+    oauth_state_dir: Path | None = Field(
+        None,
+        description="empty (no OAuth) or a directory (0700) where the OAuth 2.1 authorization server keeps its "
+        "clients and hashed tokens; needs TOKEN_FILE (an operator token approves each client)",
+    )
+    oauth_issuer: str = Field(
+        "", description="empty (http://HTTP_HOST:PORT) or the public https:// base URL clients reach the server at"
+    )
+    oauth_lock_first_client: bool = Field(
+        False, description="true: dynamic client registration accepts only the first client, then refuses"
+    )
+    oauth_access_ttl: int = Field(3600, ge=60, le=86400, description="seconds an access token lives, 60 to 86400")
+    oauth_refresh_ttl: int = Field(
+        2592000, ge=3600, le=31536000, description="seconds a refresh token lives, 3600 to 31536000"
+    )
     audit_path: Path = Field(default_factory=default_audit_path, description="path of the JSON Lines audit log")
     audit_chain: bool = Field(True, description="true or false")
     audit_fsync: Literal["off", "always"] = Field("off", description="off or always")
@@ -61,6 +76,18 @@ class Settings(BaseSettings):
     policy_mode: Literal["open", "guarded", "readonly"] = Field("open", description="open, guarded or readonly")
     policy_deny: str = Field("", description="a JSON array of regexes, or one regex per line")
     policy_allow: str = Field("", description="a JSON array of regexes, or one regex per line")
+    confirm_tier3: Literal["off", "token", "elicit"] = Field(
+        "off",
+        description="off, token (a tier-3 call needs operation_confirm(token), then the identical call) or elicit "
+        "(ask the human through MCP elicitation; token for clients without it)",
+    )
+    confirm_ttl: float = Field(
+        300.0,
+        ge=1.0,
+        le=3600.0,
+        description="seconds a tier-3 confirmation stays valid (token issue to use; the human's time to answer an "
+        "elicitation), 1 to 3600",
+    )
     max_output: int = Field(65536, ge=1024, le=64 * 1024 * 1024, description="bytes, 1024 to MAX_OUTPUT_HARD")
     max_output_hard: int = Field(1024 * 1024, ge=1024, le=64 * 1024 * 1024, description="bytes, 1024 to 67108864")
     max_timeout: float = Field(3600.0, ge=1.0, le=86400.0, description="seconds, 1 to 86400")
@@ -109,6 +136,25 @@ class Settings(BaseSettings):
         300.0, ge=1.0, le=86400.0, description="seconds an unused SSH connection stays open, 1 to 86400"
     )
     ssh_keepalive: float = Field(30.0, ge=1.0, le=3600.0, description="seconds between SSH keepalives, 1 to 3600")
+    max_forwards: int = Field(
+        32,
+        ge=1,
+        le=1024,
+        description="SSH port forwards open at once (ssh_forward), all clients together (one client at most half, "
+        "at least 1), 1 to 1024",
+    )
+    forward_idle_timeout: float = Field(
+        3600.0,
+        ge=1.0,
+        le=604800.0,
+        description="seconds a port forward may carry no connection before it is closed, 1 to 604800",
+    )
+    max_transfer_bytes: int = Field(
+        4 * 1024**3,
+        ge=1024,
+        le=2**50,
+        description="bytes one ssh_upload/ssh_download may move (all files together), 1024 to 1125899906842624",
+    )
     fanout_max_hosts: int = Field(256, ge=1, le=10000, description="hosts per ssh_fanout/ssh_check call, 1 to 10000")
     fanout_max_concurrency: int = Field(
         64, ge=1, le=1024, description="largest `concurrency` an ssh_fanout may ask for, 1 to 1024"
@@ -125,7 +171,7 @@ class Settings(BaseSettings):
                 raise ValueError(f"pattern {pattern!r} is not a valid regex ({exc})") from exc
         return raw
 
-    @field_validator("record_dir", "inventory", "ssh_config", "token_file", mode="before")
+    @field_validator("record_dir", "inventory", "ssh_config", "token_file", "oauth_state_dir", mode="before")
     @classmethod
     def _empty_record_dir_is_off(cls, raw: object) -> object:
         return None if raw == "" else raw

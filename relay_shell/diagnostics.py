@@ -27,6 +27,8 @@ def server_state(
             "mode": settings.policy_mode,
             "deny_patterns": len(settings.deny_patterns),
             "allow_patterns": len(settings.allow_patterns),
+            "confirm_tier3": settings.confirm_tier3,
+            "confirm_ttl_seconds": settings.confirm_ttl,
         },
         "limits": {
             "max_output_default": settings.max_output,
@@ -64,8 +66,10 @@ def server_state(
             "channels_per_connection": settings.ssh_max_channels,
             "idle_timeout_seconds": settings.ssh_idle_timeout,
             "keepalive_seconds": settings.ssh_keepalive,
+            "max_forwards": settings.max_forwards,
             "fanout_max_hosts": settings.fanout_max_hosts,
             "fanout_max_concurrency": settings.fanout_max_concurrency,
+            "max_transfer_bytes": settings.max_transfer_bytes,
         },
     }
 

@@ -20,6 +20,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 from relay_shell.config import ConfigError, Settings
 
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     from starlette.requests import Request
     from starlette.responses import Response
 
+    from relay_shell.oauth import OAuthProvider
     from relay_shell.server import Assembly
 
 _NAME = re.compile(r"[A-Za-z0-9_.@-]{1,64}")
@@ -122,20 +124,76 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def check_http_settings(settings: Settings) -> TokenFileVerifier | None:
-    """Refuse unsafe combinations before anything listens; load the tokens."""
+@dataclass
+class HttpAuth:
+    """How /mcp requests authenticate: nothing (loopback only), the token file, or OAuth 2.1 plus the token
+    file (whose tokens also approve OAuth clients)."""
+
+    tokens: TokenFileVerifier | None = None
+    oauth: OAuthProvider | None = None
+
+
+def check_http_settings(settings: Settings) -> HttpAuth:
+    """Refuse unsafe combinations before anything listens; load the tokens and the OAuth state."""
     verifier = TokenFileVerifier(load_tokens(settings.token_file)) if settings.token_file else None
     if verifier is None and not is_loopback(settings.http_host):
         raise ConfigError(
             f"RELAY_SHELL_HTTP_HOST={settings.http_host!r}: serving a non-loopback address needs authentication; "
             "set RELAY_SHELL_TOKEN_FILE, or bind 127.0.0.1"
         )
-    return verifier
+    if settings.oauth_state_dir is None:
+        return HttpAuth(tokens=verifier)
+    if verifier is None:
+        raise ConfigError(
+            "RELAY_SHELL_OAUTH_STATE_DIR needs RELAY_SHELL_TOKEN_FILE: an operator approves each OAuth client "
+            "with a token from that file"
+        )
+    if settings.oauth_issuer:
+        issuer_problem = _issuer_problem(settings.oauth_issuer)
+        if issuer_problem:
+            raise ConfigError(f"RELAY_SHELL_OAUTH_ISSUER={settings.oauth_issuer!r}: {issuer_problem}")
+    elif not is_loopback(settings.http_host):
+        raise ConfigError(
+            "RELAY_SHELL_OAUTH_ISSUER: required when serving a non-loopback address: the https:// URL clients use "
+            "(OAuth needs https except on loopback; put a TLS proxy in front, see deploy/)"
+        )
+    from relay_shell.oauth import OAuthProvider
+
+    oauth = OAuthProvider(
+        settings.oauth_state_dir,
+        verifier,
+        access_ttl=settings.oauth_access_ttl,
+        refresh_ttl=settings.oauth_refresh_ttl,
+        lock_first_client=settings.oauth_lock_first_client,
+    )
+    return HttpAuth(tokens=verifier, oauth=oauth)
+
+
+def _issuer_problem(issuer: str) -> str | None:
+    parts = urlsplit(issuer)
+    if parts.scheme not in ("https", "http") or not parts.hostname:
+        return "not a URL; allowed: https://HOST[:PORT][/PATH]"
+    if parts.scheme == "http" and not is_loopback(parts.hostname):
+        return "OAuth needs https:// except on loopback"
+    if parts.query or parts.fragment:
+        return "must not have a query or fragment"
+    return None
+
+
+def issuer_of(settings: Settings, port: int) -> str:
+    if settings.oauth_issuer:
+        return settings.oauth_issuer.rstrip("/")
+    shown = f"[{settings.http_host}]" if ":" in settings.http_host else settings.http_host
+    return f"http://{shown}:{port}"
 
 
 def _allowlists(settings: Settings, port: int) -> tuple[list[str], list[str]]:
     extra_hosts = [item.strip() for item in settings.http_allowed_hosts.split(",") if item.strip()]
     extra_origins = [item.strip() for item in settings.http_allowed_origins.split(",") if item.strip()]
+    if settings.oauth_issuer:  # the public URL a TLS proxy forwards: browsers and clients come through it
+        public = urlsplit(settings.oauth_issuer)
+        extra_hosts.append(public.netloc)
+        extra_origins.append(f"{public.scheme}://{public.netloc}")
     host = settings.http_host
     if is_loopback(host):
         hosts = [f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}"]
@@ -147,7 +205,7 @@ def _allowlists(settings: Settings, port: int) -> tuple[list[str], list[str]]:
     return hosts + extra_hosts, origins + extra_origins
 
 
-def serve_http(assembly: Assembly, settings: Settings, verifier: TokenFileVerifier | None) -> None:
+def serve_http(assembly: Assembly, settings: Settings, auth: HttpAuth) -> None:
     """Listen, serve until SIGTERM/SIGINT, then give in-flight calls a grace period and close everything."""
     import anyio
     import uvicorn
@@ -162,15 +220,27 @@ def serve_http(assembly: Assembly, settings: Settings, verifier: TokenFileVerifi
     security = TransportSecuritySettings(
         enable_dns_rebinding_protection=True, allowed_hosts=hosts, allowed_origins=origins
     )
-    add_metrics_route(assembly, settings, verifier, security)
+    add_metrics_route(assembly, settings, auth.tokens, security)
+    if auth.oauth is not None:
+        from relay_shell.server import oauth_settings
+
+        # The issuer names the listener's real port (HTTP_PORT=0 picks one at bind time).
+        auth.oauth.set_issuer(issuer_of(settings, port))
+        assembly.mcp.settings.auth = oauth_settings(auth.oauth)
+        add_approval_route(assembly, auth.oauth, security)
     app = assembly.mcp.streamable_http_app(transport_security=security, host=settings.http_host)
     config = uvicorn.Config(
         app, log_level="warning", timeout_graceful_shutdown=int(SHUTDOWN_GRACE), lifespan="on", access_log=False
     )
     server = uvicorn.Server(config)
     shown = f"[{settings.http_host}]" if ":" in settings.http_host else settings.http_host
-    auth = "bearer tokens required" if verifier is not None else "no authentication (loopback only)"
-    print(f"relay-shell: speaking MCP at http://{shown}:{port}/mcp ({auth}); metrics at /metrics", file=sys.stderr)
+    if auth.oauth is not None:
+        how = f"OAuth 2.1 (issuer {auth.oauth.issuer}) or token-file bearer tokens required"
+    elif auth.tokens is not None:
+        how = "bearer tokens required"
+    else:
+        how = "no authentication (loopback only)"
+    print(f"relay-shell: speaking MCP at http://{shown}:{port}/mcp ({how}); metrics at /metrics", file=sys.stderr)
     sys.stderr.flush()
 
     async def run() -> None:
@@ -216,3 +286,20 @@ def add_metrics_route(
         return PlainTextResponse(
             assembly.metrics.exposition().decode(), media_type="text/plain; version=0.0.4; charset=utf-8"
         )
+
+
+def add_approval_route(assembly: Assembly, oauth: OAuthProvider, security: TransportSecuritySettings) -> None:
+    """/oauth/approve: where /authorize sends the browser for an operator to approve the client. Host and
+    Origin are checked as for /mcp, so another site's page cannot submit the form."""
+    from mcp.server.transport_security import TransportSecurityMiddleware
+
+    from relay_shell.oauth import approval_endpoint
+
+    host_check = TransportSecurityMiddleware(security)
+
+    @assembly.mcp.custom_route("/oauth/approve", methods=["GET", "POST"])
+    async def approve(request: Request) -> Response:
+        refused = await host_check.validate_request(request)
+        if refused is not None:
+            return refused
+        return await approval_endpoint(oauth, request)

@@ -53,9 +53,17 @@ class Plan:
     # host, not the call); the runner fills `denied_hosts` (name -> the refusal's first line) before execute.
     host_subjects: dict[str, Subject] | None = None
     denied_hosts: dict[str, str] = field(default_factory=dict)
-    progress_total: int | None = None  # set when progress counts something other than bytes (hosts)
+    # Set when progress counts something other than bytes (hosts); a byte count with a total learnt while running
+    # (a transfer) sets it in execute, and the runner keeps reporting at most once a second.
+    progress_total: int | None = None
     progress_unit: str = "bytes of output"
     session_id: str | None = None  # the PTY session the call acts on, for the audit record
     # Replaces the call's arguments in the audit record (input typed at a password prompt); when set, a
     # refusal's reason is withheld from the record too, since it may quote the input.
     recorded_arguments: dict[str, Any] | None = None
+    # Tier-3 confirmation: the digest of its token (or elicitation id), on every record of it (plan, confirm,
+    # execute) so an auditor can join them. Never the token itself.
+    confirmation: str | None = None
+    # Input to a session: the session's state a tier-3 confirmation is bound to (inputs written, output
+    # produced: any since voids it) and what the human is shown about where the input goes.
+    confirm_state: dict[str, Any] | None = None

@@ -1,8 +1,8 @@
 """Typed tool results (the outputSchema of every tool) and the text grammar a model reads.
 
 First line says what happened: `[exit N]`, `[signal NAME]`, `[TIMEOUT after Ns]`, `[DENIED tier N (NAME): why]`,
-`[ERROR: Kind: message]`; notes (clamped arguments) follow as `[NOTE: …]` lines; then the body; then
-`[TRUNCATED: N bytes produced, M shown — head H + tail T]` when the body was cut.
+`[CONFIRM REQUIRED tier 3: why]`, `[ERROR: Kind: message]`; notes (clamped arguments) follow as `[NOTE: …]`
+lines; then the body; then `[TRUNCATED: N bytes produced, M shown — head H + tail T]` when the body was cut.
 """
 
 from __future__ import annotations
@@ -28,7 +28,9 @@ class ToolResult(BaseModel):
     """Fields every tool returns; tools add their own below. A field whose value is its declared default
     (null, false, 0 dropped bytes, no notes) is left out of structuredContent: absent means the default."""
 
-    status: Outcome = Field(description="what happened: ok, exit_nonzero, timeout, denied, error, cancelled")
+    status: Outcome = Field(
+        description="what happened: ok, exit_nonzero, timeout, denied, error, confirm_required, cancelled"
+    )
     tier: int = Field(description="policy tier of the call: 0 observe, 1 reversible, 2 stateful, 3 irreversible")
     exit_code: Annotated[int | None, nullable("integer", "exit status when the command exited")] = None
     signal: Annotated[str | None, nullable("string", "signal name when the command was killed by a signal")] = None
@@ -40,6 +42,13 @@ class ToolResult(BaseModel):
     duration_ms: int = Field(description="wall time of the call in milliseconds")
     notes: list[str] = Field([], description="adjustments made, e.g. a clamped timeout")
     error: Annotated[str | None, nullable("string", "error or denial message when status is error or denied")] = None
+    confirm_token: Annotated[
+        str | None,
+        nullable("string", "status confirm_required: after the human agrees, pass to operation_confirm, then repeat"),
+    ] = None
+    confirm_ttl: Annotated[
+        float | None, nullable("number", "status confirm_required: seconds to confirm and repeat the identical call")
+    ] = None
 
 
 class ExecResult(ToolResult):
@@ -83,12 +92,55 @@ class KeyscanResult(ToolResult):
     hosts: list[dict[str, Any]] = Field([], description="per host: status and keys (type, fingerprint, known_hosts)")
 
 
+class TransferResult(ToolResult):
+    host: Annotated[str | None, nullable("string", "the host as named in the call")] = None
+    host_key: Annotated[str | None, nullable("string", "SHA-256 fingerprint of the host key the server presented")] = (
+        None
+    )
+    files: list[dict[str, Any]] = Field(
+        [], description="what arrived (first 1000): path (destination), bytes and sha256, or link for a symlink"
+    )
+    failed: list[dict[str, Any]] = Field(
+        [], description="what did not arrive (first 1000): path (source) and error, including entries never started"
+    )
+    files_done: int = Field(0, description="regular files that arrived complete")
+    bytes_done: int = Field(0, description="bytes of the files that arrived complete")
+    files_total: int = Field(0, description="regular files the call set out to transfer")
+    bytes_total: int = Field(0, description="bytes of those files as scanned before the transfer")
+    partial: bool = Field(False, description="true when not everything arrived (timeout, errors, size limit)")
+
+
+class ForwardResult(ToolResult):
+    forward_id: Annotated[str | None, nullable("string", "the forward: pass to ssh_forward_close")] = None
+    listen_port: Annotated[int | None, nullable("integer", "the port the listener got (the chosen one for port 0)")] = (
+        None
+    )
+    forward: Annotated[
+        dict[str, Any] | None,
+        nullable(
+            "object",
+            "spec, host, via, listen, listen_on, destination, bytes_to_destination, bytes_from_destination, "
+            "connections, open_connections, failed_connections, refused_connections, age_s",
+        ),
+    ] = None
+
+
+class ForwardListResult(ToolResult):
+    forwards: list[dict[str, Any]] = Field([], description="your open forwards, each as `forward` in ssh_forward")
+
+
 class InventoryResult(ToolResult):
     inventory: Annotated[dict[str, Any] | None, nullable("object", "hosts, groups, problems, files")] = None
 
 
 class ServerInfoResult(ToolResult):
     info: Annotated[dict[str, Any] | None, nullable("object", "version, transport, policy, limits, audit state")] = None
+
+
+class ConfirmResult(ToolResult):
+    expires_in: Annotated[
+        float | None, nullable("number", "seconds left to repeat the identical call, which then runs once")
+    ] = None
 
 
 class AuditTailResult(ToolResult):
@@ -106,6 +158,8 @@ def status_line(
         return f"[ERROR: {error}]"
     if status == "cancelled":
         return "[CANCELLED]"
+    if status == "confirm_required":
+        return f"[CONFIRM REQUIRED tier {tier}: {error}]"
     if signal is not None:
         return f"[signal {signal}]"
     if exit_code is not None:

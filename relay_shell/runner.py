@@ -26,8 +26,23 @@ from relay_shell.capture import BoundedCapture, CapturedText
 from relay_shell.config import Settings
 from relay_shell.metrics import Metrics
 from relay_shell.plan import Execution, Plan, ToolError
+from relay_shell.policy.classify import Subject
+from relay_shell.policy.confirm import (
+    ConfirmationStore,
+    InputRequired,
+    ask_human,
+    bind_call,
+    can_elicit,
+    confirm_required,
+    is_modern,
+    question_round,
+    round_answer,
+    round_state,
+    token_digest,
+)
 from relay_shell.policy.policy import Policy
 from relay_shell.results import Outcome, render_text, status_line, truncation_line
+from relay_shell.sessions.owner import owner_of
 
 logger = logging.getLogger("relay_shell")
 
@@ -48,7 +63,7 @@ def identify(request_context: ServerRequestContext[Any, Any] | None, transport: 
     params = request_context.session.client_params
     if access is not None:
         # Authenticated over HTTP: the token's name from the token file, not what the client says it is.
-        client_name = access.client_id
+        client_name = (access.claims or {}).get("relay_shell_name") or access.client_id  # OAuth: approver/client
     elif params is not None and params.client_info is not None:
         # The client's self-declared name, kept as a label in the record (never in metrics).
         client_name = params.client_info.name[:64]
@@ -71,6 +86,11 @@ class Runner:
         # Per tool, what the audit record may keep of the arguments of any call, valid or not (a password
         # typed into a session is withheld even when the call fails validation).
         self.argument_filters: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {}
+        # Per tool, its argument validation (defaults filled in): a tier-3 confirmation binds the arguments as
+        # the tool received them, so `timeout` omitted and `timeout=60` are the same call.
+        self.argument_validators: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {}
+        self.confirmations = ConfirmationStore(settings.confirm_ttl)  # tokens (token mode, and elicit's fallback)
+        self.elicitations = ConfirmationStore(settings.confirm_ttl)  # questions put to the human, one answer each
 
     # -- tool calls --------------------------------------------------------------------------------------
 
@@ -117,6 +137,24 @@ class Runner:
                 )
             if refusal is not None:
                 return self._finish(tool, tier, identity, arguments, started, "denied", error=refusal, plan=plan)
+        if tier == 3 and self.settings.confirm_tier3 != "off":
+            # After every deny and mode check: a refused call never reaches confirmation.
+            reason = decision.reason if decision.tier == 3 else "a target host makes this call tier 3"
+            try:
+                stop = await self._confirm_tier3(request_context, tool, plan, reason, identity, arguments, started)
+            except anyio.get_cancelled_exc_class():
+                with anyio.CancelScope(shield=True):
+                    self._finish(tool, tier, identity, arguments, started, "cancelled", plan=plan)
+                raise
+            except InputRequired:
+                raise  # the server's tool-call gate answers with the question
+            except Exception as exc:  # nothing runs unconfirmed, and nothing escapes to the transport
+                logger.exception("confirming %s failed", tool)
+                return self._finish(
+                    tool, tier, identity, arguments, started, "error", error=f"Confirmation: {type(exc).__name__}"
+                )
+            if stop is not None:
+                return stop
 
         progress = _Progress(report_progress, plan)
         try:
@@ -143,11 +181,20 @@ class Runner:
         """An invalid call caught before the tool function (unknown tool, argument names or types)."""
         identity = identify(request_context, self.transport)
         started = time.monotonic()
+        argument_filter = self.argument_filters.get(tool)
         if isinstance(arguments, dict):
             recorded = self._recordable(tool, arguments)
+        elif argument_filter is not None:
+            recorded = {"arguments": f"withheld ({type(arguments).__name__})"}
         else:
             recorded = {"arguments": repr(arguments)[:1024]}
-        return self._finish(tool[:128], 0, identity, recorded, started, "error", error=message)
+        # The message may quote a value the filter kept out of the record (`got ['<token>']`).
+        withheld = argument_filter is not None and recorded != arguments
+        # A name that is not one of ours is recorded as `unknown` (the message quotes it): a client must not
+        # be able to write records that pass for the server's own events (`oauth:…`, `session:end`) or add
+        # metric series.
+        name = tool if tool in self.known_tools else "unknown"
+        return self._finish(name, 0, identity, recorded, started, "error", error=message, reason_withheld=withheld)
 
     # -- context pulls -----------------------------------------------------------------------------------
 
@@ -166,6 +213,18 @@ class Runner:
             raise RuntimeError("audit log unavailable: " + (self.audit_log.last_error or "unknown error"))
         return body
 
+    def context_refused(
+        self, request_context: ServerRequestContext[Any, Any] | None, label: str, outcome: Outcome, reason: str
+    ) -> None:
+        """A context pull refused before anything was rendered (a prompt the policy mode hides, invalid
+        prompt arguments): audited and counted like a refused call; the caller answers with a protocol error."""
+        started = time.monotonic()
+        identity = identify(request_context, self.transport)
+        record = self._record(label, 0, outcome, identity, _raw_arguments(request_context), started)
+        record["denied"] = outcome == "denied"
+        record["reason"] = redact_text(reason)[:512]  # the reason may echo argument values
+        self._write(record, label, 0, outcome, started)
+
     # -- lifecycle events --------------------------------------------------------------------------------
 
     def event(self, label: str, client_id: str, fields: dict[str, Any]) -> None:
@@ -175,6 +234,96 @@ class Runner:
         record = self._record(label, 0, "ok", Identity(request_id=None, client_id=client_id), {}, started)
         record.update(fields)
         self._write(record, label, 0, "ok", started)
+
+    def admit_later(
+        self, label: str, client_id: str, subject: Subject, fields: dict[str, Any], write: bool = True
+    ) -> str | None:
+        """Admission for what a call set up and that happens later, outside any call (a connection through a
+        SOCKS forward to a destination named only then): the policy decides; a refusal is written as a denied
+        record under `label` and its reason returned. Admitted ones are not recorded (the call was), nor
+        refusals with `write` false (the caller counts repeats of one it recorded, against a flood)."""
+        decision = self.policy.decide(subject)
+        if not decision.denied:
+            return None
+        if not write:
+            return decision.reason
+        started = time.monotonic()
+        record = self._record(
+            label, decision.tier, "denied", Identity(request_id=None, client_id=client_id), {}, started
+        )
+        record.update(fields)
+        record["denied"] = True
+        record["reason"] = redact_text(decision.reason)[:512]
+        self._write(record, label, decision.tier, "denied", started)
+        return decision.reason
+
+    # -- tier-3 confirmation -----------------------------------------------------------------------------
+
+    async def _confirm_tier3(
+        self,
+        request_context: ServerRequestContext[Any, Any] | None,
+        tool: str,
+        plan: Plan,
+        reason: str,
+        identity: Identity,
+        arguments: dict[str, Any],
+        started: float,
+    ) -> CallToolResult | None:
+        """None when the call may run now (an armed token for exactly this call was used up, or the human
+        accepted); otherwise the result to return instead. `plan.confirmation` links the records."""
+        owner = owner_of(request_context)
+        try:
+            binding = bind_call(
+                tool, self._call_arguments(tool, request_context), plan, owner, identity.client_id, reason
+            )
+        except ToolError as exc:  # ConfirmTooLong: a call a human cannot be shown in full is never offered
+            return self._finish(tool, 3, identity, arguments, started, "error", error=f"{exc.kind}: {exc}", plan=plan)
+        armed = self.confirmations.take(binding, owner)
+        if armed is not None:
+            plan.confirmation = armed
+            return None
+        if self.settings.confirm_tier3 == "elicit" and request_context is not None and can_elicit(request_context):
+            state = round_state(request_context)
+            if state is None:  # first ask: the plan is recorded before the human sees the question
+                state, plan.confirmation = self.elicitations.issue(binding, owner)
+                asking = Execution(status="confirm_required", output=_empty(), error=reason + "; asking the human")
+                planned = self._finish(
+                    tool, 3, identity, arguments, started, "confirm_required", plan=plan, execution=asking
+                )
+                if (planned.structured_content or {}).get("status") == "error":
+                    return planned  # the plan could not be recorded: do not even ask
+                if is_modern(request_context):
+                    raise question_round(binding.summary, state)  # the client asks, then repeats the call
+                answer = await ask_human(request_context, binding.summary, self.settings.confirm_ttl)
+            else:  # the repeated call carries the human's answer
+                plan.confirmation = token_digest(state)
+                answer = round_answer(request_context)
+            if not self.elicitations.redeem(plan.confirmation, binding, owner) and answer == "accept":
+                answer = "stale"  # a yes to a question answered before, expired, or about another call
+            outcome = _ANSWER_OUTCOMES[answer]
+            record = self._record("confirm:elicitation", 3, outcome, identity, {}, started)
+            record.update({"denied": outcome == "denied", "answer": answer, "confirmation": plan.confirmation})
+            written = self._write(record, "confirm:elicitation", 3, outcome, started)
+            if answer == "accept":
+                if written or self.settings.audit_on_failure != "refuse":
+                    return None
+                failed = "AuditWriteFailed: the human's confirmation could not be recorded; nothing ran"
+                return self._finish(tool, 3, identity, arguments, started, "error", error=failed, plan=plan)
+            if answer != "failed":  # a client that could not ask after all gets a token below
+                return self._finish(tool, 3, identity, arguments, started, "denied", error=_REFUSED[answer], plan=plan)
+        token, plan.confirmation = self.confirmations.issue(binding, owner)
+        execution = confirm_required(token, binding, self.settings.confirm_ttl, reason)
+        return self._finish(tool, 3, identity, arguments, started, "confirm_required", plan=plan, execution=execution)
+
+    def _call_arguments(self, tool: str, request_context: ServerRequestContext[Any, Any] | None) -> dict[str, Any]:
+        raw = _raw_arguments(request_context)
+        validate = self.argument_validators.get(tool)
+        if validate is None:
+            return raw
+        try:
+            return validate(raw)
+        except Exception:  # validated before the tool ran; unvalidated arguments only bind more strictly
+            return raw
 
     # -- internals ---------------------------------------------------------------------------------------
 
@@ -219,6 +368,7 @@ class Runner:
         error: str | None = None,
         plan: Plan | None = None,
         execution: Execution | None = None,
+        reason_withheld: bool = False,
     ) -> CallToolResult:
         duration_ms = int((time.monotonic() - started) * 1000)
         notes = plan.notes if plan is not None else []
@@ -248,10 +398,14 @@ class Runner:
             record["stderr_len"] = execution.stderr.produced_bytes
         if error is not None and plan is not None and plan.recorded_arguments is not None:
             record["reason"] = "withheld: the refused input was typed with terminal echo off"
+        elif error is not None and reason_withheld:
+            record["reason"] = "withheld: it may quote an argument the record keeps only as a digest or not at all"
         elif error is not None:
             record["reason"] = redact_text(error)[:512]  # error texts may echo argument values
         if plan is not None and plan.target is not None:
             record["target"] = plan.target
+        if plan is not None and plan.confirmation is not None:
+            record["confirmation"] = plan.confirmation
         session_id = plan.session_id if plan is not None else None
         session_id = session_id or execution.fields.get("session_id")
         if session_id:
@@ -260,8 +414,9 @@ class Runner:
         written = self._write(record, tool, tier, outcome, started)
         if not written and self.settings.audit_on_failure == "refuse" and outcome not in ("denied", "error"):
             # It ran, but without its record the result may not be shown: fail closed, say what happened.
+            what = "nothing ran" if outcome == "confirm_required" else f"the call ran ({first})"
             message = (
-                f"AuditWriteFailed: the call ran ({first}) but its audit record could not be written "
+                f"AuditWriteFailed: {what} but its audit record could not be written "
                 f"({self.audit_log.last_error}); output withheld"
             )
             return CallToolResult(
@@ -304,7 +459,8 @@ class Runner:
             self.metrics.audit_errors.inc()
             self.metrics.audit_degraded.set(1)
             print(f"relay-shell: audit write failed: {exc}", file=sys.stderr)
-        label = tool if tool in self.known_tools or tool.startswith(("prompt:", "resource:", "session:")) else "unknown"
+        event_label = tool.startswith(("prompt:", "resource:", "session:", "oauth:", "confirm:", "forward:"))
+        label = tool if tool in self.known_tools or event_label else "unknown"
         key = (label, tier, outcome)
         counter = self._call_counters.get(key)
         if counter is None:  # labels() resolves a child each time; calls repeat the same few combinations
@@ -353,8 +509,7 @@ class _Progress:
 
     def __init__(self, report: Callable[[float, float | None, str], Any] | None, plan: Plan) -> None:
         self.send = report
-        self.total = plan.progress_total
-        self.unit = plan.progress_unit
+        self.plan = plan  # total and unit are read at each report: a transfer learns its total while running
         self.interval = 0.0 if plan.progress_total is not None else PROGRESS_INTERVAL
         self.next_at = time.monotonic() + self.interval
 
@@ -365,16 +520,35 @@ class _Progress:
         if now < self.next_at:
             return
         self.next_at = now + self.interval
-        message = (
-            f"{produced} bytes of output so far" if self.total is None else f"{produced} of {self.total} {self.unit}"
-        )
+        total = self.plan.progress_total
+        unit = self.plan.progress_unit
+        message = f"{produced} bytes of output so far" if total is None else f"{produced} of {total} {unit}"
         try:
-            await self.send(float(produced), None if self.total is None else float(self.total), message)
+            await self.send(float(produced), None if total is None else float(total), message)
         except Exception:  # progress is best effort; a closed stream must not fail the call
             logger.debug("progress notification failed", exc_info=True)
 
 
 _REQUIRED = object()
+
+# An elicited tier-3 confirmation: the outcome of its record, and why the call did not run, by the answer.
+_ANSWER_OUTCOMES: dict[str, Outcome] = {
+    "accept": "ok",
+    "decline": "denied",
+    "unconfirmed": "denied",
+    "cancel": "cancelled",
+    "timeout": "cancelled",
+    "stale": "denied",
+    "failed": "error",
+}
+_REFUSED = {
+    "decline": "the human declined this call when asked; nothing ran. Do not retry it or a variant: ask the human",
+    "unconfirmed": "the human answered without confirm=true; nothing ran",
+    "cancel": "the human dismissed the confirmation without answering; nothing ran",
+    "timeout": "no answer from the human in time (RELAY_SHELL_CONFIRM_TTL); nothing ran",
+    "stale": "this answer belongs to no open question (already used, expired, or about another call); nothing "
+    "ran: repeat the call to be asked again",
+}
 
 
 def _is_default(value: Any, default: Any) -> bool:

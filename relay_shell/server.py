@@ -16,20 +16,27 @@ from pydantic import ValidationError
 
 if TYPE_CHECKING:
     from mcp.server.auth.provider import TokenVerifier
+    from mcp.server.auth.settings import AuthSettings
+
+    from relay_shell.oauth import OAuthProvider
 
 from relay_shell import __version__
 from relay_shell.audit.log import AuditLog
 from relay_shell.config import Settings
 from relay_shell.metrics import Metrics
+from relay_shell.policy.confirm import InputRequired
 from relay_shell.policy.policy import Policy
 from relay_shell.runner import Runner, schema_defaults
 from relay_shell.sessions.owner import connected
 from relay_shell.sessions.registry import Session, SessionRegistry
 from relay_shell.ssh.access import SshAccess
+from relay_shell.ssh.forward import ForwardRegistry, end_fields
+from relay_shell.surface.build import SCHEMA_CACHE
 from relay_shell.surface.context import current_request, register_context
 from relay_shell.surface.diag_tools import diag_tools
 from relay_shell.surface.guide import INSTRUCTIONS
 from relay_shell.surface.local_tools import local_tools
+from relay_shell.surface.prompts import WorkflowPrompts
 from relay_shell.surface.session_tools import session_tools
 from relay_shell.surface.ssh_tools import ssh_tools
 
@@ -51,7 +58,12 @@ class Assembly:
                 await self.ssh.close()
 
 
-def build_server(settings: Settings, audit_log: AuditLog, token_verifier: TokenVerifier | None = None) -> Assembly:
+def build_server(
+    settings: Settings,
+    audit_log: AuditLog,
+    token_verifier: TokenVerifier | None = None,
+    oauth: OAuthProvider | None = None,
+) -> Assembly:
     # Metrics are collected when something can read them: the stdio listener or the HTTP transport's /metrics.
     metrics = Metrics(enabled=bool(settings.metrics_addr) or settings.transport == "http")
     policy = Policy(settings.policy_mode, settings.deny_patterns, settings.allow_patterns)
@@ -84,7 +96,13 @@ def build_server(settings: Settings, audit_log: AuditLog, token_verifier: TokenV
         connected=connected,
     )
     metrics.sessions_open.set_function(lambda: len(sessions.sessions))  # read at scrape time
-    ssh = SshAccess(settings)
+    forwards = ForwardRegistry(
+        settings.max_forwards,
+        on_end=lambda forward, reason: runner.event("forward:end", forward.client_id, end_fields(forward, reason)),
+        connected=connected,
+        idle_timeout=settings.forward_idle_timeout,
+    )
+    ssh = SshAccess(settings, forwards)
     metrics.ssh_connections_open.set_function(ssh.connections)
     assembly: Assembly
     tools = [
@@ -93,9 +111,12 @@ def build_server(settings: Settings, audit_log: AuditLog, token_verifier: TokenV
         *ssh_tools(runner, sessions, ssh),
         *diag_tools(runner, lambda: assembly.metrics_port, lambda: len(sessions.sessions), ssh.connections),
     ]
+    SCHEMA_CACHE.save()
     runner.known_tools = {tool.name for tool in tools}
     runner.result_defaults = {tool.name: schema_defaults(tool.output_schema) for tool in tools}
+    runner.argument_validators = {tool.name: tool.fn_metadata.validate_arguments for tool in tools}
     gate = ToolCallGate(runner, {tool.name: tool for tool in tools})
+    prompts = WorkflowPrompts(runner, ssh, runner.known_tools)  # validates the prompt definitions
     mcp = MCPServer(
         name="relay-shell",
         title="relay-shell",
@@ -103,18 +124,26 @@ def build_server(settings: Settings, audit_log: AuditLog, token_verifier: TokenV
         instructions=INSTRUCTIONS,
         tools=tools,
         log_level="WARNING",
-        middleware=[gate],
-        lifespan=lambda app: connection_lifespan(sessions),
-        **_http_auth(settings, token_verifier),
+        middleware=[gate, prompts],
+        lifespan=lambda app: connection_lifespan(sessions, forwards),
+        **_http_auth(settings, token_verifier, oauth),
     )
+    if oauth is not None:  # registrations, approvals and revocations are audited like everything else
+        oauth.on_event = lambda label, client_id, fields: runner.event(label, client_id, fields)
+        oauth.revoke_orphaned_grants()
     gate.mcp = mcp
     register_context(mcp, runner, ssh)
+    prompts.register(mcp)
     assembly = Assembly(mcp=mcp, runner=runner, metrics=metrics, sessions=sessions, ssh=ssh)
     return assembly
 
 
-def _http_auth(settings: Settings, token_verifier: TokenVerifier | None) -> dict[str, Any]:
+def _http_auth(settings: Settings, token_verifier: TokenVerifier | None, oauth: OAuthProvider | None) -> dict[str, Any]:
     """Bearer tokens on the HTTP transport: the SDK's auth middleware checks every /mcp request."""
+    if oauth is not None:
+        # The issuer is set again once the listener's port is known (serve_http).
+        oauth.set_issuer(oauth.issuer or f"http://127.0.0.1:{settings.http_port or 80}")
+        return {"auth": oauth_settings(oauth), "auth_server_provider": oauth}
     if token_verifier is None:
         return {}
     from mcp.server.auth.settings import AuthSettings
@@ -125,16 +154,34 @@ def _http_auth(settings: Settings, token_verifier: TokenVerifier | None) -> dict
     return {"auth": AuthSettings(issuer_url=base, resource_server_url=None), "token_verifier": token_verifier}
 
 
+def oauth_settings(oauth: OAuthProvider) -> AuthSettings:
+    """The SDK's authorization-server routes (metadata, /register, /authorize, /token, /revoke) and the
+    protected-resource metadata that tells a client where to get a token for /mcp."""
+    from mcp.server.auth.settings import AuthSettings, ClientRegistrationOptions, RevocationOptions
+
+    return AuthSettings(
+        issuer_url=oauth.issuer,
+        resource_server_url=oauth.resource,
+        client_registration_options=ClientRegistrationOptions(enabled=True),
+        revocation_options=RevocationOptions(enabled=True),
+        # The provider refuses an authorization for any other resource, so every token it issues is for /mcp;
+        # token-file tokens carry no resource.
+        validate_token_resource=False,
+    )
+
+
 @asynccontextmanager
-async def connection_lifespan(sessions: SessionRegistry) -> AsyncIterator[dict[str, Any]]:
-    """Entered once per served connection (a stdio stream, an in-memory client): the reaper runs meanwhile,
-    and when the connection ends the sessions of clients that are gone are closed at once."""
+async def connection_lifespan(sessions: SessionRegistry, forwards: ForwardRegistry) -> AsyncIterator[dict[str, Any]]:
+    """Entered once per served connection (a stdio stream, an in-memory client): the reapers run meanwhile,
+    and when the connection ends the sessions and port forwards of clients that are gone are closed at once."""
     async with anyio.create_task_group() as group:
         group.start_soon(sessions.reap_forever)
+        group.start_soon(forwards.reap_forever)
         try:
             yield {}
         finally:
             await sessions.close_disconnected()
+            await forwards.close_disconnected()
             group.cancel_scope.cancel()
 
 
@@ -172,6 +219,8 @@ class ToolCallGate:
                 self.in_flight += 1
                 try:
                     return await tool.fn(**arguments, **{tool.context_kwarg: context})
+                except InputRequired as question:  # a tier-3 call asks the client's human (2026-07-28 era)
+                    return question.result
                 finally:
                     self.in_flight -= 1
             return await call_next(ctx)

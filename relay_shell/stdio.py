@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import json
 import os
 import stat
 from collections.abc import AsyncIterator
@@ -74,6 +75,9 @@ async def stdio_transport() -> AsyncIterator[tuple[Any, Any]]:
                     message = types.jsonrpc_message_adapter.validate_json(text, by_name=False)
                 except Exception as exc:
                     await read_stream_writer.send(exc)
+                    refusal = _unreadable_request(text)
+                    if refusal is not None:  # answer it, or the client waits for a reply forever
+                        writer.write(refusal)
                     continue
                 await read_stream_writer.send(SessionMessage(message))
 
@@ -96,6 +100,27 @@ async def stdio_transport() -> AsyncIterator[tuple[Any, Any]]:
                 transport.close()
         _restore(0, stdin_fd)
         _restore(1, stdout_fd)
+
+
+def _unreadable_request(text: str) -> bytes | None:
+    """The JSON-RPC error for a line that is not a valid message: -32700 when it is not JSON at all (id
+    null), -32600 for a request the SDK cannot read (a lone surrogate, a wrong shape), with the request's id
+    when it has one. Notifications and responses get no answer, as JSON-RPC says."""
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        code, request_id, message = -32700, None, "Parse error: the line is not JSON"
+    else:
+        if not isinstance(parsed, dict) or "method" not in parsed or "id" not in parsed:
+            return None if isinstance(parsed, dict) else _error_line(-32600, None, "Invalid Request: not an object")
+        request_id = parsed["id"] if isinstance(parsed["id"], (str, int)) else None
+        code, message = -32600, "Invalid Request: the message does not match JSON-RPC/MCP (or holds a lone surrogate)"
+    return _error_line(code, request_id, message)
+
+
+def _error_line(code: int, request_id: str | int | None, message: str) -> bytes:
+    error = {"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}}
+    return json.dumps(error, ensure_ascii=True).encode() + b"\n"
 
 
 def _streamable(fd: int) -> bool:

@@ -68,7 +68,19 @@ async def test_bad_input_is_a_clear_audited_error(
     records = read_records(audit_path)[before:]
     assert len(records) == 1
     assert records[0]["outcome"] == "error"
-    assert records[0]["tool"] == tool
+    assert records[0]["tool"] == (tool if tool != "no_such_tool" else "unknown")  # the reason names it
+
+
+@pytest.mark.parametrize("forged", ["oauth:approve", "session:end", "confirm:elicitation", "prompt:x", "forward:end"])
+async def test_a_client_cannot_write_records_that_pass_for_server_events(
+    client: Client, audit_path: Path, forged: str
+) -> None:
+    before = len(read_records(audit_path))
+    result = await client.call_tool(forged, {})
+    assert result.is_error and "UnknownTool" in text_of(result)
+    records = read_records(audit_path)[before:]
+    assert [(record["tool"], record["outcome"]) for record in records] == [("unknown", "error")]
+    assert forged in records[0]["reason"]
 
 
 async def test_out_of_range_limits_are_clamped_and_said(client: Client) -> None:

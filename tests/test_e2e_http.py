@@ -426,7 +426,7 @@ def test_the_official_typescript_sdk_client_works_over_http(authed: HttpServer, 
 
 # The conformance suite's server scenarios that apply to relay-shell's surface. The others exercise fixtures
 # a conformance test server provides (test_image_content, test://template/{id}, prompts with embedded
-# resources, sampling and elicitation tools, logging/setLevel, completion) that relay-shell does not have.
+# resources, sampling and elicitation tools, logging/setLevel) that relay-shell does not have.
 CONFORMANCE_SCENARIOS = [
     "server-initialize",
     "ping",
@@ -436,6 +436,7 @@ CONFORMANCE_SCENARIOS = [
     "server-sse-multiple-streams",
     "resources-list",
     "prompts-list",
+    "completion-complete",
     "dns-rebinding-protection",
 ]
 

@@ -134,3 +134,30 @@ def test_a_client_that_stops_reading_ends_the_server_cleanly(tmp_path: Path) -> 
     server.stdin.close()
     assert server.wait(timeout=30) == 0
     assert b"Traceback" not in server.stderr.read()
+
+
+def test_an_unreadable_line_gets_an_error_reply_not_silence(tmp_path: Path) -> None:
+    # A lone surrogate is valid JSON (Python reads it) but not a valid MCP message for the SDK: without a
+    # reply the client would wait for its answer forever.
+    surrogate_call = (
+        b'{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"shell_exec",'
+        b'"arguments":{"command":"echo \\ud800"}}}'
+    )
+    server = start_server(tmp_path / "audit.jsonl")
+    responses = exchange(server, [orjson.dumps(INITIALIZE), INITIALIZED])
+    assert server.stdin is not None and server.stdout is not None
+    for line in (b"not json {", surrogate_call, b'{"jsonrpc":"2.0","method":"notifications/bogus"', b"[1, 2]"):
+        server.stdin.write(line + b"\n")
+    server.stdin.write(b'{"jsonrpc":"2.0","id":8,"method":"ping"}\n')
+    server.stdin.flush()
+    for _ in range(5):
+        responses.append(orjson.loads(server.stdout.readline()))
+    server.stdin.close()
+    assert server.wait(timeout=30) == 0
+    assert [(response.get("id"), response.get("error", {}).get("code")) for response in responses[1:]] == [
+        (None, -32700),
+        (7, -32600),
+        (None, -32700),  # a truncated notification is not JSON either
+        (None, -32600),
+        (8, None),  # and the server still answers
+    ]

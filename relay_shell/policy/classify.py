@@ -37,6 +37,12 @@ class Subject:
     # key goes unchecked (known_hosts=ignore asked for by the call).
     hosts: tuple[str, ...] = ()
     unverified_host_key: bool = False
+    # ssh_forward: a listener bound to a non-loopback address ("0.0.0.0:8080 (local)"), reachable from other hosts.
+    exposed_listener: str | None = None
+    # ssh_upload/ssh_download: what moves where ("upload /src -> host:/dst"), a tier-2 file transfer, and the
+    # file the transfer replaces, classified like a `>` redirect onto it (a critical file is tier 3).
+    transfer: str | None = None
+    transfer_writes: str | None = None
 
 
 @dataclass(frozen=True)
@@ -625,11 +631,7 @@ def analyze(subject: Subject) -> list[Finding]:
     findings: list[Finding] = []
     if subject.fixed_tier is not None:
         findings.append(Finding("", subject.fixed_tier, "inspection tool"))
-        if subject.unverified_host_key:
-            findings.append(
-                Finding("known_hosts=ignore " + " ".join(subject.hosts[:1]), 2, "host-key checking turned off (ignore)")
-            )
-        return findings
+        return findings + _connection_findings(subject)
     for name, value in subject.env:
         if name in _HARMLESS_PAGERS and (value or "").strip() in _HARMLESS_PAGERS[name]:
             continue
@@ -659,10 +661,22 @@ def analyze(subject: Subject) -> list[Finding]:
         findings += [finding for finding in python_findings(subject.typed) if finding.tier >= 2]
     if subject.typed_edited:
         findings.append(Finding(subject.typed[:200] if subject.typed else "", 2, _EDITED_LINE))
+    if subject.transfer is not None:
+        findings.append(Finding(subject.transfer, 2, "file transfer"))
+    if subject.transfer_writes is not None:
+        findings += redirect_findings([(">", subject.transfer_writes)])
+    return findings + _connection_findings(subject)
+
+
+def _connection_findings(subject: Subject) -> list[Finding]:
+    """How an SSH call connects: host-key checking turned off, a listener open to other hosts."""
+    findings = []
     if subject.unverified_host_key:
         findings.append(
             Finding("known_hosts=ignore " + " ".join(subject.hosts[:1]), 2, "host-key checking turned off (ignore)")
         )
+    if subject.exposed_listener is not None:
+        findings.append(Finding(f"bind_address {subject.exposed_listener}", 2, "a listener reachable from other hosts"))
     return findings
 
 

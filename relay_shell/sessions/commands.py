@@ -192,7 +192,9 @@ def prepare_send(
             _check_running(session)
             if session.input_version != version:
                 # The line was classified with what had been typed before; another call has typed since.
-                raise ToolError("InputRace", "another call typed into this session meanwhile; send this again")
+                raise ToolError(
+                    "InputRace", "another call typed into (or signalled) this session meanwhile; send this again"
+                )
             if secret is not None:
                 await _await_password_prompt(session)
             # Sampled again just before writing: a program may have turned echo off since the call began.
@@ -215,9 +217,33 @@ def prepare_send(
         return _read_result(session, None, budget, strip_ansi_codes, result, bool(patterns), wait_timeout)
 
     plan = Plan(subject=subject, execute=execute, notes=notes, timeout=wait_timeout, session_id=session_id)
+    plan.confirm_state = confirm_state(session, version)
     if password_prompt and data:
         plan.recorded_arguments = withheld_input(call_arguments, session)
     return plan
+
+
+def confirm_state(session: Session, input_version: int) -> dict[str, Any]:
+    """What a tier-3 confirmation of input to this session is bound to: the inputs written (and signals sent)
+    and the output produced so far, since either can mean that another directory, user or program now reads
+    the line (`cd ../prod` typed after the confirmation; a job typed earlier that ends and gives the shell
+    back). Also what the human is shown about where the input goes: the program, what is already on the line,
+    and the last line of output (the prompt, as the program printed it)."""
+    ring = session.ring
+    recent = strip_ansi(ring.read(max(ring.start, ring.end - 2048)).data).decode("utf-8", errors="replace")
+    last = ""
+    for line in reversed(recent.split("\n")):
+        redrawn = line.rsplit("\r", 1)[-1]  # a carriage return starts the line over
+        if line.strip():
+            last = redrawn if redrawn.strip() else line
+            break
+    return {
+        "inputs": input_version,
+        "output": ring.end,
+        "program": f"{session.command[:200]}{'…' if len(session.command) > 200 else ''} ({session.terminal.where})",
+        "pending": list(session.pending_input),
+        "last_output": last[-200:],
+    }
 
 
 def withheld_input(arguments: dict[str, Any], session: Session) -> dict[str, Any] | None:
@@ -325,6 +351,7 @@ def prepare_kill(
         else:
             _check_running(session)
             session.terminal.send_signal(signal_number)
+            session.input_version += 1  # a signal can change what reads the next line (a tier-3 confirmation)
             headline = f"[sent SIG{name} to the foreground job of {session_id}]"
         return Execution(
             status="ok",

@@ -7,9 +7,10 @@ every request on one stream shares the dispatcher. Another client cannot name, l
 does not own, and once the owning stream closes its sessions are closed (`connected` turns false).
 
 Over HTTP in the 2026-07-28 era there is no MCP session: every request stands alone. There the owner is the
-authenticated principal (the token's name), and without authentication every such client is one anonymous
-owner — give each client a token when several share a server. These owners never "disconnect"; their
-sessions end by session_kill, the idle timeout or shutdown.
+authenticated principal (the token's name; for OAuth, the client with the operator who approved it), and
+without authentication every such client is one anonymous owner — give each client a token when several
+share a server. These owners never "disconnect"; their sessions end by session_kill, the idle timeout or
+shutdown.
 """
 
 from __future__ import annotations
@@ -33,7 +34,12 @@ def owner_of(request_context: ServerRequestContext[Any, Any] | None) -> str:
     over_http = request_context.request is not None  # the transport attached the HTTP request
     if over_http and getattr(request_context.session._connection, "session_id", None) is None:
         access = get_access_token()  # stateless HTTP (no MCP session id): the token says who it is
-        return _PRINCIPAL_PREFIX + (access.client_id if access is not None else "anonymous")
+        if access is None:
+            return _PRINCIPAL_PREFIX + "anonymous"
+        # An OAuth grant is one operator's approval of one client: two operators' grants for the same
+        # registered client are two owners.
+        subject = f"/{access.subject}" if access.subject else ""
+        return _PRINCIPAL_PREFIX + access.client_id + subject
     channel = _channel_of(request_context)
     owner = _owner_by_channel.get(channel)
     if owner is None:

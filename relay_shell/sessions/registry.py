@@ -96,7 +96,7 @@ class Session:
         self.ended_at: float | None = None
         self.read_cursor = 0
         self.pending_input: list[str] = []  # the line typed so far without Enter, in pieces (typed_lines)
-        self.input_version = 0  # counts writes, so a send can tell that another typed after it was classified
+        self.input_version = 0  # counts writes and signals: a send (or a confirmation) is void after another one
         self.state: Literal["running", "exited", "closed"] = "running"
         self.exit_code: int | None = None
         self.signal_name: str | None = None

@@ -8,16 +8,19 @@ import contextlib
 from typing import TYPE_CHECKING
 
 from relay_shell.config import Settings
+from relay_shell.ssh.forward import ForwardRegistry
 
 if TYPE_CHECKING:
     from relay_shell.ssh.commands import Ssh
 
 
 class SshAccess:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, forwards: ForwardRegistry | None = None) -> None:
         self.settings = settings
         self.ssh: Ssh | None = None
         self.reaper: asyncio.Task[None] | None = None
+        # Port forwards ride on pooled connections; the registry itself needs no asyncssh.
+        self.forwards = forwards if forwards is not None else ForwardRegistry(settings.max_forwards)
 
     def get(self) -> Ssh:
         if self.ssh is None:
@@ -42,7 +45,8 @@ class SshAccess:
         return self.ssh.pool.count() if self.ssh is not None else 0
 
     async def close(self) -> None:
-        """Shutdown: close every SSH connection (remote sessions hang up with them)."""
+        """Shutdown: close every port forward, then every SSH connection (remote sessions hang up with them)."""
+        await self.forwards.close_all("server stopped")
         if self.reaper is not None:
             self.reaper.cancel()
         if self.ssh is not None:

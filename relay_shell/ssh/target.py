@@ -297,6 +297,18 @@ def _aliases_of(inventory: Inventory, address: str) -> list[str]:
     return list(dict.fromkeys(names))
 
 
+def reached_spellings(inventory: Inventory, host: str) -> list[str]:
+    """Every name of a host reached *through* an SSH connection (a port forward's destination): its own
+    spellings, the address an inventory alias of that name leads to, and the aliases of its address. The SSH
+    host resolves the name itself, so the inventory only widens what a deny rule can match, never narrows it."""
+    names = host_spellings(host)
+    entry = inventory.lookup(host) or inventory.lookup(host.lower())
+    if entry is not None and entry.hostname:
+        names += host_spellings(entry.hostname)
+    names += _aliases_of(inventory, host)
+    return list(dict.fromkeys(names))
+
+
 def _config_mode(strict_host_key_checking: str | None) -> str | None:
     # ssh_config's StrictHostKeyChecking: `no` still never accepts a *changed* key here (ADR 0007).
     return {"yes": "strict", "ask": "strict", "accept-new": "accept-new", "no": "accept-new", "off": "accept-new"}.get(

@@ -1,5 +1,5 @@
-"""Prompts and resources. Each pull goes through the runner's tier-0 helper (cap, digest record, counter);
-listing them does not audit."""
+"""Resources. Each read goes through the runner's tier-0 helper (cap, digest record, counter); listing them
+does not audit. The prompts, `operating_guide` included, are in surface/prompts.py."""
 
 from __future__ import annotations
 
@@ -13,21 +13,15 @@ from mcp.server.mcpserver import MCPServer
 from relay_shell.audit.tail import recent_records
 from relay_shell.runner import Runner
 from relay_shell.ssh.access import SshAccess
-from relay_shell.surface.guide import OPERATING_GUIDE
 
 RECENT_RECORDS = 50
 
-# Static resources and argument-less prompts get no Context from the SDK; the server middleware puts the
-# request here so the audit record still names the request and the client.
+# Static resources get no Context from the SDK; the server middleware puts the request here so the audit
+# record still names the request and the client.
 current_request: ContextVar[ServerRequestContext[Any, Any] | None] = ContextVar("current_request", default=None)
 
 
 def register_context(mcp: MCPServer, runner: Runner, ssh: SshAccess) -> None:
-    @mcp.prompt(name="operating_guide", title="Operating guide")
-    def operating_guide() -> str:
-        """How to use relay-shell well: choosing tools, reading results, tiers and policy, a worked loop."""
-        return runner.context_pull(current_request.get(), "prompt:operating_guide", OPERATING_GUIDE)
-
     @mcp.resource(
         "relay-shell://audit/recent",
         name="audit_recent",

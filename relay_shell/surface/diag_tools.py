@@ -11,8 +11,10 @@ from mcp_types import CallToolResult
 from pydantic import Field
 
 from relay_shell.diagnostics import prepare_audit_tail, prepare_server_info
-from relay_shell.results import AuditTailResult, ServerInfoResult
+from relay_shell.policy.confirm import prepare_confirm, recorded_confirm_arguments
+from relay_shell.results import AuditTailResult, ConfirmResult, ServerInfoResult
 from relay_shell.runner import Runner
+from relay_shell.sessions.owner import owner_of
 from relay_shell.surface.build import make_tool
 
 
@@ -50,8 +52,28 @@ def diag_tools(
             lambda: prepare_audit_tail(settings, audit_log, tool, tier, denied, lines),
         )
 
+    async def operation_confirm(
+        token: Annotated[str, Field(description="the token of a [CONFIRM REQUIRED …] result, copied exactly")],
+        ctx: Context,
+    ) -> Annotated[CallToolResult, ConfirmResult]:
+        """Confirm one irreversible (tier 3) call that returned `[CONFIRM REQUIRED tier 3: …]`, after the human
+        explicitly agreed to it. Never call this on your own judgement: ask the human first, showing what the
+        call does and where. Then repeat the identical call (same tool, arguments, directory, host) before the
+        token expires; it runs exactly once. The token works only for that call, from this client, once. The
+        result says what the token now allows and how many seconds are left."""
+        return await runner.run(
+            ctx.request_context,
+            "operation_confirm",
+            lambda: prepare_confirm(runner.confirmations, settings.confirm_tier3, owner_of(ctx.request_context), token),
+        )
+
+    # The token is a bearer credential for one irreversible call: the record keeps its digest only.
+    runner.argument_filters["operation_confirm"] = recorded_confirm_arguments
+
     inspects = {"read_only": True, "destructive": False, "idempotent": True, "open_world": False}
+    arms_a_token = {"read_only": False, "destructive": False, "idempotent": False, "open_world": False}
     return [
         make_tool(server_info, "Server info", **inspects),
         make_tool(audit_tail, "Recent audit records", **inspects),
+        make_tool(operation_confirm, "Confirm a tier-3 call", **arms_a_token),
     ]

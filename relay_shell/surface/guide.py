@@ -9,7 +9,9 @@ in a hash-chained audit log (digests of outputs, never the outputs).
 (bash with `set -euo pipefail` by default, sh, or python) instead of long `&&` chains.
 - Results start with one status line: [exit N], [signal NAME], [TIMEOUT after Ns] (partial output kept), \
 [DENIED tier N (NAME): why] (nothing ran; do not retry a variant), [ERROR: Kind: message] (fix the argument \
-named). Long output is cut to head + tail with a [TRUNCATED: …] line: narrow the command (grep, tail, head) \
+named), [CONFIRM REQUIRED tier 3: why] (nothing ran: ask the human; only if they agree, \
+operation_confirm(token) and repeat the identical call before it expires; if the client asks the human \
+itself, a refusal comes back as [DENIED …]). Long output is cut to head + tail with a [TRUNCATED: …] line: narrow the command (grep, tail, head) \
 rather than raising max_output.
 - Commands get no terminal and stdin is empty unless you pass `stdin`; pagers are off. Set `timeout` for \
 long jobs. server_info shows the policy mode and limits; audit_tail shows recent audited calls.
@@ -22,7 +24,12 @@ connections are pooled); ssh_spawn opens a remote terminal driven by the same se
 ssh_hosts (inventory, @groups) → ssh_check (who is reachable) → ssh_exec on one canary → ssh_fanout(command, \
 hosts) in batches; per-host status ok/failed/unreachable/timeout/denied/auth_failed/hostkey_rejected. Host keys: \
 accept-new trusts a new host once and never a changed key; HostKeyMismatch means stop and ask the operator.
-Read the operating_guide prompt for the full workflow."""
+- Files: ssh_upload(host, local_path, remote_path) / ssh_download(host, remote_path, local_path) over SFTP; \
+the destination path is the copy's own name (not a directory to put it in); recursive=true for a tree \
+(symlinks stay symlinks); modes and mtimes kept; the result lists each file's SHA-256, and what did not arrive.
+- Port forwards: ssh_forward(host, spec) with L:0:dhost:dport (reach a service only the SSH host reaches, through the local port the result names), R:0:dhost:dport (let the SSH host reach a service here) or D:0 (SOCKS proxy); listeners are loopback-only unless bind_address says otherwise (tier 2); every R forward is tier 2. ssh_forward_list shows bytes and connections; ssh_forward_close ends one; yours close when you disconnect or after an idle hour without connections.
+Read the operating_guide prompt for the full workflow. Guided workflows (prompts with arguments): \
+troubleshoot_host, run_interactive, fleet_change, review_audit; a policy mode that forbids their tools hides them."""
 
 OPERATING_GUIDE = """\
 # relay-shell operating guide
@@ -45,6 +52,8 @@ call is classified, admitted by policy, bounded, and audited. Work like a carefu
 | who is reachable | `ssh_check(hosts)` | connect + `true` per host; empty `hosts` = every inventory host |
 | one command on many hosts | `ssh_fanout(command, hosts)` | per-host status, exit code, bounded output |
 | a host's key fingerprints | `ssh_keyscan(hosts)` | never writes known_hosts |
+| copy a file or a directory tree to or from an SSH host | `ssh_upload`, `ssh_download` | SFTP; destination = the copy's own path; `recursive=true` for trees; SHA-256 per file |
+| reach a port only an SSH host can reach, or let it reach one here | `ssh_forward(host, spec)` | `L:0:dhost:dport`, `R:0:dhost:dport`, `D:0` (SOCKS); `ssh_forward_list`, `ssh_forward_close` |
 | check limits, policy mode, audit state | `server_info` | tier 0, always allowed |
 | see what was run recently | `audit_tail` | filters `tool`, `tier`, `denied`, `lines` |
 
@@ -128,6 +137,37 @@ and stop at the first unexpected failure; summarize per host for the user.
 Policy sees the target too: a host the operator denied is refused under every spelling (alias, address, \
 decimal or hex IP, IPv4-mapped IPv6).
 
+File transfers (`ssh_upload`, `ssh_download`, SFTP on the pooled connection, tier 2):
+
+- The destination path names the copy itself: `ssh_upload(host, local_path="/tmp/app.tar", \
+remote_path="/srv/app.tar")`. A directory already there is refused (`IsADirectory`), not written into; a \
+missing parent directory is `NotFound` (create it with `ssh_exec mkdir -p` first). `~/x` and relative remote \
+paths start in the remote user's home.
+- `recursive=true` copies a directory tree and merges it into an existing directory (files there are \
+replaced). Symlinks inside the tree are copied as symlinks and never followed; devices, sockets and FIFOs are \
+skipped and listed. Mode bits and modification times travel (whole seconds); ownership does not.
+- A file never appears half-written: it lands under a temporary name and is renamed when complete. On \
+`[TIMEOUT …]`, `[ERROR: PartialTransfer …]` or a size-limit error, `files` lists what arrived (path, bytes, \
+sha256) and `failed` what did not and why; rerun only what is missing, with a larger `timeout` if needed.
+- Verify with the digests: `ssh_exec(host, "sha256sum /srv/app.tar")` must equal the result's sha256. Calls \
+over `RELAY_SHELL_MAX_TRANSFER_BYTES` (server_info) are refused before anything is copied.
+
+Port forwards (`ssh_forward`) stay open until `ssh_forward_close`, until you disconnect, until they carry no \
+connection for the idle timeout (an hour by default), or until the SSH connection is lost:
+
+- `L:lport:dhost:dport`: a listener on this machine; each connection to it is carried over SSH and opened to \
+dhost:dport *from the SSH host* (`L:0:127.0.0.1:5432` reaches a database on its loopback). Then use the port \
+the result names: `shell_exec("psql -h 127.0.0.1 -p PORT …")`.
+- `R:rport:dhost:dport`: a listener on the SSH host; its connections come back and are opened to dhost:dport \
+*from this machine*. Always tier 2: whoever reaches that port on the SSH host reaches this machine.
+- `D:lport`: a SOCKS 4/5 proxy on this machine (`curl --socks5-hostname 127.0.0.1:PORT http://internal/`); each \
+destination a client names is checked against the operator's deny rules then.
+- Port 0 picks a free port; the result's first line and `listen_port` say which. IPv6 destinations in brackets: \
+`L:0:[::1]:80`. Listeners bind loopback; `bind_address="0.0.0.0"` exposes one to other hosts and is tier 2.
+- `ssh_forward_list`: your forwards with bytes each way and connections (open, failed = destination unreachable, \
+refused = by policy or over the limit of connections); `ssh_forward_close(forward_id)` ends one and reports \
+what it carried. Close what you no longer need: the number of forwards is limited (one client may hold half).
+
 ## Reading results
 
 The first line of every result says what happened:
@@ -153,10 +193,32 @@ Every call is classified from all the text that reaches the host (command, scrip
 above unless the operator allowed it; `readonly` admits tier 0 only; operator deny rules apply in every mode. \
 Classification is a speed bump, not a boundary: the audit log is what makes the work accountable.
 
+Tier-3 confirmation (when the operator turns it on, `server_info` shows `confirm_tier3`): an irreversible \
+call does not run at once.
+- `token`: the result is `[CONFIRM REQUIRED tier 3: why]`, what the call would do and where, and a token. Tell \
+the human exactly that and ask. Only if they agree: `operation_confirm(token=…)`, then repeat the identical call \
+(same tool, arguments, `cwd`, host) within the time stated; it runs once. A changed argument, directory, host or \
+another client gets a new `[CONFIRM REQUIRED …]`; a used or expired token gets `[ERROR: UnknownToken …]` or \
+`TokenExpired`: repeat the call for a new one. Never call `operation_confirm` without the human's yes.
+- `elicit`: your client shows the human the tool, command, target and tier and asks; on yes the call runs and \
+returns its normal result, on no or dismiss it returns `[DENIED tier 3 …]`: do not retry, ask the human what \
+they want. A client that cannot ask gets tokens as above.
+- The human is shown everything the call sends (command, stdin, env, target). A call too long to read gets \
+`[ERROR: ConfirmTooLong …]` and is never offered: split it, or write a script file the human reviews first. In \
+a terminal session a confirmation holds only while nothing else is typed into or printed by the session.
+
 ## Worked loop
 
 1. `server_info` once to learn the policy mode and limits.
 2. Observe first (tier 0): `shell_exec` with `uname -a; df -h; systemctl --failed`.
 3. Make one change at a time with a `timeout`, read the status line, verify with an observe command.
 4. For multi-step changes write a `shell_script` with strict mode, so the first failure stops the script.
+
+## Workflow prompts
+
+Step-by-step workflows the user can start with arguments (their values arrive as quoted user data, never as \
+instructions): `troubleshoot_host` (host, symptom: read-only investigation, evidence vs interpretation), \
+`run_interactive` (program, goal: drive a REPL or TUI in a session), `fleet_change` (goal, hosts, command: \
+check, canary, batches), `review_audit` (question, since: answer from the audit log). A policy mode that \
+forbids the tools a workflow needs hides it (`readonly` offers troubleshoot_host and review_audit).
 """

@@ -3,7 +3,7 @@ call (see `SshAccess`), so these definitions cost the server's startup only thei
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.tools import Tool
@@ -11,7 +11,17 @@ from mcp_types import CallToolResult
 from pydantic import Field
 
 from relay_shell.plan import Plan
-from relay_shell.results import FanoutResult, InventoryResult, KeyscanResult, SessionResult, SshExecResult
+from relay_shell.policy.classify import Subject
+from relay_shell.results import (
+    FanoutResult,
+    ForwardListResult,
+    ForwardResult,
+    InventoryResult,
+    KeyscanResult,
+    SessionResult,
+    SshExecResult,
+    TransferResult,
+)
 from relay_shell.runner import Runner, identify
 from relay_shell.sessions.owner import owner_of
 from relay_shell.sessions.registry import SessionRegistry
@@ -44,6 +54,10 @@ KnownHosts = Annotated[
     ),
 ]
 Jump = Annotated[str | None, Field(description="jump hosts like ssh -J: host or user@host:port, comma-separated")]
+TransferTimeout = Annotated[
+    float,
+    Field(description="seconds for the whole transfer; clamped to the server's range", allow_inf_nan=False),
+]
 
 
 def ssh_tools(runner: Runner, registry: SessionRegistry, access: SshAccess) -> list[Tool]:
@@ -244,8 +258,183 @@ def ssh_tools(runner: Runner, registry: SessionRegistry, access: SshAccess) -> l
 
         return await runner.run(ctx.request_context, "ssh_hosts", prepare)
 
+    async def ssh_upload(
+        host: Host,
+        local_path: Annotated[str, Field(description="file (or directory with recursive=true) on this machine")],
+        remote_path: Annotated[
+            str,
+            Field(description="the path the copy gets on the host (not a directory to put it in); relative = home"),
+        ],
+        ctx: Context,
+        recursive: Annotated[bool, Field(description="copy a directory tree (merged into an existing one)")] = False,
+        timeout: TransferTimeout = 600,
+        user: User = None,
+        port: Port = None,
+        key_path: KeyPath = None,
+        known_hosts: KnownHosts = None,
+        jump: Jump = None,
+    ) -> Annotated[CallToolResult, TransferResult]:
+        """Copy a file or a directory tree from this machine to an SSH host over SFTP, keeping mode bits and
+        modification times. remote_path is the copy's own path: `local_path=/tmp/app.tar, remote_path=/srv/app.tar`
+        (a directory already at remote_path is refused, not written into). With recursive=true a tree is merged
+        into an existing directory; symlinks inside it are copied as symlinks, never followed.
+
+        Files land under a temporary name and are renamed when complete, so the destination never holds half a
+        file. The result lists each file with its bytes and SHA-256 (compare with `sha256sum` on the host); a
+        timeout or failure says what arrived and what did not. Progress is reported in bytes. Larger than
+        RELAY_SHELL_MAX_TRANSFER_BYTES is refused. For small text, ssh_exec with stdin is simpler.
+        """
+
+        def prepare() -> Plan:
+            from relay_shell.ssh.transfer import prepare_upload
+
+            return prepare_upload(
+                access.get(),
+                host=host,
+                local_path=local_path,
+                remote_path=remote_path,
+                recursive=recursive,
+                timeout=timeout,
+                connection=connection(user, port, key_path, known_hosts, jump),
+            )
+
+        return await runner.run(ctx.request_context, "ssh_upload", prepare, ctx.report_progress)
+
+    async def ssh_download(
+        host: Host,
+        remote_path: Annotated[str, Field(description="file (or directory with recursive=true) on the host")],
+        local_path: Annotated[
+            str, Field(description="the path the copy gets on this machine (not a directory to put it in)")
+        ],
+        ctx: Context,
+        recursive: Annotated[bool, Field(description="copy a directory tree (merged into an existing one)")] = False,
+        timeout: TransferTimeout = 600,
+        user: User = None,
+        port: Port = None,
+        key_path: KeyPath = None,
+        known_hosts: KnownHosts = None,
+        jump: Jump = None,
+    ) -> Annotated[CallToolResult, TransferResult]:
+        """Copy a file or a directory tree from an SSH host to this machine over SFTP, keeping mode bits and
+        modification times. local_path is the copy's own path: `remote_path=/var/log/syslog,
+        local_path=/tmp/web01-syslog` (a directory already at local_path is refused, not written into). With
+        recursive=true a tree is merged into an existing directory; symlinks inside it are copied as symlinks,
+        never followed.
+
+        Files land under a temporary name and are renamed when complete, so local_path never holds half a file.
+        The result lists each file with its bytes and SHA-256; a timeout or failure says what arrived and what did
+        not. Progress is reported in bytes. To look at a remote file, ssh_exec (head, tail, grep) is cheaper.
+        """
+
+        def prepare() -> Plan:
+            from relay_shell.ssh.transfer import prepare_download
+
+            return prepare_download(
+                access.get(),
+                host=host,
+                remote_path=remote_path,
+                local_path=local_path,
+                recursive=recursive,
+                timeout=timeout,
+                connection=connection(user, port, key_path, known_hosts, jump),
+            )
+
+        return await runner.run(ctx.request_context, "ssh_download", prepare, ctx.report_progress)
+
+    async def ssh_forward(
+        host: Host,
+        spec: Annotated[
+            str,
+            Field(
+                description="L:lport:dhost:dport (listen here, reach dhost:dport from the SSH host), "
+                "R:rport:dhost:dport (listen on the SSH host, reach dhost:dport from here) or D:lport (SOCKS proxy "
+                "here); port 0 picks a free port; IPv6 destination in brackets, e.g. L:0:[::1]:5432"
+            ),
+        ],
+        ctx: Context,
+        bind_address: Annotated[
+            str,
+            Field(
+                description="address the listener binds (here for L and D, on the SSH host for R); default loopback "
+                "only; any address other hosts can reach (0.0.0.0, a LAN address) is tier 2"
+            ),
+        ] = "127.0.0.1",
+        user: User = None,
+        port: Port = None,
+        key_path: KeyPath = None,
+        known_hosts: KnownHosts = None,
+        jump: Jump = None,
+    ) -> Annotated[CallToolResult, ForwardResult]:
+        """Open an SSH port forward, like `ssh -L`, `ssh -R` or `ssh -D`. It stays open until ssh_forward_close,
+        until you disconnect, until it has carried no connection for the operator's idle timeout (an hour by
+        default), or until the SSH connection is lost. Use it to reach a service that only the SSH host can reach
+        (a database on its loopback: L:0:127.0.0.1:5432, then connect to the returned local port with
+        shell_exec), to let the SSH host reach a service here (R), or to browse its network through SOCKS (D:0,
+        then `curl --socks5-hostname 127.0.0.1:PORT …`).
+
+        Every R forward is tier 2 (guarded mode refuses it unless the operator allows it): anyone who can connect
+        to its port on the SSH host reaches the destination from this machine, its loopback included. So is any
+        listener bound to an address other hosts can reach.
+
+        The result says the port the listener got (port 0 picks a free one), and its forward_id.
+        ssh_forward_list shows each forward's bytes and connections. A destination refused by policy is refused
+        under every spelling; a SOCKS destination is checked when a client names it. The number of forwards
+        (one client may have half of them) and of connections they carry at once are limited.
+        """
+        request_context = ctx.request_context
+
+        def prepare() -> Plan:
+            from relay_shell.ssh.forward import prepare_forward
+
+            client_id = identify(request_context, runner.transport).client_id
+
+            def admit_later(subject: Subject, fields: dict[str, Any], write: bool) -> str | None:
+                return runner.admit_later("forward:refused", client_id, subject, fields, write)
+
+            return prepare_forward(
+                access.get(),
+                access.forwards,
+                owner_of(request_context),
+                client_id,
+                admit_later,
+                host=host,
+                spec=spec,
+                bind_address=bind_address,
+                connection=connection(user, port, key_path, known_hosts, jump),
+            )
+
+        return await runner.run(request_context, "ssh_forward", prepare)
+
+    async def ssh_forward_list(ctx: Context) -> Annotated[CallToolResult, ForwardListResult]:
+        """List your open port forwards: id, spec with the actual port, where it listens, the destination, bytes
+        moved each way and connections (open, failed, refused)."""
+        request_context = ctx.request_context
+
+        def prepare() -> Plan:
+            from relay_shell.ssh.forward import prepare_forward_list
+
+            return prepare_forward_list(access.forwards, settings.max_output, owner_of(request_context))
+
+        return await runner.run(request_context, "ssh_forward_list", prepare)
+
+    async def ssh_forward_close(
+        forward_id: Annotated[str, Field(description="the forward to close, as ssh_forward returned it (f-…)")],
+        ctx: Context,
+    ) -> Annotated[CallToolResult, ForwardResult]:
+        """Close one of your port forwards: its listener stops and the connections it carries end. The result
+        has what it carried in total."""
+        request_context = ctx.request_context
+
+        def prepare() -> Plan:
+            from relay_shell.ssh.forward import prepare_forward_close
+
+            return prepare_forward_close(access.forwards, owner_of(request_context), forward_id=forward_id)
+
+        return await runner.run(request_context, "ssh_forward_close", prepare)
+
     remote = {"read_only": False, "destructive": True, "idempotent": False, "open_world": True}
     probes = {"read_only": True, "destructive": False, "idempotent": True, "open_world": True}
+    transfer = {"read_only": False, "destructive": True, "idempotent": True, "open_world": True}
     return [
         make_tool(ssh_exec, "Run a command over SSH", **remote),
         make_tool(ssh_spawn, "Start a remote terminal session", **remote),
@@ -253,4 +442,31 @@ def ssh_tools(runner: Runner, registry: SessionRegistry, access: SshAccess) -> l
         make_tool(ssh_fanout, "Run a command on many hosts", **remote),
         make_tool(ssh_keyscan, "Fetch SSH host keys", **probes),
         make_tool(ssh_hosts, "List SSH hosts", read_only=True, destructive=False, idempotent=True, open_world=False),
+        # Both replace files at the destination; the same call again leaves the same result.
+        make_tool(ssh_upload, "Upload files over SFTP", **transfer),
+        make_tool(ssh_download, "Download files over SFTP", **transfer),
+        make_tool(
+            ssh_forward,
+            "Open an SSH port forward",
+            read_only=False,
+            destructive=False,
+            idempotent=False,
+            open_world=True,
+        ),
+        make_tool(
+            ssh_forward_list,
+            "List your port forwards",
+            read_only=True,
+            destructive=False,
+            idempotent=True,
+            open_world=False,
+        ),
+        make_tool(
+            ssh_forward_close,
+            "Close a port forward",
+            read_only=False,
+            destructive=True,  # ends the connections it carries
+            idempotent=True,
+            open_world=True,
+        ),
     ]
