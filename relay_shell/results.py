@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, WithJsonSchema
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
 from relay_shell.capture import CapturedText
 from relay_shell.policy.tiers import TIER_NAMES
@@ -27,6 +27,10 @@ Outcome = Literal["ok", "exit_nonzero", "timeout", "denied", "error", "confirm_r
 class ToolResult(BaseModel):
     """Fields every tool returns; tools add their own below. A field whose value is its declared default
     (null, false, 0 dropped bytes, no notes) is left out of structuredContent: absent means the default."""
+
+    # These models only describe results (their JSON schema, built once and cached): nothing validates with
+    # them on a call, so pydantic need not build their validators when the server starts.
+    model_config = ConfigDict(defer_build=True)
 
     status: Outcome = Field(
         description="what happened: ok, exit_nonzero, timeout, denied, error, confirm_required, cancelled"
