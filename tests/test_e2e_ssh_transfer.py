@@ -786,3 +786,114 @@ async def test_tree_at_the_limit_is_refused_whole(guarded: Client, tmp_path: Pat
         await upload(guarded, source, tmp_path / "copy", recursive=True), "TransferTooLarge", "holds 24576 bytes"
     )
     assert not (tmp_path / "copy").exists()
+
+
+# -- what the security review found: critical destinations in any spelling, and a hostile server ----------------
+
+
+@pytest.fixture(scope="module")
+async def confirming(fleet: SshFleet, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Client]:
+    """Tier-3 calls answer CONFIRM REQUIRED and run nothing: critical paths can be named end to end safely."""
+    audit = tmp_path_factory.mktemp("transfer-confirm") / "audit.jsonl"
+    async with connect(audit, ssh_config=str(fleet.ssh_config), confirm_tier3="token") as server:
+        yield server
+
+
+async def test_a_critical_destination_is_tier_3_however_it_is_spelled(confirming: Client, tmp_path: Path) -> None:
+    source = make_file(tmp_path / "shadow", b"not a shadow file\n", 0o600)
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    make_file(tree / "shadow", b"x\n", 0o600)
+    calls = [
+        upload(confirming, source, "/etc//shadow"),
+        upload(confirming, source, "/etc/./shadow"),
+        upload(confirming, source, "//etc/shadow"),
+        upload(confirming, tree, "/etc", recursive=True),  # a tree merged into /etc can replace /etc/shadow
+        upload(confirming, tree, "/etc/ssh/", recursive=True),
+    ]
+    (tmp_path / "innocent").symlink_to("/etc/shadow")  # the download would write through it
+    calls.append(download(confirming, "/etc/hostname", tmp_path / "innocent"))
+    for call in calls:
+        result = await call
+        assert fields(result)["status"] == "confirm_required" and fields(result)["tier"] == 3, text_of(result)
+    assert (tmp_path / "innocent").is_symlink()
+    for climbing in ("../../etc/shadow", "/tmp/../etc/shadow", "~/../x"):
+        assert_error(await upload(confirming, source, climbing), "InvalidArgument", "remote_path", "'..'")
+    assert_ok(await upload(confirming, source, tmp_path / "plain"))  # an ordinary destination still runs
+
+
+class _HostileSftp:
+    """A malicious SFTP server (asyncssh's, since OpenSSH's sftp-server never lists such names): the directory
+    `tree` also lists `../../ESCAPED.txt`, an absolute path and a name with NUL, all served as a payload."""
+
+    def __init__(self, root: Path, absolute: Path) -> None:
+        import asyncssh
+
+        self.absolute = absolute
+
+        class Server(asyncssh.SFTPServer):
+            def __init__(self, channel: Any) -> None:
+                super().__init__(channel, chroot=str(root).encode())
+
+            async def scandir(self, path: bytes) -> Any:  # type: ignore[override]
+                async for name in super().scandir(path):
+                    yield name
+                if path.endswith(b"tree"):
+                    attrs = asyncssh.SFTPAttrs.from_local(os.stat(root / "payload"))
+                    for hostile in (b"../../ESCAPED.txt", str(absolute).encode(), b"zz\x00nul"):
+                        yield asyncssh.SFTPName(hostile, attrs=attrs)
+
+            def open(self, path: bytes, pflags: int, attrs: Any) -> Any:
+                if b"ESCAPED" in path or b"ABSOLUTE" in path or b"nul" in path:
+                    path = b"/payload"
+                return super().open(path, pflags, attrs)
+
+        self.server_class = Server
+
+
+async def test_a_hostile_server_cannot_write_outside_the_downloaded_tree(
+    client: Client, fleet: SshFleet, tmp_path: Path
+) -> None:
+    import asyncssh
+
+    root = tmp_path / "served"
+    (root / "tree").mkdir(parents=True)
+    (root / "tree" / "ok.txt").write_text("ok\n")
+    (root / "payload").write_text("attacker-controlled\n")
+    absolute = tmp_path / "ABSOLUTE.txt"
+    hostile = _HostileSftp(root, absolute)
+    host_key = asyncssh.generate_private_key("ssh-ed25519")
+    listener = await asyncssh.listen(
+        "127.0.0.61",
+        0,
+        server_host_keys=[host_key],
+        authorized_client_keys=str(fleet.authorized_keys),
+        sftp_factory=hostile.server_class,
+        allow_scp=False,
+    )
+    try:
+        port = listener.sockets[0].getsockname()[1]
+        local = tmp_path / "dl" / "tree"
+        local.parent.mkdir()
+        result = await download(
+            client,
+            "/tree",
+            local,
+            recursive=True,
+            host="127.0.0.61",
+            port=port,
+            user="root",
+            key_path=str(fleet.client_key),
+            known_hosts="ignore",
+        )
+    finally:
+        listener.close()
+    text = text_of(result)
+    assert (local / "ok.txt").read_text() == "ok\n"
+    assert (
+        not absolute.exists()
+        and not (tmp_path / "ESCAPED.txt").exists()
+        and not (tmp_path / "dl" / "ESCAPED.txt").exists()
+    )
+    assert sorted(path.name for path in local.iterdir()) == ["ok.txt"]
+    assert text.count("UnsafeName") == 3 and "Internal" not in text, text

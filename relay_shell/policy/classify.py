@@ -43,6 +43,7 @@ class Subject:
     # file the transfer replaces, classified like a `>` redirect onto it (a critical file is tier 3).
     transfer: str | None = None
     transfer_writes: str | None = None
+    transfer_tree: bool = False  # transfer_writes is the root a tree is merged into (any file below may be replaced)
 
 
 @dataclass(frozen=True)
@@ -663,7 +664,9 @@ def analyze(subject: Subject) -> list[Finding]:
         findings.append(Finding(subject.typed[:200] if subject.typed else "", 2, _EDITED_LINE))
     if subject.transfer is not None:
         findings.append(Finding(subject.transfer, 2, "file transfer"))
-    if subject.transfer_writes is not None:
+    if subject.transfer_writes is not None and subject.transfer_tree:
+        findings += tree_findings(subject.transfer_writes)
+    elif subject.transfer_writes is not None:
         findings += redirect_findings([(">", subject.transfer_writes)])
     return findings + _connection_findings(subject)
 
@@ -1041,6 +1044,14 @@ def redirect_findings(redirects: list[tuple[str, str]]) -> list[Finding]:
         else:
             findings.append(Finding(f"{operator} {target}", 1, f"writes {target}"))
     return findings
+
+
+def tree_findings(root: str) -> list[Finding]:
+    """A tree merged into `root` may replace any file below it: the worst file it could reach counts."""
+    below = root.rstrip("/") + "/"
+    if root.startswith("/boot") or any(path.startswith(below) for path in CRITICAL_FILES):
+        return [Finding(f"tree into {root}", 3, f"a tree merged into {root} can replace critical files there")]
+    return redirect_findings([(">", root)])
 
 
 def _has_fork_bomb(text: str) -> bool:

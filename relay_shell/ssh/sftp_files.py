@@ -84,7 +84,9 @@ class Session:
 def temporary_name(final: str) -> str:
     """A hidden name next to `final` (same directory, so the rename is atomic), unique to this call."""
     directory, name = posixpath.split(final)
-    return posixpath.join(directory, f".{name[:200]}.relay-{secrets.token_hex(4)}.part")
+    # 200 bytes of the name (file names are limited in bytes: 85 '€' are 255), cut on a character boundary.
+    short = name.encode("utf-8", errors="surrogateescape")[:200].decode("utf-8", errors="ignore")
+    return posixpath.join(directory, f".{short}.relay-{secrets.token_hex(4)}.part")
 
 
 # -- download ---------------------------------------------------------------------------------------------
@@ -104,7 +106,8 @@ async def download_file(session: Session, remote: str, local: str, attrs: SFTPAt
         await source.close()
         mode = attrs.permissions if attrs.permissions is not None else 0o600
         mtime = attrs.mtime or 0
-        os.fchmod(descriptor, mode & 0o7777)
+        # No setuid/setgid from a remote server: run as root, that would plant privileged programs here.
+        os.fchmod(descriptor, mode & 0o1777)
         os.utime(descriptor, (attrs.atime if attrs.atime is not None else mtime, mtime))
         os.close(descriptor)
         descriptor = -1

@@ -88,7 +88,7 @@ def prepare_upload(
     route = ssh.route(host, connection)
     job = Job("upload", route.target.name, local, remote, recursive, ssh.settings.max_transfer_bytes)
     what = f"upload {local} -> {route.target.name}:{remote}"
-    return _plan(ssh, route, connection, job, timeout, what, writes=None if recursive else remote)
+    return _plan(ssh, route, connection, job, timeout, what, writes=remote, tree=recursive)
 
 
 def prepare_download(
@@ -115,7 +115,7 @@ def prepare_download(
     route = ssh.route(host, connection)
     job = Job("download", route.target.name, local, remote, recursive, ssh.settings.max_transfer_bytes)
     what = f"download {route.target.name}:{remote} -> {local}"
-    return _plan(ssh, route, connection, job, timeout, what, writes=None if recursive else local)
+    return _plan(ssh, route, connection, job, timeout, what, writes=os.path.realpath(local), tree=recursive)
 
 
 def _local_argument(argument: str, value: str) -> str:
@@ -124,11 +124,20 @@ def _local_argument(argument: str, value: str) -> str:
 
 
 def _remote_argument(value: str) -> str:
-    """SFTP paths are relative to the login directory; `~` and `~/x` mean the same thing there."""
+    """SFTP paths are relative to the login directory; `~` and `~/x` mean the same thing there. The path policy
+    sees is the one written: `..` is refused (the server resolves it through symlinks policy cannot see), and
+    `//` and `/./` are collapsed, so `/etc//shadow` is classified as `/etc/shadow`."""
     _check_path_text("remote_path", value)
     if value == "~":
         return "."
-    return value[2:] or "." if value.startswith("~/") else value
+    path = value[2:] or "." if value.startswith("~/") else value
+    if ".." in path.split("/"):
+        raise ArgumentError(
+            f"remote_path: {value[:200]!r} has a '..' component; allowed: an absolute path, or a path below the "
+            "login directory, without '..'"
+        )
+    path = posixpath.normpath(path)
+    return "/" + path.lstrip("/") if path.startswith("/") else path
 
 
 def _check_path_text(argument: str, value: str) -> None:
@@ -140,7 +149,7 @@ def _check_path_text(argument: str, value: str) -> None:
 
 
 def _plan(
-    ssh: Ssh, route: Route, connection: ConnectionArgs, job: Job, timeout: float, what: str, writes: str | None
+    ssh: Ssh, route: Route, connection: ConnectionArgs, job: Job, timeout: float, what: str, writes: str, tree: bool
 ) -> Plan:
     notes: list[str] = []
     timeout_value, _ = call_limits(ssh.settings, timeout, None, notes)
@@ -151,6 +160,7 @@ def _plan(
             unverified_host_key=connection.known_hosts == "ignore",
             transfer=what,
             transfer_writes=writes,
+            transfer_tree=tree,
         ),
         execute=lambda progress: _execute(ssh, route, job, plan, progress),  # `plan` is bound by then
         notes=notes,
@@ -315,7 +325,7 @@ async def _copy_entries(
             raise
         except TransferTooLarge:
             raise
-        except (Clash, OSError, asyncssh.SFTPError, ToolError) as exc:
+        except (Clash, OSError, ValueError, asyncssh.SFTPError, ToolError) as exc:  # ValueError: a name with NUL
             report.fail(index, reason_of(exc))
             if not job.recursive:
                 raise ends.single_file_error(exc) from None

@@ -191,7 +191,11 @@ class Ends:
     # -- writing the destination
 
     def destination_path(self, relative: str) -> str:
-        return posixpath.join(self.destination_root, relative) if relative else self.destination_root
+        if not relative:
+            return self.destination_root
+        if relative.startswith("/") or ".." in relative.split("/"):  # a backstop: scans yield plain names only
+            raise ToolError("UnsafeName", f"{relative[:200]!r} would leave the destination tree; skipped")
+        return posixpath.join(self.destination_root, relative)
 
     async def kind_at(self, entry: Entry, destination: Kind | None) -> Kind | None:
         """What is at the destination for this entry: known for the root, looked up (without following
@@ -397,8 +401,16 @@ async def _scan_remote(sftp: SFTPClient, root: str) -> tuple[list[Entry], list[t
         found: list[tuple[str, SFTPAttrs]] = []
         try:
             async for listed in sftp.scandir(posixpath.join(root, relative) if relative else root):
-                if listed.filename not in (".", ".."):
-                    found.append((str(listed.filename), listed.attrs))
+                name = str(listed.filename)
+                if name in (".", ".."):
+                    continue
+                if not name or "/" in name or "\x00" in name:
+                    # A server that lists `../x` or `/etc/x` in a directory is trying to write outside the tree
+                    # (scp's CVE-2019-6111): never a path, only a plain name, is joined onto the destination.
+                    where = relative or "."
+                    unreadable.append((where, f"UnsafeName (remote): the server listed {name[:100]!r}; skipped"))
+                    continue
+                found.append((name, listed.attrs))
                 if len(entries) + len(found) > MAX_ENTRIES:
                     raise _too_many("remote_path", root)
         except CONNECTION_LOST:
