@@ -897,3 +897,32 @@ async def test_a_hostile_server_cannot_write_outside_the_downloaded_tree(
     )
     assert sorted(path.name for path in local.iterdir()) == ["ok.txt"]
     assert text.count("UnsafeName") == 3 and "Internal" not in text, text
+
+
+async def test_a_tree_others_can_change_while_it_is_copied_is_refused(client: Client, tmp_path: Path) -> None:
+    # The walk goes by path: whoever may rename entries in a directory of the tree (or above it) could swap a
+    # directory for a symlink mid-copy and redirect a file outside the tree. Such trees are refused.
+    tree = tmp_path / "tree"
+    (tree / "shared").mkdir(parents=True)
+    make_file(tree / "a.txt", b"a\n", 0o644)
+    make_file(tree / "shared" / "b.txt", b"b\n", 0o644)
+    (tree / "shared").chmod(0o777)
+    result = await upload(client, tree, tmp_path / "up", recursive=True)
+    assert "NotPrivate" in text_of(result) and (tmp_path / "up" / "a.txt").read_bytes() == b"a\n"
+    assert not (tmp_path / "up" / "shared").exists()
+
+    tree.chmod(0o777)
+    assert_error(await upload(client, tree, tmp_path / "up2", recursive=True), "NotPrivate", "local_path")
+    tree.chmod(0o755)
+
+    someone_elses = tmp_path / "someone"
+    someone_elses.mkdir()
+    os.chown(someone_elses, 65534, 65534)  # nobody may rename what lies in it
+    assert_error(
+        await download(client, tree, someone_elses / "copy", recursive=True), "NotPrivate", "local_path", "uid 65534"
+    )
+    sticky = tmp_path / "sticky"
+    sticky.mkdir()
+    sticky.chmod(0o1777)  # like /tmp: others cannot rename our entries
+    assert_ok(await download(client, tree, sticky / "copy", recursive=True))
+    assert (sticky / "copy" / "shared" / "b.txt").read_bytes() == b"b\n"

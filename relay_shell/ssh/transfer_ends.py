@@ -9,6 +9,7 @@ MAX_ENTRIES is refused. OpenSSH's readdir reports each entry as lstat sees it, s
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import os
 import posixpath
@@ -117,12 +118,18 @@ class Ends:
             root = self.destination_root
             if os.path.islink(root):
                 root = self.destination_root = os.path.realpath(root)
+            status: os.stat_result | None = None
             try:
-                return kind_of(os.stat(root).st_mode)
+                status = os.stat(root)
             except FileNotFoundError:
-                return None
+                pass
             except OSError as exc:
                 raise path_error("local_path", root, exc, "a path you may write") from None
+            if self.job.recursive and (status is None or stat.S_ISDIR(status.st_mode)):
+                refusal = tree_not_private(root, status)
+                if refusal is not None:
+                    raise refusal
+            return None if status is None else kind_of(status.st_mode)
         root = self.destination_root
         try:
             attrs = await self.sftp.lstat(root)
@@ -205,9 +212,13 @@ class Ends:
         path = self.destination_path(entry.relative)
         if self.job.direction == "download":
             try:
-                return kind_of(os.lstat(path).st_mode)
+                status = os.lstat(path)
             except FileNotFoundError:
                 return None
+            problem = not_private(path, status) if stat.S_ISDIR(status.st_mode) else None
+            if problem is not None:
+                raise ToolError("NotPrivate", problem.split(": ", 1)[1])
+            return kind_of(status.st_mode)
         try:
             return kind_of((await self.sftp.lstat(path)).permissions or 0)
         except asyncssh.SFTPNoSuchFile:
@@ -338,6 +349,33 @@ def _too_many(argument: str, root: str) -> ToolError:
     )
 
 
+def not_private(path: str, status: os.stat_result) -> str | None:
+    """Why a local directory of a tree is unsafe to walk by path, or None. The walk opens files by path, so a
+    user who may rename entries in a directory of the tree could swap a directory for a symlink while it is
+    copied and redirect a file outside the tree. Only the owner (this server's user, or root) may do that
+    where the directory is not writable by others, or is sticky."""
+    mode = status.st_mode
+    if status.st_uid in (os.geteuid(), 0) and (not mode & 0o022 or mode & stat.S_ISVTX):
+        return None
+    return (
+        f"NotPrivate (local): {path!r} can be changed by other users (owner uid {status.st_uid}, mode "
+        f"{stat.S_IMODE(mode):04o}) while it is copied; allowed: a directory only its owner (this server's user "
+        "or root) can change: copy the tree there first"
+    )
+
+
+def tree_not_private(root: str, status: os.stat_result | None) -> ToolError | None:
+    """A local tree root (`status` None when it does not exist yet) and every directory above it must be
+    private: whoever may rename an entry on the way could swap the tree for a symlink while it is copied."""
+    problem = not_private(root, status) if status is not None else None
+    directory = os.path.dirname(root)
+    while problem is None and directory != os.path.dirname(directory):
+        with contextlib.suppress(OSError):
+            problem = not_private(directory, os.lstat(directory))
+        directory = os.path.dirname(directory)
+    return None if problem is None else ToolError("NotPrivate", "local_path: " + problem.split(": ", 1)[1])
+
+
 def _scan_local(root: str, root_kind: Kind) -> tuple[list[Entry], list[tuple[str, str]]]:
     """The local tree, parents before children, names sorted; symlinks are entries, never followed."""
     status = os.stat(root)
@@ -345,6 +383,9 @@ def _scan_local(root: str, root_kind: Kind) -> tuple[list[Entry], list[tuple[str
     unreadable: list[tuple[str, str]] = []
     if root_kind != "dir":
         return entries, unreadable
+    refusal = tree_not_private(root, status)
+    if refusal is not None:
+        raise refusal
     # Depth first; a directory's entries are added when it is listed, so a parent always precedes its children.
     stack = [""]
     while stack:
@@ -371,9 +412,13 @@ def _scan_local(root: str, root_kind: Kind) -> tuple[list[Entry], list[tuple[str
                     kind, reason = os_failure(exc)
                     unreadable.append((child, f"{kind} (local): symlink cannot be read: {reason}"))
                     continue
-            entries.append(entry)
             if entry.kind == "dir":
+                problem = not_private(item_path, item_status)
+                if problem is not None:
+                    unreadable.append((child, problem))
+                    continue
                 below.append(child)
+            entries.append(entry)
         stack.extend(reversed(below))
     return entries, unreadable
 
