@@ -404,8 +404,7 @@ class OAuthProvider:
     async def load_access_token(self, token: str) -> AccessToken | None:
         """The bearer check for every /mcp request: an OAuth access token, or a token from the token file."""
         if not token.startswith(ACCESS_PREFIX):
-            name = self.token_file.name_of(token)
-            return None if name is None else AccessToken(token=digest(token), client_id=name, scopes=[])
+            return await self.token_file.verify_token(token)
         key = digest(token)
         entry = self.tokens.get(key)
         if entry is None or entry["kind"] != "access" or entry["expires_at"] <= time.time():

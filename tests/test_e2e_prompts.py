@@ -600,6 +600,8 @@ def test_a_malformed_definition_stops_server_assembly(tmp_path: Path, monkeypatc
     from relay_shell.server import build_server
 
     broken = dataclasses.replace(PROMPTS[1], tools=(*PROMPTS[1].tools, "shell_teleport"))
+    # Not a mock of behaviour: the definitions are data, and a broken one cannot ship without editing the
+    # source, so the test swaps in a broken definition and lets the real server assembly validate it.
     monkeypatch.setattr(prompts_module, "PROMPTS", (PROMPTS[0], broken, *PROMPTS[2:]))
     settings = Settings(audit_path=tmp_path / "audit.jsonl")
     with pytest.raises(PromptDefinitionError, match="guides 'shell_teleport', which is not a registered tool"):

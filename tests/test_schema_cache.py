@@ -19,6 +19,7 @@ from relay_shell.surface import build
 
 @pytest.fixture
 def cache_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    # Only the cache location changes (the variable an operator would set); everything else is the real code.
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     build.SCHEMA_CACHE.loaded = None
     yield tmp_path / "cache"
