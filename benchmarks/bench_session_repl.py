@@ -20,7 +20,7 @@ import anyio
 from ptyprocess import PtyProcess
 
 from benchmarks.common import bare_client, median, relay_client, verdict
-from relay_shell.local.commands import NONINTERACTIVE_ENV
+from relay_shell.arguments import NONINTERACTIVE_ENV
 
 STEPS = 200
 BATCH = 50  # the information-only back-to-back batches
@@ -28,7 +28,7 @@ WARMUP = 10
 LIMIT = 1.20
 PROMPT = "^>>> "
 STEP_TIMEOUT = 10.0
-# What relay-shell gives a session's terminal (sessions/commands.py): the floor's child sees the same.
+# What relay-shell gives a session's terminal (sessions/plans.py): the floor's child sees the same.
 TERMINAL_ENV = {"TERM": "xterm-256color", **NONINTERACTIVE_ENV}
 
 

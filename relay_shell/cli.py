@@ -58,7 +58,7 @@ def serve(check_only: bool) -> int:
             print(f"relay-shell: configuration error: RELAY_SHELL_AUDIT_PATH: {problem}", file=sys.stderr)
             return EXIT_CONFIG
         if settings.transport == "http":  # the token file, the OAuth state and the bind address
-            from relay_shell.http import check_http_settings
+            from relay_shell.auth.setup import check_http_settings
 
             try:
                 check_http_settings(settings)
@@ -77,12 +77,12 @@ def serve(check_only: bool) -> int:
             return EXIT_CONFIG
         print(f"relay-shell: warning: {exc}; serving degraded (AUDIT_ON_FAILURE=continue)", file=sys.stderr)
 
-    from relay_shell.http import HttpAuth
+    from relay_shell.auth.setup import HttpAuth
     from relay_shell.server import build_server
 
     http_auth = HttpAuth()
     if settings.transport == "http":
-        from relay_shell.http import check_http_settings
+        from relay_shell.auth.setup import check_http_settings
 
         try:
             http_auth = check_http_settings(settings)
@@ -140,7 +140,7 @@ def serve(check_only: bool) -> int:
 def raise_open_files_limit() -> None:
     """Raise the soft limit on open files (RLIMIT_NOFILE) to the hard limit. Every command, session, SSH
     connection and forwarded connection holds descriptors, and the usual soft limit of 1024 is kept low only for
-    programs that use select(), which asyncio does not; port forwards may use half of the limit (ssh/forward.py
+    programs that use select(), which asyncio does not; port forwards may use half of the limit (ssh/forwards/traffic.py
     `connection_budget`), so a low one would starve them or, without that bound, everything else. Children
     inherit the raised limit. An operator's lower hard limit (LimitNOFILE=) still holds."""
     import contextlib

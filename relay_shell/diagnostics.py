@@ -11,8 +11,8 @@ from relay_shell.audit.log import AuditLog
 from relay_shell.audit.tail import TailFilter, recent_records
 from relay_shell.capture import BoundedCapture
 from relay_shell.config import Settings
-from relay_shell.plan import ArgumentError, Execution, Plan, ProgressFn
-from relay_shell.policy.classify import Subject
+from relay_shell.errors import ArgumentError
+from relay_shell.plan import Execution, Plan, ProgressFn, Subject
 
 MAX_TAIL_LINES = 1000
 

@@ -1,33 +1,47 @@
-"""What an executor hands the runner: a Plan to admit and run, and the Execution it produced."""
+"""The executors' contract: the Subject a call carries (all the text that reaches the target, for policy), the
+Plan an executor hands the runner to admit and run, and the Execution it produced. Depends on capture only."""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, Protocol
 
 from relay_shell.capture import CapturedText
-from relay_shell.policy.classify import Subject
-from relay_shell.results import Outcome
 
 # Called by executors with the progress so far (bytes produced, or hosts done); the runner throttles it and
 # reports it to the client when it asked for progress.
 ProgressFn = Callable[[int], Awaitable[None]]
 
-
-class ToolError(Exception):
-    """A call that cannot proceed, reported as `[ERROR: Kind: message]`; the message says what to change."""
-
-    def __init__(self, kind: str, message: str) -> None:
-        super().__init__(message)
-        self.kind = kind
+Outcome = Literal["ok", "exit_nonzero", "timeout", "denied", "error", "confirm_required", "cancelled"]
 
 
-class ArgumentError(ToolError):
-    """A tool argument is invalid. The message names the argument, the problem and what is allowed."""
+@dataclass(frozen=True)
+class Subject:
+    """All the text that reaches the target."""
 
-    def __init__(self, message: str) -> None:
-        super().__init__("InvalidArgument", message)
+    command: str | None = None  # shell text run as /bin/sh -c
+    argv: tuple[str, ...] | None = None  # exec without a shell (use_shell=false)
+    script: str | None = None  # script fed to an interpreter
+    interpreter: str | None = None  # "bash" | "sh" | "python"
+    stdin: str | None = None  # data on stdin
+    env: tuple[tuple[str, str | None], ...] = ()  # env overlay (None value = unset)
+    fixed_tier: int | None = None  # inspection tools: tier given by the tool
+    # Lines typed into a terminal: read by a shell, a Python REPL or anything else, so classified as shell
+    # text and, where that finds something stateful, as Python too.
+    typed: str | None = None
+    typed_edited: bool = False  # a submitted line was edited with control keys: what it became is unknown
+    # SSH: every spelling of every host the call reaches (deny patterns match them), and whether the host
+    # key goes unchecked (known_hosts=ignore asked for by the call).
+    hosts: tuple[str, ...] = ()
+    unverified_host_key: bool = False
+    # ssh_forward: a listener bound to a non-loopback address ("0.0.0.0:8080 (local)"), reachable from other hosts.
+    exposed_listener: str | None = None
+    # ssh_upload/ssh_download: what moves where ("upload /src -> host:/dst"), a tier-2 file transfer, and the
+    # file the transfer replaces, classified like a `>` redirect onto it (a critical file is tier 3).
+    transfer: str | None = None
+    transfer_writes: str | None = None
+    transfer_tree: bool = False  # transfer_writes is the root a tree is merged into (any file below may be replaced)
 
 
 @dataclass
@@ -67,3 +81,36 @@ class Plan:
     # Input to a session: the session's state a tier-3 confirmation is bound to (inputs written, output
     # produced: any since voids it) and what the human is shown about where the input goes.
     confirm_state: dict[str, Any] | None = None
+
+
+class CommandOutcome(Protocol):
+    """How a command ended, locally (ProcessOutcome) or over SSH (RemoteOutcome)."""
+
+    exit_code: int | None
+    signal: str | None
+    timed_out: bool
+    stdout: CapturedText
+    stderr: CapturedText | None
+
+
+def command_execution(outcome: CommandOutcome, fields: dict[str, Any] | None = None) -> Execution:
+    """The result of a one-shot command: timeout, ok or exit_nonzero, with separate stderr when kept apart."""
+    fields = dict(fields or {})
+    if outcome.stderr is not None:
+        fields["stderr"] = outcome.stderr.text
+        fields["stderr_bytes"] = outcome.stderr.produced_bytes
+    status: Outcome
+    if outcome.timed_out:
+        status = "timeout"
+    elif outcome.exit_code == 0:
+        status = "ok"
+    else:
+        status = "exit_nonzero"
+    return Execution(
+        status=status,
+        output=outcome.stdout,
+        exit_code=outcome.exit_code,
+        signal=outcome.signal,
+        stderr=outcome.stderr,
+        fields=fields,
+    )

@@ -7,11 +7,12 @@ lines; then the body; then `[TRUNCATED: N bytes produced, M shown — head H + t
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
 from relay_shell.capture import CapturedText
+from relay_shell.plan import Outcome
 from relay_shell.policy.tiers import TIER_NAMES
 
 
@@ -19,9 +20,6 @@ def nullable(json_type: str, description: str) -> WithJsonSchema:
     """`{"type": [T, "null"]}` instead of pydantic's anyOf: same meaning, and clients validate every result
     against the schema, where anyOf costs them several times more."""
     return WithJsonSchema({"type": [json_type, "null"], "description": description})
-
-
-Outcome = Literal["ok", "exit_nonzero", "timeout", "denied", "error", "confirm_required", "cancelled"]
 
 
 class ToolResult(BaseModel):

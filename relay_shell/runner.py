@@ -12,11 +12,9 @@ import logging
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import anyio
-from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.server.context import ServerRequestContext
 from mcp_types import CallToolResult, TextContent
 
@@ -24,51 +22,27 @@ from relay_shell.audit.log import RECORD_VERSION, AuditLog, AuditWriteError, utc
 from relay_shell.audit.record import audit_arguments, redact_text
 from relay_shell.capture import BoundedCapture, CapturedText
 from relay_shell.config import Settings
-from relay_shell.metrics import Metrics
-from relay_shell.plan import Execution, Plan, ToolError
-from relay_shell.policy.classify import Subject
-from relay_shell.policy.confirm import (
-    ConfirmationStore,
+from relay_shell.confirm.binding import bind_call, token_digest
+from relay_shell.confirm.elicitation import (
     InputRequired,
     ask_human,
-    bind_call,
     can_elicit,
-    confirm_required,
     is_modern,
     question_round,
     round_answer,
     round_state,
-    token_digest,
 )
-from relay_shell.policy.policy import Policy
-from relay_shell.results import Outcome, render_text, status_line, truncation_line
-from relay_shell.sessions.owner import owner_of
+from relay_shell.confirm.store import ConfirmationStore, confirm_required
+from relay_shell.errors import ToolError
+from relay_shell.identity import Identity, identify, owner_of
+from relay_shell.metrics import Metrics
+from relay_shell.plan import Execution, Outcome, Plan, Subject
+from relay_shell.policy.admission import Policy
+from relay_shell.results import render_text, status_line, truncation_line
 
 logger = logging.getLogger("relay_shell")
 
 PROGRESS_INTERVAL = 1.0  # seconds between progress notifications on long calls
-
-
-@dataclass(frozen=True)
-class Identity:
-    request_id: str | None
-    client_id: str
-
-
-def identify(request_context: ServerRequestContext[Any, Any] | None, transport: str) -> Identity:
-    if request_context is None:
-        return Identity(request_id=None, client_id=transport)
-    client_name = "unknown"
-    access = get_access_token()
-    params = request_context.session.client_params
-    if access is not None:
-        # Authenticated over HTTP: the token's name from the token file, not what the client says it is.
-        client_name = (access.claims or {}).get("relay_shell_name") or access.client_id  # OAuth: approver/client
-    elif params is not None and params.client_info is not None:
-        # The client's self-declared name, kept as a label in the record (never in metrics).
-        client_name = params.client_info.name[:64]
-    request_id = request_context.request_id
-    return Identity(request_id=None if request_id is None else str(request_id), client_id=f"{transport}:{client_name}")
 
 
 class Runner:

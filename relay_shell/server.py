@@ -16,27 +16,27 @@ from pydantic import ValidationError
 
 if TYPE_CHECKING:
     from mcp.server.auth.provider import TokenVerifier
-    from mcp.server.auth.settings import AuthSettings
 
-    from relay_shell.oauth import OAuthProvider
+    from relay_shell.auth.oauth import OAuthProvider
 
 from relay_shell import __version__
 from relay_shell.audit.log import AuditLog
+from relay_shell.auth.setup import server_auth
 from relay_shell.config import Settings
+from relay_shell.confirm.elicitation import InputRequired
+from relay_shell.identity import connected
 from relay_shell.metrics import Metrics
-from relay_shell.policy.confirm import InputRequired
-from relay_shell.policy.policy import Policy
+from relay_shell.policy.admission import Policy
 from relay_shell.runner import Runner, schema_defaults
-from relay_shell.sessions.owner import connected
 from relay_shell.sessions.registry import Session, SessionRegistry
 from relay_shell.ssh.access import SshAccess
-from relay_shell.ssh.forward import ForwardRegistry, end_fields
+from relay_shell.ssh.forwards.registry import ForwardRegistry, end_fields
 from relay_shell.surface.build import SCHEMA_CACHE
-from relay_shell.surface.context import current_request, register_context
 from relay_shell.surface.diag_tools import diag_tools
 from relay_shell.surface.guide import INSTRUCTIONS
 from relay_shell.surface.local_tools import local_tools
 from relay_shell.surface.prompts import WorkflowPrompts
+from relay_shell.surface.resources import current_request, register_context
 from relay_shell.surface.session_tools import session_tools
 from relay_shell.surface.ssh_tools import ssh_tools
 
@@ -126,7 +126,7 @@ def build_server(
         log_level="WARNING",
         middleware=[gate, prompts],
         lifespan=lambda app: connection_lifespan(sessions, forwards),
-        **_http_auth(settings, token_verifier, oauth),
+        **server_auth(settings, token_verifier, oauth),
     )
     if oauth is not None:  # registrations, approvals and revocations are audited like everything else
         oauth.on_event = lambda label, client_id, fields: runner.event(label, client_id, fields)
@@ -136,38 +136,6 @@ def build_server(
     prompts.register(mcp)
     assembly = Assembly(mcp=mcp, runner=runner, metrics=metrics, sessions=sessions, ssh=ssh)
     return assembly
-
-
-def _http_auth(settings: Settings, token_verifier: TokenVerifier | None, oauth: OAuthProvider | None) -> dict[str, Any]:
-    """Bearer tokens on the HTTP transport: the SDK's auth middleware checks every /mcp request."""
-    if oauth is not None:
-        # The issuer is set again once the listener's port is known (serve_http).
-        oauth.set_issuer(oauth.issuer or f"http://127.0.0.1:{settings.http_port or 80}")
-        return {"auth": oauth_settings(oauth), "auth_server_provider": oauth}
-    if token_verifier is None:
-        return {}
-    from mcp.server.auth.settings import AuthSettings
-
-    # No OAuth authorization server and no protected-resource metadata: the tokens come from the token file.
-    host = f"[{settings.http_host}]" if ":" in settings.http_host else settings.http_host
-    base = f"http://{host}:{settings.http_port or 80}"
-    return {"auth": AuthSettings(issuer_url=base, resource_server_url=None), "token_verifier": token_verifier}
-
-
-def oauth_settings(oauth: OAuthProvider) -> AuthSettings:
-    """The SDK's authorization-server routes (metadata, /register, /authorize, /token, /revoke) and the
-    protected-resource metadata that tells a client where to get a token for /mcp."""
-    from mcp.server.auth.settings import AuthSettings, ClientRegistrationOptions, RevocationOptions
-
-    return AuthSettings(
-        issuer_url=oauth.issuer,
-        resource_server_url=oauth.resource,
-        client_registration_options=ClientRegistrationOptions(enabled=True),
-        revocation_options=RevocationOptions(enabled=True),
-        # The provider refuses an authorization for any other resource, so every token it issues is for /mcp;
-        # token-file tokens carry no resource.
-        validate_token_resource=False,
-    )
 
 
 @asynccontextmanager

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Install everything the test suite needs (system packages when run as root, the Python environment,
 # the MCP Inspector CLI) and run the whole suite: lint, type check, pytest.
+# PYTHON picks the interpreter (default python3) and VENV its environment (default .venv); arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3}
+VENV=${VENV:-.venv}
 
 missing=()
 command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
@@ -22,11 +25,11 @@ if [ ${#missing[@]} -gt 0 ]; then
   fi
 fi
 
-python3 -m venv .venv
-.venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
-.venv/bin/python -m pip install -q -e ".[test]"
+bash scripts/make-venv.sh "$VENV" "$PYTHON"
+"$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null 2>&1 || true
+"$VENV/bin/python" -m pip install -q -e ".[test]"
 # Compiled once here: with PYTHONDONTWRITEBYTECODE set, every server the tests start would recompile it.
-.venv/bin/python -m compileall -q relay_shell >/dev/null
+"$VENV/bin/python" -m compileall -q relay_shell >/dev/null
 
 # The MCP Inspector CLI and the official TypeScript SDK: independent clients for the end-to-end tests.
 inspector=.cache/npm/node_modules/.bin/mcp-inspector
@@ -38,6 +41,7 @@ if [ ! -x "$inspector" ] || [ ! -d .cache/npm/node_modules/@modelcontextprotocol
 fi
 export RELAY_SHELL_TEST_INSPECTOR="$PWD/$inspector"
 
-.venv/bin/ruff check relay_shell tests benchmarks
-.venv/bin/mypy relay_shell
-.venv/bin/python -m pytest -q "$@"
+"$VENV/bin/python" -c 'import sys; print("scripts/test.sh: Python", sys.version.split()[0], "at", sys.executable)'
+"$VENV/bin/ruff" check relay_shell tests benchmarks
+"$VENV/bin/mypy" relay_shell
+"$VENV/bin/python" -m pytest -q "$@"

@@ -7,7 +7,8 @@ import time
 
 import pytest
 
-from relay_shell.policy.classify import Subject, classify
+from relay_shell.plan import Subject
+from relay_shell.policy.classify import classify
 
 TIERS = {
     # tier 0: observe

@@ -7,16 +7,12 @@ from typing import Any
 
 import pytest
 
-from relay_shell.plan import Execution, Plan, ProgressFn, ToolError
-from relay_shell.policy.classify import Subject
-from relay_shell.policy.confirm import (
-    MAX_PENDING_PER_CLIENT,
-    MAX_SHOWN_CHARS,
-    ConfirmationStore,
-    bind_call,
-    recorded_confirm_arguments,
-    token_digest,
-)
+from relay_shell.confirm.binding import bind_call, token_digest
+from relay_shell.confirm.screen import MAX_SHOWN_CHARS
+from relay_shell.confirm.store import MAX_PENDING_PER_CLIENT, ConfirmationStore
+from relay_shell.confirm.tool import recorded_confirm_arguments
+from relay_shell.errors import ToolError
+from relay_shell.plan import Execution, Plan, ProgressFn, Subject
 
 
 class Clock:

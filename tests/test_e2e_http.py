@@ -26,7 +26,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
-from relay_shell.http import TokenFileVerifier, load_tokens
+from relay_shell.auth.tokens import TokenFileVerifier, load_tokens
 from tests.conftest import read_records, server_env, text_of
 from tests.test_e2e_inspector import inspector_command
 

@@ -27,15 +27,8 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS, PromptReference, ResourceTemplateReference, TextContent
 
 from relay_shell.surface import prompts as prompts_module
-from relay_shell.surface.prompts import (
-    PROMPTS,
-    ArgumentSpec,
-    PromptDefinitionError,
-    PromptSpec,
-    argument_problems,
-    quote_value,
-    validate_definitions,
-)
+from relay_shell.surface.prompts import PromptDefinitionError, argument_problems, quote_value, validate_definitions
+from relay_shell.surface.workflows import PROMPTS, REVIEW_AUDIT, ArgumentSpec, PromptSpec
 from tests.conftest import connect, read_records, server_env
 from tests.test_e2e_inspector import inspect
 
@@ -610,7 +603,7 @@ def test_a_malformed_definition_stops_server_assembly(tmp_path: Path, monkeypatc
 
 def test_a_lone_surrogate_is_refused_before_rendering() -> None:
     # Unit level: over stdio the transport drops such a line before any handler sees it (no reply at all).
-    problems = argument_problems(prompts_module.REVIEW_AUDIT, {"question": "who\ud800"})
+    problems = argument_problems(REVIEW_AUDIT, {"question": "who\ud800"})
     assert problems == ["arguments.question: contains an unpaired UTF-16 surrogate; allowed: valid Unicode text"]
 
 

@@ -10,7 +10,7 @@ listener (R) binds the SSH host's loopback, which is ours. Servers:
   two clients of one server (ownership, disconnect), a small RELAY_SHELL_MAX_FORWARDS, a short SSH idle timeout,
   or to stop the server while a client is still connected. A stdio server has exactly one client. These clients
   speak the 2025-11-25 handshake era: in-process dispatch in the 2026-07-28 era has no per-stream object for
-  `owner_of` to key on (see sessions/owner.py), as in tests/test_session_registry.py.
+  `owner_of` to key on (see identity.py), as in tests/test_session_registry.py.
 
 Fleet roles: h01 carries most forwards; h02 is stopped by the test of a lost SSH connection; h03 is used by the
 in-process servers and the HTTP server.
@@ -303,8 +303,8 @@ async def test_the_tools_are_listed_with_true_annotations(client: Client) -> Non
 
 
 def test_specs_are_parsed_into_what_is_dialed(fleet: SshFleet) -> None:
-    from relay_shell.ssh.forward import ForwardSpec, parse_spec
-    from relay_shell.ssh.inventory import Inventory
+    from relay_shell.ssh.forwards.spec import ForwardSpec, parse_spec
+    from relay_shell.ssh.inventory.load import Inventory
     from relay_shell.ssh.target import reached_spellings
 
     assert parse_spec("L:0:[::1]:80") == ForwardSpec("L", 0, "::1", 80)
@@ -464,7 +464,7 @@ async def test_an_unreachable_destination_is_counted_as_failed(client: Client) -
 
 
 async def test_open_connections_per_forward_are_bounded(client: Client) -> None:
-    from relay_shell.ssh.forward_io import MAX_OPEN_CONNECTIONS
+    from relay_shell.ssh.forwards.io import MAX_OPEN_CONNECTIONS
 
     # A destination that never accepts: the kernel completes sshd's connects into its backlog, and they stay open.
     holder = socket.create_server(("127.0.0.1", 0), backlog=2 * MAX_OPEN_CONNECTIONS)
@@ -768,7 +768,7 @@ async def settled(client: Client, condition: Callable[[dict[str, dict[str, Any]]
 async def test_forwarded_connections_together_stay_within_half_the_open_file_limit(
     tmp_path: Path, fleet: SshFleet
 ) -> None:
-    from relay_shell.ssh.forward_io import MAX_OPEN_CONNECTIONS
+    from relay_shell.ssh.forwards.io import MAX_OPEN_CONNECTIONS
 
     limit = 256
     budget = limit // 2
@@ -848,7 +848,7 @@ async def test_refused_socks_connects_are_counted_not_each_recorded(
 ) -> None:
     """Any local process can connect to a SOCKS listener: 500 refused connects write at most 32 records (the
     first refusal of each of the first 32 destinations); the end record counts them all."""
-    from relay_shell.ssh.forward import MAX_REFUSED_DESTINATIONS
+    from relay_shell.ssh.forwards.traffic import MAX_REFUSED_DESTINATIONS
 
     forward_id, port = opened(await forward(guarded, "D:0"))
 

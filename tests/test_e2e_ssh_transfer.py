@@ -34,7 +34,8 @@ import pytest
 from mcp import Client
 from mcp_types import CallToolResult
 
-from relay_shell.policy.classify import Subject, analyze
+from relay_shell.plan import Subject
+from relay_shell.policy.classify import analyze
 from tests.conftest import connect, read_records, text_of
 from tests.sshd import SshFleet
 

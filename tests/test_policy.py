@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from relay_shell.policy.classify import Subject
-from relay_shell.policy.policy import Policy
+from relay_shell.plan import Subject
+from relay_shell.policy.admission import Policy
 
 
 def test_open_admits_and_classifies() -> None:

@@ -6,11 +6,11 @@ import time
 
 import pytest
 
-from relay_shell.plan import ArgumentError
+from relay_shell.errors import ArgumentError
 from relay_shell.sessions.ansi import strip_ansi
-from relay_shell.sessions.commands import typed_lines
 from relay_shell.sessions.expect import compile_until, echo_skip, expected_echo, search, window_text
 from relay_shell.sessions.keys import KEYS, key_name
+from relay_shell.sessions.plans import typed_lines
 from relay_shell.sessions.ring import OutputRing
 
 # -- ring --------------------------------------------------------------------------------------------------

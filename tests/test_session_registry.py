@@ -181,7 +181,7 @@ async def test_password_prompt_is_detected_while_echo_is_off() -> None:
 
 
 async def test_session_limit_refuses_then_evicts_ended_sessions() -> None:
-    from relay_shell.plan import ToolError
+    from relay_shell.errors import ToolError
 
     registry = _registry([], max_sessions=2)
     first = _spawn(registry, ["cat"])

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from relay_shell.ssh import inventory as inventory_module
-from relay_shell.ssh.inventory import MAX_HOSTS, Inventory, InventoryError
+from relay_shell.ssh.inventory import load as inventory_module
+from relay_shell.ssh.inventory.fields import MAX_HOSTS, InventoryError
+from relay_shell.ssh.inventory.load import Inventory
 
 
 @pytest.fixture(autouse=True)

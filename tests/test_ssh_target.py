@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from relay_shell.plan import ArgumentError
-from relay_shell.policy.classify import Subject
-from relay_shell.policy.policy import Policy
-from relay_shell.ssh.inventory import Inventory
+from relay_shell.errors import ArgumentError
+from relay_shell.plan import Subject
+from relay_shell.policy.admission import Policy
+from relay_shell.ssh.inventory.load import Inventory
 from relay_shell.ssh.target import HostSpec, canonical_host, host_spellings, parse_host_spec, resolve_route
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from relay_shell.ssh.inventory import Inventory
+from relay_shell.ssh.inventory.load import Inventory
 from relay_shell.ssh.pool import ConnectFailed, SshPool
 from relay_shell.ssh.remote_exec import run_remote
 from relay_shell.ssh.target import resolve_route

@@ -20,8 +20,9 @@ no pass matches again in a different way, so `redact(redact(x)) == redact(x)`.
 
 from __future__ import annotations
 
-import functools
 import re
+
+from relay_shell.audit.secret_names import NOT_SECRET, SECRET_HEADER_NAMES, WEAK, is_secret_name, secret_name_strength
 
 REDACTED = "[REDACTED]"
 REDACTED_PRIVATE_KEY = "[REDACTED PRIVATE KEY]"
@@ -81,72 +82,6 @@ def _mask_user_password(word: str) -> str | None:
 # --------------------------------------------------------------------------------------------------------------
 # Which names are secrets.
 # --------------------------------------------------------------------------------------------------------------
-
-# Searched in the lower-cased name, so compounds match: DB_PASSWORD, MYSQL_ROOT_PASSWORD, PGPASSWORD,
-# client_secret, GITHUB_TOKEN, apiKey, x-api-key, AWS_SECRET_ACCESS_KEY. `token` but not `tokens`,
-# `tokenizer`, `tokenise` (max_tokens is a number, not a secret). Alternatives of literals with bounded
-# optional separators: constant work per start position.
-_SECRET_WORD = re.compile(
-    r"password|passwd|passphrase|secret|credential|token(?!s|i[sz])|masterauth"
-    r"|(?:api|access|private|account|auth|signing|master|encryption|session|client|license|shared[_.-]?access)"
-    r"[_.-]?key"
-)
-# Short words that name a secret only as a whole segment of the name: MYSQL_PWD, DB_PASS, --pw, `auth`
-# (docker config.json), `sig` (Azure SAS), openssl's -passin/-passout. As substrings they are everywhere,
-# and even as a whole name they are weak evidence (`auth: handle expiry` is a commit message).
-_WEAK_SECRET_SEGMENTS = frozenset({"pwd", "pw", "pass", "passin", "passout", "auth", "sig", "signature", "creds"})
-# A segment ending in "pass" is a password (SSHPASS, storepass, keypass, requirepass), except these words.
-_PASS_WORDS = frozenset({"bypass", "compass", "encompass", "overpass", "underpass", "trespass", "surpass"})
-# A name ending like this names *where* a secret is or what kind it is, not the secret itself:
-# PASSWORD_FILE, --password-stdin, secretName, TOKEN_URL, token_type, --password-command,
-# `-o PasswordAuthentication=no`.
-_NOT_SECRET_LAST_SEGMENTS = frozenset(
-    {"file", "files", "path", "dir", "stdin", "fd", "prompt", "cmd", "command", "helper", "url", "uri",
-     "endpoint", "name", "ref", "type", "length", "len", "ttl", "expiry", "expires", "policy", "hint",
-     "authentication", "env", "var"}  # `secret_env`, `PASSWORD_VAR`: the name of a variable, not its value
-)
-# --no-password, --ask-pass, --ask-become-pass are switches without a value.
-_NOT_SECRET_FIRST_SEGMENTS = frozenset({"no", "ask"})
-# `token.py:12:` (compiler or grep output) is a file name followed by a line number.
-_FILE_EXTENSIONS = frozenset(
-    {"py", "pyc", "js", "mjs", "ts", "tsx", "jsx", "go", "rs", "rb", "java", "kt", "c", "h", "cc", "cpp", "cs",
-     "php", "sh", "bash", "txt", "md", "rst", "html", "htm", "css", "json", "yaml", "yml", "toml", "ini", "cfg",
-     "conf", "xml", "log", "lock", "pem", "key", "crt", "csv", "sql", "tmpl", "j2", "tf"}
-)
-# The shell's own working-directory variables are not passwords (env output, `PWD=/tmp cmd`).
-_NOT_SECRET_NAMES = frozenset({"PWD", "OLDPWD"})
-# Header names whose whole value is a credential when they are dict keys ({"Authorization": "Basic …"}).
-_SECRET_HEADER_NAMES = frozenset({"authorization", "proxy-authorization", "cookie", "set-cookie"})
-
-# Splits NAME_LIKE_THIS, nameLikeThis, APIKey, --name-like-this into words. Each alternative consumes at
-# least one character and backtracks at most one (the uppercase run before a lowercase letter): linear.
-_NAME_SEGMENT = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
-
-_NOT_SECRET, _WEAK, _STRONG = 0, 1, 2
-
-
-@functools.lru_cache(maxsize=4096)  # argument and variable names repeat on every call
-def _secret_name_strength(name: str) -> int:
-    """_STRONG for names that say "secret" (DB_PASSWORD, apiKey), _WEAK for short ones (pwd, auth, sig)."""
-    if name in _NOT_SECRET_NAMES:
-        return _NOT_SECRET
-    stem, dot, extension = name.rpartition(".")
-    if dot and stem and extension.lower() in _FILE_EXTENSIONS:
-        return _NOT_SECRET
-    segments = [segment.lower() for segment in _NAME_SEGMENT.findall(name)]
-    if not segments or segments[-1] in _NOT_SECRET_LAST_SEGMENTS or segments[0] in _NOT_SECRET_FIRST_SEGMENTS:
-        return _NOT_SECRET
-    if _SECRET_WORD.search(name.lower()) is not None:
-        return _STRONG
-    if any(segment.endswith("pass") and len(segment) > 4 and segment not in _PASS_WORDS for segment in segments):
-        return _STRONG
-    if any(segment in _WEAK_SECRET_SEGMENTS for segment in segments):
-        return _WEAK
-    return _NOT_SECRET
-
-
-def _is_secret_name(name: str) -> bool:
-    return _secret_name_strength(name) != _NOT_SECRET
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -327,9 +262,9 @@ def _redact_named_values(text: str) -> str:
         if found is None:
             continue
         value_start, operator = found
-        strength = _secret_name_strength(name)
+        strength = secret_name_strength(name)
         quoted_name = text.startswith(("\"", "'", "\\"), position)
-        if strength == _NOT_SECRET or (strength == _WEAK and operator == ":" and not quoted_name):
+        if strength == NOT_SECRET or (strength == WEAK and operator == ":" and not quoted_name):
             continue  # `auth: handle expiry` is prose; `"auth": "…"` and `pwd=…` are not
         if not quoted_name and _CLOSING_QUOTE.match(text, value_start):
             continue  # an unquoted name, then a quote that ends the string around it
@@ -364,7 +299,7 @@ def _redact_config_set(text: str) -> str:
     position = 0
     while (command := _CONFIG_SET.search(text, position)) is not None:
         position = command.end()
-        if not _is_secret_name(command.group(1)):
+        if not is_secret_name(command.group(1)):
             continue
         value = _VALUE.match(text, position)
         if value is None or value.group().startswith("-"):
@@ -387,7 +322,7 @@ def _redact_xml_elements(text: str) -> str:
     if "</" not in text:
         return text
     return _XML_ELEMENT.sub(
-        lambda match: f"<{match.group(1)}>{REDACTED}</" if _is_secret_name(match.group(1)) else match.group(),
+        lambda match: f"<{match.group(1)}>{REDACTED}</" if is_secret_name(match.group(1)) else match.group(),
         text,
     )
 
@@ -551,7 +486,7 @@ def redact_value(value: object) -> object:
 def _redact_entry(key: object, item: object) -> object:
     # None and booleans carry no secret ({"PASSWORD": null} unsets a variable; {"use_token": true}).
     carries_secret = item is not None and not isinstance(item, bool)
-    if carries_secret and isinstance(key, str) and (_is_secret_name(key) or key.lower() in _SECRET_HEADER_NAMES):
+    if carries_secret and isinstance(key, str) and (is_secret_name(key) or key.lower() in SECRET_HEADER_NAMES):
         return REDACTED
     return redact_value(item)
 
@@ -573,7 +508,7 @@ def _redact_argv(items: list[object]) -> list[object]:
             # The value is attached: "-psecret".
             kind = secret_options[item[:2]]
             target, prefix, word = index, item[:2], item[2:]
-        elif item in secret_options or (item.startswith("-") and "=" not in item and _is_secret_name(item)):
+        elif item in secret_options or (item.startswith("-") and "=" not in item and is_secret_name(item)):
             # The value is the next item: ["-p", "x"], ["--password", "x"].
             kind = secret_options.get(item, _WHOLE)
             following = items[index + 1] if index + 1 < len(items) else None

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from relay_shell.plan import ArgumentError, ToolError
+from relay_shell.errors import ArgumentError, ToolError
 from relay_shell.sessions.ansi import strip_ansi
 
 MAX_PATTERNS = 16

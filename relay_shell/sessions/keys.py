@@ -5,7 +5,7 @@ Sequences are what an xterm-compatible terminal sends in normal cursor mode (TER
 
 from __future__ import annotations
 
-from relay_shell.plan import ArgumentError
+from relay_shell.errors import ArgumentError
 
 KEYS: dict[str, bytes] = {
     "enter": b"\r",

@@ -18,7 +18,7 @@ from typing import Literal, Protocol
 
 import anyio
 
-from relay_shell.plan import ToolError
+from relay_shell.errors import ToolError
 from relay_shell.sessions.expect import SEARCH_WINDOW, Match, Patterns, echo_skip, search, window_text
 from relay_shell.sessions.ring import OutputRing, RingRead
 from relay_shell.sessions.transcript import Transcript

@@ -8,10 +8,10 @@ import contextlib
 from typing import TYPE_CHECKING
 
 from relay_shell.config import Settings
-from relay_shell.ssh.forward import ForwardRegistry
+from relay_shell.ssh.forwards.registry import ForwardRegistry
 
 if TYPE_CHECKING:
-    from relay_shell.ssh.commands import Ssh
+    from relay_shell.ssh.connection_args import Ssh
 
 
 class SshAccess:
@@ -24,8 +24,8 @@ class SshAccess:
 
     def get(self) -> Ssh:
         if self.ssh is None:
-            from relay_shell.ssh.commands import Ssh
-            from relay_shell.ssh.inventory import Inventory
+            from relay_shell.ssh.connection_args import Ssh
+            from relay_shell.ssh.inventory.load import Inventory
             from relay_shell.ssh.pool import SshPool
 
             settings = self.settings

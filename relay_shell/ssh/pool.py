@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import asyncssh
 
-from relay_shell.plan import ToolError
+from relay_shell.errors import ToolError
 from relay_shell.ssh.target import Endpoint, Route
 from relay_shell.ssh.trust import TrustDecision, check_unmatched_key, trusted_keys
 

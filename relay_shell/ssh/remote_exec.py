@@ -21,7 +21,8 @@ from typing import TypeVar
 import asyncssh
 
 from relay_shell.capture import BoundedCapture, CapturedText
-from relay_shell.plan import ProgressFn, ToolError
+from relay_shell.errors import ToolError
+from relay_shell.plan import ProgressFn
 from relay_shell.ssh.pool import PooledConnection, SshPool, connect_error
 from relay_shell.ssh.target import Route
 

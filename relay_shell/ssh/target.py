@@ -18,8 +18,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from stat import S_ISREG
 
-from relay_shell.plan import ArgumentError
-from relay_shell.ssh.inventory import KNOWN_HOSTS_MODES, Inventory
+from relay_shell.errors import ArgumentError
+from relay_shell.ssh.inventory.fields import KNOWN_HOSTS_MODES
+from relay_shell.ssh.inventory.load import Inventory
 
 DEFAULT_PORT = 22
 MAX_JUMPS = 8

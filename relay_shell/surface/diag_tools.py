@@ -10,11 +10,11 @@ from mcp.server.mcpserver.tools import Tool
 from mcp_types import CallToolResult
 from pydantic import Field
 
+from relay_shell.confirm.tool import prepare_confirm, recorded_confirm_arguments
 from relay_shell.diagnostics import prepare_audit_tail, prepare_server_info
-from relay_shell.policy.confirm import prepare_confirm, recorded_confirm_arguments
+from relay_shell.identity import owner_of
 from relay_shell.results import AuditTailResult, ConfirmResult, ServerInfoResult
 from relay_shell.runner import Runner
-from relay_shell.sessions.owner import owner_of
 from relay_shell.surface.build import make_tool
 
 

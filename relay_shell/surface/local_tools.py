@@ -9,7 +9,7 @@ from mcp.server.mcpserver.tools import Tool
 from mcp_types import CallToolResult
 from pydantic import Field
 
-from relay_shell.local.commands import prepare_exec, prepare_script
+from relay_shell.local.plans import prepare_exec, prepare_script
 from relay_shell.results import ExecResult
 from relay_shell.runner import Runner
 from relay_shell.surface.build import make_tool

@@ -9,9 +9,10 @@ from mcp.server.mcpserver.tools import Tool
 from mcp_types import CallToolResult
 from pydantic import Field
 
+from relay_shell.identity import identify, owner_of
 from relay_shell.results import SessionListResult, SessionResult
-from relay_shell.runner import Runner, identify
-from relay_shell.sessions.commands import (
+from relay_shell.runner import Runner
+from relay_shell.sessions.plans import (
     prepare_kill,
     prepare_list,
     prepare_recv,
@@ -20,7 +21,6 @@ from relay_shell.sessions.commands import (
     prepare_spawn,
     withhold_at_password_prompt,
 )
-from relay_shell.sessions.owner import owner_of
 from relay_shell.sessions.registry import SessionRegistry
 from relay_shell.surface.build import make_tool
 from relay_shell.surface.local_tools import Cwd, Env

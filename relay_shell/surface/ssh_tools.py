@@ -10,8 +10,8 @@ from mcp.server.mcpserver.tools import Tool
 from mcp_types import CallToolResult
 from pydantic import Field
 
-from relay_shell.plan import Plan
-from relay_shell.policy.classify import Subject
+from relay_shell.identity import identify, owner_of
+from relay_shell.plan import Plan, Subject
 from relay_shell.results import (
     FanoutResult,
     ForwardListResult,
@@ -22,8 +22,7 @@ from relay_shell.results import (
     SshExecResult,
     TransferResult,
 )
-from relay_shell.runner import Runner, identify
-from relay_shell.sessions.owner import owner_of
+from relay_shell.runner import Runner
 from relay_shell.sessions.registry import SessionRegistry
 from relay_shell.ssh.access import SshAccess
 from relay_shell.surface.build import make_tool
@@ -31,7 +30,7 @@ from relay_shell.surface.local_tools import MaxOutput, Timeout
 from relay_shell.surface.session_tools import Cols, Rows, Until, WaitTimeout
 
 if TYPE_CHECKING:
-    from relay_shell.ssh.commands import ConnectionArgs
+    from relay_shell.ssh.connection_args import ConnectionArgs
 
 Host = Annotated[
     str,
@@ -66,7 +65,7 @@ def ssh_tools(runner: Runner, registry: SessionRegistry, access: SshAccess) -> l
     def connection(
         user: str | None, port: int | None, key_path: str | None, known_hosts: str | None, jump: str | None
     ) -> ConnectionArgs:
-        from relay_shell.ssh.commands import ConnectionArgs
+        from relay_shell.ssh.connection_args import ConnectionArgs
 
         return ConnectionArgs(user=user, port=port, key_path=key_path, known_hosts=known_hosts, jump=jump)
 
@@ -94,7 +93,7 @@ def ssh_tools(runner: Runner, registry: SessionRegistry, access: SshAccess) -> l
         """
 
         def prepare() -> Plan:
-            from relay_shell.ssh.commands import prepare_exec
+            from relay_shell.ssh.exec_plan import prepare_exec
 
             return prepare_exec(
                 access.get(),
@@ -137,7 +136,7 @@ def ssh_tools(runner: Runner, registry: SessionRegistry, access: SshAccess) -> l
         request_context = ctx.request_context
 
         def prepare() -> Plan:
-            from relay_shell.ssh.commands import prepare_spawn
+            from relay_shell.ssh.exec_plan import prepare_spawn
 
             return prepare_spawn(
                 access.get(),
@@ -173,7 +172,7 @@ def ssh_tools(runner: Runner, registry: SessionRegistry, access: SshAccess) -> l
         """
 
         def prepare() -> Plan:
-            from relay_shell.ssh.commands import prepare_fanout
+            from relay_shell.ssh.fanout_plan import prepare_fanout
 
             return prepare_fanout(
                 access.get(),
@@ -212,7 +211,7 @@ def ssh_tools(runner: Runner, registry: SessionRegistry, access: SshAccess) -> l
         """
 
         def prepare() -> Plan:
-            from relay_shell.ssh.commands import prepare_fanout
+            from relay_shell.ssh.fanout_plan import prepare_fanout
 
             return prepare_fanout(
                 access.get(),
@@ -241,7 +240,7 @@ def ssh_tools(runner: Runner, registry: SessionRegistry, access: SshAccess) -> l
         before adding them."""
 
         def prepare() -> Plan:
-            from relay_shell.ssh.commands import prepare_keyscan
+            from relay_shell.ssh.keyscan_plan import prepare_keyscan
 
             return prepare_keyscan(access.get(), hosts=hosts, port=port, key_types=key_types, timeout=timeout)
 
@@ -252,7 +251,7 @@ def ssh_tools(runner: Runner, registry: SessionRegistry, access: SshAccess) -> l
         ~/.ssh/config and the inventory file (JSON, YAML or Ansible). Use the names or @group in other tools."""
 
         def prepare() -> Plan:
-            from relay_shell.ssh.commands import prepare_hosts
+            from relay_shell.ssh.hosts_plan import prepare_hosts
 
             return prepare_hosts(access.get())
 
@@ -286,7 +285,7 @@ def ssh_tools(runner: Runner, registry: SessionRegistry, access: SshAccess) -> l
         """
 
         def prepare() -> Plan:
-            from relay_shell.ssh.transfer import prepare_upload
+            from relay_shell.ssh.transfers.plans import prepare_upload
 
             return prepare_upload(
                 access.get(),
@@ -327,7 +326,7 @@ def ssh_tools(runner: Runner, registry: SessionRegistry, access: SshAccess) -> l
         """
 
         def prepare() -> Plan:
-            from relay_shell.ssh.transfer import prepare_download
+            from relay_shell.ssh.transfers.plans import prepare_download
 
             return prepare_download(
                 access.get(),
@@ -384,7 +383,7 @@ def ssh_tools(runner: Runner, registry: SessionRegistry, access: SshAccess) -> l
         request_context = ctx.request_context
 
         def prepare() -> Plan:
-            from relay_shell.ssh.forward import prepare_forward
+            from relay_shell.ssh.forwards.plans import prepare_forward
 
             client_id = identify(request_context, runner.transport).client_id
 
@@ -411,7 +410,7 @@ def ssh_tools(runner: Runner, registry: SessionRegistry, access: SshAccess) -> l
         request_context = ctx.request_context
 
         def prepare() -> Plan:
-            from relay_shell.ssh.forward import prepare_forward_list
+            from relay_shell.ssh.forwards.plans import prepare_forward_list
 
             return prepare_forward_list(access.forwards, settings.max_output, owner_of(request_context))
 
@@ -426,7 +425,7 @@ def ssh_tools(runner: Runner, registry: SessionRegistry, access: SshAccess) -> l
         request_context = ctx.request_context
 
         def prepare() -> Plan:
-            from relay_shell.ssh.forward import prepare_forward_close
+            from relay_shell.ssh.forwards.plans import prepare_forward_close
 
             return prepare_forward_close(access.forwards, owner_of(request_context), forward_id=forward_id)
 

@@ -52,7 +52,7 @@ if TYPE_CHECKING:
     from starlette.requests import Request
     from starlette.responses import Response
 
-    from relay_shell.http import TokenFileVerifier
+    from relay_shell.auth.tokens import TokenFileVerifier
 
 ACCESS_PREFIX = "rsat_"
 REFRESH_PREFIX = "rsrt_"

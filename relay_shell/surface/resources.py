@@ -42,7 +42,7 @@ def register_context(mcp: MCPServer, runner: Runner, ssh: SshAccess) -> None:
         mime_type="application/json",
     )
     def inventory() -> str:
-        from relay_shell.ssh.commands import inventory_view
+        from relay_shell.ssh.hosts_plan import inventory_view
 
         text = orjson.dumps(inventory_view(ssh.get()), option=orjson.OPT_INDENT_2).decode()
         return runner.context_pull(current_request.get(), "resource:inventory", text)
@@ -56,7 +56,7 @@ def register_context(mcp: MCPServer, runner: Runner, ssh: SshAccess) -> None:
         mime_type="application/json",
     )
     def inventory_host(host: str) -> str:
-        from relay_shell.ssh.commands import host_view
+        from relay_shell.ssh.hosts_plan import host_view
 
         return runner.context_pull(current_request.get(), "resource:inventory_host", host_view(ssh.get(), host))
 

@@ -29,16 +29,14 @@ import time
 import asyncssh
 from asyncssh import SFTPClient
 
-from relay_shell.local.commands import call_limits, check_no_nul
-from relay_shell.plan import ArgumentError, Execution, Plan, ProgressFn, ToolError
-from relay_shell.policy.classify import Subject
-from relay_shell.results import Outcome
-from relay_shell.ssh.commands import ConnectionArgs, Ssh, target_record
+from relay_shell.arguments import call_limits, check_no_nul
+from relay_shell.errors import ArgumentError, ToolError
+from relay_shell.plan import Execution, Outcome, Plan, ProgressFn, Subject
+from relay_shell.ssh.connection_args import ConnectionArgs, Ssh, target_record
 from relay_shell.ssh.pool import PooledConnection
 from relay_shell.ssh.remote_exec import on_channel
-from relay_shell.ssh.sftp_files import Meter, Session, TransferTooLarge, quietly
 from relay_shell.ssh.target import Route
-from relay_shell.ssh.transfer_ends import (
+from relay_shell.ssh.transfers.ends import (
     CONNECTION_LOST,
     KIND_NAMES,
     Clash,
@@ -49,7 +47,8 @@ from relay_shell.ssh.transfer_ends import (
     path_error,
     reason_of,
 )
-from relay_shell.ssh.transfer_report import TransferReport
+from relay_shell.ssh.transfers.report import TransferReport
+from relay_shell.ssh.transfers.sftp_files import Meter, Session, TransferTooLarge, quietly
 
 MAX_PATH = 4096
 

@@ -11,10 +11,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from relay_shell.capture import BoundedCapture
-from relay_shell.plan import Execution
-from relay_shell.results import Outcome
-from relay_shell.ssh.sftp_files import Landed
-from relay_shell.ssh.transfer_ends import Entry, Job
+from relay_shell.plan import Execution, Outcome
+from relay_shell.ssh.transfers.ends import Entry, Job
+from relay_shell.ssh.transfers.sftp_files import Landed
 
 MAX_LISTED = 1000  # files and failures listed in the result and the audit record; the manifest digest has all
 

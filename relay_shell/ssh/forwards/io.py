@@ -23,8 +23,9 @@ from typing import Any, Protocol, cast
 import anyio
 import asyncssh
 
-from relay_shell.plan import ToolError
-from relay_shell.ssh.forward import HOST_NAME, ConnectionBudget, ForwardSpec, Traffic, host_port
+from relay_shell.errors import ToolError
+from relay_shell.ssh.forwards.spec import HOST_NAME, ForwardSpec, host_port
+from relay_shell.ssh.forwards.traffic import ConnectionBudget, Traffic
 from relay_shell.ssh.pool import PooledConnection, SshPool
 from relay_shell.ssh.target import Route, canonical_host
 

@@ -6,7 +6,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from relay_shell.policy.classify import Subject, analyze
+from relay_shell.plan import Subject
+from relay_shell.policy.classify import analyze
 from relay_shell.policy.tiers import TIER_NAMES
 
 

@@ -20,8 +20,8 @@ from typing import Literal
 import asyncssh
 from asyncssh import SFTPAttrs, SFTPClient
 
-from relay_shell.plan import ToolError
-from relay_shell.ssh.sftp_files import (
+from relay_shell.errors import ToolError
+from relay_shell.ssh.transfers.sftp_files import (
     Landed,
     Session,
     download_file,

@@ -2,28 +2,13 @@
 
 from __future__ import annotations
 
-import functools
-import os
 import shlex
-from typing import Any, Protocol
 
-from relay_shell.capture import CapturedText
-from relay_shell.config import Settings, clamp
+from relay_shell.arguments import call_limits, check_cwd, check_no_nul, child_env
+from relay_shell.config import Settings
+from relay_shell.errors import ArgumentError
 from relay_shell.local.process import run_process
-from relay_shell.plan import ArgumentError, Execution, Plan, ProgressFn
-from relay_shell.policy.classify import Subject
-from relay_shell.results import Outcome
-
-# Commands run without a terminal: make the usual interactive prompts and pagers fail fast or stay out
-# of the way. The caller's `env` overrides any of these.
-NONINTERACTIVE_ENV = {
-    "PAGER": "cat",
-    "GIT_PAGER": "cat",
-    "SYSTEMD_PAGER": "",
-    "MANPAGER": "cat",
-    "DEBIAN_FRONTEND": "noninteractive",
-    "GIT_TERMINAL_PROMPT": "0",
-}
+from relay_shell.plan import Execution, Plan, ProgressFn, Subject, command_execution
 
 INTERPRETERS = {
     "bash": ["bash", "-s"],
@@ -31,9 +16,6 @@ INTERPRETERS = {
     "python": ["python3", "-"],
 }
 STRICT_PREAMBLE = {"bash": "set -euo pipefail\n", "sh": "set -eu\n"}
-
-MIN_TIMEOUT = 0.1
-MIN_OUTPUT = 256
 
 
 def prepare_exec(
@@ -155,91 +137,3 @@ def _process_plan(
     return Plan(subject=subject, execute=execute, notes=notes, timeout=timeout)
 
 
-def call_limits(settings: Settings, timeout: float, max_output: int | None, notes: list[str]) -> tuple[float, int]:
-    """The call's timeout and output budget, clamped to the configured ranges (a note says when)."""
-    timeout_value, note = clamp("timeout", timeout, MIN_TIMEOUT, settings.max_timeout)
-    if note:
-        notes.append(note)
-    requested_output = settings.max_output if max_output is None else max_output
-    output_value, note = clamp("max_output", requested_output, MIN_OUTPUT, settings.max_output_hard)
-    if note:
-        notes.append(note)
-    return timeout_value, int(output_value)
-
-
-def check_cwd(cwd: str | None) -> str | None:
-    if cwd is None:
-        return None
-    check_no_nul("cwd", cwd)
-    path = os.path.expanduser(cwd)
-    if not os.path.exists(path):
-        raise ArgumentError(f"cwd: {cwd!r} does not exist; allowed: an existing directory")
-    if not os.path.isdir(path):
-        raise ArgumentError(f"cwd: {cwd!r} is not a directory; allowed: an existing directory")
-    if not os.access(path, os.X_OK):
-        raise ArgumentError(f"cwd: {cwd!r} is not accessible (permission denied); allowed: a directory you can enter")
-    return path
-
-
-@functools.cache
-def _install_noninteractive_defaults() -> None:
-    """Put the defaults into the server's own environment once, so a call without an overlay passes env=None
-    and the child inherits it: re-encoding ~100 variables per spawn costs more than spawning `true`. The
-    server itself never runs a pager or a prompt, so this changes nothing for it."""
-    os.environ.update(NONINTERACTIVE_ENV)
-
-
-def child_env(overlay: dict[str, str | None] | None) -> dict[str, str] | None:
-    _install_noninteractive_defaults()
-    if not overlay:
-        return None
-    environment = dict(os.environ)
-    for name, value in (overlay or {}).items():
-        if not name or "=" in name or "\x00" in name:
-            raise ArgumentError(f"env: {name!r} is not a valid variable name; allowed: a non-empty name without '='")
-        if value is None:
-            environment.pop(name, None)
-            continue
-        check_no_nul(f"env.{name}", value)
-        environment[name] = value
-    return environment
-
-
-def check_no_nul(argument: str, value: str) -> None:
-    if "\x00" in value:
-        raise ArgumentError(
-            f"{argument}: contains a NUL byte; allowed: text without NUL (NUL cannot pass through exec)"
-        )
-
-
-class CommandOutcome(Protocol):
-    """How a command ended, locally (ProcessOutcome) or over SSH (RemoteOutcome)."""
-
-    exit_code: int | None
-    signal: str | None
-    timed_out: bool
-    stdout: CapturedText
-    stderr: CapturedText | None
-
-
-def command_execution(outcome: CommandOutcome, fields: dict[str, Any] | None = None) -> Execution:
-    """The result of a one-shot command: timeout, ok or exit_nonzero, with separate stderr when kept apart."""
-    fields = dict(fields or {})
-    if outcome.stderr is not None:
-        fields["stderr"] = outcome.stderr.text
-        fields["stderr_bytes"] = outcome.stderr.produced_bytes
-    status: Outcome
-    if outcome.timed_out:
-        status = "timeout"
-    elif outcome.exit_code == 0:
-        status = "ok"
-    else:
-        status = "exit_nonzero"
-    return Execution(
-        status=status,
-        output=outcome.stdout,
-        exit_code=outcome.exit_code,
-        signal=outcome.signal,
-        stderr=outcome.stderr,
-        fields=fields,
-    )

@@ -1,4 +1,5 @@
-"""Who owns a session: the MCP client connection that spawned it.
+"""Who is calling: the client label of the audit record (`identify`), and the owner of sessions and forwards
+(`owner_of`): the MCP client connection that opened them.
 
 A connection is identified by the SDK's per-stream JSON-RPC dispatcher (one per stdio stream, in-memory
 client or stateful HTTP session, i.e. per MCP session id), reached through the request context. That holds
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import secrets
 import weakref
+from dataclasses import dataclass
 from typing import Any
 
 from mcp.server.auth.middleware.auth_context import get_access_token
@@ -70,3 +72,25 @@ def _channel_of(request_context: ServerRequestContext[Any, Any]) -> Any:
     dispatch_context = getattr(dispatch_context, "_inner", dispatch_context)
     dispatcher = getattr(dispatch_context, "_dispatcher", None)
     return dispatcher if dispatcher is not None else session._connection
+
+
+@dataclass(frozen=True)
+class Identity:
+    request_id: str | None
+    client_id: str
+
+
+def identify(request_context: ServerRequestContext[Any, Any] | None, transport: str) -> Identity:
+    if request_context is None:
+        return Identity(request_id=None, client_id=transport)
+    client_name = "unknown"
+    access = get_access_token()
+    params = request_context.session.client_params
+    if access is not None:
+        # Authenticated over HTTP: the token's name from the token file, not what the client says it is.
+        client_name = (access.claims or {}).get("relay_shell_name") or access.client_id  # OAuth: approver/client
+    elif params is not None and params.client_info is not None:
+        # The client's self-declared name, kept as a label in the record (never in metrics).
+        client_name = params.client_info.name[:64]
+    request_id = request_context.request_id
+    return Identity(request_id=None if request_id is None else str(request_id), client_id=f"{transport}:{client_name}")

@@ -29,7 +29,8 @@ import anyio
 import asyncssh
 from asyncssh import SFTPAttrs, SFTPClient, SFTPClientFile
 
-from relay_shell.plan import ProgressFn, ToolError
+from relay_shell.errors import ToolError
+from relay_shell.plan import ProgressFn
 
 BLOCK_SIZE = 261120  # OpenSSH's sftp-server serves at most this per read or write (its limits@openssh.com)
 # Block requests in flight per file, enough to keep a fast link busy. Reads can run further ahead: the SSH

@@ -17,12 +17,12 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from relay_shell.arguments import MIN_OUTPUT, check_cwd, check_no_nul, child_env
 from relay_shell.capture import BoundedCapture
 from relay_shell.config import Settings, clamp
-from relay_shell.local.commands import MIN_OUTPUT, check_cwd, check_no_nul, child_env
-from relay_shell.plan import ArgumentError, Execution, Plan, ProgressFn, ToolError
-from relay_shell.policy.classify import Subject, classify
-from relay_shell.results import Outcome
+from relay_shell.errors import ArgumentError, ToolError
+from relay_shell.plan import Execution, Outcome, Plan, ProgressFn, Subject
+from relay_shell.policy.classify import classify
 from relay_shell.sessions.ansi import strip_ansi
 from relay_shell.sessions.expect import Patterns, compile_until, expected_echo
 from relay_shell.sessions.keys import KEYS, LINE_ENDING_KEYS, key_name
