@@ -6,9 +6,11 @@ D, a socket on this machine for R). Both are driven by callbacks — asyncio's p
 SSHTCPSession for a channel, which share their method names — with no task per connection: the bytes read on
 one end are counted and written to the other at once. Flow control runs end to end: when one end's write
 buffer fills, the other end stops reading (an SSH channel then stops granting window to the far side), so a
-slow reader never makes this process buffer without bound. A socket waits, reading paused, until the channel
-for it is open. Connections are bounded per forward and, since each holds a file descriptor, for all forwards
-together (`ConnectionBudget`); one beyond either bound is closed at once and counted as refused.
+slow reader never makes this process buffer without bound. What a socket reads before the channel for it is
+open (a client that speaks at once, a destination that greets) is kept, up to EARLY_BYTES (reading then stops),
+and passed on first once the channel is open. Connections are bounded per forward and, since each holds a file
+descriptor, for all forwards together (`ConnectionBudget`); one beyond either bound is closed at once and counted
+as refused.
 """
 
 from __future__ import annotations
@@ -30,6 +32,9 @@ from relay_shell.ssh.pool import PooledConnection, SshPool
 from relay_shell.ssh.target import Route, canonical_host
 
 MAX_OPEN_CONNECTIONS = 256  # carried at once by one forward; more are refused (and counted) until some end
+# Read on one end before the other is open, then reading stops: a request or a greeting fits, and a connection
+# waiting for its channel holds at most this plus one read (asyncio reads up to 256 KiB at a time).
+EARLY_BYTES = 64 * 1024
 MAX_DESTINATIONS_KEPT = 64  # distinct SOCKS destinations listed per forward
 SOCKS_HANDSHAKE_BYTES = 1024  # a SOCKS request is at most 262 bytes (SOCKS4a: user id and name)
 SOCKS_HANDSHAKE_TIMEOUT = 10.0
@@ -93,7 +98,9 @@ class _End(asyncio.BaseProtocol):
         self.toward_destination = toward_destination  # the bytes read on this end travel to the destination
         self.stream: _Stream | None = None
         self.peer = peer
-        self.waiting = False  # reading paused until the peer end is open
+        self.waiting = False  # the peer end is not open yet: what this end reads is kept in `early`
+        self.early = bytearray()
+        self.early_eof = False  # the EOF came while waiting: passed on after `early`
         self.eof = False
         if peer is not None:
             peer.peer = self
@@ -104,16 +111,25 @@ class _End(asyncio.BaseProtocol):
         if self.link.closed:
             self.stream.close()
         elif self.peer is None or self.peer.stream is None:
+            # Reading stays on, into `early`: pausing here is not enough, since asyncio without the fix of
+            # python/cpython#103607 (Debian 12's 3.11.2) starts reading right after connection_made even if paused.
             self.waiting = True
-            self.stream.pause_reading()
         elif self.peer.waiting:
-            self.peer.waiting = False
-            self.peer.stream.resume_reading()
+            self.peer.flush()
 
     def session_started(self) -> None:
         """asyncssh: the channel is ready (nothing to do: connection_made did it)."""
 
     def data_received(self, data: bytes, datatype: object = None) -> None:
+        if self.waiting:
+            self.early += data
+            if len(self.early) >= EARLY_BYTES and self.stream is not None:
+                self.stream.pause_reading()  # the rest waits in the kernel until the peer is open
+            return
+        self.carry(data)
+
+    def carry(self, data: bytes) -> None:
+        """Count bytes read on this end and write them to the other: counted once, when carried."""
         if self.toward_destination:
             self.link.traffic.to_destination += len(data)
         else:
@@ -121,12 +137,31 @@ class _End(asyncio.BaseProtocol):
         if self.peer is not None:
             self.peer.write(data)
 
+    def flush(self) -> None:
+        """The peer end is open: what this end read meanwhile goes first, then its EOF or more reading."""
+        self.waiting = False
+        if self.stream is None or self.peer is None:
+            return
+        if not self.early_eof:
+            # Before the write: a socket's resume only re-arms its reader, and a peer whose buffer the write fills
+            # pauses this end again (pause_writing), which must not be undone.
+            self.stream.resume_reading()
+        if self.early:
+            early = bytes(self.early)
+            self.early.clear()
+            self.carry(early)
+        if self.early_eof:
+            self.peer.write_eof()
+
     def write(self, data: bytes) -> None:
         if self.stream is not None:
             self.stream.write(data)
 
     def eof_received(self) -> bool:
         self.eof = True
+        if self.waiting:
+            self.early_eof = True
+            return True  # open for the answer, which the peer brings once it is open
         if self.peer is None:
             return False
         self.peer.write_eof()
@@ -154,7 +189,7 @@ class _LocalClient(_End):
     """L: a connection to the listener on this machine, carried over an SSH channel to the fixed destination."""
 
     def connection_made(self, transport: Any) -> None:
-        super().connection_made(transport)  # reading paused: the channel is not open yet
+        super().connection_made(transport)  # waiting: the channel is not open yet
         if self.link.closed:
             return
         spec = self.link.tunnel.spec
@@ -195,10 +230,11 @@ class _SocksClient(_End):
             super().data_received(data)
             return
         self.handshake += data
+        self._advance()
+        # Bounded while incomplete only: what a client sends right after its request (in the same read) is not
+        # handshake; _begin took it out and stopped reading.
         if len(self.handshake) > SOCKS_HANDSHAKE_BYTES:
             self.link.close()
-            return
-        self._advance()
 
     def write(self, data: bytes) -> None:
         if self.relaying:
