@@ -12,6 +12,8 @@ before the answer, so `\\n42\\n` and `^42$` match the answer as they would in th
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,7 +83,8 @@ def echo_skip(text: str, echo: str | None) -> int | None:
 
 
 def find(patterns: Patterns, window: bytes, echo: str | None) -> Match | None:
-    """The first match in a window of new output that starts with the echo of `echo` (None: no echo to skip)."""
+    """The first match in a window of new output; `echo` is what the typed input shows at the window's start
+    (None: nothing to skip)."""
     text = window_text(window)
     start = echo_skip(text, echo)
     if start is None:
@@ -90,19 +93,21 @@ def find(patterns: Patterns, window: bytes, echo: str | None) -> Match | None:
         # The line end that closes the typed line is also the line break before the answer: keep it, or
         # `\n42\n` could never match the answer. The echo's own characters stay skipped.
         start -= 1
-    found = search(patterns, text, start)
+    found = _earliest(enumerate(patterns), text, start)
     if found is not None:
         return found
     # Only patterns that name a CR can match the stream with CRs kept where they failed without them.
-    named_cr = [(index, pattern) for index, pattern in enumerate(patterns) if _names_cr(pattern.pattern)]
-    if not named_cr:
+    if not any(_names_cr(pattern.pattern) for pattern in patterns):
         return None
+    named_cr = [(index, pattern) for index, pattern in enumerate(patterns) if _names_cr(pattern.pattern)]
     stream = strip_escapes(window).decode("utf-8", errors="replace")
     return _earliest(named_cr, stream, _stream_offset(stream, start))
 
 
+@functools.lru_cache(maxsize=256)
 def _names_cr(pattern: str) -> bool:
-    # A false positive (`\\r`, a literal backslash and r) only costs the second search.
+    # Cached: asked on every wake-up without a match. A false positive (`\\r`, a literal backslash and r)
+    # only costs the second search.
     return "\\r" in pattern or "\r" in pattern or "\\x0d" in pattern.lower() or "\\015" in pattern
 
 
@@ -118,10 +123,10 @@ def _stream_offset(stream: str, offset: int) -> int:
 
 def search(patterns: Patterns, text: str, start: int) -> Match | None:
     """The earliest match at or after `start` (ties go to the lower pattern index)."""
-    return _earliest(list(enumerate(patterns)), text, start)
+    return _earliest(enumerate(patterns), text, start)
 
 
-def _earliest(patterns: list[tuple[int, Any]], text: str, start: int) -> Match | None:
+def _earliest(patterns: Iterable[tuple[int, Any]], text: str, start: int) -> Match | None:
     best: tuple[int, int, Any] | None = None
     for index, pattern in patterns:
         try:
