@@ -22,13 +22,19 @@ def nullable(json_type: str, description: str) -> WithJsonSchema:
     return WithJsonSchema({"type": [json_type, "null"], "description": description})
 
 
+def _every_field_required(schema: dict[str, Any]) -> None:
+    # Every result carries every field (its default when the call has no value for it), so the schema says
+    # so: a client may read `result["timed_out"]` without a fallback.
+    schema["required"] = list(schema["properties"])
+
+
 class ToolResult(BaseModel):
-    """Fields every tool returns; tools add their own below. A field whose value is its declared default
-    (null, false, 0 dropped bytes, no notes) is left out of structuredContent: absent means the default."""
+    """Fields every tool returns; tools add their own below. Every field is in every structuredContent, at its
+    declared default (null, false, 0, []) when the call has no value for it, and required in the schema."""
 
     # These models only describe results (their JSON schema, built once and cached): nothing validates with
     # them on a call, so pydantic need not build their validators when the server starts.
-    model_config = ConfigDict(defer_build=True)
+    model_config = ConfigDict(defer_build=True, json_schema_extra=_every_field_required)
 
     status: Outcome = Field(
         description="what happened: ok, exit_nonzero, timeout, denied, error, confirm_required, cancelled"
@@ -73,7 +79,7 @@ class SessionResult(ToolResult):
 
 
 class SessionListResult(ToolResult):
-    sessions: list[dict[str, Any]] = Field(description="your sessions with their state")
+    sessions: list[dict[str, Any]] = Field([], description="your sessions with their state")
 
 
 class SshExecResult(ExecResult):
@@ -146,7 +152,7 @@ class ConfirmResult(ToolResult):
 
 
 class AuditTailResult(ToolResult):
-    records: list[dict[str, Any]] = Field(description="audit records, oldest first")
+    records: list[dict[str, Any]] = Field([], description="audit records, oldest first")
 
 
 def status_line(

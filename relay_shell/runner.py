@@ -55,7 +55,7 @@ class Runner:
         # Registered tool names: only these become metric labels, so an unknown name cannot add series.
         self.known_tools: set[str] = set()
         self._call_counters: dict[tuple[str, int, str], Any] = {}
-        # Per tool, the defaults its outputSchema declares: a result field at its default is left out.
+        # Per tool, the defaults its outputSchema declares: what a result carries for a field the call did not set.
         self.result_defaults: dict[str, dict[str, Any]] = {}
         # Per tool, what the audit record may keep of the arguments of any call, valid or not (a password
         # typed into a session is withheld even when the call fails validation).
@@ -456,7 +456,10 @@ class Runner:
         error: str | None,
     ) -> dict[str, Any]:
         captured = execution.output
-        structured: dict[str, Any] = {
+        # Every field of the tool's outputSchema, always (the contract: a client reads `result["timed_out"]`
+        # without a fallback): its declared default unless this call has a value for it.
+        return {
+            **self.result_defaults.get(tool, _NO_DEFAULTS),
             "status": outcome,
             "tier": tier,
             "exit_code": execution.exit_code,
@@ -469,12 +472,8 @@ class Runner:
             "duration_ms": duration_ms,
             "notes": list(notes),
             "error": error,
+            **execution.fields,
         }
-        structured.update(execution.fields)
-        # Fields at their declared default are left out: a client validates every field it receives against
-        # the outputSchema, and on a fast call that costs it more than the call itself.
-        defaults = self.result_defaults.get(tool, {})
-        return {key: value for key, value in structured.items() if not _is_default(value, defaults.get(key, _REQUIRED))}
 
 
 class _Progress:
@@ -503,7 +502,7 @@ class _Progress:
             logger.debug("progress notification failed", exc_info=True)
 
 
-_REQUIRED = object()
+_NO_DEFAULTS: dict[str, Any] = {}
 
 # An elicited tier-3 confirmation: the outcome of its record, and why the call did not run, by the answer.
 _ANSWER_OUTCOMES: dict[str, Outcome] = {
@@ -525,12 +524,9 @@ _REFUSED = {
 }
 
 
-def _is_default(value: Any, default: Any) -> bool:
-    # `0 == False` in Python: a default only matches a value of the same type.
-    return default is not _REQUIRED and type(value) is type(default) and value == default
-
-
 def schema_defaults(output_schema: dict[str, Any] | None) -> dict[str, Any]:
+    # The values (an empty list among them) are shared by every result of the tool: results are only
+    # serialized, never changed in place.
     properties = (output_schema or {}).get("properties", {})
     return {name: field["default"] for name, field in properties.items() if "default" in field}
 

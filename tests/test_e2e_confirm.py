@@ -366,7 +366,7 @@ async def test_a_call_too_long_to_show_is_never_offered(token_client: Client, tm
     refused = await token_client.call_tool("shell_exec", {"command": long_command, "cwd": str(tmp_path)})
     assert text_of(refused).startswith("[ERROR: ConfirmTooLong: this tier-3 call is too long to show a human in full")
     assert "Split the work into smaller calls" in text_of(refused)
-    assert "confirm_token" not in fields(refused) and fields(refused)["status"] == "error"
+    assert fields(refused)["confirm_token"] is None and fields(refused)["status"] == "error"
     assert victim.exists()
 
 
@@ -417,7 +417,7 @@ async def test_deny_rules_and_readonly_refuse_before_any_confirmation(tmp_path: 
         async with connect(audit_path, confirm_tier3="token", **settings) as client:
             refused = await shred(client, victim.parent)
         assert text_of(refused).startswith("[DENIED tier 3 (irreversible): "), text_of(refused)
-        assert "confirm_token" not in fields(refused)
+        assert fields(refused)["confirm_token"] is None
         assert [record["outcome"] for record in read_records(audit_path)] == ["denied"]
     assert victim.exists()
 
@@ -472,7 +472,7 @@ async def test_elicitation_asks_the_human_and_only_a_yes_runs(tmp_path: Path, mo
             human.answers.append((action, confirmed, delay))
             refused = await shred(client, victim.parent)
             assert text_of(refused).startswith(f"[DENIED tier 3 (irreversible): {says}"), text_of(refused)
-            assert "confirm_token" not in fields(refused)
+            assert fields(refused)["confirm_token"] is None
             assert victim.exists()
         human.answers.append(("accept", True, 0.0))
         ran = await shred(client, victim.parent)

@@ -16,6 +16,11 @@ _ESCAPES = re.compile(
 )
 
 
+def strip_escapes(data: bytes) -> bytes:
+    """Remove escape sequences, keep line ends as they are (CRLF, lone CR)."""
+    return _ESCAPES.sub(b"", data)
+
+
 def strip_ansi(data: bytes) -> bytes:
     """Remove escape sequences and normalise CRLF to LF."""
     return _ESCAPES.sub(b"", data).replace(b"\r\n", b"\n")

@@ -2,18 +2,23 @@
 
 Patterns are Python regular expressions (MULTILINE, so `^`/`$` work per line) matched against the output
 with terminal escape sequences removed and CRLF and lone CR read as line ends, so a coloured prompt
-matches `^\\$ $`.
+matches `^\\$ $`. A pattern that names a carriage return (`42\\r\\n`, pexpect style) is also tried against
+the output with its CRs kept, as the terminal sent it.
 The terminal echoes what was typed before the program reads it; when the new output starts with that
 echo, the search starts after it, so a pattern that also appears in the input does not match the echo.
+It starts on the line end that closes the echoed line, not after it: that line end is also the line break
+before the answer, so `\\n42\\n` and `^42$` match the answer as they would in the terminal stream.
 """
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from relay_shell.errors import ArgumentError, ToolError
-from relay_shell.sessions.ansi import strip_ansi
+from relay_shell.sessions.ansi import strip_ansi, strip_escapes
 
 MAX_PATTERNS = 16
 MAX_PATTERN_LENGTH = 1024
@@ -77,10 +82,53 @@ def echo_skip(text: str, echo: str | None) -> int | None:
     return 0
 
 
+def find(patterns: Patterns, window: bytes, echo: str | None) -> Match | None:
+    """The first match in a window of new output; `echo` is what the typed input shows at the window's start
+    (None: nothing to skip)."""
+    text = window_text(window)
+    start = echo_skip(text, echo)
+    if start is None:
+        return None
+    if start and text[start - 1] == "\n":
+        # The line end that closes the typed line is also the line break before the answer: keep it, or
+        # `\n42\n` could never match the answer. The echo's own characters stay skipped.
+        start -= 1
+    found = _earliest(enumerate(patterns), text, start)
+    if found is not None:
+        return found
+    # Only patterns that name a CR can match the stream with CRs kept where they failed without them.
+    if not any(_names_cr(pattern.pattern) for pattern in patterns):
+        return None
+    named_cr = [(index, pattern) for index, pattern in enumerate(patterns) if _names_cr(pattern.pattern)]
+    stream = strip_escapes(window).decode("utf-8", errors="replace")
+    return _earliest(named_cr, stream, _stream_offset(stream, start))
+
+
+@functools.lru_cache(maxsize=256)
+def _names_cr(pattern: str) -> bool:
+    # Cached: asked on every wake-up without a match. A false positive (`\\r`, a literal backslash and r)
+    # only costs the second search.
+    return "\\r" in pattern or "\r" in pattern or "\\x0d" in pattern.lower() or "\\015" in pattern
+
+
+def _stream_offset(stream: str, offset: int) -> int:
+    """Where `offset` of the text with line ends read as LF lies in the stream with CRs kept: each CRLF of
+    the stream is one character of that text (a lone CR is one, like any other)."""
+    position = 0
+    while (crlf := stream.find("\r\n", position)) != -1 and crlf - position < offset:
+        offset -= crlf - position + 1
+        position = crlf + 2
+    return position + offset
+
+
 def search(patterns: Patterns, text: str, start: int) -> Match | None:
     """The earliest match at or after `start` (ties go to the lower pattern index)."""
+    return _earliest(enumerate(patterns), text, start)
+
+
+def _earliest(patterns: Iterable[tuple[int, Any]], text: str, start: int) -> Match | None:
     best: tuple[int, int, Any] | None = None
-    for index, pattern in enumerate(patterns):
+    for index, pattern in patterns:
         try:
             found = pattern.search(text, start, timeout=SEARCH_TIMEOUT)
         except TimeoutError:

@@ -19,7 +19,7 @@ from typing import Literal, Protocol
 import anyio
 
 from relay_shell.errors import ToolError
-from relay_shell.sessions.expect import SEARCH_WINDOW, Match, Patterns, echo_skip, search, window_text
+from relay_shell.sessions.expect import SEARCH_WINDOW, Match, Patterns, find
 from relay_shell.sessions.ring import OutputRing, RingRead
 from relay_shell.sessions.transcript import Transcript
 
@@ -215,11 +215,8 @@ class Session:
 
     def _search(self, match_from: int, patterns: Patterns, echo: str | None) -> Match | None:
         window_start = max(match_from, self.ring.end - SEARCH_WINDOW, self.ring.start)
-        text = window_text(self.ring.read(window_start).data)
-        start = echo_skip(text, echo) if window_start == match_from else 0
-        if start is None:
-            return None
-        return search(patterns, text, start)
+        # The echo is at `match_from`: a window that starts later has none to skip.
+        return find(patterns, self.ring.read(window_start).data, echo if window_start == match_from else None)
 
     def describe(self) -> dict[str, object]:
         now = time.monotonic()
