@@ -15,6 +15,9 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp_types import CallToolResult, TextContent
 
+# The project root: test servers run from here, and scripts/test.sh installs the Node clients under .cache/npm.
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
 
 @pytest.fixture(scope="session")
 def anyio_backend() -> str:

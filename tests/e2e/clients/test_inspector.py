@@ -12,14 +12,14 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import read_records
+from tests.conftest import REPO_ROOT, read_records
 
 
 def inspector_command() -> str:
     configured = os.environ.get("RELAY_SHELL_TEST_INSPECTOR")
     if configured and Path(configured).exists():
         return configured
-    local = Path(__file__).resolve().parent.parent / ".cache/npm/node_modules/.bin/mcp-inspector"
+    local = REPO_ROOT / ".cache/npm/node_modules/.bin/mcp-inspector"
     if local.exists():
         return str(local)
     found = shutil.which("mcp-inspector")

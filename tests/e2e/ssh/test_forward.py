@@ -918,8 +918,8 @@ async def test_forwards_of_clients_that_never_disconnect_close_when_idle(tmp_pat
     """Over HTTP without an MCP session (the 2026-07-28 era) the owner is the token's principal, which never
     disconnects: an idle forward is closed by the reaper, one carrying a connection is not; and one client may
     hold half of MAX_FORWARDS."""
-    from tests.test_e2e_http import TOKENS, start, stop, write_token_file
-    from tests.test_e2e_http import client as http_client
+    from tests.e2e.http.test_http import TOKENS, start, stop, write_token_file
+    from tests.e2e.http.test_http import client as http_client
 
     server = start(
         tmp_path,
