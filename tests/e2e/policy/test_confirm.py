@@ -10,11 +10,9 @@ the call (2025-11-25) and the multi-round-trip `input_required` result (2026-07-
 
 from __future__ import annotations
 
-import hashlib
 import secrets
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,94 +22,22 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp_types import CallToolResult, ElicitRequestFormParams, ElicitResult, InputRequiredResult, InputResponses
 
-from tests.conftest import connect, read_records, server_env, text_of
-from tests.e2e.http.test_http import TOKENS, start, stop, write_token_file
-from tests.e2e.http.test_http import client as http_client
-from tests.sshd import SshFleet
+from tests.conftest import connect, fields, read_records, server_env, text_of
+from tests.e2e.http.server import TOKENS, start, stop, write_token_file
+from tests.e2e.http.server import client as http_client
+from tests.e2e.policy.helpers import (
+    SHRED,
+    armed,
+    assert_never_logged,
+    confirm,
+    digest,
+    linked,
+    shred,
+    token_of,
+    victim_in,
+)
 
-pytestmark = pytest.mark.anyio
-
-SHRED = "shred -u victim"  # tier 3; relative, so the cwd decides which file it destroys
-
-
-# -- helpers -----------------------------------------------------------------------------------------------
-
-
-def victim_in(directory: Path) -> Path:
-    directory.mkdir(parents=True, exist_ok=True)
-    victim = directory / "victim"
-    victim.write_text("precious\n")
-    return victim
-
-
-def fields(result: CallToolResult) -> dict[str, Any]:
-    assert result.structured_content is not None, text_of(result)
-    return result.structured_content
-
-
-def token_of(result: CallToolResult) -> str:
-    """The token of a CONFIRM REQUIRED result, checked against the text a model reads."""
-    text = text_of(result)
-    assert result.is_error, text
-    assert text.startswith("[CONFIRM REQUIRED tier 3: "), text
-    token = fields(result)["confirm_token"]
-    assert fields(result)["status"] == "confirm_required"
-    assert f'operation_confirm(token="{token}")' in text
-    return str(token)
-
-
-def digest(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
-
-
-def linked(audit_path: Path, confirmation: str) -> list[tuple[str, str]]:
-    return [
-        (record["tool"], record["outcome"])
-        for record in read_records(audit_path)
-        if record.get("confirmation") == confirmation
-    ]
-
-
-def assert_never_logged(audit_path: Path, *tokens: str) -> None:
-    log = audit_path.read_bytes()
-    for token in tokens:
-        assert token.encode() not in log, "a confirmation token reached the audit log"
-
-
-async def shred(client: Client, cwd: Path | str, **more: Any) -> CallToolResult:
-    return await client.call_tool("shell_exec", {"command": SHRED, "cwd": str(cwd), **more})
-
-
-async def confirm(client: Client, token: str) -> CallToolResult:
-    return await client.call_tool("operation_confirm", {"token": token})
-
-
-async def armed(client: Client, result: CallToolResult) -> str:
-    token = token_of(result)
-    answer = await confirm(client, token)
-    assert not answer.is_error and text_of(answer).startswith("[ok]\nArmed."), text_of(answer)
-    return token
-
-
-# -- fixtures ----------------------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshFleet]:
-    with SshFleet(tmp_path_factory.mktemp("confirm-fleet"), 2) as started:
-        started.trust()
-        yield started
-
-
-@pytest.fixture(scope="module")
-def token_audit(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("confirm-token") / "audit.jsonl"
-
-
-@pytest.fixture(scope="module")
-async def token_client(fleet: SshFleet, token_audit: Path) -> AsyncIterator[Client]:
-    async with connect(token_audit, confirm_tier3="token", ssh_config=str(fleet.ssh_config)) as client:
-        yield client
+pytestmark = [pytest.mark.anyio, pytest.mark.fleet(hosts=2)]  # `fleet`: tests/conftest.py
 
 
 # -- off ---------------------------------------------------------------------------------------------------

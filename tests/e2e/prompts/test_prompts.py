@@ -1,43 +1,35 @@
 """Workflow prompts and argument completion, end to end: a real relay-shell stdio server driven by the SDK
 client (both protocol eras), raw JSON-RPC for what a typed client cannot send (non-string values), and the
-MCP Inspector CLI as an independent client. The definition checks are unit tests on the validation function
-and on server assembly.
+MCP Inspector CLI as an independent client. The definition checks are unit tests:
+tests/unit/test_prompt_definitions.py.
 
 One open-mode server (2026-07-28 era) and one readonly server (2025-11-25 initialize handshake) serve the
-module. Their inventory is a JSON file with a fixed set of hosts and groups; RELAY_SHELL_SSH_CONFIG points at
-an empty file so the machine's own ~/.ssh/config adds nothing.
+module (tests/e2e/prompts/conftest.py). Their inventory is a JSON file with a fixed set of hosts and groups;
+RELAY_SHELL_SSH_CONFIG points at an empty file so the machine's own ~/.ssh/config adds nothing.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
-import json
-import os
-import subprocess
-import sys
-from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
-import orjson
 import pytest
 from mcp import Client
-from mcp.shared.exceptions import MCPError
-from mcp_types import INVALID_PARAMS, PromptReference, ResourceTemplateReference, TextContent
+from mcp_types import PromptReference, ResourceTemplateReference
 
-from relay_shell.surface import prompts as prompts_module
-from relay_shell.surface.prompts import (
-    PROMPTS,
-    ArgumentSpec,
-    PromptDefinitionError,
-    PromptSpec,
-    argument_problems,
-    quote_value,
-    validate_definitions,
+from tests.conftest import read_records
+from tests.e2e.clients.node import inspect
+from tests.e2e.prompts.helpers import (
+    NODES,
+    RawServer,
+    children,
+    invalid_params,
+    prompt_text,
+    quoted_value,
+    server_pid,
+    user_data_section,
 )
-from tests.conftest import connect, read_records, server_env
-from tests.e2e.clients.test_inspector import inspect
 
 pytestmark = pytest.mark.anyio
 
@@ -69,164 +61,6 @@ CENTRAL_TOOL = {
     "fleet_change": "ssh_fanout",
     "review_audit": "audit_tail",
 }
-NODES = 150  # more hosts sharing a prefix than one completion answer may carry (100)
-
-
-# -- fixtures ----------------------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def inventory_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    directory = tmp_path_factory.mktemp("prompt-inventory")
-    hosts: dict[str, Any] = {
-        "web1": {"hostname": "127.0.0.11", "groups": ["web"]},
-        "web2": {"hostname": "127.0.0.12", "groups": ["web"]},
-        "web10": {"hostname": "127.0.0.13", "groups": ["web"]},
-        "db1": {"hostname": "127.0.0.21", "groups": ["db"]},
-    }
-    hosts.update({f"node{index:03d}": {"hostname": "127.0.0.30"} for index in range(NODES)})
-    inventory = directory / "inventory.json"
-    inventory.write_text(json.dumps({"hosts": hosts, "groups": {"dbreplica": ["db1"]}}))
-    ssh_config = directory / "ssh_config"
-    ssh_config.write_text("")
-    return {"inventory": str(inventory), "ssh_config": str(ssh_config)}
-
-
-@pytest.fixture(scope="module")
-def audit_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("prompts") / "audit.jsonl"
-
-
-@pytest.fixture(scope="module")
-async def client(audit_path: Path, inventory_files: dict[str, str]) -> AsyncIterator[Client]:
-    async with connect(audit_path, **inventory_files) as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def readonly_audit_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("prompts-readonly") / "audit.jsonl"
-
-
-@pytest.fixture(scope="module")
-async def readonly(readonly_audit_path: Path, inventory_files: dict[str, str]) -> AsyncIterator[Client]:
-    async with connect(readonly_audit_path, "legacy", policy_mode="readonly", **inventory_files) as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def raw_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RawServer]:
-    audit = tmp_path_factory.mktemp("prompts-raw") / "audit.jsonl"
-    server = RawServer(audit)
-    yield server
-    server.close()
-
-
-# -- helpers -----------------------------------------------------------------------------------------------
-
-
-def prompt_text(result: Any) -> str:
-    assert len(result.messages) == 1
-    content = result.messages[0].content
-    assert isinstance(content, TextContent)
-    return content.text
-
-
-async def invalid_params(client: Client, name: str, arguments: dict[str, str] | None) -> str:
-    """The message of the error a prompts/get must fail with: JSON-RPC invalid params."""
-    with pytest.raises(MCPError) as raised:
-        await client.get_prompt(name, arguments)
-    assert raised.value.code == INVALID_PARAMS, raised.value
-    return raised.value.message
-
-
-def user_data_section(text: str) -> list[str]:
-    """The lines between the user-data heading and its end marker, split at every line break Python knows."""
-    lines = text.splitlines()
-    start = lines.index("## User data")
-    end = lines.index("[end of user data]")
-    return lines[start + 1 : end]
-
-
-def quoted_value(text: str, argument: str) -> str:
-    """Read a value back from the rendered prompt: the `| ` lines after its heading, prefixes removed."""
-    lines = text.split("\n")
-    heading = next(
-        index for index, line in enumerate(lines) if line.startswith(f"{argument} (") and line.endswith("):")
-    )
-    value_lines = []
-    for line in lines[heading + 1 :]:
-        if not line.startswith("| "):
-            break
-        value_lines.append(line[2:])
-    return "\n".join(value_lines)
-
-
-def server_pid(audit_path: Path) -> int:
-    """The relay-shell process whose environment names this audit log."""
-    wanted = f"RELAY_SHELL_AUDIT_PATH={audit_path}".encode()
-    found = []
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            argv = Path(f"/proc/{entry.name}/cmdline").read_bytes().split(b"\0")
-            environ = Path(f"/proc/{entry.name}/environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if b"relay_shell" in argv and wanted in environ:
-            found.append(int(entry.name))
-    assert len(found) == 1, found
-    return found[0]
-
-
-def children(pid: int) -> set[int]:
-    """Every process whose parent is `pid` (the children lists of all its threads)."""
-    found: set[int] = set()
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        found.update(int(child) for child in (task / "children").read_text().split())
-    return found
-
-
-class RawServer:
-    """relay-shell on pipes, spoken to in raw JSON-RPC lines (2025-11-25 handshake)."""
-
-    def __init__(self, audit_path: Path) -> None:
-        self.audit_path = audit_path
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "relay_shell"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            env=server_env(audit_path),
-        )
-        self.next_id = 1
-        initialize = {
-            "protocolVersion": "2025-11-25",
-            "capabilities": {},
-            "clientInfo": {"name": "raw", "version": "1"},
-        }
-        assert "result" in self.request("initialize", initialize)
-        self.send(b'{"jsonrpc":"2.0","method":"notifications/initialized"}')
-
-    def send(self, line: bytes) -> None:
-        assert self.process.stdin is not None
-        self.process.stdin.write(line + b"\n")
-        self.process.stdin.flush()
-
-    def request(self, method: str, params: Any) -> dict[str, Any]:
-        assert self.process.stdout is not None
-        request_id = self.next_id
-        self.next_id += 1
-        self.send(orjson.dumps({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}))
-        response: dict[str, Any] = orjson.loads(self.process.stdout.readline())
-        assert response["id"] == request_id, response
-        return response
-
-    def close(self) -> None:
-        assert self.process.stdin is not None
-        self.process.stdin.close()
-        self.process.wait(timeout=30)
 
 
 # -- listing -----------------------------------------------------------------------------------------------
@@ -533,88 +367,3 @@ def test_inspector_lists_and_renders_prompts(tmp_path: Path) -> None:
     assert code == 0, output
     assert "| who ran {{x}}?\n" in payload["messages"][0]["content"]["text"]
     assert [record["tool"] for record in read_records(audit)] == ["prompt:review_audit"]
-
-
-# -- definitions ---------------------------------------------------------------------------------------------------
-
-TOOLS = {"ssh_exec", "audit_tail"}
-GOOD = PromptSpec(
-    name="good_one",
-    title="Good",
-    description="A well-formed prompt.",
-    arguments=(ArgumentSpec("host", "a host", required=True, complete="host"),),
-    tools=("ssh_exec",),
-    modes=("open",),
-    purpose="Purpose.",
-    workflow="Use ssh_exec.",
-)
-
-
-def test_a_well_formed_definition_validates() -> None:
-    assert validate_definitions((GOOD,), TOOLS) == {"good_one": GOOD}
-
-
-@pytest.mark.parametrize(
-    ("changes", "expected"),
-    [
-        ({"name": "Bad-Name"}, "prompt 'Bad-Name': name must be lowercase a-z0-9_ starting with a letter"),
-        ({"name": "9lives"}, "name must be lowercase"),
-        ({"title": " "}, "prompt 'good_one': title must be a non-empty string"),
-        ({"description": ""}, "description must be a non-empty string"),
-        ({"workflow": ""}, "workflow must be a non-empty string"),
-        ({"purpose": ""}, "needs a purpose"),
-        ({"modes": ()}, "modes must be a non-empty subset of open, guarded, readonly"),
-        ({"modes": ("open", "permissive")}, "modes must be a non-empty subset"),
-        ({"tools": ("ssh_exec", "ssh_nuke")}, "guides 'ssh_nuke', which is not a registered tool"),
-        ({"tools": ("ssh_exec", "audit_tail")}, "declares tool 'audit_tail' but its text never mentions it"),
-        ({"arguments": (ArgumentSpec("Host", "a host", required=True),)}, "argument 'Host': name must be lowercase"),
-        (
-            {"arguments": (ArgumentSpec("relay_context", "x", required=True),) * 2},
-            "argument 'relay_context': defined twice",
-        ),
-        ({"arguments": (ArgumentSpec("host", " ", required=True),)}, "argument 'host': description must be"),
-        (
-            {"arguments": (ArgumentSpec("host", "h", required=cast(Any, "yes")),)},
-            "argument 'host': required must be true or false",
-        ),
-        (
-            {"arguments": (ArgumentSpec("host", "h", required=True, complete=cast(Any, "dns")),)},
-            "complete must be one of",
-        ),
-    ],
-)
-def test_a_malformed_definition_is_refused_with_a_clear_message(changes: dict[str, Any], expected: str) -> None:
-    with pytest.raises(PromptDefinitionError) as raised:
-        validate_definitions((dataclasses.replace(GOOD, **changes),), TOOLS)
-    assert expected in str(raised.value)
-
-
-def test_a_prompt_defined_twice_is_refused() -> None:
-    with pytest.raises(PromptDefinitionError, match="prompt 'good_one': defined twice"):
-        validate_definitions((GOOD, GOOD), TOOLS)
-
-
-def test_a_malformed_definition_stops_server_assembly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from relay_shell.audit.log import AuditLog
-    from relay_shell.config import Settings
-    from relay_shell.server import build_server
-
-    broken = dataclasses.replace(PROMPTS[1], tools=(*PROMPTS[1].tools, "shell_teleport"))
-    # Not a mock of behaviour: the definitions are data, and a broken one cannot ship without editing the
-    # source, so the test swaps in a broken definition and lets the real server assembly validate it.
-    monkeypatch.setattr(prompts_module, "PROMPTS", (PROMPTS[0], broken, *PROMPTS[2:]))
-    settings = Settings(audit_path=tmp_path / "audit.jsonl")
-    with pytest.raises(PromptDefinitionError, match="guides 'shell_teleport', which is not a registered tool"):
-        build_server(settings, AuditLog(settings.audit_path, chain=True, fsync=False))
-
-
-def test_a_lone_surrogate_is_refused_before_rendering() -> None:
-    # Unit level: over stdio the transport drops such a line before any handler sees it (no reply at all).
-    problems = argument_problems(prompts_module.REVIEW_AUDIT, {"question": "who\ud800"})
-    assert problems == ["arguments.question: contains an unpaired UTF-16 surrogate; allowed: valid Unicode text"]
-
-
-def test_quoting_prefixes_every_line_and_keeps_the_characters() -> None:
-    assert quote_value("one") == "| one\n"
-    assert quote_value("one\ntwo\n") == "| one\n| two\n"
-    assert quote_value("a\r\nb\u2028c\n\n") == "| a\r\n| b\u2028| c\n| \n"

@@ -1,5 +1,5 @@
 """End to end: ssh_exec, host-key trust and the connection pool, through a real relay-shell stdio server
-against a real OpenSSH fleet (tests/sshd.py).
+against a real OpenSSH fleet (tests/sshd.py; the servers: tests/e2e/ssh/conftest.py).
 
 One fleet and one server serve the whole module (a server costs ~0.7 s to start); a second server in
 guarded policy mode checks that `known_hosts="ignore"` is refused there. Hosts have fixed roles so that the
@@ -19,11 +19,8 @@ The fleet's ssh_config gives every alias its address, port, user root, the clien
 from __future__ import annotations
 
 import os
-import secrets
 import subprocess
 import sys
-import time
-from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,121 +29,29 @@ import pytest
 from mcp import Client
 from mcp_types import CallToolResult
 
-from tests.conftest import connect, read_records, text_of
+from tests.conftest import fields, text_of
+from tests.e2e.ssh.exec_helpers import (
+    assert_error,
+    fingerprint,
+    host_key_fingerprint,
+    last_record,
+    marker,
+    pids_running,
+    ssh_connections,
+    ssh_exec,
+    wait_gone,
+)
 from tests.sshd import Blackhole, SshFleet, refused_port
-
-pytestmark = pytest.mark.anyio
 
 CONNECT_TIMEOUT = "1"  # RELAY_SHELL_SSH_CONNECT_TIMEOUT: the blackhole test waits this long
 TRUSTED = ("h01", "h02", "h03", "h06", "h07", "h08")
 
-
-# -- fixtures ----------------------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshFleet]:
-    with SshFleet(tmp_path_factory.mktemp("fleet"), 8) as started:
-        started.trust(*TRUSTED)
-        yield started
+pytestmark = [pytest.mark.anyio, pytest.mark.fleet(hosts=8, trusted=TRUSTED)]  # `fleet`: tests/conftest.py
 
 
 @pytest.fixture(scope="module")
-def audit_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("ssh-exec") / "audit.jsonl"
-
-
-@pytest.fixture(scope="module")
-async def client(fleet: SshFleet, audit_path: Path) -> AsyncIterator[Client]:
-    async with connect(audit_path, ssh_config=str(fleet.ssh_config), ssh_connect_timeout=CONNECT_TIMEOUT) as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def guarded_audit_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("ssh-guarded") / "audit.jsonl"
-
-
-@pytest.fixture(scope="module")
-async def guarded(fleet: SshFleet, guarded_audit_path: Path) -> AsyncIterator[Client]:
-    async with connect(guarded_audit_path, ssh_config=str(fleet.ssh_config), policy_mode="guarded") as server:
-        yield server
-
-
-# -- helpers -----------------------------------------------------------------------------------------------
-
-
-async def ssh_exec(client: Client, host: str, command: str, **arguments: Any) -> CallToolResult:
-    return await client.call_tool("ssh_exec", {"host": host, "command": command, **arguments})
-
-
-def fields(result: CallToolResult) -> dict[str, Any]:
-    assert result.structured_content is not None, text_of(result)
-    return result.structured_content
-
-
-def last_record(audit_path: Path, tool: str = "ssh_exec") -> dict[str, Any]:
-    records = [record for record in read_records(audit_path) if record["tool"] == tool]
-    assert records, f"no {tool} record in {audit_path}"
-    return records[-1]
-
-
-def fingerprint(public_key: Path) -> str:
-    """SHA256:… of a public key file, as OpenSSH itself computes it."""
-    output = subprocess.run(["ssh-keygen", "-lf", str(public_key)], capture_output=True, text=True, check=True).stdout
-    return output.split()[1]
-
-
-def host_key_fingerprint(fleet: SshFleet, alias: str) -> str:
-    return fingerprint(Path(f"{fleet.host(alias).host_key}.pub"))
-
-
-def marker() -> str:
-    """A sleep duration nobody else uses, so its processes can be found by their argv in /proc."""
-    return f"300.{secrets.randbelow(10**9):09d}"
-
-
-def pids_running(argument: str) -> set[int]:
-    """Live (non-zombie) processes with exactly this word in their argv."""
-    found = set()
-    wanted = argument.encode()
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            argv = Path(f"/proc/{entry.name}/cmdline").read_bytes().split(b"\0")
-            stat = Path(f"/proc/{entry.name}/stat").read_bytes()
-        except OSError:
-            continue
-        if wanted in argv and stat[stat.rindex(b")") + 2 :].split()[0] != b"Z":
-            found.add(int(entry.name))
-    return found
-
-
-async def wait_gone(arguments: list[str], within: float = 5.0) -> dict[str, set[int]]:
-    """Poll /proc until no process carries any of these argv words; returns what is left after `within`."""
-    deadline = time.monotonic() + within
-    while True:
-        left = {argument: pids for argument in arguments if (pids := pids_running(argument))}
-        if not left or time.monotonic() > deadline:
-            return left
-        await anyio.sleep(0.02)
-
-
-async def ssh_connections(client: Client) -> int:
-    result = await client.call_tool("server_info", {})
-    assert not result.is_error, text_of(result)
-    return int(fields(result)["info"]["ssh"]["connections_open"])
-
-
-def assert_error(result: CallToolResult, kind: str) -> str:
-    """The call failed with `[ERROR: kind: …]`; returns the message after the kind."""
-    text = text_of(result)
-    assert result.is_error, text
-    assert text.startswith(f"[ERROR: {kind}: "), text
-    assert fields(result)["status"] == "error"
-    assert fields(result)["error"].startswith(f"{kind}: ")
-    return fields(result)["error"].removeprefix(f"{kind}: ")
+def open_settings() -> dict[str, str]:
+    return {"ssh_connect_timeout": CONNECT_TIMEOUT}
 
 
 # -- 1. ssh_exec: exit status, stderr, stdin, signals -----------------------------------------------------

@@ -4,7 +4,8 @@ inventory resources) through a real relay-shell stdio server and a fleet of real
 One fleet of 21 `sshd` (h01..h21 on 127.0.0.2..127.0.0.22) serves the whole module; every known_hosts file
 the servers use is this module's own. Fault hosts: `down` (a Blackhole that never answers), `refused` (a
 port where nothing listens), `vault` (a Blackhole denied by policy, so any contact would be counted) and
-h20, whose host key is rotated after it was trusted. Servers, each module-scoped where it can be:
+h20, whose host key is rotated after it was trusted (the lab and its roles: tests/e2e/ssh/fleet_helpers.py).
+Servers, each module-scoped where it can be (fixtures in tests/e2e/ssh/conftest.py):
 
 - A (fanout): every fleet host plus the fault hosts in its ssh_config; deny `127\\.0\\.0\\.99` (vault).
 - B (inventory + policy + bounds): an Ansible INI inventory, FANOUT_MAX_HOSTS=5, deny rules on h04's
@@ -20,317 +21,49 @@ one stdio server per client, so two clients can never share a session registry.
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 import re
 import time
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import anyio
 import asyncssh
 import pytest
-from anyio.abc import SocketAttribute, SocketStream
-from mcp import Client
 from mcp_types import CallToolResult, TextResourceContents
 
-from tests.conftest import connect, read_records, text_of
-from tests.sshd import Blackhole, SshFleet, SshHost, refused_port
+from tests.conftest import connect, fields, read_records, text_of
+from tests.e2e.ssh.fleet_helpers import (
+    AT_PROMPT,
+    FAILING,
+    FANOUT_COMMAND,
+    FLEET_SIZE,
+    LOGIN_PROMPT,
+    NEVER,
+    PROMPT,
+    ROTATED,
+    SLOW,
+    Lab,
+    Server,
+    assert_invalid,
+    by_host,
+    call,
+    host_processes,
+    plain,
+    poll,
+    ppid_table,
+    records_of,
+    remote_shell_pid,
+    run_in,
+    served_by,
+    sha256,
+    slow_link,
+    spawn_shell,
+    write_ssh_config,
+)
+from tests.procs import alive, comm
 
 pytestmark = pytest.mark.anyio
-
-FLEET_SIZE = 21
-ROTATED = "h20"  # trusted, then given a new host key: hostkey_rejected on server A
-FAILING = "h06"  # 127.0.0.7: the fan-out command exits 3 there
-SLOW = "h09"  # 127.0.0.10: the fan-out command sleeps there
-DOWN_ADDRESS = "127.0.0.100"
-REFUSED_ADDRESS = "127.0.0.101"
-VAULT_ADDRESS = "127.0.0.99"
-FANOUT_COMMAND = (
-    'set -- $SSH_CONNECTION; echo "served by $3:$4"; case "$3" in 127.0.0.7) exit 3;; 127.0.0.10) sleep 30;; esac'
-)
-PROMPT = "READY> "
-AT_PROMPT = r"^READY> $"
-LOGIN_PROMPT = r"[#$] $"
-NEVER = r"(?!)"
-
-
-# -- fleet and servers -------------------------------------------------------------------------------------
-
-
-@dataclass
-class Lab:
-    root: Path
-    fleet: SshFleet
-    down: Blackhole
-    vault: Blackhole
-    refused_port: int
-
-    def host(self, alias: str) -> SshHost:
-        return self.fleet.host(alias)
-
-
-@dataclass
-class Server:
-    client: Client
-    audit: Path
-    known_hosts: Path
-    config: Path
-
-
-def config_block(alias: str, address: str, port: int, key: Path) -> str:
-    return f"Host {alias}\n    HostName {address}\n    Port {port}\n    User root\n    IdentityFile {key}\n"
-
-
-def write_ssh_config(path: Path, lab: Lab, known_hosts: Path, extra: tuple[tuple[str, str, int], ...] = ()) -> Path:
-    blocks = [config_block(h.alias, h.address, h.port, lab.fleet.client_key) for h in lab.fleet.hosts]
-    blocks += [config_block(alias, address, port, lab.fleet.client_key) for alias, address, port in extra]
-    blocks.append(f"Host *\n    UserKnownHostsFile {known_hosts}\n")
-    path.write_text("\n".join(blocks))
-    return path
-
-
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    root = tmp_path_factory.mktemp("ssh_fleet")
-    with (
-        SshFleet(root / "fleet", FLEET_SIZE) as fleet,
-        Blackhole(DOWN_ADDRESS) as down,
-        Blackhole(VAULT_ADDRESS) as vault,
-    ):
-        fleet.trust()  # server A's known_hosts (fleet.known_hosts) lists every host ...
-        fleet.rotate_host_key(ROTATED)  # ... and h20 with a key it no longer has
-        yield Lab(root, fleet, down, vault, refused_port(REFUSED_ADDRESS))
-
-
-@pytest.fixture(scope="module")
-async def server_a(lab: Lab) -> AsyncIterator[Server]:
-    extra = (
-        ("down", DOWN_ADDRESS, lab.down.port),
-        ("refused", REFUSED_ADDRESS, lab.refused_port),
-        ("vault", VAULT_ADDRESS, lab.vault.port),
-    )
-    config = write_ssh_config(lab.root / "a_ssh_config", lab, lab.fleet.known_hosts, extra)
-    audit = lab.root / "a_audit.jsonl"
-    settings = {"ssh_config": str(config), "ssh_connect_timeout": "1", "policy_deny": json.dumps([r"127\.0\.0\.99"])}
-    async with connect(audit, **settings) as client:
-        yield Server(client, audit, lab.fleet.known_hosts, config)
-
-
-def ini_inventory(lab: Lab, path: Path) -> Path:
-    key = lab.fleet.client_key
-
-    def line(name: str, alias: str) -> str:
-        host = lab.host(alias)
-        return (
-            f"{name} ansible_host={host.address} ansible_port={host.port} ansible_user=root "
-            f"ansible_ssh_private_key_file={key}\n"
-        )
-
-    path.write_text(
-        "# web tier\n[web]\n"
-        + line("web1", "h01")
-        + line("web2", "h02")
-        + line("web3", "h03")
-        + "\n[db]\n"
-        + line("db1", "h08")
-        + "\n[prod:children]\nweb\ndb\n"
-    )
-    return path
-
-
-@pytest.fixture(scope="module")
-async def server_b(lab: Lab) -> AsyncIterator[Server]:
-    known_hosts = lab.root / "b_known_hosts"
-    config = write_ssh_config(lab.root / "b_ssh_config", lab, known_hosts)
-    inventory = ini_inventory(lab, lab.root / "hosts.ini")
-    audit = lab.root / "b_audit.jsonl"
-    settings = {
-        "ssh_config": str(config),
-        "inventory": str(inventory),
-        "fanout_max_hosts": "5",
-        "policy_deny": json.dumps([r"127\.0\.0\.5", "rm -rf"]),
-    }
-    async with connect(audit, **settings) as client:
-        yield Server(client, audit, known_hosts, config)
-
-
-@pytest.fixture(scope="module")
-async def server_c(lab: Lab) -> AsyncIterator[Server]:
-    known_hosts = lab.root / "c_known_hosts"
-    config = write_ssh_config(lab.root / "c_ssh_config", lab, known_hosts)
-    audit = lab.root / "c_audit.jsonl"
-    async with connect(audit, ssh_config=str(config), record_dir=str(lab.root / "casts")) as client:
-        yield Server(client, audit, known_hosts, config)
-
-
-# -- helpers -----------------------------------------------------------------------------------------------
-
-
-async def call(client: Client, tool: str, **arguments: Any) -> CallToolResult:
-    return await client.call_tool(tool, arguments)
-
-
-def fields(result: CallToolResult) -> dict[str, Any]:
-    assert result.structured_content is not None, text_of(result)
-    return result.structured_content
-
-
-def sha256(data: bytes | str) -> str:
-    return hashlib.sha256(data.encode() if isinstance(data, str) else data).hexdigest()
-
-
-def served_by(host: SshHost) -> str:
-    return f"served by {host.address}:{host.port}\n"
-
-
-def by_host(result: CallToolResult) -> dict[str, dict[str, Any]]:
-    hosts = fields(result)["hosts"]
-    named = {entry["host"]: entry for entry in hosts}
-    assert len(named) == len(hosts), hosts  # every host once
-    return named
-
-
-def plain(text: str) -> str:
-    text = re.sub(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[()=>][0-9A-Za-z]?|\x1b\][^\x07]*\x07", "", text)
-    return text.replace("\r\n", "\n").replace("\r", "")
-
-
-def assert_invalid(result: CallToolResult, *words: str) -> None:
-    text = text_of(result)
-    assert result.is_error, text
-    assert text.startswith("[ERROR: InvalidArgument: "), text
-    for word in words:
-        assert word in text, (word, text)
-
-
-def records_of(audit: Path, tool: str) -> list[dict[str, Any]]:
-    return [record for record in read_records(audit) if record["tool"] == tool]
-
-
-def ppid_table() -> dict[int, tuple[int, str]]:
-    table: dict[int, tuple[int, str]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                raw = Path(f"/proc/{entry}/stat").read_bytes()
-            except OSError:
-                continue
-            rest = raw[raw.rindex(b")") + 2 :].split()
-            table[int(entry)] = (int(rest[1]), rest[0].decode())
-    return table
-
-
-def host_processes(lab: Lab, alias: str) -> set[int]:
-    """Live processes below that host's sshd listener (its connections and their sessions)."""
-    listener = lab.host(alias).pid
-    table = ppid_table()
-    found = set()
-    for pid in lab.fleet.descendants():
-        current = pid
-        for _ in range(64):
-            parent = table.get(current, (0, ""))[0]
-            if parent == listener:
-                found.add(pid)
-                break
-            if parent <= 1:
-                break
-            current = parent
-    return found
-
-
-def alive(pid: int) -> bool:
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_bytes()
-    except OSError:
-        return False
-    return raw[raw.rindex(b")") + 2 :].split()[0] != b"Z"
-
-
-def comm(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/comm").read_text().strip()
-    except OSError:
-        return ""
-
-
-async def poll(condition: Any, within: float, step: float = 0.02) -> bool:
-    deadline = time.monotonic() + within
-    while True:
-        if condition():
-            return True
-        if time.monotonic() > deadline:
-            return False
-        await anyio.sleep(step)
-
-
-async def spawn_shell(client: Client, host: str, **arguments: Any) -> str:
-    """A remote login shell with a fixed prompt; returns the session id."""
-    spawned = await call(client, "ssh_spawn", host=host, until=LOGIN_PROMPT, timeout=15, **arguments)
-    assert not spawned.is_error, text_of(spawned)
-    assert fields(spawned)["wait"] == "match", text_of(spawned)
-    session_id: str = fields(spawned)["session_id"]
-    await run_in(client, session_id, f"PS1='{PROMPT}'; unset PROMPT_COMMAND")
-    return session_id
-
-
-async def run_in(client: Client, session_id: str, line: str, until: str = AT_PROMPT, timeout: float = 10) -> str:
-    result = await call(client, "session_send", session_id=session_id, data=line, until=until, timeout=timeout)
-    assert not result.is_error, text_of(result)
-    assert fields(result)["wait"] == "match", text_of(result)
-    return text_of(result)
-
-
-async def remote_shell_pid(client: Client, session_id: str) -> int:
-    text = plain(await run_in(client, session_id, "echo pid=$$"))
-    match = re.search(r"^pid=(\d+)$", text, re.MULTILINE)
-    assert match, text
-    return int(match.group(1))
-
-
-@asynccontextmanager
-async def slow_link(address: str, port: int, delay: float, listen: str = "127.0.0.1") -> AsyncIterator[int]:
-    """A TCP proxy to address:port that delivers what the server sends `delay` seconds late, in order (a WAN
-    link seen from the client). Yields the proxy's port on `listen`."""
-    listener = await anyio.create_tcp_listener(local_host=listen)
-
-    async def handle(client: SocketStream) -> None:
-        try:
-            async with client, await anyio.connect_tcp(address, port) as upstream:
-                send, receive = anyio.create_memory_object_stream[tuple[float, bytes]](10_000)
-
-                async def upward() -> None:
-                    async for chunk in client:
-                        await upstream.send(chunk)
-                    await upstream.send_eof()
-
-                async def downward() -> None:
-                    async with send:
-                        async for chunk in upstream:
-                            await send.send((anyio.current_time() + delay, chunk))
-
-                async def deliver() -> None:
-                    async with receive:
-                        async for due, chunk in receive:
-                            await anyio.sleep(max(0.0, due - anyio.current_time()))
-                            await client.send(chunk)
-                    await client.send_eof()
-
-                async with anyio.create_task_group() as group:
-                    group.start_soon(upward)
-                    group.start_soon(downward)
-                    group.start_soon(deliver)
-        except Exception:  # one side hung up: the link is gone, as it would be
-            pass
-
-    async with anyio.create_task_group() as group:
-        group.start_soon(listener.serve, handle)
-        yield listener.extra(SocketAttribute.local_port)
-        group.cancel_scope.cancel()
 
 
 # -- 1. fan-out over the fleet with every kind of failure ----------------------------------------------------

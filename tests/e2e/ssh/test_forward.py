@@ -1,5 +1,6 @@
 """End to end: ssh_forward, ssh_forward_list and ssh_forward_close against real OpenSSH servers (tests/sshd.py),
-real HTTP servers (`python -m http.server`), real `curl` (SOCKS) and real sockets.
+real HTTP servers (`python -m http.server`), real `curl` (SOCKS) and real sockets. Fixtures:
+tests/e2e/ssh/conftest.py; helpers: tests/e2e/ssh/forward_helpers.py.
 
 The "remote side" is this machine too: sshd on 127.0.0.x connects to destinations on loopback, and a remote
 listener (R) binds the SSH host's loopback, which is ours. Servers:
@@ -10,7 +11,7 @@ listener (R) binds the SSH host's loopback, which is ours. Servers:
   two clients of one server (ownership, disconnect), a small RELAY_SHELL_MAX_FORWARDS, a short SSH idle timeout,
   or to stop the server while a client is still connected. A stdio server has exactly one client. These clients
   speak the 2025-11-25 handshake era: in-process dispatch in the 2026-07-28 era has no per-stream object for
-  `owner_of` to key on (see sessions/owner.py), as in tests/test_session_registry.py.
+  `owner_of` to key on (see sessions/owner.py), as in tests/e2e/sessions/test_in_process_server.py.
 
 Fleet roles: h01 carries most forwards; h02 is stopped by the test of a lost SSH connection; h03 is used by the
 in-process servers and the HTTP server.
@@ -28,13 +29,9 @@ import os
 import resource
 import shlex
 import socket
-import subprocess
 import sys
-import threading
 import time
-import urllib.request
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -42,236 +39,41 @@ import anyio
 import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
-from mcp_types import CallToolResult
 
-from relay_shell.audit.log import AuditLog
-from relay_shell.config import Settings
-from relay_shell.server import Assembly, build_server
-from tests.conftest import connect, read_records, server_env, text_of
+from tests.conftest import fields, server_env, text_of
+from tests.e2e.ssh.forward_helpers import (
+    ALLOWED_ADDRESS,
+    PAYLOAD_BYTES,
+    HashingSink,
+    HttpServer,
+    accepts,
+    assert_error,
+    close,
+    curl,
+    end_record,
+    fetch,
+    forward,
+    in_process,
+    listed,
+    opened,
+    payload_sha,
+    records,
+    send_through,
+    until,
+)
 from tests.sshd import SshFleet, refused_port
 
 pytestmark = pytest.mark.anyio
 
-PAYLOAD_BYTES = 1024 * 1024 + 17  # an HTTP body over many SSH packets and channel windows
-ALLOWED_ADDRESS = "127.0.0.9"  # the guarded server's allowed destination
 DENIED_SPELLINGS = ("127.0.0.1", "2130706433", "0x7f.1", "0177.0.0.1", "127.1", "localhost", "[::ffff:127.0.0.1]")
 
 
-# -- fixtures ----------------------------------------------------------------------------------------------
-
-
 @pytest.fixture(scope="module")
-def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshFleet]:
-    with SshFleet(tmp_path_factory.mktemp("forward-fleet"), 3) as started:
-        started.trust()
-        yield started
+def guarded_settings() -> dict[str, str]:
+    return {"policy_deny": json.dumps([r"^127\.0\.0\.1$"])}
 
 
-@pytest.fixture(scope="module")
-def www(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("www")
-    (root / "payload.bin").write_bytes(os.urandom(PAYLOAD_BYTES))
-    return root
-
-
-def payload_sha(www: Path) -> str:
-    return hashlib.sha256((www / "payload.bin").read_bytes()).hexdigest()
-
-
-@pytest.fixture(scope="module")
-def http_port(www: Path) -> Iterator[int]:
-    """A real HTTP server on 127.0.0.1 (the destination the deny rule of the guarded server names)."""
-    with HttpServer("127.0.0.1", www) as port:
-        yield port
-
-
-@pytest.fixture(scope="module")
-def allowed_http_port(www: Path) -> Iterator[int]:
-    with HttpServer(ALLOWED_ADDRESS, www) as port:
-        yield port
-
-
-@pytest.fixture(scope="module")
-def audit_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("forward-open") / "audit.jsonl"
-
-
-@pytest.fixture(scope="module")
-async def client(fleet: SshFleet, audit_path: Path) -> AsyncIterator[Client]:
-    async with connect(audit_path, ssh_config=str(fleet.ssh_config)) as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def guarded_audit_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("forward-guarded") / "audit.jsonl"
-
-
-@pytest.fixture(scope="module")
-async def guarded(fleet: SshFleet, guarded_audit_path: Path) -> AsyncIterator[Client]:
-    deny = json.dumps([r"^127\.0\.0\.1$"])
-    async with connect(
-        guarded_audit_path, ssh_config=str(fleet.ssh_config), policy_mode="guarded", policy_deny=deny
-    ) as server:
-        yield server
-
-
-@asynccontextmanager
-async def in_process(tmp_path: Path, fleet: SshFleet, **settings: Any) -> AsyncIterator[tuple[Assembly, Path]]:
-    audit_path = tmp_path / "audit.jsonl"
-    audit_log = AuditLog(audit_path, chain=True, fsync=False)
-    audit_log.open()
-    assembly = build_server(Settings(audit_path=audit_path, ssh_config=fleet.ssh_config, **settings), audit_log)
-    try:
-        yield assembly, audit_path
-    finally:
-        await assembly.shutdown()
-        audit_log.close()
-
-
-# -- helpers -----------------------------------------------------------------------------------------------
-
-
-class HttpServer:
-    """`python -m http.server` on address:free port, serving `root`."""
-
-    def __init__(self, address: str, root: Path) -> None:
-        self.address = address
-        with socket.socket(socket.AF_INET6 if ":" in address else socket.AF_INET) as probe:
-            probe.bind((address, 0))
-            self.port = probe.getsockname()[1]
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "http.server", "--bind", address, str(self.port), "--directory", str(root)],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-
-    def __enter__(self) -> int:
-        deadline = time.monotonic() + 10
-        while not accepts(self.address, self.port):
-            assert self.process.poll() is None, "http.server exited"
-            assert time.monotonic() < deadline, "http.server did not start"
-            time.sleep(0.02)
-        return self.port
-
-    def __exit__(self, *exc: object) -> None:
-        self.process.kill()
-        self.process.wait()
-
-
-def accepts(address: str, port: int) -> bool:
-    try:
-        with socket.create_connection((address, port), timeout=2):
-            return True
-    except ConnectionRefusedError:
-        return False
-
-
-async def forward(client: Client, spec: str, host: str = "h01", **arguments: Any) -> CallToolResult:
-    return await client.call_tool("ssh_forward", {"host": host, "spec": spec, **arguments})
-
-
-def fields(result: CallToolResult) -> dict[str, Any]:
-    assert result.structured_content is not None, text_of(result)
-    return result.structured_content
-
-
-def opened(result: CallToolResult) -> tuple[str, int]:
-    """The forward id and the port its listener got."""
-    assert not result.is_error, text_of(result)
-    got = fields(result)
-    return got["forward_id"], got["listen_port"]
-
-
-async def listed(client: Client) -> dict[str, dict[str, Any]]:
-    result = await client.call_tool("ssh_forward_list", {})
-    assert not result.is_error, text_of(result)
-    # an empty list is the field's default, left out of structuredContent
-    return {item["forward_id"]: item for item in fields(result).get("forwards", [])}
-
-
-async def close(client: Client, forward_id: str) -> CallToolResult:
-    result = await client.call_tool("ssh_forward_close", {"forward_id": forward_id})
-    assert not result.is_error, text_of(result)
-    return result
-
-
-def assert_error(result: CallToolResult, kind: str) -> str:
-    text = text_of(result)
-    assert result.is_error, text
-    assert text.startswith(f"[ERROR: {kind}: "), text
-    return text
-
-
-def fetch(url: str) -> bytes:
-    with urllib.request.urlopen(url, timeout=20) as response:
-        data: bytes = response.read()
-        return data
-
-
-def curl(*arguments: str) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run(["curl", "-sS", "--max-time", "20", *arguments], capture_output=True, check=False)
-
-
-async def until(condition: Callable[[], bool], within: float = 5.0) -> bool:
-    deadline = time.monotonic() + within
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        await anyio.sleep(0.05)
-    return True
-
-
-def records(audit_path: Path, tool: str) -> list[dict[str, Any]]:
-    return [record for record in read_records(audit_path) if record["tool"] == tool]
-
-
-def end_record(audit_path: Path, forward_id: str) -> dict[str, Any]:
-    ends = [record for record in records(audit_path, "forward:end") if record["forward_id"] == forward_id]
-    assert len(ends) == 1, ends
-    return ends[0]
-
-
-class HashingSink:
-    """A TCP server (a thread in this process) that reads each connection to EOF, then answers with the byte
-    count and SHA-256 of what it read: the far end of a bulk transfer through a forward."""
-
-    def __init__(self) -> None:
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
-        self.thread = threading.Thread(target=self._serve, daemon=True)
-        self.thread.start()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                connection, _ = self.listener.accept()
-            except OSError:
-                return
-            with connection:
-                digest = hashlib.sha256()
-                total = 0
-                while chunk := connection.recv(1 << 16):
-                    digest.update(chunk)
-                    total += len(chunk)
-                connection.sendall(f"{total} {digest.hexdigest()}\n".encode())
-
-    def close(self) -> None:
-        self.listener.close()
-
-
-def send_through(port: int, data: bytes) -> bytes:
-    """Send `data`, half-close, and read the answer until the far side closes."""
-    with socket.create_connection(("127.0.0.1", port), timeout=30) as connection:
-        connection.sendall(data)
-        connection.shutdown(socket.SHUT_WR)
-        answer = b""
-        while chunk := connection.recv(1 << 16):
-            answer += chunk
-        return answer
-
-
-# -- 0. the tools as a client sees them, and the spec grammar -------------------------------------------------
+# -- 0. the tools as a client sees them (the spec grammar: tests/unit/test_forward_spec.py) -------------------
 
 
 async def test_the_tools_are_listed_with_true_annotations(client: Client) -> None:
@@ -300,25 +102,6 @@ async def test_the_tools_are_listed_with_true_annotations(client: Client) -> Non
     for name in ("ssh_forward", "ssh_forward_close"):
         assert {"forward_id", "listen_port", "forward"} <= set(tools[name].output_schema["properties"])
     assert "forwards" in tools["ssh_forward_list"].output_schema["properties"]
-
-
-def test_specs_are_parsed_into_what_is_dialed(fleet: SshFleet) -> None:
-    from relay_shell.ssh.forward import ForwardSpec, parse_spec
-    from relay_shell.ssh.inventory import Inventory
-    from relay_shell.ssh.target import reached_spellings
-
-    assert parse_spec("L:0:[::1]:80") == ForwardSpec("L", 0, "::1", 80)
-    assert parse_spec(" r:8080:DB.Example.:5432 ") == ForwardSpec("R", 8080, "db.example", 5432)
-    assert parse_spec("D:1080") == ForwardSpec("D", 1080)
-    # The policy's spelling is the one dialed: a numeric IPv4 in any inet_aton form becomes its dotted quad.
-    for spelling in ("2130706433", "0x7f.1", "0177.0.0.1", "127.1"):
-        assert parse_spec(f"L:0:{spelling}:80").dest_host == "127.0.0.1"
-    assert parse_spec("L:0:[::ffff:127.0.0.1]:80").dest_host == "127.0.0.1"
-    assert parse_spec("L:0:[::1]:80").text(4321) == "L:4321:[::1]:80"
-    # An inventory alias and its address lead to each other, for deny rules on either.
-    inventory = Inventory(fleet.ssh_config, None)
-    assert "h03" in reached_spellings(inventory, "127.0.0.4")
-    assert {"127.0.0.4", "::ffff:127.0.0.4"} <= set(reached_spellings(inventory, "h03"))
 
 
 # -- 1. the three kinds carry real traffic ----------------------------------------------------------------
@@ -918,8 +701,8 @@ async def test_forwards_of_clients_that_never_disconnect_close_when_idle(tmp_pat
     """Over HTTP without an MCP session (the 2026-07-28 era) the owner is the token's principal, which never
     disconnects: an idle forward is closed by the reaper, one carrying a connection is not; and one client may
     hold half of MAX_FORWARDS."""
-    from tests.e2e.http.test_http import TOKENS, start, stop, write_token_file
-    from tests.e2e.http.test_http import client as http_client
+    from tests.e2e.http.server import TOKENS, start, stop, write_token_file
+    from tests.e2e.http.server import client as http_client
 
     server = start(
         tmp_path,

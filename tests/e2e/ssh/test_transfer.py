@@ -1,5 +1,6 @@
 """End to end: ssh_upload and ssh_download through a real relay-shell stdio server against a real OpenSSH fleet
-(tests/sshd.py, with its sftp-server subsystem).
+(tests/sshd.py, with its sftp-server subsystem). Fixtures: tests/e2e/ssh/conftest.py; helpers:
+tests/e2e/ssh/transfer_helpers.py.
 
 The fleet's hosts are sshd processes on this machine, so a "remote" path is a path here too: every test checks
 what arrived with the file system itself (content, mode, mtime, symlinks, leftovers), never with the tool's own
@@ -25,179 +26,47 @@ import shutil
 import stat
 import subprocess
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
 from mcp import Client
-from mcp_types import CallToolResult
 
-from relay_shell.policy.classify import Subject, analyze
-from tests.conftest import connect, read_records, text_of
+from tests.conftest import connect, fields, read_records, text_of
+from tests.e2e.ssh.transfer_helpers import (
+    ATIME,
+    GIB,
+    MTIME,
+    assert_error,
+    assert_ok,
+    download,
+    make_file,
+    records,
+    server_pid,
+    sha256_file,
+    status_kib,
+    temporaries,
+    upload,
+)
 from tests.sshd import SshFleet
 
 pytestmark = pytest.mark.anyio
 
-GIB = 1024**3
-PATTERN = 64 * 1024**2
 RSS_GROWTH_LIMIT_KIB = 32 * 1024
-GUARDED_LIMIT = 16384
-MTIME = 1_600_000_000
-ATIME = 1_500_000_000
-
-
-# -- fixtures ----------------------------------------------------------------------------------------------
+GUARDED_LIMIT = 16384  # RELAY_SHELL_MAX_TRANSFER_BYTES of the guarded server
 
 
 @pytest.fixture(scope="module")
-def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshFleet]:
-    with SshFleet(tmp_path_factory.mktemp("fleet"), 3) as started:
-        started.trust()
-        yield started
-
-
-@pytest.fixture(scope="module")
-def audit_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("transfer") / "audit.jsonl"
-
-
-@pytest.fixture(scope="module")
-async def client(fleet: SshFleet, audit_path: Path) -> AsyncIterator[Client]:
-    async with connect(audit_path, ssh_config=str(fleet.ssh_config)) as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def guarded_audit_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("transfer-guarded") / "audit.jsonl"
-
-
-@pytest.fixture(scope="module")
-async def guarded(fleet: SshFleet, guarded_audit_path: Path) -> AsyncIterator[Client]:
+def guarded_settings(fleet: SshFleet) -> dict[str, str]:
+    """Uploads allowed (`^upload `), downloads not; h02's address denied; a small size limit."""
     denied = re.escape(fleet.host("h02").address)
-    async with connect(
-        guarded_audit_path,
-        ssh_config=str(fleet.ssh_config),
-        policy_mode="guarded",
-        policy_allow=json.dumps(["^upload "]),
-        policy_deny=json.dumps([f"^{denied}$"]),
-        max_transfer_bytes=str(GUARDED_LIMIT),
-    ) as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def big_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """Where the 1 GiB files go: tmpfs when it has room (disk writeback would make the timings swing)."""
-    shm = Path("/dev/shm")
-    if shm.is_dir() and shutil.disk_usage(shm).free > 5 * GIB:
-        path = shm / f"relay-transfer-test-{os.getpid()}"
-        path.mkdir()
-        yield path
-        shutil.rmtree(path, ignore_errors=True)
-    else:
-        yield tmp_path_factory.mktemp("big")
-
-
-@pytest.fixture(scope="module")
-def big_file(big_dir: Path) -> tuple[Path, str]:
-    """1 GiB of random bytes (64 MiB repeated: nothing compresses, and it is written in a second) and its SHA-256."""
-    path = big_dir / "big.bin"
-    pattern = os.urandom(PATTERN)
-    digest = hashlib.sha256()
-    with path.open("wb") as out:
-        for _ in range(GIB // PATTERN):
-            out.write(pattern)
-            digest.update(pattern)
-    return path, digest.hexdigest()
-
-
-# -- helpers -----------------------------------------------------------------------------------------------
-
-
-async def upload(client: Client, local: Path | str, remote: Path | str, **arguments: Any) -> CallToolResult:
-    return await client.call_tool(
-        "ssh_upload", {"host": "h01", "local_path": str(local), "remote_path": str(remote), **arguments}
-    )
-
-
-async def download(client: Client, remote: Path | str, local: Path | str, **arguments: Any) -> CallToolResult:
-    return await client.call_tool(
-        "ssh_download", {"host": "h01", "remote_path": str(remote), "local_path": str(local), **arguments}
-    )
-
-
-def fields(result: CallToolResult) -> dict[str, Any]:
-    assert result.structured_content is not None, text_of(result)
-    return result.structured_content
-
-
-def assert_ok(result: CallToolResult) -> dict[str, Any]:
-    assert not result.is_error, text_of(result)
-    got = fields(result)
-    assert got["status"] == "ok" and got.get("partial", False) is False, got
-    return got
-
-
-def assert_error(result: CallToolResult, kind: str, *fragments: str) -> str:
-    text = text_of(result)
-    assert result.is_error, text
-    assert text.startswith(f"[ERROR: {kind}: "), text
-    for fragment in fragments:
-        assert fragment in text, (fragment, text)
-    return text
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as source:
-        while block := source.read(1024 * 1024):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def make_file(path: Path, data: bytes, mode: int, mtime: int = MTIME) -> Path:
-    path.write_bytes(data)
-    path.chmod(mode)
-    os.utime(path, (ATIME, mtime))
-    return path
-
-
-def temporaries(directory: Path) -> list[str]:
-    """Our temporary names (`.NAME.relay-XXXXXXXX.part`) left anywhere below `directory`."""
-    return [
-        name for _, _, names in os.walk(directory) for name in names if ".relay-" in name and name.endswith(".part")
-    ]
-
-
-def records(audit_path: Path, tool: str) -> list[dict[str, Any]]:
-    return [record for record in read_records(audit_path) if record["tool"] == tool]
-
-
-def server_pid(audit_path: Path) -> int:
-    """The relay-shell process started for this audit log (a child of this test process)."""
-    wanted = f"RELAY_SHELL_AUDIT_PATH={audit_path}".encode()
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat_line = Path(f"/proc/{entry.name}/stat").read_bytes()
-            environ = Path(f"/proc/{entry.name}/environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        parent = int(stat_line[stat_line.rindex(b")") + 2 :].split()[1])
-        if parent == os.getpid() and wanted in environ:
-            return int(entry.name)
-    raise AssertionError(f"no relay-shell child with audit log {audit_path}")
-
-
-def status_kib(pid: int, field: str) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    raise KeyError(field)
+    return {
+        "policy_allow": json.dumps(["^upload "]),
+        "policy_deny": json.dumps([f"^{denied}$"]),
+        "max_transfer_bytes": str(GUARDED_LIMIT),
+    }
 
 
 # -- 1. single files -------------------------------------------------------------------------------------------
@@ -744,14 +613,6 @@ async def test_guarded_mode_admits_allowed_uploads_and_refuses_downloads(
         "[DENIED tier 2 (stateful): mode guarded refuses tier 2 without an allow pattern: file transfer"
     ), text
     assert not (tmp_path / "down.txt").exists()
-
-
-def test_a_transfer_onto_a_critical_file_is_tier_3() -> None:
-    """Classified like `> /etc/shadow` (not run end to end: a bug would overwrite this machine's file)."""
-    subject = Subject(hosts=("h01",), transfer="upload /tmp/x -> h01:/etc/shadow", transfer_writes="/etc/shadow")
-    assert max(finding.tier for finding in analyze(subject)) == 3
-    plain = Subject(hosts=("h01",), transfer="upload /tmp/x -> h01:/tmp/y", transfer_writes="/tmp/y")
-    assert max(finding.tier for finding in analyze(plain)) == 2
 
 
 # -- 8. the size limit -------------------------------------------------------------------------------------
