@@ -1,10 +1,12 @@
-"""Shared fixtures: a real relay-shell server started as a subprocess, driven over stdio by the SDK client."""
+"""Shared by every kind of test: the anyio backend, the real relay-shell stdio server driven by the SDK client
+(`connect`) and what reads its answers (`text_of`, `fields`, `read_records`), and a fleet of real sshd hosts
+(`fleet`, from tests/sshd.py). Helpers are imported as `from tests.conftest import ...`."""
 
 from __future__ import annotations
 
 import os
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -15,10 +17,33 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp_types import CallToolResult, TextContent
 
+from tests.sshd import SshFleet
+
+# The project root: test servers run from here, and scripts/test.sh installs the Node clients under .cache/npm.
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "fleet(hosts=3, trusted=()): size of the module's `fleet` and the aliases it trusts (default all)"
+    )
+
 
 @pytest.fixture(scope="session")
 def anyio_backend() -> str:
     return "asyncio"
+
+
+@pytest.fixture(scope="module")
+def fleet(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshFleet]:
+    """Real sshd hosts h01, h02, … on 127.0.0.2, .3, …: one fleet per test module, whose ssh_config names them
+    all and whose known_hosts lists the trusted ones. A module chooses with
+    `pytestmark = pytest.mark.fleet(hosts=8, trusted=("h01", "h02"))`; by default 3 hosts, all trusted."""
+    marker = request.node.get_closest_marker("fleet")
+    options: dict[str, Any] = marker.kwargs if marker else {}
+    with SshFleet(tmp_path_factory.mktemp("fleet"), options.get("hosts", 3)) as started:
+        started.trust(*options.get("trusted", ()))
+        yield started
 
 
 def server_env(audit_path: Path, **settings: str) -> dict[str, str]:
@@ -43,6 +68,12 @@ def text_of(result: CallToolResult) -> str:
     block = result.content[0]
     assert isinstance(block, TextContent)
     return block.text
+
+
+def fields(result: CallToolResult) -> dict[str, Any]:
+    """The result's structured content (what a client's outputSchema validates); its text if there is none."""
+    assert result.structured_content is not None, text_of(result)
+    return result.structured_content
 
 
 def read_records(audit_path: Path) -> list[dict[str, Any]]:

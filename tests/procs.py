@@ -1,0 +1,54 @@
+"""The process table as /proc shows it, for tests that check which processes still run."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from pathlib import Path
+
+
+def stat_fields(pid: int) -> list[str] | None:
+    """Fields after the command name in /proc/PID/stat: state ppid pgrp session …; None if gone."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return None
+    return raw[raw.rfind(b")") + 2 :].decode().split()
+
+
+def alive(pid: int) -> bool:
+    """Running: it exists and is not a zombie."""
+    found = stat_fields(pid)
+    return found is not None and found[0] != "Z"
+
+
+def comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+def cmdline(pid: int) -> str:
+    """argv joined by spaces; "" if gone."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+    except OSError:
+        return ""
+
+
+def pids() -> list[int]:
+    return [int(entry) for entry in os.listdir("/proc") if entry.isdigit()]
+
+
+async def gone(watched: list[int], within: float) -> list[int]:
+    """Poll until none of these processes runs; returns those still running after `within` seconds."""
+    deadline = time.monotonic() + within
+    left = watched
+    while time.monotonic() < deadline:
+        left = [pid for pid in watched if alive(pid)]
+        if not left:
+            return []
+        await asyncio.sleep(0.05)
+    return left
