@@ -17,6 +17,8 @@ import time
 from collections.abc import Awaitable, Callable
 
 import anyio
+from mcp import Client
+from mcp_types import CallToolResult
 from ptyprocess import PtyProcess
 
 from benchmarks.common import bare_client, median, relay_client, verdict
@@ -74,6 +76,17 @@ class DirectRepl:
         self.process.close()
 
 
+async def validation_cost(client: Client, tool: str, result: CallToolResult) -> float:
+    """What the client spends checking one result against the tool's outputSchema (inside every measured
+    call; timed here in a loop, so with warm caches)."""
+    samples = []
+    for _ in range(200):
+        started = time.perf_counter()
+        await client.session.validate_tool_result(tool, result)
+        samples.append(time.perf_counter() - started)
+    return median(samples)
+
+
 async def measure(step: Callable[[int], Awaitable[None]], values: range) -> list[float]:
     samples = []
     for i in values:
@@ -93,12 +106,14 @@ async def main() -> bool:
             session_id = spawned.structured_content["session_id"]
             failures: list[str] = []
             one_call = 0
+            last: dict[str, CallToolResult] = {}  # the latest result of each server, for the validation cost
 
             async def relay_step(i: int) -> None:
                 nonlocal one_call
                 result = await relay.call_tool(
                     "session_send", {"session_id": session_id, "data": f"{i}*{i}", "until": PROMPT}
                 )
+                last["relay"] = result
                 content = result.structured_content or {}
                 text = result.content[0].text if result.content else ""  # type: ignore[union-attr]
                 if not result.is_error and content.get("wait") == "match" and answered(text, i):
@@ -107,7 +122,7 @@ async def main() -> bool:
                     failures.append(f"step {i}: wait={content.get('wait')!r} error={result.is_error} text={text!r}")
 
             async def bare_step(i: int) -> None:
-                await bare.call_tool("noop", {})
+                last["bare"] = await bare.call_tool("noop", {})
 
             async def direct_step(i: int) -> None:
                 direct.step(i)
@@ -139,6 +154,10 @@ async def main() -> bool:
                 batched[0].extend(await measure(bare_step, values))
                 batched[1].extend(await measure(direct_step, values))
                 batched[2].extend(await measure(relay_step, values))
+            check_relay = await validation_cost(relay, "session_send", last["relay"])
+            check_bare = await validation_cost(bare, "noop", last["bare"])
+            fields_relay = len(last["relay"].structured_content or {})
+            fields_bare = len(last["bare"].structured_content or {})
             await relay.call_tool("session_kill", {"session_id": session_id})
     finally:
         direct.close()
@@ -160,6 +179,11 @@ async def main() -> bool:
     print(
         f"  (back-to-back batches, for information: relay-shell step {median(batched[2]) * 1000:.3f} ms, "
         f"floor {batched_floor * 1000:.3f} ms, ratio {median(batched[2]) / batched_floor:.3f})"
+    )
+    print(
+        f"  (the client's check of each result against the outputSchema, for information: relay-shell "
+        f"{check_relay * 1e6:.0f} µs ({fields_relay} fields), bare {check_bare * 1e6:.0f} µs ({fields_bare} field"
+        f"{'s' if fields_bare != 1 else ''}))"
     )
     for failure in failures:
         print("  " + failure)

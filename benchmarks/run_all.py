@@ -19,6 +19,7 @@ from benchmarks import (
     bench_ssh_forward,
     bench_ssh_transfer,
     bench_startup,
+    bench_strip_ansi,
 )
 
 
@@ -28,6 +29,7 @@ def main() -> int:
         "startup": bench_startup.main(),
         "exec_latency": anyio.run(bench_exec_latency.main),
         "big_output": anyio.run(bench_big_output.main),
+        "strip_ansi": bench_strip_ansi.main(),
         "session_repl": anyio.run(bench_session_repl.main),
         "session_flood": anyio.run(bench_session_flood.main),
         "ssh_exec": anyio.run(bench_ssh_exec.main),

@@ -57,12 +57,21 @@ def compile_until(until: str | list[str] | None) -> Patterns:
         if len(pattern) > MAX_PATTERN_LENGTH:
             raise ArgumentError(f"{where}: is {len(pattern)} characters; allowed: at most {MAX_PATTERN_LENGTH}")
         try:
-            compiled.append(regex.compile(pattern, regex.MULTILINE))
+            compiled.append(_compiled(pattern))
         except regex.error as exc:
             raise ArgumentError(
                 f"{where}: {pattern[:80]!r} is not a valid regex ({exc}); allowed: a Python regular expression"
             ) from None
     return compiled
+
+
+@functools.lru_cache(maxsize=256)
+def _compiled(pattern: str) -> Any:
+    """A dialogue sends the same prompt pattern on every step: `regex.compile`'s own cache still checks its
+    arguments on each call, which costs more than the lookup here. Compiled patterns are immutable."""
+    import regex
+
+    return regex.compile(pattern, regex.MULTILINE)
 
 
 def window_text(window: bytes) -> str:

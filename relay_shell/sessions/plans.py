@@ -232,11 +232,14 @@ def confirm_state(session: Session, input_version: int) -> dict[str, Any]:
     ring = session.ring
     recent = strip_ansi(ring.read(max(ring.start, ring.end - 2048)).data).decode("utf-8", errors="replace")
     last = ""
-    for line in reversed(recent.split("\n")):
+    # The last line with something on it, found from the end (this runs on every send; splitting all of the
+    # recent output into lines cost more than the rest of the send's preparation).
+    content_end = len(recent.rstrip())
+    if content_end:
+        line_end = recent.find("\n", content_end)
+        line = recent[recent.rfind("\n", 0, content_end) + 1 : line_end if line_end >= 0 else len(recent)]
         redrawn = line.rsplit("\r", 1)[-1]  # a carriage return starts the line over
-        if line.strip():
-            last = redrawn if redrawn.strip() else line
-            break
+        last = redrawn if redrawn.strip() else line
     return {
         "inputs": input_version,
         "output": ring.end,

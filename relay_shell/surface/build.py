@@ -92,6 +92,18 @@ class LazyArguments(FuncMetadata):
         self.model()
         return super().validate_arguments(arguments_to_validate)
 
+    def pre_parse_json(self, data: dict[str, Any]) -> dict[str, Any]:
+        """The SDK's pre-parse (a list or object sent as a JSON string becomes that list or object), skipped
+        when no value can be one: it tries json.loads on every string of a non-str argument (a regex in
+        `until`, a path), and a failed parse raises, which costs more than the rest of the validation. Only a
+        text starting with `[`, `{`, `t`, `f` or `n` after JSON whitespace parses to something it keeps."""
+        if any(isinstance(value, str) and value.lstrip(" \t\n\r")[:1] in _JSON_KEPT_STARTS for value in data.values()):
+            return super().pre_parse_json(data)
+        return data.copy()
+
+
+_JSON_KEPT_STARTS = ("[", "{", "t", "f", "n")  # not "": "" in "abc" is true
+
 
 @functools.cache
 def output_schema(return_annotation: Any) -> dict[str, Any] | None:
