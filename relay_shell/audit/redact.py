@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import re
 
+from relay_shell.audit.patterns import compile_pattern
 from relay_shell.audit.secret_names import NOT_SECRET, SECRET_HEADER_NAMES, WEAK, is_secret_name, secret_name_strength
 
 REDACTED = "[REDACTED]"
@@ -43,15 +44,18 @@ _WORD_PIECE = (
     r"|\([^)\n]*+\)?"  # $(command), f(x): keeps the ')' with its '('
     r"|`[^`\n]*+`?"  # `command`
     r"|\\[^\n]"  # backslash escape, including \" inside a JSON-encoded string
-    r"|[^\s\"'`;&|,<>)}\]\\]"
+    # A run of plain characters in one step (a loop iteration per character costs the matcher a saved
+    # state each); `$`, `(` and `[` may start a piece above, so they are single steps of their own.
+    r"|[^\s\"'`;&|,<>)}\]\\$(\[]++"
+    r"|[$(\[]"
 )
-_DOUBLE_QUOTED_REST = r'(?:[^"\\\n]|\\.)*+"?'
+_DOUBLE_QUOTED_REST = r'(?:[^"\\\n]++|\\.)*+"?'
 _SINGLE_QUOTED_REST = r"[^'\n]*+'?"
 # Inside a word, a quote followed by whitespace, a separator or the end closes an enclosing string
 # (`echo "token: $TOKEN"`, `["password=x", "y"]`) instead of opening a quoted piece.
 _AFTER_CLOSING_QUOTE = r"(?:[\s,;&|)}\]]|\Z)"
 _OPENS = r"(?!" + _AFTER_CLOSING_QUOTE + ")"
-_VALUE = re.compile(
+_VALUE = compile_pattern(
     r'(?:"' + _DOUBLE_QUOTED_REST + "|'" + _SINGLE_QUOTED_REST + "|" + _WORD_PIECE + ")"
     r'(?:"' + _OPENS + _DOUBLE_QUOTED_REST + "|'" + _OPENS + _SINGLE_QUOTED_REST + "|" + _WORD_PIECE + ")*+"
 )
@@ -91,7 +95,7 @@ def _mask_user_password(word: str) -> str | None:
 # The label is bounded ({0,40}), so an attempt does constant work; the END marker is then found with
 # str.find from the BEGIN, and the search resumes after the block (or the text ends: an unterminated key
 # is redacted to the end). Also matches `---- BEGIN SSH2 ENCRYPTED PRIVATE KEY ----` and PGP key blocks.
-_PRIVATE_KEY_START = re.compile(
+_PRIVATE_KEY_START = compile_pattern(
     r"-{4,5} ?BEGIN ([A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?) ?-{4,5}|PuTTY-User-Key-File-[0-9]{1,3}:"
 )
 _PUTTY_LAST_LINE = "Private-MAC:"
@@ -133,7 +137,7 @@ def _redact_private_keys(text: str) -> str:
 # backtracks only to the last '@' before the end of the authority (whitespace, '/', '?', '#', a quote),
 # and the next `://` always holds a '/', so no two attempts scan the same authority: linear.
 # `user@host` (no password) and `host:port` (no '@') do not match.
-_URL_CREDENTIALS = re.compile(
+_URL_CREDENTIALS = compile_pattern(
     r"(?<![A-Za-z0-9+.-])([A-Za-z][A-Za-z0-9+.-]*+://[^\s/?#@:\"'<>`\\]*+:)([^\s/?#\"'<>`\\]+)@"
 )
 
@@ -152,7 +156,7 @@ def _redact_url_credentials(text: str) -> str:
 # of a run, each alternative is a fixed prefix plus a possessive or fixed-length run (JWT and SendGrid span
 # at most three dot-separated runs), and nothing after a run can make it retry: linear. The right-hand
 # boundary also guarantees that a replacement never exposes the start of another token (idempotence).
-_PROVIDER_TOKEN = re.compile(
+_PROVIDER_TOKEN = compile_pattern(
     r"(?<![A-Za-z0-9_-])(?:"
     r"A(?:KIA|SIA)[A-Z0-9]{16}"  # AWS access key id
     r"|gh[pousr]_[A-Za-z0-9]{30,}+"  # GitHub classic, OAuth, user-to-server, server-to-server, refresh
@@ -176,7 +180,7 @@ _PROVIDER_TOKEN = re.compile(
 
 # A bearer token outside an Authorization header. Needs a digit (within the token: the lazy scan stops
 # at the token's end) and 8+ characters, so "the bearer of this letter" is prose.
-_BEARER_TOKEN = re.compile(r"(?i)(?<![\w-])(bearer[ \t]++)(?=[\w.~+/=-]*?[0-9])[\w.~+/=-]{8,}+")
+_BEARER_TOKEN = compile_pattern(r"(?i)(?<![\w-])(bearer[ \t]++)(?=[\w.~+/=-]*?[0-9])[\w.~+/=-]{8,}+")
 
 
 def _redact_provider_tokens(text: str) -> str:
@@ -194,7 +198,7 @@ def _redact_provider_tokens(text: str) -> str:
 # the scheme is kept so the log says what kind of credential it was. The credential is one possessive
 # token with nothing after it, so an attempt cannot fail after scanning. Needs ':' or '=': "Authorization"
 # in prose is left alone.
-_AUTHORIZATION_HEADER = re.compile(
+_AUTHORIZATION_HEADER = compile_pattern(
     r"(?i)(?<![\w-])((?:proxy-)?authorization\\?[\"']?[ \t]*+[:=][ \t]*+\\?[\"']?"
     r"(?:(?:bearer|basic|digest|token|negotiate|ntlm|bot|oauth|apikey|aws4-hmac-sha256|sso-key|ssws|jwt|key)"
     r"[ \t]++)?)"
@@ -219,19 +223,19 @@ def _redact_authorization_headers(text: str) -> str:
 # (`--from-literal=password=x` still finds `password=x`).
 _SECRET_STEMS = ("pass", "pw", "secret", "token", "key", "cred", "auth", "sig")
 # One C-level scan instead of a Python loop over the stems: most texts mention none of them.
-_ANY_SECRET_STEM = re.compile("|".join(re.escape(stem) for stem in sorted(_SECRET_STEMS)))
-_SECRET_NAME_CANDIDATE = re.compile(r"(?<![\w.-])(?=[\w.-]*?(?i:" + "|".join(_SECRET_STEMS) + r"))[\w.-]++")
+_ANY_SECRET_STEM = compile_pattern("|".join(re.escape(stem) for stem in sorted(_SECRET_STEMS)))
+_SECRET_NAME_CANDIDATE = compile_pattern(r"(?<![\w.-])(?=[\w.-]*?(?i:" + "|".join(_SECRET_STEMS) + r"))[\w.-]++")
 # Closing quote of a quoted key, then '=', ':', ':=' or '=>' (not '==': a comparison). Bounded spaces.
-_ASSIGNMENT = re.compile(r"\\?[\"']?[ \t]*+(?P<operator>:=|=>|=(?!=)|:)[ \t]*+")
+_ASSIGNMENT = compile_pattern(r"\\?[\"']?[ \t]*+(?P<operator>:=|=>|=(?!=)|:)[ \t]*+")
 # `--password x`, `"--password" "x"`, `"--password", "x"`.
-_FLAG_GAP = re.compile(r"\\?[\"']?,?[ \t]++")
+_FLAG_GAP = compile_pattern(r"\\?[\"']?,?[ \t]++")
 _FLAG_OPERATOR = " "
 # `aws secretsmanager get-secret-value --secret-id prod/db` names a secret; `secret_id=` (Vault) is one.
 _IDENTIFIER_FLAG_SUFFIXES = ("-id", "-ids", "-arn", "_id")
 # After an unquoted name, a quote followed by whitespace, a separator or the end closes a string that mentions
 # the name (`echo 'Enter your password:'`); it does not open a value. After a quoted name it does
 # (`{"password": " x"}`).
-_CLOSING_QUOTE = re.compile(r"\\?[\"']" + _AFTER_CLOSING_QUOTE)
+_CLOSING_QUOTE = compile_pattern(r"\\?[\"']" + _AFTER_CLOSING_QUOTE)
 
 
 def _value_start(text: str, name: str, name_end: int) -> tuple[int, str] | None:
@@ -285,7 +289,7 @@ def _redact_named_values(text: str) -> str:
 # separated by a space. Anchored at the command word; everything after it is possessive and at most six
 # words long ({0,3}: an unbounded run of `set set set …` would be rescanned from every `set`), so each
 # word is scanned by a bounded number of attempts.
-_CONFIG_SET = re.compile(
+_CONFIG_SET = compile_pattern(
     r"(?<![\w.-])(?i:config|configure|set|setx)(?:[ \t]++(?:--?[\w-]++|(?i:set|add)(?![\w.-]))){0,3}+[ \t]++"
     r"(?:[^\s:=]*+:)?([\w.-]++)[ \t]++"
 )
@@ -315,7 +319,7 @@ def _redact_config_set(text: str) -> str:
 
 # `<password>hunter2</password>` (Maven settings.xml and friends). Starts only at '<'; the content scan
 # stops at the next '<', which is where the next attempt starts, so scans never overlap.
-_XML_ELEMENT = re.compile(r"<([\w.:-]++)>([^<\n]++)</")
+_XML_ELEMENT = compile_pattern(r"<([\w.:-]++)>([^<\n]++)</")
 
 
 def _redact_xml_elements(text: str) -> str:
@@ -329,8 +333,8 @@ def _redact_xml_elements(text: str) -> str:
 
 # .netrc: `machine h login bob password X` on one line, or a line that is only `password X`. Anchored at
 # `login` / a line start; possessive runs.
-_NETRC_INLINE = re.compile(r"(?<![\w-])(login[ \t]++\S++[ \t]++password[ \t]++)\S++")
-_NETRC_LINE = re.compile(r"(?m)^([ \t]*+password[ \t]++)\S++([ \t]*+)$")
+_NETRC_INLINE = compile_pattern(r"(?<![\w-])(login[ \t]++\S++[ \t]++password[ \t]++)\S++")
+_NETRC_LINE = compile_pattern(r"(?m)^([ \t]*+password[ \t]++)\S++([ \t]*+)$")
 
 
 def _redact_netrc(text: str) -> str:
@@ -373,7 +377,7 @@ _TOOL_GROUPS: tuple[tuple[tuple[str, ...], dict[str, str]], ...] = (
 _TOOL_SECRET_OPTIONS = {tool: options for tools, options in _TOOL_GROUPS for tool in tools}
 _TOOL_FIRST_WORDS = frozenset(tool.split()[0] for tool in _TOOL_SECRET_OPTIONS)
 # One C-level scan instead of a Python loop over every tool name: most texts mention none of them.
-_ANY_TOOL_WORD = re.compile("|".join(re.escape(word) for word in sorted(_TOOL_FIRST_WORDS)))
+_ANY_TOOL_WORD = compile_pattern("|".join(re.escape(word) for word in sorted(_TOOL_FIRST_WORDS)))
 # Wrappers whose own options come before the wrapped command: `sshpass -p X ssh -p 2222 host`.
 _WRAPPERS = frozenset({"sshpass"})
 
@@ -386,12 +390,12 @@ _TOOL = (
     )
     + r")(?![\w./:-])"
 )
-_TOOL_NAME = re.compile(_TOOL)
+_TOOL_NAME = compile_pattern(_TOOL)
 # Inside a tool's command: the end of the simple command, another tool (`sshpass -p x mysql -py`), or an
 # option word: `-p`, `-pSECRET` (value attached), `--long-name`, openssl's `-key`. Every alternative
 # consumes at least one character, so one forward scan covers the text.
-_TOOL_OR_OPTION = re.compile(r"(?P<end>[;&|\n])|" + _TOOL + r"|(?<![^\s\"'])(?P<option>--?[A-Za-z][\w-]*+)")
-_BLANKS = re.compile(r"[ \t]*+")
+_TOOL_OR_OPTION = compile_pattern(r"(?P<end>[;&|\n])|" + _TOOL + r"|(?<![^\s\"'])(?P<option>--?[A-Za-z][\w-]*+)")
+_BLANKS = compile_pattern(r"[ \t]*+")
 # Tools whose options are whole words, never a letter with the value attached (`openssl x509 -keyform`).
 _NO_ATTACHED_VALUES = frozenset({"openssl"})
 

@@ -6,7 +6,6 @@ are real ones of this machine (testing.md: Debian's /usr/bin/python3 3.11.2 and 
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -19,16 +18,20 @@ IDENTITY = "import sys, ssl; print(sys.base_prefix, sys.version)"
 
 
 def identity(python: str) -> str:
-    return subprocess.run([python, "-c", IDENTITY], capture_output=True, text=True, check=True).stdout
+    answer = subprocess.run([python, "-c", IDENTITY], capture_output=True, text=True)
+    return answer.stdout if answer.returncode == 0 else f"unusable: {answer.stderr.strip()}"
 
 
 @pytest.fixture
 def other_python() -> str:
-    """An interpreter other than the one running the tests, preferring Debian's (what a Debian user has)."""
-    for candidate in (DEBIAN_PYTHON, shutil.which("python3.13"), shutil.which("python3.12"), shutil.which("python3")):
-        if candidate and Path(candidate).exists() and identity(candidate) != identity(sys.executable):
+    """A real interpreter other than the one running the tests (never a pyenv shim, which may refuse to run
+    outside its version's directory): Debian's first, then pyenv's installed versions."""
+    candidates = [DEBIAN_PYTHON, *sorted(str(path) for path in Path.home().glob(".pyenv/versions/3.*/bin/python3"))]
+    mine = identity(sys.executable)
+    for candidate in candidates:
+        if Path(candidate).exists() and not identity(candidate).startswith("unusable") and identity(candidate) != mine:
             return candidate
-    raise AssertionError("this machine should have two Python interpreters (testing.md: Debian's and pyenv's)")
+    raise AssertionError(f"this machine should have a second Python interpreter (testing.md); tried {candidates}")
 
 
 def test_a_venv_of_another_interpreter_is_recreated(tmp_path: Path, other_python: str) -> None:

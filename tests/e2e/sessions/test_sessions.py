@@ -358,7 +358,7 @@ async def test_since_rereads_and_a_small_ring_reports_dropped_bytes(tmp_path: Pa
         again = await call(client, "session_recv", session_id=session_id, since=0)
         assert fields(again)["since"] == 0
         assert fields(again)["cursor"] == cursor
-        assert fields(again).get("dropped", 0) == 0  # absent: the schema default, 0
+        assert fields(again)["dropped"] == 0
         reread = plain(text_of(again))
         assert reread.split("\n", 1)[1].startswith(PROMPT)  # from the very first byte: the first prompt
         assert "first-1" in reread.splitlines()

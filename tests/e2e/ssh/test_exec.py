@@ -65,7 +65,7 @@ async def test_nonzero_exit_merges_stderr_into_output(client: Client, fleet: Ssh
     assert (got["status"], got["exit_code"], got["output"], got["output_bytes"]) == ("exit_nonzero", 3, "out\nerr\n", 8)
     assert got["host"] == "h01"
     assert got["host_key"] == host_key_fingerprint(fleet, "h01")
-    assert "stderr" not in got
+    assert got["stderr"] is None  # merged: every field is present, stderr at its default
 
 
 async def test_separate_stderr_is_its_own_field(client: Client) -> None:
