@@ -385,9 +385,9 @@ ADVERSARIAL_UNITS = [
 MIB = 1 << 20
 
 
-def best_of_three(text: str) -> float:
+def best_of_five(text: str) -> float:
     best = float("inf")
-    for _ in range(3):
+    for _ in range(5):
         start = time.perf_counter()
         redact(text)
         best = min(best, time.perf_counter() - start)
@@ -398,8 +398,8 @@ def best_of_three(text: str) -> float:
 def test_linear_time_on_adversarial_input(unit: str) -> None:
     big = (unit * (MIB // len(unit) + 1))[:MIB]
     small = big[: MIB // 8]
-    small_time = best_of_three(small)
-    big_time = best_of_three(big)
+    small_time = best_of_five(small)
+    big_time = best_of_five(big)
     assert big_time < 2.0, f"{unit!r}: {big_time:.2f}s for 1 MiB"
     # The floor keeps timer noise on very fast inputs from looking like growth.
     assert big_time / max(small_time, 1e-3) < 20, f"{unit!r}: {small_time:.4f}s -> {big_time:.4f}s"
