@@ -137,8 +137,7 @@ def parse_runbook(relpath: str, data: bytes, sha256: str) -> Runbook:
     chapters = chapters_of(body)
     name = meta.get("name", name_from_path(relpath))
     if not isinstance(name, str) or not NAME_PATTERN.match(name):
-        shown = name if isinstance(name, str) else type(name).__name__
-        raise RunbookProblem(f"name: {str(shown)[:80]!r} is not a valid name; allowed: 1 to 64 of a-z 0-9 _ -")
+        raise RunbookProblem(f"name: {_shown(name)} is not a valid name; allowed: 1 to 64 of a-z 0-9 _ -")
     title = _text(meta, "title", chapters[0] if chapters else name, MAX_TITLE)
     summary = _text(meta, "summary", first_sentence(body) or title, MAX_SUMMARY)
     return Runbook(
@@ -239,7 +238,7 @@ def _priority(meta: dict[str, Any]) -> int:
     value = meta.get("priority", DEFAULT_PRIORITY)
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= ALWAYS_INCLUDED:
         raise RunbookProblem(
-            f"priority: {str(value)[:40]!r} is not allowed; allowed: an integer from 1 to 10 "
+            f"priority: {_shown(value)} is not allowed; allowed: an integer from 1 to 10 "
             f"(10 = always included, default {DEFAULT_PRIORITY})"
         )
     return value
@@ -286,7 +285,7 @@ def _arguments(meta: dict[str, Any]) -> tuple[RunbookArgument, ...]:
         name = item.get("name")
         if not isinstance(name, str) or not ARGUMENT_PATTERN.match(name):
             raise RunbookProblem(
-                f"{where}.name: {str(name)[:80]!r} is not allowed; allowed: a-z 0-9 _ starting with a letter"
+                f"{where}.name: {_shown(name)} is not allowed; allowed: a-z 0-9 _ starting with a letter"
             )
         if any(argument.name == name for argument in arguments):
             raise RunbookProblem(f"{where}.name: {name!r} is defined twice")
@@ -305,12 +304,15 @@ def _modes(meta: dict[str, Any]) -> tuple[str, ...]:
     if isinstance(value, str):
         value = [item.strip() for item in value.split(",")]
     if not isinstance(value, list) or not value or any(mode not in MODES for mode in value):
-        raise RunbookProblem(
-            f"modes: {str(value)[:80]!r} is not allowed; allowed: a non-empty list of {', '.join(MODES)}"
-        )
+        raise RunbookProblem(f"modes: {_shown(value)} is not allowed; allowed: a non-empty list of {', '.join(MODES)}")
     return tuple(mode for mode in MODES if mode in value)
 
 
 def _type_name(value: Any) -> str:
     names = {bool: "boolean", int: "integer", float: "number", str: "string", list: "list", dict: "mapping"}
     return "nothing" if value is None else names.get(type(value), type(value).__name__)
+
+
+def _shown(value: Any) -> str:
+    """A value as a message quotes it: a string quoted, anything else as YAML read it, cut short."""
+    return repr(value[:80]) if isinstance(value, str) else str(value)[:80]

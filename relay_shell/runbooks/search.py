@@ -125,33 +125,36 @@ class Briefing:
 def compose(
     hits: list[Hit], total: int, max_bytes: int, heading: str, closing: str, read_body: Callable[[Runbook], str | None]
 ) -> Briefing:
-    """The text within max_bytes (UTF-8): full texts, then summaries, then names, then a count."""
+    """The text within max_bytes (UTF-8): full texts, then summaries, then names, then a count. Full texts and
+    summaries leave room for naming the matches after them (up to a quarter of the budget), so a long runbook
+    does not crowd out the knowledge that the others exist."""
     head = heading + "\n"
     tail = "\n" + closing + "\n"
     remaining = max_bytes - _size(head) - _size(tail) - OMITTED_RESERVE
+    names_after = [0] * (len(hits) + 1)  # bytes to name hits[i:] (", name" each)
+    for index in range(len(hits) - 1, -1, -1):
+        names_after[index] = names_after[index + 1] + _size(hits[index].runbook.name) + 2
+    names_cap = max_bytes // 4
     parts = [head]
     entries: list[Entry] = []
     phase: Shown = "full"
     omitted = 0
-    for hit in hits:
+    for position, hit in enumerate(hits):
         runbook = hit.runbook
+        room = remaining - min(names_after[position + 1], names_cap)
         piece = ""
         if phase == "full":
-            body = read_body(runbook) if _full_size_guess(runbook) <= remaining else None
+            body = read_body(runbook) if _full_size_guess(runbook) <= room else None
             if body is not None:
                 opening = f"runbook {runbook.name} (priority {runbook.priority}, score {hit.score}): {runbook.title}"
-                piece = (
-                    f"\n=== {opening} ===\n"
-                    + body
-                    + ("" if body.endswith("\n") else "\n")
-                    + f"=== end of runbook {runbook.name} ===\n"
-                )
-            if not piece or _size(piece) > remaining:
+                ending = "" if body.endswith("\n") else "\n"
+                piece = f"\n=== {opening} ===\n{body}{ending}=== end of runbook {runbook.name} ===\n"
+            if not piece or _size(piece) > room:
                 phase, piece = "summary", ""
         if phase == "summary":
             lead = "" if any(entry.shown == "summary" for entry in entries) else "\nFurther matches (name: summary):\n"
             piece = f"{lead}- {runbook.name} (priority {runbook.priority}, score {hit.score}): {runbook.summary}\n"
-            if _size(piece) > remaining:
+            if _size(piece) > room:
                 phase, piece = "name", ""
         if phase == "name":
             named = any(entry.shown == "name" for entry in entries)
@@ -161,9 +164,8 @@ def compose(
                 continue
         parts.append(piece)
         remaining -= _size(piece)
-        entries.append(
-            Entry(runbook.name, runbook.title, runbook.priority, hit.score, phase, _size(piece), runbook.sha256)
-        )
+        entry = Entry(runbook.name, runbook.title, runbook.priority, hit.score, phase, _size(piece), runbook.sha256)
+        entries.append(entry)
     if entries and entries[-1].shown == "name":
         parts.append("\n")
     if omitted:
