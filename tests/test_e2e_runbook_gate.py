@@ -11,6 +11,7 @@ import urllib.request
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import jsonschema
 import pytest
 from mcp import Client
 
@@ -51,7 +52,9 @@ async def test_the_first_call_is_briefed_instead_of_run_and_the_repeat_runs(
     assert "begin_session" in text and "repeat the identical call" in text
     structured = first.structured_content
     assert structured is not None and structured["status"] == "gated" and structured["exit_code"] is None
-    assert set(structured) >= {"stderr", "stderr_bytes", "timed_out", "truncated"}  # shell_exec's own schema
+    schema = next(tool.output_schema for tool in (await gated.list_tools()).tools if tool.name == "shell_exec")
+    assert schema is not None and set(structured) == set(schema["properties"])  # shell_exec's own fields, all
+    jsonschema.validate(structured, schema)
     record = read_records(audit_path)[-1]
     assert record["tool"] == "gate:brief" and record["gated_tool"] == "shell_exec" and record["outcome"] == "gated"
     assert record["tier"] >= 1 and record["args"]["command"] == command
