@@ -164,7 +164,7 @@ class Settings(BaseSettings):
         None, description="empty (off) or a directory of Markdown runbooks with YAML front matter (*.md, recursive)"
     )
     runbook_max_files: int = Field(
-        2000, ge=1, le=100000, description="runbook files loaded at most (the rest are reported), 1 to 100000"
+        2000, ge=1, le=10000, description="runbook files loaded at most (the rest are reported), 1 to 10000"
     )
     runbook_max_bytes: int = Field(
         256 * 1024, ge=1024, le=16 * 1024 * 1024, description="bytes one runbook file may have, 1024 to 16777216"

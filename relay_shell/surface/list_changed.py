@@ -1,9 +1,9 @@
 """Telling connected clients that the runbook prompts and resources changed.
 
-A small watcher re-scans the runbook directory every WATCH_INTERVAL seconds (requests re-scan on their own when
-they read runbooks). When the catalog changed, it waits until the directory is quiet (an editor's save, a `git
-pull` of many files) and then sends one `notifications/prompts/list_changed` and one
-`notifications/resources/list_changed`:
+A small watcher re-scans the runbook directory every WATCH_INTERVAL seconds, in a worker thread (a larger
+directory less often; requests re-scan on their own when they read runbooks). When the catalog changed, it waits
+until the directory is quiet (an editor's save, a `git pull` of many files) and then sends one
+`notifications/prompts/list_changed` and one `notifications/resources/list_changed`:
 
 - to 2025-11-25 clients on their connection (stdio; HTTP on the client's standalone GET stream), every connection
   that has made a request;
@@ -78,10 +78,11 @@ class ListChangedNotifier:
         """One watcher per server (the lifespan may be entered once per connection)."""
         if self.watching or self.retrieval.library is None:
             return
+        assert self.retrieval.library is not None
         self.watching = True
         try:
             while True:
-                await anyio.sleep(WATCH_INTERVAL)
+                await anyio.sleep(max(WATCH_INTERVAL, self.retrieval.library.poll_interval()))
                 try:
                     await self.notify_if_changed()
                 except Exception:  # a failed scan or send must not end the watcher
@@ -90,13 +91,15 @@ class ListChangedNotifier:
             self.watching = False
 
     async def notify_if_changed(self) -> None:
-        generation = self.retrieval.catalog().generation
+        library = self.retrieval.library
+        assert library is not None
+        generation = (await anyio.to_thread.run_sync(library.refresh)).generation
         if generation == self.notified_generation:
             return
         first_seen = time.monotonic()
         while time.monotonic() - first_seen < MAX_DEBOUNCE:
             await anyio.sleep(QUIET)
-            settled = self.retrieval.library.refresh().generation if self.retrieval.library else generation
+            settled = (await anyio.to_thread.run_sync(library.refresh)).generation
             if settled == generation:
                 break
             generation = settled
