@@ -657,3 +657,10 @@ def test_the_corpus_has_40_files(corpus: Path) -> None:
     files = [path for path in corpus.rglob("*.md")]
     assert len(files) == 40
     assert os.path.getsize(corpus / "broken.md") > 0
+
+
+async def test_the_operating_guide_describes_runbooks_retrieval_and_the_gate(client: Client) -> None:
+    guide = prompt_text(await client.get_prompt("operating_guide"))
+    section = guide[guide.index("## Team runbooks") :]
+    for words in ("runbook_search(", "begin_session(", "[GATED: …]", "relay-shell://runbooks", "priority-10"):
+        assert words in section, words
