@@ -136,11 +136,11 @@ def scan(directory: Path, max_files: int) -> _Scan:
     followed, to a file or a directory alike: a runbook is a file inside the directory, and a link could lead
     anywhere the server's user can read."""
     result = _Scan()
-    pending = [directory]
+    pending = [(str(directory), "")]  # a directory to read, and its path relative to the runbook directory
     walked = 0
     found: dict[str, Signature] = {}
     while pending:
-        current = pending.pop()
+        current, prefix = pending.pop()
         walked += 1
         if walked > MAX_DIRECTORIES:
             result.problems.append(Problem(".", f"more than {MAX_DIRECTORIES} directories; the rest were not read"))
@@ -149,12 +149,12 @@ def scan(directory: Path, max_files: int) -> _Scan:
             with os.scandir(current) as entries:
                 listing = list(entries)
         except OSError as exc:
-            result.problems.append(Problem(_relative(directory, current), f"directory unreadable: {exc.strerror}"))
+            result.problems.append(Problem(prefix.rstrip("/") or ".", f"directory unreadable: {exc.strerror}"))
             continue
         for entry in listing:
             if entry.name.startswith("."):
                 continue  # editors' and version control's files (.git/, .#draft.md)
-            relpath = _relative(directory, Path(entry.path))
+            relpath = prefix + entry.name
             try:
                 if entry.is_symlink():
                     result.problems.append(
@@ -162,7 +162,7 @@ def scan(directory: Path, max_files: int) -> _Scan:
                     )
                     continue
                 if entry.is_dir(follow_symlinks=False):
-                    pending.append(Path(entry.path))
+                    pending.append((entry.path, relpath + "/"))
                     continue
                 if not entry.name.lower().endswith(".md"):
                     continue
@@ -273,8 +273,3 @@ def build_catalog(
 
 def signature_of(status: os.stat_result) -> Signature:
     return (status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns, status.st_ctime_ns)
-
-
-def _relative(directory: Path, path: Path) -> str:
-    relative = os.path.relpath(path, directory)
-    return relative.replace(os.sep, "/")
