@@ -12,6 +12,7 @@ from benchmarks import (
     bench_big_output,
     bench_exec_latency,
     bench_http,
+    bench_runbooks,
     bench_session_flood,
     bench_session_repl,
     bench_ssh_exec,
@@ -37,6 +38,7 @@ def main() -> int:
         "ssh_fanout": anyio.run(bench_ssh_fanout.main),
         "ssh_forward": anyio.run(bench_ssh_forward.main),
         "ssh_transfer": anyio.run(bench_ssh_transfer.main),
+        "runbooks": bench_runbooks.main(),
     }
     failed = [name for name, ok in results.items() if not ok]
     print("benchmarks:", "all targets met" if not failed else "missed: " + ", ".join(failed))

@@ -160,6 +160,20 @@ class Settings(BaseSettings):
         64, ge=1, le=1024, description="largest `concurrency` an ssh_fanout may ask for, 1 to 1024"
     )
     metrics_addr: str = Field("", description="empty (off) or a loopback HOST:PORT such as 127.0.0.1:9464")
+    runbook_dir: Path | None = Field(
+        None, description="empty (off) or a directory of Markdown runbooks with YAML front matter (*.md, recursive)"
+    )
+    runbook_max_files: int = Field(
+        2000, ge=1, le=10000, description="runbook files loaded at most (the rest are reported), 1 to 10000"
+    )
+    runbook_max_bytes: int = Field(
+        256 * 1024, ge=1024, le=16 * 1024 * 1024, description="bytes one runbook file may have, 1024 to 16777216"
+    )
+    gate: Literal["off", "briefing"] = Field(
+        "off",
+        description="off or briefing (per MCP session, a call that would run anything first returns the runbooks "
+        "that apply, until begin_session)",
+    )
 
     @field_validator("policy_deny", "policy_allow")
     @classmethod
@@ -171,10 +185,19 @@ class Settings(BaseSettings):
                 raise ValueError(f"pattern {pattern!r} is not a valid regex ({exc})") from exc
         return raw
 
-    @field_validator("record_dir", "inventory", "ssh_config", "token_file", "oauth_state_dir", mode="before")
+    @field_validator(
+        "record_dir", "inventory", "ssh_config", "token_file", "oauth_state_dir", "runbook_dir", mode="before"
+    )
     @classmethod
     def _empty_record_dir_is_off(cls, raw: object) -> object:
         return None if raw == "" else raw
+
+    @field_validator("runbook_dir")
+    @classmethod
+    def _runbook_dir_is_a_directory(cls, raw: Path | None) -> Path | None:
+        if raw is not None and not raw.expanduser().is_dir():
+            raise ValueError("is not a directory")
+        return raw.expanduser().resolve() if raw is not None else None
 
     @field_validator("metrics_addr")
     @classmethod

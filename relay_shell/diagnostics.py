@@ -18,7 +18,12 @@ MAX_TAIL_LINES = 1000
 
 
 def server_state(
-    settings: Settings, audit_log: AuditLog, metrics_port: int | None, open_sessions: int, ssh_connections: int
+    settings: Settings,
+    audit_log: AuditLog,
+    metrics_port: int | None,
+    open_sessions: int,
+    ssh_connections: int,
+    extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     return {
         "version": __version__,
@@ -71,14 +76,22 @@ def server_state(
             "fanout_max_concurrency": settings.fanout_max_concurrency,
             "max_transfer_bytes": settings.max_transfer_bytes,
         },
+        **(extra or {}),
     }
 
 
 def prepare_server_info(
-    settings: Settings, audit_log: AuditLog, metrics_port: int | None, open_sessions: int, ssh_connections: int
+    settings: Settings,
+    audit_log: AuditLog,
+    metrics_port: int | None,
+    open_sessions: int,
+    ssh_connections: int,
+    extra: dict[str, Any] | None = None,
 ) -> Plan:
+    """`extra`: sections other areas describe themselves (runbooks, the briefing gate)."""
+
     async def execute(progress: ProgressFn) -> Execution:
-        state = server_state(settings, audit_log, metrics_port, open_sessions, ssh_connections)
+        state = server_state(settings, audit_log, metrics_port, open_sessions, ssh_connections, extra)
         return _text_execution(settings, state, {"info": state})
 
     return Plan(subject=Subject(fixed_tier=0), execute=execute)

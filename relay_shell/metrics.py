@@ -43,6 +43,7 @@ class Metrics:
             self.audit_degraded: Any = discard
             self.sessions_open: Any = discard
             self.ssh_connections_open: Any = discard
+            self.gated_calls: Any = discard
             return
         from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -76,6 +77,12 @@ class Metrics:
         )
         self.ssh_connections_open = Gauge(
             "relay_shell_ssh_connections_open", "Pooled SSH connections open.", registry=self.registry
+        )
+        self.gated_calls = Counter(
+            "relay_shell_gated_calls",
+            "Calls the briefing gate answered with runbooks instead of running them, by tool.",
+            ["tool"],
+            registry=self.registry,
         )
 
     def exposition(self) -> bytes:

@@ -13,7 +13,7 @@ from relay_shell.capture import CapturedText
 # reports it to the client when it asked for progress.
 ProgressFn = Callable[[int], Awaitable[None]]
 
-Outcome = Literal["ok", "exit_nonzero", "timeout", "denied", "error", "confirm_required", "cancelled"]
+Outcome = Literal["ok", "exit_nonzero", "timeout", "denied", "error", "confirm_required", "cancelled", "gated"]
 
 
 @dataclass(frozen=True)
@@ -81,6 +81,11 @@ class Plan:
     # Input to a session: the session's state a tier-3 confirmation is bound to (inputs written, output
     # produced: any since voids it) and what the human is shown about where the input goes.
     confirm_state: dict[str, Any] | None = None
+    # Further fields of the call's audit record (a briefing: the runbooks it returned and their digests); set
+    # by prepare or by execute.
+    record_fields: dict[str, Any] | None = None
+    # begin_session: when the call succeeds, the runner opens the briefing gate for the calling MCP session.
+    opens_gate: bool = False
 
 
 class CommandOutcome(Protocol):

@@ -1,8 +1,8 @@
 """Typed tool results (the outputSchema of every tool) and the text grammar a model reads.
 
 First line says what happened: `[exit N]`, `[signal NAME]`, `[TIMEOUT after Ns]`, `[DENIED tier N (NAME): why]`,
-`[CONFIRM REQUIRED tier 3: why]`, `[ERROR: Kind: message]`; notes (clamped arguments) follow as `[NOTE: …]`
-lines; then the body; then `[TRUNCATED: N bytes produced, M shown — head H + tail T]` when the body was cut.
+`[CONFIRM REQUIRED tier 3: why]`, `[GATED: why]`, `[ERROR: Kind: message]`; notes (clamped arguments) follow as
+`[NOTE: …]` lines; then the body; then `[TRUNCATED: N bytes produced, M shown — head H + tail T]` when the body was cut.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ class ToolResult(BaseModel):
     model_config = ConfigDict(defer_build=True, json_schema_extra=_every_field_required)
 
     status: Outcome = Field(
-        description="what happened: ok, exit_nonzero, timeout, denied, error, confirm_required, cancelled"
+        description="what happened: ok, exit_nonzero, timeout, denied, error, confirm_required, cancelled, gated"
     )
     tier: int = Field(description="policy tier of the call: 0 observe, 1 reversible, 2 stateful, 3 irreversible")
     exit_code: Annotated[int | None, nullable("integer", "exit status when the command exited")] = None
@@ -155,6 +155,21 @@ class AuditTailResult(ToolResult):
     records: list[dict[str, Any]] = Field([], description="audit records, oldest first")
 
 
+class RunbookResult(ToolResult):
+    keywords: list[str] = Field([], description="the keywords the runbooks were matched with")
+    runbooks: list[dict[str, Any]] = Field(
+        [],
+        description="the runbooks returned, best first: name, title, priority, score, shown (full, summary or "
+        "name), bytes (of its part of the text), sha256 (of the runbook file)",
+    )
+    matched: int = Field(0, description="runbooks that matched, priority-10 ones included")
+    omitted: int = Field(0, description="matching runbooks not even named, for want of bytes")
+    total: int = Field(0, description="runbooks offered in this policy mode")
+    gate: Annotated[
+        str | None, nullable("string", "begin_session: the briefing gate of this session (open, or off)")
+    ] = None
+
+
 def status_line(
     status: Outcome, exit_code: int | None, signal: str | None, timeout: float | None, error: str | None, tier: int
 ) -> str:
@@ -168,6 +183,8 @@ def status_line(
         return "[CANCELLED]"
     if status == "confirm_required":
         return f"[CONFIRM REQUIRED tier {tier}: {error}]"
+    if status == "gated":
+        return f"[GATED: {error}]"
     if signal is not None:
         return f"[signal {signal}]"
     if exit_code is not None:

@@ -39,6 +39,7 @@ from relay_shell.metrics import Metrics
 from relay_shell.plan import Execution, Outcome, Plan, Subject
 from relay_shell.policy.admission import Policy
 from relay_shell.results import render_text, status_line, truncation_line
+from relay_shell.runbooks.gate import BriefingGate, call_digest
 
 logger = logging.getLogger("relay_shell")
 
@@ -65,6 +66,7 @@ class Runner:
         self.argument_validators: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {}
         self.confirmations = ConfirmationStore(settings.confirm_ttl)  # tokens (token mode, and elicit's fallback)
         self.elicitations = ConfirmationStore(settings.confirm_ttl)  # questions put to the human, one answer each
+        self.gate: BriefingGate | None = None  # RELAY_SHELL_GATE=briefing: runbooks before the first calls
 
     # -- tool calls --------------------------------------------------------------------------------------
 
@@ -111,6 +113,11 @@ class Runner:
                 )
             if refusal is not None:
                 return self._finish(tool, tier, identity, arguments, started, "denied", error=refusal, plan=plan)
+        if tier >= 1 and self.gate is not None and self.gate.enabled:
+            # After the policy (a refused call is refused, not briefed), before a human is asked to confirm.
+            gated = self._gated(request_context, tool, plan, tier, identity, arguments, started)
+            if gated is not None:
+                return gated
         if tier == 3 and self.settings.confirm_tier3 != "off":
             # After every deny and mode check: a refused call never reaches confirmation.
             reason = decision.reason if decision.tier == 3 else "a target host makes this call tier 3"
@@ -147,6 +154,9 @@ class Runner:
         except Exception as exc:
             logger.exception("executing %s failed", tool)
             execution = Execution(status="error", output=_empty(), error=f"Internal: {type(exc).__name__}: {exc}")
+        failed = self._open_gate(request_context, identity, plan, started) if plan.opens_gate else None
+        if failed is not None and execution.status == "ok":
+            execution = Execution(status="error", output=_empty(), error=failed)
         return self._finish(tool, tier, identity, arguments, started, execution.status, plan=plan, execution=execution)
 
     async def reject(
@@ -289,6 +299,36 @@ class Runner:
         execution = confirm_required(token, binding, self.settings.confirm_ttl, reason)
         return self._finish(tool, 3, identity, arguments, started, "confirm_required", plan=plan, execution=execution)
 
+    # -- the briefing gate (runbooks/gate.py) ------------------------------------------------------------
+
+    def _gated(
+        self, request_context: Any, tool: str, plan: Plan, tier: int, identity: Identity, arguments: Any, started: float
+    ) -> CallToolResult | None:
+        """None when the call may run; else its briefing, `[GATED: …]`, recorded as `gate:brief`; nothing ran."""
+        assert self.gate is not None
+        owner, call = owner_of(request_context), call_digest(tool, self._call_arguments(tool, request_context))
+        if self.gate.admits(owner, call):
+            return None
+        held = self.gate.hold(tool, plan, _raw_arguments(request_context), self.settings.max_output)
+        result = self._finish(
+            tool, tier, identity, arguments, started, held.status, plan=plan, execution=held, record_label="gate:brief"
+        )
+        self.metrics.gated_calls.labels(tool=tool if tool in self.known_tools else "unknown").inc()
+        if held.status == "gated" and (result.structured_content or {}).get("status") == "gated":
+            self.gate.remember_briefed(owner, call)  # recorded: the identical call runs when repeated
+        return result
+
+    def _open_gate(self, request_context: Any, identity: Identity, plan: Plan, started: float) -> str | None:
+        """begin_session succeeded: open the session's gate once its `gate:open` record is written."""
+        if self.gate is None or not self.gate.enabled:
+            return None
+        record = self._record("gate:open", 0, "ok", identity, {}, started)
+        record.update(plan.record_fields or {})
+        if not self._write(record, "gate:open", 0, "ok", started) and self.settings.audit_on_failure == "refuse":
+            return "AuditWriteFailed: the gate:open record could not be written; the gate stays shut"
+        self.gate.open(owner_of(request_context))
+        return None
+
     def _call_arguments(self, tool: str, request_context: ServerRequestContext[Any, Any] | None) -> dict[str, Any]:
         raw = _raw_arguments(request_context)
         validate = self.argument_validators.get(tool)
@@ -343,6 +383,7 @@ class Runner:
         plan: Plan | None = None,
         execution: Execution | None = None,
         reason_withheld: bool = False,
+        record_label: str | None = None,
     ) -> CallToolResult:
         duration_ms = int((time.monotonic() - started) * 1000)
         notes = plan.notes if plan is not None else []
@@ -360,7 +401,8 @@ class Runner:
                 trailer.append("stderr " + truncation_line(execution.stderr))
         text = render_text(first, notes, body, trailer)
 
-        record = self._record(tool, tier, outcome, identity, arguments, started)
+        label = record_label or tool  # a gated call's record is the gate's event (gate:brief)
+        record = self._record(label, tier, outcome, identity, arguments, started)
         record.update(_digests(text, captured))
         record["denied"] = outcome == "denied"
         if execution.exit_code is not None:
@@ -384,11 +426,13 @@ class Runner:
         session_id = session_id or execution.fields.get("session_id")
         if session_id:
             record["session_id"] = session_id
+        if plan is not None and plan.record_fields:
+            record.update(plan.record_fields)
         record["duration_ms"] = duration_ms
-        written = self._write(record, tool, tier, outcome, started)
+        written = self._write(record, label, tier, outcome, started)
         if not written and self.settings.audit_on_failure == "refuse" and outcome not in ("denied", "error"):
             # It ran, but without its record the result may not be shown: fail closed, say what happened.
-            what = "nothing ran" if outcome == "confirm_required" else f"the call ran ({first})"
+            what = "nothing ran" if outcome in ("confirm_required", "gated") else f"the call ran ({first})"
             message = (
                 f"AuditWriteFailed: {what} but its audit record could not be written "
                 f"({self.audit_log.last_error}); output withheld"
@@ -433,7 +477,7 @@ class Runner:
             self.metrics.audit_errors.inc()
             self.metrics.audit_degraded.set(1)
             print(f"relay-shell: audit write failed: {exc}", file=sys.stderr)
-        event_label = tool.startswith(("prompt:", "resource:", "session:", "oauth:", "confirm:", "forward:"))
+        event_label = tool.startswith(("prompt:", "resource:", "session:", "oauth:", "confirm:", "forward:", "gate:"))
         label = tool if tool in self.known_tools or event_label else "unknown"
         key = (label, tier, outcome)
         counter = self._call_counters.get(key)

@@ -3,7 +3,7 @@ through argument validation in the audited runner (so a bad call is an audited, 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -12,6 +12,7 @@ import anyio
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.tools import Tool
+from mcp.server.subscriptions import InMemorySubscriptionBus
 from pydantic import ValidationError
 
 if TYPE_CHECKING:
@@ -27,6 +28,10 @@ from relay_shell.confirm.elicitation import InputRequired
 from relay_shell.identity import connected
 from relay_shell.metrics import Metrics
 from relay_shell.policy.admission import Policy
+from relay_shell.runbooks.gate import BriefingGate
+from relay_shell.runbooks.index import instructions_index, library_state
+from relay_shell.runbooks.library import RunbookLibrary
+from relay_shell.runbooks.retrieval import Retrieval
 from relay_shell.runner import Runner, schema_defaults
 from relay_shell.sessions.registry import Session, SessionRegistry
 from relay_shell.ssh.access import SshAccess
@@ -34,11 +39,15 @@ from relay_shell.ssh.forwards.registry import ForwardRegistry, end_fields
 from relay_shell.surface.build import SCHEMA_CACHE
 from relay_shell.surface.diag_tools import diag_tools
 from relay_shell.surface.guide import INSTRUCTIONS
+from relay_shell.surface.list_changed import ListChangedNotifier, declare_list_changed
 from relay_shell.surface.local_tools import local_tools
 from relay_shell.surface.prompts import WorkflowPrompts
 from relay_shell.surface.resources import current_request, register_context
+from relay_shell.surface.runbook_context import RunbookContext
+from relay_shell.surface.runbook_tools import runbook_tools
 from relay_shell.surface.session_tools import session_tools
 from relay_shell.surface.ssh_tools import ssh_tools
+from relay_shell.surface.workflows import PROMPTS
 
 
 @dataclass
@@ -104,12 +113,20 @@ def build_server(
     )
     ssh = SshAccess(settings, forwards)
     metrics.ssh_connections_open.set_function(ssh.connections)
+    retrieval = runbook_retrieval(settings, runner, ssh)
     assembly: Assembly
     tools = [
         *local_tools(runner),
         *session_tools(runner, sessions),
         *ssh_tools(runner, sessions, ssh),
-        *diag_tools(runner, lambda: assembly.metrics_port, lambda: len(sessions.sessions), ssh.connections),
+        *diag_tools(
+            runner,
+            lambda: assembly.metrics_port,
+            lambda: len(sessions.sessions),
+            ssh.connections,
+            lambda owner: runbook_state(settings, retrieval, runner, owner),
+        ),
+        *runbook_tools(runner, retrieval),
     ]
     SCHEMA_CACHE.save()
     runner.known_tools = {tool.name for tool in tools}
@@ -117,34 +134,89 @@ def build_server(
     runner.argument_validators = {tool.name: tool.fn_metadata.validate_arguments for tool in tools}
     gate = ToolCallGate(runner, {tool.name: tool for tool in tools})
     prompts = WorkflowPrompts(runner, ssh, runner.known_tools)  # validates the prompt definitions
+    runbooks = RunbookContext(runner, retrieval)
+    bus = InMemorySubscriptionBus()  # 2026-07-28 clients hear of changed lists on their subscriptions/listen stream
+    notifier = ListChangedNotifier(retrieval, bus, lambda: refresh_runbooks(mcp, runbooks, settings, retrieval))
     mcp = MCPServer(
         name="relay-shell",
         title="relay-shell",
         version=__version__,
-        instructions=INSTRUCTIONS,
+        instructions=instructions(settings, retrieval),
         tools=tools,
         log_level="WARNING",
-        middleware=[gate, prompts],
-        lifespan=lambda app: connection_lifespan(sessions, forwards),
+        middleware=[notifier, gate, runbooks, prompts],
+        lifespan=lambda app: connection_lifespan(sessions, forwards, notifier.watch_forever),
+        subscriptions=bus,
         **server_auth(settings, token_verifier, oauth),
     )
+    declare_list_changed(mcp._lowlevel_server)
     if oauth is not None:  # registrations, approvals and revocations are audited like everything else
         oauth.on_event = lambda label, client_id, fields: runner.event(label, client_id, fields)
         oauth.revoke_orphaned_grants()
     gate.mcp = mcp
     register_context(mcp, runner, ssh)
     prompts.register(mcp)
+    runbooks.register(mcp)
+    prompts.other_sources = runbooks.completion_source  # runbook arguments `host`/`hosts` complete too
     assembly = Assembly(mcp=mcp, runner=runner, metrics=metrics, sessions=sessions, ssh=ssh)
     return assembly
 
 
+def runbook_retrieval(settings: Settings, runner: Runner, ssh: SshAccess) -> Retrieval:
+    """The runbooks (adr/0017): loaded now (from the parse cache when unchanged) for the instructions' index, and
+    the briefing gate, which the runner consults before a call of tier 1 or more runs."""
+    library = None
+    if settings.runbook_dir is not None:
+        reserved = frozenset(spec.name for spec in PROMPTS)
+        library = RunbookLibrary(settings.runbook_dir, settings.runbook_max_files, settings.runbook_max_bytes, reserved)
+        library.refresh()
+    retrieval = Retrieval(library, settings.policy_mode, lambda host: inventory_groups(ssh, host))
+    budget = min(8192, settings.max_output)
+    runner.gate = BriefingGate(
+        settings.gate == "briefing", connected, lambda words, hosts: retrieval.call_briefing(words, hosts, budget)
+    )
+    return retrieval
+
+
+def inventory_groups(ssh: SshAccess, host: str) -> tuple[str, ...]:
+    """A host's inventory groups, for the hosts a call names (an SSH call: the inventory is loaded already)."""
+    found = ssh.get().inventory.lookup(host)
+    return found.groups if found is not None else ()
+
+
+def instructions(settings: Settings, retrieval: Retrieval) -> str:
+    if retrieval.library is None and settings.gate == "off":
+        return INSTRUCTIONS
+    index = instructions_index(retrieval.visible(), settings.gate == "briefing")
+    return f"{INSTRUCTIONS}\n{index}"
+
+
+def refresh_runbooks(mcp: MCPServer, runbooks: RunbookContext, settings: Settings, retrieval: Retrieval) -> None:
+    """The directory changed: the prompts follow it, and clients that connect from now on get a fresh index."""
+    runbooks.sync()
+    mcp._lowlevel_server.instructions = instructions(settings, retrieval)
+
+
+def runbook_state(settings: Settings, retrieval: Retrieval, runner: Runner, owner: str) -> dict[str, Any]:
+    """server_info's sections for the runbooks and the calling session's briefing gate."""
+    directory = str(settings.runbook_dir) if settings.runbook_dir is not None else None
+    state = library_state(
+        retrieval.catalog(), settings.policy_mode, directory, settings.runbook_max_files, settings.runbook_max_bytes
+    )
+    return {"runbooks": state, "gate": runner.gate.describe(owner) if runner.gate is not None else {"mode": "off"}}
+
+
 @asynccontextmanager
-async def connection_lifespan(sessions: SessionRegistry, forwards: ForwardRegistry) -> AsyncIterator[dict[str, Any]]:
-    """Entered once per served connection (a stdio stream, an in-memory client): the reapers run meanwhile,
-    and when the connection ends the sessions and port forwards of clients that are gone are closed at once."""
+async def connection_lifespan(
+    sessions: SessionRegistry, forwards: ForwardRegistry, watch_runbooks: Callable[[], Coroutine[Any, Any, None]]
+) -> AsyncIterator[dict[str, Any]]:
+    """Entered once per served connection (a stdio stream, an in-memory client): the reapers (and the runbook
+    watcher, one per server) run meanwhile, and when the connection ends the sessions and port forwards of
+    clients that are gone are closed at once."""
     async with anyio.create_task_group() as group:
         group.start_soon(sessions.reap_forever)
         group.start_soon(forwards.reap_forever)
+        group.start_soon(watch_runbooks)
         try:
             yield {}
         finally:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Annotated
+from typing import Annotated, Any
 
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.tools import Tool
@@ -23,18 +23,28 @@ def diag_tools(
     metrics_port: Callable[[], int | None],
     open_sessions: Callable[[], int],
     ssh_connections: Callable[[], int],
+    described: Callable[[str], dict[str, Any]] | None = None,
 ) -> list[Tool]:
+    """`described(owner)`: further server_info sections for the calling client (runbooks and its gate)."""
     settings = runner.settings
     audit_log = runner.audit_log
 
     async def server_info(ctx: Context) -> Annotated[CallToolResult, ServerInfoResult]:
         """Describe this server: version, transport, policy mode, effective limits (default and maximum
         output, maximum timeout), audit log path and health, terminal sessions (open, limits), metrics
-        listener. Call it once before work to learn what the policy will admit."""
+        listener, the team's runbooks (loaded, failed to load) and this session's briefing gate. Call it once
+        before work to learn what the policy will admit."""
         return await runner.run(
             ctx.request_context,
             "server_info",
-            lambda: prepare_server_info(settings, audit_log, metrics_port(), open_sessions(), ssh_connections()),
+            lambda: prepare_server_info(
+                settings,
+                audit_log,
+                metrics_port(),
+                open_sessions(),
+                ssh_connections(),
+                described(owner_of(ctx.request_context)) if described is not None else None,
+            ),
         )
 
     async def audit_tail(

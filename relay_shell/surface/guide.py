@@ -56,6 +56,8 @@ call is classified, admitted by policy, bounded, and audited. Work like a carefu
 | reach a port only an SSH host can reach, or let it reach one here | `ssh_forward(host, spec)` | `L:0:dhost:dport`, `R:0:dhost:dport`, `D:0` (SOCKS); `ssh_forward_list`, `ssh_forward_close` |
 | check limits, policy mode, audit state | `server_info` | tier 0, always allowed |
 | see what was run recently | `audit_tail` | filters `tool`, `tier`, `denied`, `lines` |
+| know the team's rules for a task | `runbook_search(tags=[…])` | the operators' runbooks that match, best first, guardrails always; tier 0 |
+| start a task (and open the briefing gate) | `begin_session(tags=[…])` | the same briefing for ~5 keywords of the task; opens the gate for this session |
 
 Prefer one precise command over exploratory dumps: `grep -n pattern file | head -50` beats `cat` of a large \
 file. Output beyond `max_output` is cut to its head and tail; the audit log still records the digest of all of it.
@@ -179,6 +181,8 @@ is kept below: read it before retrying with a larger `timeout` or a narrower com
 - `[DENIED tier N (NAME): reason]`: policy refused the call and nothing ran. Do not rephrase the command to get \
 around it; tell the user what you wanted to do and why.
 - `[ERROR: Kind: message]`: the call was invalid or failed; the message names the argument and what is allowed.
+- `[GATED: why]`: the briefing gate held the call back and nothing ran; the runbooks that apply follow (see \
+"Team runbooks").
 - `[NOTE: …]` lines follow the status when an argument was adjusted (for example a timeout clamped to the limit).
 - `[TRUNCATED: N bytes produced, M shown — head H + tail T]` closes a cut body. Errors usually live in the tail.
 
@@ -213,6 +217,30 @@ a terminal session a confirmation holds only while nothing else is typed into or
 2. Observe first (tier 0): `shell_exec` with `uname -a; df -h; systemctl --failed`.
 3. Make one change at a time with a `timeout`, read the status line, verify with an observe command.
 4. For multi-step changes write a `shell_script` with strict mode, so the first failure stops the script.
+
+## Team runbooks
+
+The operators can give relay-shell their own runbooks (RELAY_SHELL_RUNBOOK_DIR): rules and procedures such as \
+"never restart the primary database during business hours" or "how we rotate certificates on the edge fleet". \
+When they exist, the server instructions end with an index (guardrails first, then by priority; name and \
+summary), and the rules may apply to what you are asked to do: look before acting, and follow what applies.
+
+- `runbook_search(tags=["postgres", "failover", "db1"])` (or `query="fail over the orders database"`): each \
+keyword is matched against runbook names, titles, summaries, tags and chapter headings (a keyword matches where \
+words start: `cert` finds "certificates"), and against the hosts or `@groups` a runbook is about. \
+score = matches × priority; priority-10 runbooks are guardrails and always come first. The answer fills \
+`max_bytes` [8192]: the full text of the best matches, then name + summary, then names; ask again with other \
+keywords whenever the task moves to another system, service or step, or a step fails.
+- Each runbook is also a prompt (its arguments go into a quoted user-data section, never into its text) and the \
+resource `relay-shell://runbooks/NAME` (the Markdown as written); `relay-shell://runbooks` is the index, with \
+the files that failed to load and why. The lists follow the directory as the operators edit it (the server \
+sends `list_changed` notifications).
+- The briefing gate (RELAY_SHELL_GATE=briefing; `server_info` shows `gate`): until this session is briefed, a call \
+that would run anything (tier 1 and above) does not run. It answers `[GATED: …]` with the runbooks its own words \
+select (the tool, the command, the host) and every guardrail; read them, then repeat the identical call and it \
+runs. Better: start the task with `begin_session(tags=[about 5 keywords of the task])`, which returns the \
+briefing for the whole task and opens the gate for the rest of the session. Observing (tier 0) is never held. \
+Another client, or a new connection, has its own gate.
 
 ## Workflow prompts
 

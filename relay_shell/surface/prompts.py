@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal, NoReturn
 
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
@@ -224,6 +225,8 @@ class WorkflowPrompts:
         self.catalog = validate_definitions(PROMPTS, tool_names)
         self.visible = {name: spec for name, spec in self.catalog.items() if self.mode in spec.modes}
         self.mcp: MCPServer | None = None
+        # Prompts registered elsewhere (the runbooks) name the completion source of an argument here.
+        self.other_sources: Callable[[str, str], CompletionSource | None] | None = None
 
     def register(self, mcp: MCPServer) -> None:
         """Only the prompts this mode admits are listed; completion/complete answers for their arguments."""
@@ -301,6 +304,8 @@ class WorkflowPrompts:
             spec = self.visible.get(ref.name)  # a hidden prompt completes nothing
             found = [item for item in spec.arguments if item.name == argument.name] if spec else []
             source = found[0].complete if found else None
+            if spec is None and self.other_sources is not None:
+                source = self.other_sources(ref.name, argument.name)
         elif ref.uri == INVENTORY_HOST_TEMPLATE and argument.name == "host":
             source = "host"
         if source is None:

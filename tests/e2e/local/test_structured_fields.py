@@ -121,6 +121,11 @@ async def test_every_tool_returns_every_field_of_its_output_schema(client: Clien
     await call("audit_tail", {"lines": 0}, error=True)
     await call("operation_confirm", {"token": "not-a-token"}, error=True)
 
+    # Runbooks (no RUNBOOK_DIR here: the answers say none are configured).
+    await call("runbook_search", {"tags": ["postgres"]})
+    await call("runbook_search", {"tags": []}, error=True)
+    await call("begin_session", {"tags": ["postgres"]})
+
     assert called == set(schemas), f"tools not exercised: {sorted(set(schemas) - called)}"
     assert {"shell_exec", "session_recv", "ssh_exec", "audit_tail", "operation_confirm"} <= errors
 
