@@ -16,8 +16,8 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
 from tests.conftest import read_records, text_of
-from tests.test_e2e_http import TOKENS, HttpServer, client, start, stop, write_token_file
-from tests.test_e2e_runbooks import GUARDS, LOADED, Notifications, prompt_text, reload_steps, write, write_corpus
+from tests.e2e.http.server import TOKENS, HttpServer, client, start, stop, write_token_file
+from tests.e2e.runbooks.helpers import GUARDS, LOADED, Notifications, prompt_text, reload_steps, write, write_corpus
 
 pytestmark = pytest.mark.anyio
 

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from relay_shell.config import ConfigError, load_settings
-from tests.test_config import clean_env, run_server  # noqa: F401  # clean_env is a fixture
+from tests.integration.test_cli import run_server
+from tests.unit.test_config import clean_env  # noqa: F401  # clean_env is a fixture
 
 
 def test_defaults_are_off(clean_env: Path) -> None:  # noqa: F811

@@ -11,12 +11,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import read_records
-from tests.test_e2e_http import typescript_sdk
-from tests.test_e2e_inspector import inspector_command
-from tests.test_e2e_runbooks import LOADED, write_corpus
-
-REPOSITORY = Path(__file__).resolve().parent.parent
+from tests.conftest import REPO_ROOT, read_records
+from tests.e2e.clients.node import inspector_command, typescript_sdk
+from tests.e2e.runbooks.helpers import LOADED, write_corpus
 
 
 def inspect_runbooks(tmp_path: Path, runbooks: Path, *args: str) -> tuple[int, Any, str]:
@@ -32,7 +29,7 @@ def inspect_runbooks(tmp_path: Path, runbooks: Path, *args: str) -> tuple[int, A
         command += ["-e", f"{name}={value}"]
     command += ["--format", "json", sys.executable, "-m", "relay_shell", *args]
     completed = subprocess.run(
-        command, env=env, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL, cwd=REPOSITORY
+        command, env=env, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL, cwd=REPO_ROOT
     )
     try:
         payload = json.loads(completed.stdout).get("result")
@@ -113,7 +110,7 @@ def test_the_typescript_sdk_client_receives_prompts_list_changed(tmp_path: Path)
         capture_output=True,
         text=True,
         timeout=120,
-        cwd=REPOSITORY,
+        cwd=REPO_ROOT,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     answer = json.loads(done.stdout.strip().splitlines()[-1])

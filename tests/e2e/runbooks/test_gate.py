@@ -16,7 +16,7 @@ import pytest
 from mcp import Client
 
 from tests.conftest import read_records, text_of
-from tests.test_e2e_runbooks import GUARDS, runbook_client, sha256_of, write_corpus
+from tests.e2e.runbooks.helpers import GUARDS, runbook_client, sha256_of, write_corpus
 
 pytestmark = pytest.mark.anyio
 
