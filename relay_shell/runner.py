@@ -1,5 +1,10 @@
-"""THE audited path. Every tool call: identify → classify + admit → execute → bound → audit → metrics.
-Every context pull (prompt, resource): the tier-0 helper `context_pull` (cap, digest record, counter).
+"""THE audited path. Every tool call: identify → classify + admit → start record → execute → bound → end record
+→ metrics. Every context pull (prompt, resource): the tier-0 helper `context_pull` (cap, digest record, counter).
+
+Write-ahead (adr/0014): a call that runs anything gets a `start` record, on disk before anything executes, and
+an `end` record before its result returns, paired by `call_id`. A call refused or invalid before it runs, and a
+pure read (a tool whose annotations say it is read-only and touches nothing outside the server), gets the
+`end` record alone.
 
 No other code writes audit records or builds tool results. Nothing raised below escapes to the
 transport: failures become `[ERROR: …]` results with isError, and they are audited too.
@@ -8,7 +13,10 @@ transport: failures become `[ERROR: …]` results with isError, and they are aud
 from __future__ import annotations
 
 import hashlib
+import itertools
 import logging
+import os
+import secrets
 import sys
 import time
 from collections.abc import Callable
@@ -18,6 +26,7 @@ import anyio
 from mcp.server.context import ServerRequestContext
 from mcp_types import CallToolResult, TextContent
 
+from relay_shell import __version__
 from relay_shell.audit.log import RECORD_VERSION, AuditLog, AuditWriteError, utc_timestamp
 from relay_shell.audit.record import audit_arguments, redact_text
 from relay_shell.capture import BoundedCapture, CapturedText
@@ -36,7 +45,7 @@ from relay_shell.confirm.store import ConfirmationStore, confirm_required
 from relay_shell.errors import ToolError
 from relay_shell.identity import Identity, identify, owner_of
 from relay_shell.metrics import Metrics
-from relay_shell.plan import Execution, Outcome, Plan, Subject
+from relay_shell.plan import Execution, Outcome, Plan, Subject, current_call_id
 from relay_shell.policy.admission import Policy
 from relay_shell.results import render_text, status_line, truncation_line
 
@@ -65,6 +74,13 @@ class Runner:
         self.argument_validators: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {}
         self.confirmations = ConfirmationStore(settings.confirm_ttl)  # tokens (token mode, and elicit's fallback)
         self.elicitations = ConfirmationStore(settings.confirm_ttl)  # questions put to the human, one answer each
+        # Tools that run nothing and touch nothing outside the server (read-only, not open-world): one record.
+        self.pure_reads: set[str] = set()
+        # call_id = this process's random tag + a counter: unique in the log across restarts, cheap per call.
+        self._call_tag = secrets.token_hex(6)
+        self._call_numbers = itertools.count(1)
+        self.refused_calls = 0  # calls refused because the log could not be written (shown by server_info)
+        self.interrupted_at_start = 0  # calls the previous process left interrupted (its server:start record)
 
     # -- tool calls --------------------------------------------------------------------------------------
 
@@ -77,17 +93,21 @@ class Runner:
     ) -> CallToolResult:
         started = time.monotonic()
         identity = identify(request_context, self.transport)
+        call_id = self.new_call_id()
         arguments = self._recordable(tool, _raw_arguments(request_context))
         refusal = self._audit_unavailable()
         if refusal is not None:
-            return self._finish(tool, 0, identity, arguments, started, "error", error=refusal)
+            return self._finish(tool, 0, identity, arguments, started, "error", error=refusal, call_id=call_id)
         try:
             plan = prepare()
         except ToolError as exc:
-            return self._finish(tool, 0, identity, arguments, started, "error", error=f"{exc.kind}: {exc}")
+            return self._finish(
+                tool, 0, identity, arguments, started, "error", error=f"{exc.kind}: {exc}", call_id=call_id
+            )
         except Exception as exc:  # a bug in preparation must still be a clean, audited result
             logger.exception("preparing %s failed", tool)
-            return self._finish(tool, 0, identity, arguments, started, "error", error=f"Internal: {type(exc).__name__}")
+            internal = f"Internal: {type(exc).__name__}"
+            return self._finish(tool, 0, identity, arguments, started, "error", error=internal, call_id=call_id)
 
         if plan.recorded_arguments is not None:
             arguments = plan.recorded_arguments
@@ -95,10 +115,19 @@ class Runner:
             decision = self.policy.decide(plan.subject)
         except Exception as exc:
             logger.exception("policy failed for %s", tool)
-            return self._finish(tool, 3, identity, arguments, started, "error", error=f"Policy: {type(exc).__name__}")
+            failed = f"Policy: {type(exc).__name__}"
+            return self._finish(tool, 3, identity, arguments, started, "error", error=failed, call_id=call_id)
         if decision.denied:
             return self._finish(
-                tool, decision.tier, identity, arguments, started, "denied", error=decision.reason, plan=plan
+                tool,
+                decision.tier,
+                identity,
+                arguments,
+                started,
+                "denied",
+                error=decision.reason,
+                plan=plan,
+                call_id=call_id,
             )
         tier = decision.tier
         if plan.host_subjects:
@@ -106,38 +135,60 @@ class Runner:
                 tier, refusal = self._admit_hosts(plan, tier)
             except Exception as exc:
                 logger.exception("policy failed for %s", tool)
-                return self._finish(
-                    tool, 3, identity, arguments, started, "error", error=f"Policy: {type(exc).__name__}"
-                )
+                failed = f"Policy: {type(exc).__name__}"
+                return self._finish(tool, 3, identity, arguments, started, "error", error=failed, call_id=call_id)
             if refusal is not None:
-                return self._finish(tool, tier, identity, arguments, started, "denied", error=refusal, plan=plan)
+                return self._finish(
+                    tool, tier, identity, arguments, started, "denied", error=refusal, plan=plan, call_id=call_id
+                )
         if tier == 3 and self.settings.confirm_tier3 != "off":
             # After every deny and mode check: a refused call never reaches confirmation.
             reason = decision.reason if decision.tier == 3 else "a target host makes this call tier 3"
             try:
-                stop = await self._confirm_tier3(request_context, tool, plan, reason, identity, arguments, started)
+                stop = await self._confirm_tier3(
+                    request_context, tool, plan, reason, identity, arguments, started, call_id
+                )
             except anyio.get_cancelled_exc_class():
                 with anyio.CancelScope(shield=True):
-                    self._finish(tool, tier, identity, arguments, started, "cancelled", plan=plan)
+                    self._finish(tool, tier, identity, arguments, started, "cancelled", plan=plan, call_id=call_id)
                 raise
             except InputRequired:
                 raise  # the server's tool-call gate answers with the question
             except Exception as exc:  # nothing runs unconfirmed, and nothing escapes to the transport
                 logger.exception("confirming %s failed", tool)
-                return self._finish(
-                    tool, tier, identity, arguments, started, "error", error=f"Confirmation: {type(exc).__name__}"
-                )
+                failed = f"Confirmation: {type(exc).__name__}"
+                return self._finish(tool, tier, identity, arguments, started, "error", error=failed, call_id=call_id)
             if stop is not None:
                 return stop
 
+        audited = audit_arguments(arguments)  # redacted once, for both records
+        if tool not in self.pure_reads:
+            # Write-ahead: nothing runs unless its start record was written (or AUDIT_ON_FAILURE=continue).
+            refusal = self._write_start(call_id, tool, tier, identity, audited, plan)
+            if refusal is not None:
+                return self._finish(
+                    tool,
+                    tier,
+                    identity,
+                    arguments,
+                    started,
+                    "error",
+                    error=refusal,
+                    plan=plan,
+                    call_id=call_id,
+                    audited=audited,
+                )
         progress = _Progress(report_progress, plan)
+        running = current_call_id.set(call_id)
         try:
             execution = await plan.execute(progress.report)
         except anyio.get_cancelled_exc_class():
             # The client cancelled (or went away): the executor killed what it started; the record is
             # still written before the cancellation propagates.
             with anyio.CancelScope(shield=True):
-                self._finish(tool, tier, identity, arguments, started, "cancelled", plan=plan)
+                self._finish(
+                    tool, tier, identity, arguments, started, "cancelled", plan=plan, call_id=call_id, audited=audited
+                )
             raise
         except ToolError as exc:
             execution = Execution(status="error", output=_empty(), error=f"{exc.kind}: {exc}")
@@ -147,7 +198,20 @@ class Runner:
         except Exception as exc:
             logger.exception("executing %s failed", tool)
             execution = Execution(status="error", output=_empty(), error=f"Internal: {type(exc).__name__}: {exc}")
-        return self._finish(tool, tier, identity, arguments, started, execution.status, plan=plan, execution=execution)
+        finally:
+            current_call_id.reset(running)
+        return self._finish(
+            tool,
+            tier,
+            identity,
+            arguments,
+            started,
+            execution.status,
+            plan=plan,
+            execution=execution,
+            call_id=call_id,
+            audited=audited,
+        )
 
     async def reject(
         self, request_context: ServerRequestContext[Any, Any], tool: str, arguments: Any, message: str
@@ -180,7 +244,8 @@ class Runner:
         capture.feed(text.encode("utf-8"))
         captured = capture.result()
         body = captured.text + ("\n" + truncation_line(captured) if captured.truncated else "")
-        record = self._record(label, 0, "ok", identity, _raw_arguments(request_context), started)
+        arguments = _raw_arguments(request_context)
+        record = self._record(label, 0, "ok", identity, arguments, started, self.new_call_id())
         record.update(_digests(body, captured))
         self._write(record, label, 0, "ok", started)
         if not self.audit_log.healthy and self.settings.audit_on_failure == "refuse":
@@ -194,7 +259,7 @@ class Runner:
         prompt arguments): audited and counted like a refused call; the caller answers with a protocol error."""
         started = time.monotonic()
         identity = identify(request_context, self.transport)
-        record = self._record(label, 0, outcome, identity, _raw_arguments(request_context), started)
+        record = self._record(label, 0, outcome, identity, _raw_arguments(request_context), started, self.new_call_id())
         record["denied"] = outcome == "denied"
         record["reason"] = redact_text(reason)[:512]  # the reason may echo argument values
         self._write(record, label, 0, outcome, started)
@@ -208,6 +273,16 @@ class Runner:
         record = self._record(label, 0, "ok", Identity(request_id=None, client_id=client_id), {}, started)
         record.update(fields)
         self._write(record, label, 0, "ok", started)
+
+    def server_started(self, fields: dict[str, Any]) -> None:
+        """This process's first record, `server:start`: its pid and version, and what the previous process left
+        behind (the calls it left interrupted, and what containment found of them; audit/interrupted.py)."""
+        self.interrupted_at_start = int(fields.get("interrupted_count", 0))
+        record = {"v": RECORD_VERSION, "ts": utc_timestamp(), "tool": "server:start", "pid": os.getpid()}
+        record["version"] = __version__
+        record.update(fields)
+        started = time.monotonic()
+        self._write(record, "server:start", 0, "ok", started)
 
     def admit_later(
         self, label: str, client_id: str, subject: Subject, fields: dict[str, Any], write: bool = True
@@ -242,16 +317,21 @@ class Runner:
         identity: Identity,
         arguments: dict[str, Any],
         started: float,
+        call_id: str,
     ) -> CallToolResult | None:
         """None when the call may run now (an armed token for exactly this call was used up, or the human
-        accepted); otherwise the result to return instead. `plan.confirmation` links the records."""
+        accepted); otherwise the result to return instead. `plan.confirmation` links the records. Records
+        written while the call waits for the human (the question, the answer) are `phase: "confirm"`; the
+        call's start record follows once it is confirmed."""
         owner = owner_of(request_context)
         try:
             binding = bind_call(
                 tool, self._call_arguments(tool, request_context), plan, owner, identity.client_id, reason
             )
         except ToolError as exc:  # ConfirmTooLong: a call a human cannot be shown in full is never offered
-            return self._finish(tool, 3, identity, arguments, started, "error", error=f"{exc.kind}: {exc}", plan=plan)
+            return self._finish(
+                tool, 3, identity, arguments, started, "error", error=f"{exc.kind}: {exc}", plan=plan, call_id=call_id
+            )
         armed = self.confirmations.take(binding, owner)
         if armed is not None:
             plan.confirmation = armed
@@ -262,7 +342,16 @@ class Runner:
                 state, plan.confirmation = self.elicitations.issue(binding, owner)
                 asking = Execution(status="confirm_required", output=_empty(), error=reason + "; asking the human")
                 planned = self._finish(
-                    tool, 3, identity, arguments, started, "confirm_required", plan=plan, execution=asking
+                    tool,
+                    3,
+                    identity,
+                    arguments,
+                    started,
+                    "confirm_required",
+                    plan=plan,
+                    execution=asking,
+                    call_id=call_id,
+                    phase="confirm",
                 )
                 if (planned.structured_content or {}).get("status") == "error":
                     return planned  # the plan could not be recorded: do not even ask
@@ -275,19 +364,26 @@ class Runner:
             if not self.elicitations.redeem(plan.confirmation, binding, owner) and answer == "accept":
                 answer = "stale"  # a yes to a question answered before, expired, or about another call
             outcome = _ANSWER_OUTCOMES[answer]
-            record = self._record("confirm:elicitation", 3, outcome, identity, {}, started)
+            record = self._record("confirm:elicitation", 3, outcome, identity, {}, started, call_id, "confirm")
             record.update({"denied": outcome == "denied", "answer": answer, "confirmation": plan.confirmation})
             written = self._write(record, "confirm:elicitation", 3, outcome, started)
             if answer == "accept":
                 if written or self.settings.audit_on_failure != "refuse":
                     return None
                 failed = "AuditWriteFailed: the human's confirmation could not be recorded; nothing ran"
-                return self._finish(tool, 3, identity, arguments, started, "error", error=failed, plan=plan)
+                return self._finish(
+                    tool, 3, identity, arguments, started, "error", error=failed, plan=plan, call_id=call_id
+                )
             if answer != "failed":  # a client that could not ask after all gets a token below
-                return self._finish(tool, 3, identity, arguments, started, "denied", error=_REFUSED[answer], plan=plan)
+                refused = _REFUSED[answer]
+                return self._finish(
+                    tool, 3, identity, arguments, started, "denied", error=refused, plan=plan, call_id=call_id
+                )
         token, plan.confirmation = self.confirmations.issue(binding, owner)
         execution = confirm_required(token, binding, self.settings.confirm_ttl, reason)
-        return self._finish(tool, 3, identity, arguments, started, "confirm_required", plan=plan, execution=execution)
+        return self._finish(
+            tool, 3, identity, arguments, started, "confirm_required", plan=plan, execution=execution, call_id=call_id
+        )
 
     def _call_arguments(self, tool: str, request_context: ServerRequestContext[Any, Any] | None) -> dict[str, Any]:
         raw = _raw_arguments(request_context)
@@ -326,9 +422,53 @@ class Runner:
         except AuditWriteError as exc:
             self.metrics.audit_errors.inc()
             self.metrics.audit_degraded.set(1)
-            if self.settings.audit_on_failure == "refuse":
-                return f"AuditUnavailable: {exc}; the call was refused (RELAY_SHELL_AUDIT_ON_FAILURE=refuse)"
+            return self._refusal(exc)
         return None
+
+    def _write_start(
+        self, call_id: str, tool: str, tier: int, identity: Identity, audited: dict[str, Any], plan: Plan
+    ) -> str | None:
+        """The write-ahead record of an admitted call, on disk (and fsynced with AUDIT_FSYNC=always) before its
+        plan executes. Returns the refusal when it could not be written and AUDIT_ON_FAILURE is refuse."""
+        record: dict[str, Any] = {
+            "v": RECORD_VERSION,
+            "ts": utc_timestamp(),
+            "tool": tool,
+            "phase": "start",
+            "call_id": call_id,
+            "tier": tier,
+            "denied": False,
+            "decision": "confirmed" if plan.confirmation is not None else "admitted",
+            "args": audited,
+            "request_id": identity.request_id,
+            "client_id": identity.client_id,
+        }
+        if plan.denied_hosts:  # a many-host call runs on the admitted hosts only
+            record["denied_hosts"] = sorted(plan.denied_hosts)
+        if plan.target is not None:
+            record["target"] = plan.target
+        if plan.session_id:
+            record["session_id"] = plan.session_id
+        if plan.confirmation is not None:
+            record["confirmation"] = plan.confirmation
+        try:
+            self.audit_log.write(record)
+        except AuditWriteError as exc:
+            self.metrics.audit_errors.inc()
+            self.metrics.audit_degraded.set(1)
+            print(f"relay-shell: audit write failed: {exc}", file=sys.stderr)
+            return self._refusal(exc)
+        self.metrics.audit_records.inc()
+        self.metrics.audit_degraded.set(0)
+        return None
+
+    def _refusal(self, exc: AuditWriteError) -> str | None:
+        """What a call the log cannot record gets: refused (fail closed) unless AUDIT_ON_FAILURE=continue."""
+        if self.settings.audit_on_failure != "refuse":
+            return None
+        self.refused_calls += 1
+        self.metrics.audit_refused_calls.inc()
+        return f"AuditUnavailable: {exc}; the call was refused and nothing ran (RELAY_SHELL_AUDIT_ON_FAILURE=refuse)"
 
     def _finish(
         self,
@@ -343,6 +483,9 @@ class Runner:
         plan: Plan | None = None,
         execution: Execution | None = None,
         reason_withheld: bool = False,
+        call_id: str | None = None,
+        phase: str = "end",
+        audited: dict[str, Any] | None = None,
     ) -> CallToolResult:
         duration_ms = int((time.monotonic() - started) * 1000)
         notes = plan.notes if plan is not None else []
@@ -360,7 +503,9 @@ class Runner:
                 trailer.append("stderr " + truncation_line(execution.stderr))
         text = render_text(first, notes, body, trailer)
 
-        record = self._record(tool, tier, outcome, identity, arguments, started)
+        record = self._record(
+            tool, tier, outcome, identity, arguments, started, call_id or self.new_call_id(), phase, audited
+        )
         record.update(_digests(text, captured))
         record["denied"] = outcome == "denied"
         if execution.exit_code is not None:
@@ -387,7 +532,8 @@ class Runner:
         record["duration_ms"] = duration_ms
         written = self._write(record, tool, tier, outcome, started)
         if not written and self.settings.audit_on_failure == "refuse" and outcome not in ("denied", "error"):
-            # It ran, but without its record the result may not be shown: fail closed, say what happened.
+            # It ran, but without its record the result may not be shown: fail closed, say what happened. Its
+            # start record is in the log, so `audit verify` lists the call as interrupted.
             what = "nothing ran" if outcome == "confirm_required" else f"the call ran ({first})"
             message = (
                 f"AuditWriteFailed: {what} but its audit record could not be written "
@@ -407,20 +553,41 @@ class Runner:
         )
 
     def _record(
-        self, tool: str, tier: int, outcome: str, identity: Identity, arguments: dict[str, Any], started: float
+        self,
+        tool: str,
+        tier: int,
+        outcome: str,
+        identity: Identity,
+        arguments: dict[str, Any],
+        started: float,
+        call_id: str | None = None,
+        phase: str | None = None,
+        audited: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
-        return {
+        """A record's common fields. Calls pass their call_id and phase; events (a session's end, an OAuth grant)
+        are no call and have neither."""
+        record = {
             "v": RECORD_VERSION,
             "ts": utc_timestamp(),
             "tool": tool,
             "tier": tier,
             "denied": False,
             "outcome": outcome,
-            "args": audit_arguments(arguments),
+            "args": audited if audited is not None else audit_arguments(arguments),
             "request_id": identity.request_id,
             "client_id": identity.client_id,
             "duration_ms": int((time.monotonic() - started) * 1000),
         }
+        if call_id is not None:
+            record["call_id"] = call_id
+            record["phase"] = phase or "end"
+        return record
+
+    def audit_counts(self) -> dict[str, int]:
+        return {"refused_calls": self.refused_calls, "interrupted_at_start": self.interrupted_at_start}
+
+    def new_call_id(self) -> str:
+        return f"{self._call_tag}-{next(self._call_numbers)}"
 
     def _write(self, record: dict[str, Any], tool: str, tier: int, outcome: str, started: float) -> bool:
         written = True
@@ -433,7 +600,7 @@ class Runner:
             self.metrics.audit_errors.inc()
             self.metrics.audit_degraded.set(1)
             print(f"relay-shell: audit write failed: {exc}", file=sys.stderr)
-        event_label = tool.startswith(("prompt:", "resource:", "session:", "oauth:", "confirm:", "forward:"))
+        event_label = tool.startswith(("prompt:", "resource:", "session:", "oauth:", "confirm:", "forward:", "server:"))
         label = tool if tool in self.known_tools or event_label else "unknown"
         key = (label, tier, outcome)
         counter = self._call_counters.get(key)

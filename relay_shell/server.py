@@ -115,6 +115,13 @@ def build_server(
     runner.known_tools = {tool.name for tool in tools}
     runner.result_defaults = {tool.name: schema_defaults(tool.output_schema) for tool in tools}
     runner.argument_validators = {tool.name: tool.fn_metadata.validate_arguments for tool in tools}
+    # One audit record for the tools whose annotations say they only read and touch nothing outside the server;
+    # every other call gets a start record before it runs (adr/0014).
+    runner.pure_reads = {
+        tool.name
+        for tool in tools
+        if tool.annotations is not None and tool.annotations.read_only_hint and not tool.annotations.open_world_hint
+    }
     gate = ToolCallGate(runner, {tool.name: tool for tool in tools})
     prompts = WorkflowPrompts(runner, ssh, runner.known_tools)  # validates the prompt definitions
     mcp = MCPServer(

@@ -10,14 +10,22 @@ re-serializing it.
 Rotation (rename or copy-truncate) is detected before every write; the new file starts with an
 `audit:continue` record whose `prev` links to the last record of the previous file, so the chain resumes
 across rotation and restarts.
+
+Whole records or none: a write the disk could only take in part (a short write on a full file system) is
+taken back at once, so no torn line is left for `verify` to trip on; an incomplete last line found when the
+file is (re)opened (the process died before taking it back, or the host lost power) is removed and the removal
+recorded as an `audit:repair` record. After any failure the next write reopens the path, so the log recovers by
+itself once it is writable again and the chain resumes from the file's last record (adr/0014).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import os
 import stat
+import threading
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -27,6 +35,7 @@ import orjson
 RECORD_VERSION = 1
 GENESIS = "0" * 64
 CONTINUE_TOOL = "audit:continue"
+REPAIR_TOOL = "audit:repair"
 # The chain field is appended last: `,"chain":"<64 hex>"}` is 76 bytes before the newline.
 CHAIN_SUFFIX_LEN = len(',"chain":"') + 64 + len('"}')
 
@@ -50,6 +59,24 @@ def encode_line(record: dict[str, Any], prev: str | None) -> bytes:
         return canonical + b"\n"
     chain = chain_hash(prev, canonical)
     return canonical[:-1] + b',"chain":"' + chain.encode("ascii") + b'"}\n'
+
+
+def last_newline_end(path: Path, size: int) -> int | None:
+    """Where an incomplete last line starts (just past the last newline; 0 if there is none), or None when the
+    file ends with a newline."""
+    with open(path, "rb") as handle:
+        position = size
+        handle.seek(max(0, position - 1))
+        if handle.read(1) == b"\n" or size == 0:
+            return None
+        while position > 0:
+            step = min(8192, position)
+            position -= step
+            handle.seek(position)
+            newline = handle.read(step).rfind(b"\n")
+            if newline >= 0:
+                return position + newline + 1
+    return 0
 
 
 def read_last_line(path: Path) -> bytes | None:
@@ -78,7 +105,8 @@ def read_last_line(path: Path) -> bytes | None:
 
 
 class AuditLog:
-    """One open log file. Not thread-safe: the server calls it from its single event loop."""
+    """One open log file. The server writes from its event loop; a lock still keeps a record written from
+    another thread from taking the same chain link as one written meanwhile (os.write releases the GIL)."""
 
     def __init__(self, path: Path, chain: bool = True, fsync: bool = False) -> None:
         self.path = path
@@ -92,6 +120,7 @@ class AuditLog:
         self.records_written = 0
         self.write_errors = 0
         self.last_error: str | None = None
+        self._lock = threading.Lock()
 
     # -- opening -----------------------------------------------------------------------------------------
 
@@ -113,17 +142,48 @@ class AuditLog:
         if info.st_size == 0:
             self._start_file(reason="new file")
             return
+        removed = self._remove_incomplete_tail()
         last = read_last_line(self.path)
-        if not self.chain_enabled or last is None:
-            return
-        try:
-            record = orjson.loads(last)
-            self.seq = int(record["seq"])
-            self.prev = str(record["chain"])
-        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
-            # The tail is not a chained record (chain was off, or the file was damaged): start a new
-            # segment that says so; `verify` reports the damage at its line.
-            self._write_continue(reason="previous record unreadable or unchained")
+        if last is None:  # the file held nothing but an incomplete line
+            self._start_file(reason="new file")
+        elif self.chain_enabled:
+            try:
+                record = orjson.loads(last)
+                self.seq = int(record["seq"])
+                self.prev = str(record["chain"])
+            except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+                # The tail is not a chained record (chain was off, or the file was damaged): start a new
+                # segment that says so; `verify` reports the damage at its line.
+                self._write_continue(reason="previous record unreadable or unchained")
+        if removed is not None:
+            length, digest = removed
+            self._append(
+                {
+                    "v": RECORD_VERSION,
+                    "ts": utc_timestamp(),
+                    "tool": REPAIR_TOOL,
+                    "reason": "an incomplete last line (a write that did not complete) was removed",
+                    "removed_bytes": length,
+                    "removed_sha256": digest,
+                }
+            )
+
+    def _remove_incomplete_tail(self) -> tuple[int, str] | None:
+        """Cut an incomplete last line (no newline: a write that never completed) back to the last complete
+        record. Only bytes after the last newline go, never a whole record. Returns their length and digest."""
+        assert self.fd is not None
+        tail_start = last_newline_end(self.path, self.size)
+        if tail_start is None:
+            return None
+        digest = hashlib.sha256()
+        with open(self.path, "rb") as handle:
+            handle.seek(tail_start)
+            while block := handle.read(65536):
+                digest.update(block)
+        length = self.size - tail_start
+        os.ftruncate(self.fd, tail_start)
+        self.size = tail_start
+        return length, digest.hexdigest()
 
     def _start_file(self, reason: str) -> None:
         """A fresh file: genesis if we have no chain yet, otherwise a continuation record linking back."""
@@ -153,6 +213,10 @@ class AuditLog:
     def ensure_open(self) -> None:
         """Before a call runs: reopen a log that failed or was rotated away, so a failure refuses the call
         before anything executes (fail closed). Raises AuditWriteError."""
+        with self._lock:
+            self._ensure_open()
+
+    def _ensure_open(self) -> None:
         try:
             if self.fd is None or self.last_error is not None:
                 self._open_file()
@@ -165,9 +229,13 @@ class AuditLog:
 
     def write(self, record: dict[str, Any]) -> None:
         """Append one record (fields in `record`, chain fields added here). Raises AuditWriteError."""
+        with self._lock:
+            self._write(record)
+
+    def _write(self, record: dict[str, Any]) -> None:
         try:
-            if self.fd is None:
-                self._open_file()
+            if self.fd is None or self.last_error is not None:
+                self._open_file()  # after a failure: reopen, repair a torn tail, resume the chain from disk
             else:
                 self._follow_rotation()
             self._append(record)
@@ -211,7 +279,12 @@ class AuditLog:
             line = encode_line(record, None)
         written = os.write(self.fd, line)
         if written != len(line):
-            raise OSError(0, f"short write ({written} of {len(line)} bytes)")
+            taken_back = self._take_back(written)
+            raise OSError(
+                errno.ENOSPC,
+                f"short write ({written} of {len(line)} bytes; "
+                + ("the partial record was removed)" if taken_back else "the partial record is removed on reopen)"),
+            )
         if self.fsync:
             os.fsync(self.fd)
         if self.chain_enabled:
@@ -219,6 +292,19 @@ class AuditLog:
             self.prev = line[-67:-3].decode("ascii")
         self.size += written
         self.records_written += 1
+
+    def _take_back(self, written: int) -> bool:
+        """Remove the part of a record a short write left at the end of the file, if it is still the end (no
+        other writer appended after it): truncation needs no free space, so it works on a full disk."""
+        assert self.fd is not None
+        try:
+            end = os.lseek(self.fd, 0, os.SEEK_CUR)  # O_APPEND: just past the bytes this write added
+            if os.fstat(self.fd).st_size != end:
+                return False
+            os.ftruncate(self.fd, end - written)
+        except OSError:
+            return False
+        return True
 
     def _fail(self, message: str) -> None:
         self.write_errors += 1

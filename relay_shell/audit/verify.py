@@ -3,6 +3,10 @@
 Detects edits (chain mismatch), insertions, deletions and reordering (prev/seq breaks), head truncation
 (the first record is neither genesis nor an `audit:continue` link) and torn or empty files, and reports
 the first bad line precisely.
+
+It also pairs the two phases of each call by `call_id`: a `start` record with no `end` record is a call the
+server did not finish (it died, or the end record could not be written). That is not tampering, so it does not
+fail verification, but it is listed as interrupted: call id, tool, time and where the start record is.
 """
 
 from __future__ import annotations
@@ -17,11 +21,32 @@ from relay_shell.audit.log import CHAIN_SUFFIX_LEN, CONTINUE_TOOL, GENESIS
 
 
 @dataclass(frozen=True)
+class InterruptedCall:
+    call_id: str
+    tool: str
+    ts: str
+    where: str  # "PATH:LINE" of the start record
+
+
+@dataclass(frozen=True)
 class VerifyResult:
     ok: bool
     records: int
     message: str  # on failure: "PATH:LINE: why"; on success: a summary with the final chain hash
     last_chain: str | None = None
+    interrupted: tuple[InterruptedCall, ...] = ()  # start records without an end record, oldest first
+
+    def report(self) -> str:
+        """The message, then the interrupted calls (what `relay-shell audit verify` prints)."""
+        if not self.interrupted:
+            return self.message
+        lines = [
+            self.message,
+            f"interrupted: {len(self.interrupted)} call(s) have a start record and no end record (the server "
+            "stopped during them, or could not write their end); not tampering:",
+        ]
+        lines += [f"  {call.call_id} {call.tool} started {call.ts} ({call.where})" for call in self.interrupted]
+        return "\n".join(lines)
 
 
 class _Broken(Exception):
@@ -37,9 +62,10 @@ def verify_files(paths: list[Path]) -> VerifyResult:
     seq = -1
     total = 0
     anchored_at: str | None = None
+    started: dict[str, InterruptedCall] = {}  # call_id -> its start record, until its end record is seen
     for path in paths:
         try:
-            prev, seq, count, anchor = _verify_one(path, prev, seq)
+            prev, seq, count, anchor = _verify_one(path, prev, seq, started)
         except _Broken as broken:
             return VerifyResult(False, total, f"{path}:{broken.line_number}: {broken.why}")
         except FileNotFoundError:
@@ -50,10 +76,15 @@ def verify_files(paths: list[Path]) -> VerifyResult:
         if anchored_at is None:
             anchored_at = anchor
     origin = "from genesis" if anchored_at is None else f"continuing chain {anchored_at} (verify the older file too)"
-    return VerifyResult(True, total, f"OK: {total} records, chain intact {origin}; head {prev}", prev)
+    summary = f"OK: {total} records, chain intact {origin}; head {prev}"
+    if started:
+        summary += f"; {len(started)} interrupted call(s)"
+    return VerifyResult(True, total, summary, prev, tuple(started.values()))
 
 
-def _verify_one(path: Path, prev: str | None, seq: int) -> tuple[str, int, int, str | None]:
+def _verify_one(
+    path: Path, prev: str | None, seq: int, started: dict[str, InterruptedCall]
+) -> tuple[str, int, int, str | None]:
     anchor: str | None = None
     count = 0
     line_number = 0
@@ -99,6 +130,15 @@ def _verify_one(path: Path, prev: str | None, seq: int) -> tuple[str, int, int, 
                     )
                 if record_seq != seq + 1:
                     raise _Broken(line_number, f"seq jumps from {seq} to {record_seq}: records deleted or reordered")
+            phase = record.get("phase")
+            if phase is not None:
+                call_id = str(record.get("call_id"))
+                if phase == "start":
+                    started[call_id] = InterruptedCall(
+                        call_id, str(record.get("tool")), str(record.get("ts")), f"{path}:{line_number}"
+                    )
+                elif phase == "end":
+                    started.pop(call_id, None)
             prev = chain
             seq = record_seq
             count += 1
