@@ -130,6 +130,7 @@ class Runner:
                 call_id=call_id,
             )
         tier = decision.tier
+        decision_made = "admitted"
         if plan.host_subjects:
             try:
                 tier, refusal = self._admit_hosts(plan, tier)
@@ -160,11 +161,12 @@ class Runner:
                 return self._finish(tool, tier, identity, arguments, started, "error", error=failed, call_id=call_id)
             if stop is not None:
                 return stop
+            decision_made = "confirmed"  # tier 3, and a human confirmed exactly this call
 
         audited = audit_arguments(arguments)  # redacted once, for both records
         if tool not in self.pure_reads:
             # Write-ahead: nothing runs unless its start record was written (or AUDIT_ON_FAILURE=continue).
-            refusal = self._write_start(call_id, tool, tier, identity, audited, plan)
+            refusal = self._write_start(call_id, tool, tier, decision_made, identity, audited, plan)
             if refusal is not None:
                 return self._finish(
                     tool,
@@ -426,7 +428,14 @@ class Runner:
         return None
 
     def _write_start(
-        self, call_id: str, tool: str, tier: int, identity: Identity, audited: dict[str, Any], plan: Plan
+        self,
+        call_id: str,
+        tool: str,
+        tier: int,
+        decision: str,
+        identity: Identity,
+        audited: dict[str, Any],
+        plan: Plan,
     ) -> str | None:
         """The write-ahead record of an admitted call, on disk (and fsynced with AUDIT_FSYNC=always) before its
         plan executes. Returns the refusal when it could not be written and AUDIT_ON_FAILURE is refuse."""
@@ -438,7 +447,7 @@ class Runner:
             "call_id": call_id,
             "tier": tier,
             "denied": False,
-            "decision": "confirmed" if plan.confirmation is not None else "admitted",
+            "decision": decision,
             "args": audited,
             "request_id": identity.request_id,
             "client_id": identity.client_id,
