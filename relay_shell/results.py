@@ -146,7 +146,10 @@ class ConfirmResult(ToolResult):
 
 
 class AuditTailResult(ToolResult):
-    records: list[dict[str, Any]] = Field(description="audit records, oldest first")
+    records: list[dict[str, Any]] = Field(
+        description="audit records, oldest first; a call that ran has a `phase: start` and a `phase: end` record "
+        "with one `call_id`"
+    )
 
 
 def status_line(

@@ -1,10 +1,9 @@
 """THE audited path. Every tool call: identify → classify + admit → start record → execute → bound → end record
 → metrics. Every context pull (prompt, resource): the tier-0 helper `context_pull` (cap, digest record, counter).
 
-Write-ahead (adr/0014): a call that runs anything gets a `start` record, on disk before anything executes, and
-an `end` record before its result returns, paired by `call_id`. A call refused or invalid before it runs, and a
-pure read (a tool whose annotations say it is read-only and touches nothing outside the server), gets the
-`end` record alone.
+Write-ahead (adr/0014): a call that runs anything gets a `start` record, on disk before anything executes, and an
+`end` record before its result returns, paired by `call_id`. A call refused or invalid before it runs, and a pure
+read (annotated read-only and touching nothing outside the server), gets the `end` record alone.
 
 No other code writes audit records or builds tool results. Nothing raised below escapes to the
 transport: failures become `[ERROR: …]` results with isError, and they are audited too.
@@ -20,6 +19,7 @@ import secrets
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
@@ -33,6 +33,8 @@ from relay_shell.capture import BoundedCapture, CapturedText
 from relay_shell.config import Settings
 from relay_shell.confirm.binding import bind_call, token_digest
 from relay_shell.confirm.elicitation import (
+    ANSWER_OUTCOMES,
+    REFUSED_BECAUSE,
     InputRequired,
     ask_human,
     can_elicit,
@@ -47,11 +49,10 @@ from relay_shell.identity import Identity, identify, owner_of
 from relay_shell.metrics import Metrics
 from relay_shell.plan import Execution, Outcome, Plan, Subject, current_call_id
 from relay_shell.policy.admission import Policy
+from relay_shell.progress import Progress
 from relay_shell.results import render_text, status_line, truncation_line
 
 logger = logging.getLogger("relay_shell")
-
-PROGRESS_INTERVAL = 1.0  # seconds between progress notifications on long calls
 
 
 class Runner:
@@ -91,106 +92,70 @@ class Runner:
         prepare: Callable[[], Plan],
         report_progress: Callable[[float, float | None, str], Any] | None = None,
     ) -> CallToolResult:
-        started = time.monotonic()
-        identity = identify(request_context, self.transport)
-        call_id = self.new_call_id()
-        arguments = self._recordable(tool, _raw_arguments(request_context))
+        call = _Call(tool, identify(request_context, self.transport), time.monotonic(), self.new_call_id())
+        call.arguments = self._recordable(tool, _raw_arguments(request_context))
         refusal = self._audit_unavailable()
         if refusal is not None:
-            return self._finish(tool, 0, identity, arguments, started, "error", error=refusal, call_id=call_id)
+            return self._finish(call, 0, "error", error=refusal)
         try:
             plan = prepare()
         except ToolError as exc:
-            return self._finish(
-                tool, 0, identity, arguments, started, "error", error=f"{exc.kind}: {exc}", call_id=call_id
-            )
+            return self._finish(call, 0, "error", error=f"{exc.kind}: {exc}")
         except Exception as exc:  # a bug in preparation must still be a clean, audited result
             logger.exception("preparing %s failed", tool)
-            internal = f"Internal: {type(exc).__name__}"
-            return self._finish(tool, 0, identity, arguments, started, "error", error=internal, call_id=call_id)
+            return self._finish(call, 0, "error", error=f"Internal: {type(exc).__name__}")
 
         if plan.recorded_arguments is not None:
-            arguments = plan.recorded_arguments
+            call.arguments = plan.recorded_arguments
         try:
             decision = self.policy.decide(plan.subject)
         except Exception as exc:
             logger.exception("policy failed for %s", tool)
-            failed = f"Policy: {type(exc).__name__}"
-            return self._finish(tool, 3, identity, arguments, started, "error", error=failed, call_id=call_id)
+            return self._finish(call, 3, "error", error=f"Policy: {type(exc).__name__}")
         if decision.denied:
-            return self._finish(
-                tool,
-                decision.tier,
-                identity,
-                arguments,
-                started,
-                "denied",
-                error=decision.reason,
-                plan=plan,
-                call_id=call_id,
-            )
+            return self._finish(call, decision.tier, "denied", error=decision.reason, plan=plan)
         tier = decision.tier
-        decision_made = "admitted"
+        admitted_as = "admitted"
         if plan.host_subjects:
             try:
                 tier, refusal = self._admit_hosts(plan, tier)
             except Exception as exc:
                 logger.exception("policy failed for %s", tool)
-                failed = f"Policy: {type(exc).__name__}"
-                return self._finish(tool, 3, identity, arguments, started, "error", error=failed, call_id=call_id)
+                return self._finish(call, 3, "error", error=f"Policy: {type(exc).__name__}")
             if refusal is not None:
-                return self._finish(
-                    tool, tier, identity, arguments, started, "denied", error=refusal, plan=plan, call_id=call_id
-                )
+                return self._finish(call, tier, "denied", error=refusal, plan=plan)
         if tier == 3 and self.settings.confirm_tier3 != "off":
             # After every deny and mode check: a refused call never reaches confirmation.
             reason = decision.reason if decision.tier == 3 else "a target host makes this call tier 3"
             try:
-                stop = await self._confirm_tier3(
-                    request_context, tool, plan, reason, identity, arguments, started, call_id
-                )
+                stop = await self._confirm_tier3(request_context, call, plan, reason)
             except anyio.get_cancelled_exc_class():
                 with anyio.CancelScope(shield=True):
-                    self._finish(tool, tier, identity, arguments, started, "cancelled", plan=plan, call_id=call_id)
+                    self._finish(call, tier, "cancelled", plan=plan)
                 raise
             except InputRequired:
                 raise  # the server's tool-call gate answers with the question
             except Exception as exc:  # nothing runs unconfirmed, and nothing escapes to the transport
                 logger.exception("confirming %s failed", tool)
-                failed = f"Confirmation: {type(exc).__name__}"
-                return self._finish(tool, tier, identity, arguments, started, "error", error=failed, call_id=call_id)
+                return self._finish(call, tier, "error", error=f"Confirmation: {type(exc).__name__}")
             if stop is not None:
                 return stop
-            decision_made = "confirmed"  # tier 3, and a human confirmed exactly this call
+            admitted_as = "confirmed"  # tier 3, and a human confirmed exactly this call
 
-        audited = audit_arguments(arguments)  # redacted once, for both records
         if tool not in self.pure_reads:
             # Write-ahead: nothing runs unless its start record was written (or AUDIT_ON_FAILURE=continue).
-            refusal = self._write_start(call_id, tool, tier, decision_made, identity, audited, plan)
+            refusal = self._write_start(call, tier, admitted_as, plan)
             if refusal is not None:
-                return self._finish(
-                    tool,
-                    tier,
-                    identity,
-                    arguments,
-                    started,
-                    "error",
-                    error=refusal,
-                    plan=plan,
-                    call_id=call_id,
-                    audited=audited,
-                )
-        progress = _Progress(report_progress, plan)
-        running = current_call_id.set(call_id)
+                return self._finish(call, tier, "error", error=refusal, plan=plan)
+        progress = Progress(report_progress, plan)
+        running = current_call_id.set(call.call_id)
         try:
             execution = await plan.execute(progress.report)
         except anyio.get_cancelled_exc_class():
             # The client cancelled (or went away): the executor killed what it started; the record is
             # still written before the cancellation propagates.
             with anyio.CancelScope(shield=True):
-                self._finish(
-                    tool, tier, identity, arguments, started, "cancelled", plan=plan, call_id=call_id, audited=audited
-                )
+                self._finish(call, tier, "cancelled", plan=plan)
             raise
         except ToolError as exc:
             execution = Execution(status="error", output=_empty(), error=f"{exc.kind}: {exc}")
@@ -202,25 +167,13 @@ class Runner:
             execution = Execution(status="error", output=_empty(), error=f"Internal: {type(exc).__name__}: {exc}")
         finally:
             current_call_id.reset(running)
-        return self._finish(
-            tool,
-            tier,
-            identity,
-            arguments,
-            started,
-            execution.status,
-            plan=plan,
-            execution=execution,
-            call_id=call_id,
-            audited=audited,
-        )
+        return self._finish(call, tier, execution.status, plan=plan, execution=execution)
 
     async def reject(
         self, request_context: ServerRequestContext[Any, Any], tool: str, arguments: Any, message: str
     ) -> CallToolResult:
         """An invalid call caught before the tool function (unknown tool, argument names or types)."""
-        identity = identify(request_context, self.transport)
-        started = time.monotonic()
+        call = _Call(tool, identify(request_context, self.transport), time.monotonic(), self.new_call_id())
         argument_filter = self.argument_filters.get(tool)
         if isinstance(arguments, dict):
             recorded = self._recordable(tool, arguments)
@@ -233,8 +186,8 @@ class Runner:
         # A name that is not one of ours is recorded as `unknown` (the message quotes it): a client must not
         # be able to write records that pass for the server's own events (`oauth:…`, `session:end`) or add
         # metric series.
-        name = tool if tool in self.known_tools else "unknown"
-        return self._finish(name, 0, identity, recorded, started, "error", error=message, reason_withheld=withheld)
+        call.tool, call.arguments = (tool if tool in self.known_tools else "unknown"), recorded
+        return self._finish(call, 0, "error", error=message, reason_withheld=withheld)
 
     # -- context pulls -----------------------------------------------------------------------------------
 
@@ -246,9 +199,8 @@ class Runner:
         capture.feed(text.encode("utf-8"))
         captured = capture.result()
         body = captured.text + ("\n" + truncation_line(captured) if captured.truncated else "")
-        arguments = _raw_arguments(request_context)
-        record = self._record(label, 0, "ok", identity, arguments, started, self.new_call_id())
-        record.update(_digests(body, captured))
+        record = self._record(label, 0, "ok", identity, audit_arguments(_raw_arguments(request_context)), started)
+        record.update(call_id=self.new_call_id(), phase="end", **_digests(body, captured))
         self._write(record, label, 0, "ok", started)
         if not self.audit_log.healthy and self.settings.audit_on_failure == "refuse":
             raise RuntimeError("audit log unavailable: " + (self.audit_log.last_error or "unknown error"))
@@ -261,8 +213,8 @@ class Runner:
         prompt arguments): audited and counted like a refused call; the caller answers with a protocol error."""
         started = time.monotonic()
         identity = identify(request_context, self.transport)
-        record = self._record(label, 0, outcome, identity, _raw_arguments(request_context), started, self.new_call_id())
-        record["denied"] = outcome == "denied"
+        record = self._record(label, 0, outcome, identity, audit_arguments(_raw_arguments(request_context)), started)
+        record.update(call_id=self.new_call_id(), phase="end", denied=outcome == "denied")
         record["reason"] = redact_text(reason)[:512]  # the reason may echo argument values
         self._write(record, label, 0, outcome, started)
 
@@ -281,10 +233,7 @@ class Runner:
         behind (the calls it left interrupted, and what containment found of them; audit/interrupted.py)."""
         self.interrupted_at_start = int(fields.get("interrupted_count", 0))
         record = {"v": RECORD_VERSION, "ts": utc_timestamp(), "tool": "server:start", "pid": os.getpid()}
-        record["version"] = __version__
-        record.update(fields)
-        started = time.monotonic()
-        self._write(record, "server:start", 0, "ok", started)
+        self._write({**record, "version": __version__, **fields}, "server:start", 0, "ok", time.monotonic())
 
     def admit_later(
         self, label: str, client_id: str, subject: Subject, fields: dict[str, Any], write: bool = True
@@ -311,15 +260,7 @@ class Runner:
     # -- tier-3 confirmation -----------------------------------------------------------------------------
 
     async def _confirm_tier3(
-        self,
-        request_context: ServerRequestContext[Any, Any] | None,
-        tool: str,
-        plan: Plan,
-        reason: str,
-        identity: Identity,
-        arguments: dict[str, Any],
-        started: float,
-        call_id: str,
+        self, request_context: ServerRequestContext[Any, Any] | None, call: _Call, plan: Plan, reason: str
     ) -> CallToolResult | None:
         """None when the call may run now (an armed token for exactly this call was used up, or the human
         accepted); otherwise the result to return instead. `plan.confirmation` links the records. Records
@@ -327,13 +268,10 @@ class Runner:
         call's start record follows once it is confirmed."""
         owner = owner_of(request_context)
         try:
-            binding = bind_call(
-                tool, self._call_arguments(tool, request_context), plan, owner, identity.client_id, reason
-            )
+            arguments = self._call_arguments(call.tool, request_context)
+            binding = bind_call(call.tool, arguments, plan, owner, call.identity.client_id, reason)
         except ToolError as exc:  # ConfirmTooLong: a call a human cannot be shown in full is never offered
-            return self._finish(
-                tool, 3, identity, arguments, started, "error", error=f"{exc.kind}: {exc}", plan=plan, call_id=call_id
-            )
+            return self._finish(call, 3, "error", error=f"{exc.kind}: {exc}", plan=plan)
         armed = self.confirmations.take(binding, owner)
         if armed is not None:
             plan.confirmation = armed
@@ -343,18 +281,7 @@ class Runner:
             if state is None:  # first ask: the plan is recorded before the human sees the question
                 state, plan.confirmation = self.elicitations.issue(binding, owner)
                 asking = Execution(status="confirm_required", output=_empty(), error=reason + "; asking the human")
-                planned = self._finish(
-                    tool,
-                    3,
-                    identity,
-                    arguments,
-                    started,
-                    "confirm_required",
-                    plan=plan,
-                    execution=asking,
-                    call_id=call_id,
-                    phase="confirm",
-                )
+                planned = self._finish(call, 3, "confirm_required", plan=plan, execution=asking, phase="confirm")
                 if (planned.structured_content or {}).get("status") == "error":
                     return planned  # the plan could not be recorded: do not even ask
                 if is_modern(request_context):
@@ -365,27 +292,21 @@ class Runner:
                 answer = round_answer(request_context)
             if not self.elicitations.redeem(plan.confirmation, binding, owner) and answer == "accept":
                 answer = "stale"  # a yes to a question answered before, expired, or about another call
-            outcome = _ANSWER_OUTCOMES[answer]
-            record = self._record("confirm:elicitation", 3, outcome, identity, {}, started, call_id, "confirm")
-            record.update({"denied": outcome == "denied", "answer": answer, "confirmation": plan.confirmation})
-            written = self._write(record, "confirm:elicitation", 3, outcome, started)
+            outcome = ANSWER_OUTCOMES[answer]
+            record = self._record("confirm:elicitation", 3, outcome, call.identity, {}, call.started)
+            record.update(call_id=call.call_id, phase="confirm", denied=outcome == "denied", answer=answer)
+            record["confirmation"] = plan.confirmation
+            written = self._write(record, "confirm:elicitation", 3, outcome, call.started)
             if answer == "accept":
                 if written or self.settings.audit_on_failure != "refuse":
                     return None
                 failed = "AuditWriteFailed: the human's confirmation could not be recorded; nothing ran"
-                return self._finish(
-                    tool, 3, identity, arguments, started, "error", error=failed, plan=plan, call_id=call_id
-                )
+                return self._finish(call, 3, "error", error=failed, plan=plan)
             if answer != "failed":  # a client that could not ask after all gets a token below
-                refused = _REFUSED[answer]
-                return self._finish(
-                    tool, 3, identity, arguments, started, "denied", error=refused, plan=plan, call_id=call_id
-                )
+                return self._finish(call, 3, "denied", error=REFUSED_BECAUSE[answer], plan=plan)
         token, plan.confirmation = self.confirmations.issue(binding, owner)
         execution = confirm_required(token, binding, self.settings.confirm_ttl, reason)
-        return self._finish(
-            tool, 3, identity, arguments, started, "confirm_required", plan=plan, execution=execution, call_id=call_id
-        )
+        return self._finish(call, 3, "confirm_required", plan=plan, execution=execution)
 
     def _call_arguments(self, tool: str, request_context: ServerRequestContext[Any, Any] | None) -> dict[str, Any]:
         raw = _raw_arguments(request_context)
@@ -422,49 +343,33 @@ class Runner:
         try:
             self.audit_log.ensure_open()
         except AuditWriteError as exc:
-            self.metrics.audit_errors.inc()
-            self.metrics.audit_degraded.set(1)
             return self._refusal(exc)
         return None
 
-    def _write_start(
-        self,
-        call_id: str,
-        tool: str,
-        tier: int,
-        decision: str,
-        identity: Identity,
-        audited: dict[str, Any],
-        plan: Plan,
-    ) -> str | None:
+    def _write_start(self, call: _Call, tier: int, decision: str, plan: Plan) -> str | None:
         """The write-ahead record of an admitted call, on disk (and fsynced with AUDIT_FSYNC=always) before its
         plan executes. Returns the refusal when it could not be written and AUDIT_ON_FAILURE is refuse."""
         record: dict[str, Any] = {
             "v": RECORD_VERSION,
             "ts": utc_timestamp(),
-            "tool": tool,
+            "tool": call.tool,
             "phase": "start",
-            "call_id": call_id,
+            "call_id": call.call_id,
             "tier": tier,
             "denied": False,
             "decision": decision,
-            "args": audited,
-            "request_id": identity.request_id,
-            "client_id": identity.client_id,
+            "args": call.audited_arguments(),
+            "request_id": call.identity.request_id,
+            "client_id": call.identity.client_id,
         }
-        if plan.denied_hosts:  # a many-host call runs on the admitted hosts only
-            record["denied_hosts"] = sorted(plan.denied_hosts)
-        if plan.target is not None:
-            record["target"] = plan.target
-        if plan.session_id:
-            record["session_id"] = plan.session_id
+        # a many-host call runs on the admitted hosts only: the refused ones are named
+        known = {"denied_hosts": sorted(plan.denied_hosts), "target": plan.target, "session_id": plan.session_id}
+        record.update({key: value for key, value in known.items() if value})
         if plan.confirmation is not None:
             record["confirmation"] = plan.confirmation
         try:
             self.audit_log.write(record)
         except AuditWriteError as exc:
-            self.metrics.audit_errors.inc()
-            self.metrics.audit_degraded.set(1)
             print(f"relay-shell: audit write failed: {exc}", file=sys.stderr)
             return self._refusal(exc)
         self.metrics.audit_records.inc()
@@ -473,6 +378,8 @@ class Runner:
 
     def _refusal(self, exc: AuditWriteError) -> str | None:
         """What a call the log cannot record gets: refused (fail closed) unless AUDIT_ON_FAILURE=continue."""
+        self.metrics.audit_errors.inc()
+        self.metrics.audit_degraded.set(1)
         if self.settings.audit_on_failure != "refuse":
             return None
         self.refused_calls += 1
@@ -481,22 +388,19 @@ class Runner:
 
     def _finish(
         self,
-        tool: str,
+        call: _Call,
         tier: int,
-        identity: Identity,
-        arguments: dict[str, Any],
-        started: float,
         outcome: Outcome,
         *,
         error: str | None = None,
         plan: Plan | None = None,
         execution: Execution | None = None,
         reason_withheld: bool = False,
-        call_id: str | None = None,
         phase: str = "end",
-        audited: dict[str, Any] | None = None,
     ) -> CallToolResult:
-        duration_ms = int((time.monotonic() - started) * 1000)
+        """The call's end record (or a tier-3 dialogue's `confirm` record), then its result."""
+        tool = call.tool
+        duration_ms = int((time.monotonic() - call.started) * 1000)
         notes = plan.notes if plan is not None else []
         execution = execution or Execution(status=outcome, output=_empty(), error=error)
         error = execution.error or error
@@ -512,10 +416,8 @@ class Runner:
                 trailer.append("stderr " + truncation_line(execution.stderr))
         text = render_text(first, notes, body, trailer)
 
-        record = self._record(
-            tool, tier, outcome, identity, arguments, started, call_id or self.new_call_id(), phase, audited
-        )
-        record.update(_digests(text, captured))
+        record = self._record(tool, tier, outcome, call.identity, call.audited_arguments(), call.started)
+        record.update(call_id=call.call_id, phase=phase, **_digests(text, captured))
         record["denied"] = outcome == "denied"
         if execution.exit_code is not None:
             record["exit_code"] = execution.exit_code
@@ -539,7 +441,7 @@ class Runner:
         if session_id:
             record["session_id"] = session_id
         record["duration_ms"] = duration_ms
-        written = self._write(record, tool, tier, outcome, started)
+        written = self._write(record, tool, tier, outcome, call.started)
         if not written and self.settings.audit_on_failure == "refuse" and outcome not in ("denied", "error"):
             # It ran, but without its record the result may not be shown: fail closed, say what happened. Its
             # start record is in the log, so `audit verify` lists the call as interrupted.
@@ -562,35 +464,22 @@ class Runner:
         )
 
     def _record(
-        self,
-        tool: str,
-        tier: int,
-        outcome: str,
-        identity: Identity,
-        arguments: dict[str, Any],
-        started: float,
-        call_id: str | None = None,
-        phase: str | None = None,
-        audited: dict[str, Any] | None = None,
+        self, tool: str, tier: int, outcome: str, identity: Identity, args: dict[str, Any], started: float
     ) -> dict[str, Any]:
-        """A record's common fields. Calls pass their call_id and phase; events (a session's end, an OAuth grant)
-        are no call and have neither."""
-        record = {
+        """A record's common fields (`args` already redacted and summarised). A call's records add its call_id and
+        phase; events (a session's end, an OAuth grant) are no call and have neither."""
+        return {
             "v": RECORD_VERSION,
             "ts": utc_timestamp(),
             "tool": tool,
             "tier": tier,
             "denied": False,
             "outcome": outcome,
-            "args": audited if audited is not None else audit_arguments(arguments),
+            "args": args,
             "request_id": identity.request_id,
             "client_id": identity.client_id,
             "duration_ms": int((time.monotonic() - started) * 1000),
         }
-        if call_id is not None:
-            record["call_id"] = call_id
-            record["phase"] = phase or "end"
-        return record
 
     def audit_counts(self) -> dict[str, int]:
         return {"refused_calls": self.refused_calls, "interrupted_at_start": self.interrupted_at_start}
@@ -653,52 +542,25 @@ class Runner:
         return {key: value for key, value in structured.items() if not _is_default(value, defaults.get(key, _REQUIRED))}
 
 
-class _Progress:
-    """Throttled progress notifications (bytes so far, or hosts done out of a total); a no-op unless the
-    client sent a progress token. Counted steps (hosts) are each reported; byte counts once a second."""
+@dataclass
+class _Call:
+    """What every record of one tool call shares."""
 
-    def __init__(self, report: Callable[[float, float | None, str], Any] | None, plan: Plan) -> None:
-        self.send = report
-        self.plan = plan  # total and unit are read at each report: a transfer learns its total while running
-        self.interval = 0.0 if plan.progress_total is not None else PROGRESS_INTERVAL
-        self.next_at = time.monotonic() + self.interval
+    tool: str
+    identity: Identity
+    started: float
+    call_id: str
+    arguments: dict[str, Any] = field(default_factory=dict)  # what the record may keep (filtered, or replaced)
+    _audited: dict[str, Any] | None = None
 
-    async def report(self, produced: int) -> None:
-        if self.send is None:
-            return
-        now = time.monotonic()
-        if now < self.next_at:
-            return
-        self.next_at = now + self.interval
-        total = self.plan.progress_total
-        unit = self.plan.progress_unit
-        message = f"{produced} bytes of output so far" if total is None else f"{produced} of {total} {unit}"
-        try:
-            await self.send(float(produced), None if total is None else float(total), message)
-        except Exception:  # progress is best effort; a closed stream must not fail the call
-            logger.debug("progress notification failed", exc_info=True)
+    def audited_arguments(self) -> dict[str, Any]:
+        """The arguments redacted and summarised, once for both records (arguments are final by then)."""
+        if self._audited is None:
+            self._audited = audit_arguments(self.arguments)
+        return self._audited
 
 
 _REQUIRED = object()
-
-# An elicited tier-3 confirmation: the outcome of its record, and why the call did not run, by the answer.
-_ANSWER_OUTCOMES: dict[str, Outcome] = {
-    "accept": "ok",
-    "decline": "denied",
-    "unconfirmed": "denied",
-    "cancel": "cancelled",
-    "timeout": "cancelled",
-    "stale": "denied",
-    "failed": "error",
-}
-_REFUSED = {
-    "decline": "the human declined this call when asked; nothing ran. Do not retry it or a variant: ask the human",
-    "unconfirmed": "the human answered without confirm=true; nothing ran",
-    "cancel": "the human dismissed the confirmation without answering; nothing ran",
-    "timeout": "no answer from the human in time (RELAY_SHELL_CONFIRM_TTL); nothing ran",
-    "stale": "this answer belongs to no open question (already used, expired, or about another call); nothing "
-    "ran: repeat the call to be asked again",
-}
 
 
 def _is_default(value: Any, default: Any) -> bool:
