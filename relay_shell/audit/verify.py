@@ -21,7 +21,9 @@ from relay_shell.audit.log import CHAIN_SUFFIX_LEN, CONTINUE_TOOL, GENESIS
 
 
 @dataclass(frozen=True)
-class InterruptedCall:
+class UnendedCall:
+    """A start record no end record follows in the files verified: an interrupted call."""
+
     call_id: str
     tool: str
     ts: str
@@ -34,7 +36,7 @@ class VerifyResult:
     records: int
     message: str  # on failure: "PATH:LINE: why"; on success: a summary with the final chain hash
     last_chain: str | None = None
-    interrupted: tuple[InterruptedCall, ...] = ()  # start records without an end record, oldest first
+    interrupted: tuple[UnendedCall, ...] = ()  # start records without an end record, oldest first
 
     def report(self) -> str:
         """The message, then the interrupted calls (what `relay-shell audit verify` prints)."""
@@ -62,7 +64,7 @@ def verify_files(paths: list[Path]) -> VerifyResult:
     seq = -1
     total = 0
     anchored_at: str | None = None
-    started: dict[str, InterruptedCall] = {}  # call_id -> its start record, until its end record is seen
+    started: dict[str, UnendedCall] = {}  # call_id -> its start record, until its end record is seen
     for path in paths:
         try:
             prev, seq, count, anchor = _verify_one(path, prev, seq, started)
@@ -83,7 +85,7 @@ def verify_files(paths: list[Path]) -> VerifyResult:
 
 
 def _verify_one(
-    path: Path, prev: str | None, seq: int, started: dict[str, InterruptedCall]
+    path: Path, prev: str | None, seq: int, started: dict[str, UnendedCall]
 ) -> tuple[str, int, int, str | None]:
     anchor: str | None = None
     count = 0
@@ -134,7 +136,7 @@ def _verify_one(
             if phase is not None:
                 call_id = str(record.get("call_id"))
                 if phase == "start":
-                    started[call_id] = InterruptedCall(
+                    started[call_id] = UnendedCall(
                         call_id, str(record.get("tool")), str(record.get("ts")), f"{path}:{line_number}"
                     )
                 elif phase == "end":
