@@ -6,9 +6,11 @@ from __future__ import annotations
 import hashlib
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
+import pytest
 
 from relay_shell.audit.interrupted import MAX_LISTED, find_interrupted, restart_fields
 from relay_shell.audit.log import REPAIR_TOOL, AuditLog
@@ -132,3 +134,83 @@ def test_the_restart_record_names_at_most_a_thousand_calls_and_counts_all(tmp_pa
     assert fields["interrupted_count"] == MAX_LISTED + 5
     assert len(fields["interrupted"]) == MAX_LISTED
     assert fields["interrupted"][-1]["call_id"] == f"f-{MAX_LISTED + 4}"  # the newest are kept
+
+
+@pytest.fixture
+def append_only() -> Iterator[list[Path]]:
+    """Files the test makes append-only (`chattr +a`: no truncation, as an operator may harden a log)."""
+    made: list[Path] = []
+    yield made
+    for path in made:
+        subprocess.run(["chattr", "-a", str(path)], check=False)
+
+
+def make_append_only(path: Path, made: list[Path]) -> None:
+    made.append(path)
+    done = subprocess.run(["chattr", "+a", str(path)], capture_output=True, text=True)
+    assert done.returncode == 0, f"chattr +a is needed for this test (root, a file system with attributes): {done}"
+
+
+def test_an_append_only_log_marks_a_torn_tail_it_cannot_cut(tmp_path: Path, append_only: list[Path]) -> None:
+    path = tmp_path / "audit.jsonl"
+    log = AuditLog(path)
+    log.open()
+    call(log, "g-1", "start")
+    log.close()
+    fragment = b'{"args":{},"call_id":"g-2","phase":"start","prev":"00'
+    with open(path, "ab") as handle:
+        handle.write(fragment)
+    make_append_only(path, append_only)
+
+    reopened = AuditLog(path)
+    reopened.open()
+    call(reopened, "g-1", "end")
+    reopened.close()
+    data = path.read_bytes()
+    assert fragment + b" <torn>\n" in data  # kept, closed off
+    result = verify_files([path])
+    assert result.ok, result.message
+    assert result.records == 3 and result.interrupted == ()
+    (repair,) = [orjson.loads(line) for line in data.splitlines() if b'"audit:repair"' in line]
+    assert repair["marked_bytes"] == len(fragment) + len(b" <torn>\n")
+    assert repair["marked_sha256"] == hashlib.sha256(fragment + b" <torn>\n").hexdigest()
+
+
+def test_a_mark_cut_short_itself_is_marked_whole_on_the_next_open(tmp_path: Path, append_only: list[Path]) -> None:
+    """The disk filled again while the mark was written: the fragment, its closing and a piece of the repair
+    record are left. The next open names all of it."""
+    path = tmp_path / "audit.jsonl"
+    log = AuditLog(path)
+    log.open()
+    call(log, "h-1", "start")
+    log.close()
+    with open(path, "ab") as handle:
+        handle.write(b'{"args":{},"call_id":"h-2"' + b" <torn>\n" + b'{"marked_bytes":35,"reas')
+    make_append_only(path, append_only)
+    reopened = AuditLog(path)
+    reopened.open()
+    reopened.close()
+    result = verify_files([path])
+    assert result.ok, result.message
+
+
+def test_marked_damage_that_was_changed_afterwards_fails_verification(tmp_path: Path) -> None:
+    path = tmp_path / "audit.jsonl"
+    log = AuditLog(path)
+    log.open()
+    call(log, "i-1", "start")
+    log.close()
+    with open(path, "ab") as handle:
+        handle.write(b'{"args":{},"call_id":"i-2"')
+    # Not append-only here, so the fragment would be cut: make it a complete non-record line first, which is only
+    # ever marked, never cut.
+    with open(path, "ab") as handle:
+        handle.write(b" <torn>\n")
+    reopened = AuditLog(path)
+    reopened.open()
+    reopened.close()
+    assert verify_files([path]).ok
+    tampered = path.read_bytes().replace(b'"call_id":"i-2"', b'"call_id":"i-3"')
+    path.write_bytes(tampered)
+    result = verify_files([path])
+    assert not result.ok and ":2: not valid JSON" in result.message

@@ -53,12 +53,17 @@ def small_fs(tmp_path: Path) -> Iterator[Path]:
 
 
 @pytest.fixture
-def immutable(tmp_path: Path) -> Iterator[list[Path]]:
-    """Files the test makes immutable; `chattr -i` undoes it whatever happens."""
-    made: list[Path] = []
-    yield made
-    for path in made:
-        subprocess.run(["chattr", "-i", str(path)], check=False)
+def chattr() -> Iterator[Any]:
+    """`chattr +FLAG PATH` for the test (i: immutable, a: append-only), undone whatever happens."""
+    made: list[tuple[str, Path]] = []
+
+    def set_flag(flag: str, path: Path) -> None:
+        made.append((flag, path))
+        subprocess.run(["chattr", f"+{flag}", str(path)], check=True)
+
+    yield set_flag
+    for flag, path in made:
+        subprocess.run(["chattr", f"-{flag}", str(path)], check=False)
 
 
 def fill_up(directory: Path) -> Path:
@@ -75,6 +80,27 @@ def fill_up(directory: Path) -> Path:
     return filler
 
 
+async def calls_until_refused(client: Any, tmp_path: Path) -> str:
+    """Call until the full file system refuses one; that one must not have run. Returns its refusal.
+
+    The log's last page still has room: calls run while their records fit in it. The first record that does not
+    fit is cut short by the kernel; the call whose start record that is must not run."""
+    for index in range(60):
+        marker = tmp_path / f"ran-{index}"
+        result = await client.call_tool("shell_exec", {"command": f"touch {marker}"})
+        text = text_of(result)
+        if text.startswith("[ERROR: AuditUnavailable: "):
+            assert result.is_error
+            assert not marker.exists(), "a call whose start record could not be written ran"
+            assert "RELAY_SHELL_AUDIT_ON_FAILURE=refuse" in text and "nothing ran" in text
+            return text
+        if text.startswith("[ERROR: AuditWriteFailed: the call ran"):
+            assert marker.exists()  # its start record was written, then its end record did not fit
+            continue
+        assert text == "[exit 0]", text
+    raise AssertionError("the full file system never refused a call")
+
+
 async def test_a_full_disk_refuses_the_call_before_it_runs_and_leaves_no_torn_line(
     tmp_path: Path, small_fs: Path
 ) -> None:
@@ -83,24 +109,7 @@ async def test_a_full_disk_refuses_the_call_before_it_runs_and_leaves_no_torn_li
         first = await client.call_tool("shell_exec", {"command": "echo before"})
         assert text_of(first) == "[exit 0]\nbefore\n"
         filler = fill_up(small_fs)
-        # The log's last page still has room: calls run while their records fit in it. The first record that
-        # does not fit is cut short by the kernel; the call whose start record that is must not run.
-        refusal = None
-        for index in range(60):
-            marker = tmp_path / f"ran-{index}"
-            result = await client.call_tool("shell_exec", {"command": f"touch {marker}"})
-            text = text_of(result)
-            if text.startswith("[ERROR: AuditUnavailable: "):
-                assert result.is_error
-                assert not marker.exists(), "a call whose start record could not be written ran"
-                refusal = text
-                break
-            if text.startswith("[ERROR: AuditWriteFailed: the call ran"):
-                assert marker.exists()  # its start record was written, then its end record did not fit
-                continue
-            assert text == "[exit 0]", text
-        assert refusal is not None, "the full file system never refused a call"
-        assert "RELAY_SHELL_AUDIT_ON_FAILURE=refuse" in refusal and "nothing ran" in refusal
+        refusal = await calls_until_refused(client, tmp_path)
         size = audit_path.stat().st_size
         # A record cut short is taken back at once: the log ends with a whole line and still verifies.
         short = "short write" in refusal
@@ -124,15 +133,46 @@ async def test_a_full_disk_refuses_the_call_before_it_runs_and_leaves_no_torn_li
     assert any(record["args"]["command"] == f"touch {marker} && echo after" for record in starts)
 
 
-async def test_an_immutable_log_refuses_the_call_and_recovers_when_writable(
-    tmp_path: Path, immutable: list[Path]
+async def test_a_full_disk_under_an_append_only_log_marks_what_it_cannot_cut(
+    tmp_path: Path, small_fs: Path, chattr: Any
 ) -> None:
+    """`chattr +a`: the partial record cannot be taken back; once there is space, it is closed off and named
+    by an audit:repair record, and the chain verifies."""
+    audit_path = small_fs / "logs" / "audit.jsonl"
+    async with connect(audit_path) as client:
+        assert text_of(await client.call_tool("shell_exec", {"command": "echo before"})) == "[exit 0]\nbefore\n"
+        chattr("a", audit_path)
+        filler = fill_up(small_fs)
+        refusal = await calls_until_refused(client, tmp_path)
+        torn = not audit_path.read_bytes().endswith(b"\n")  # the kernel cut a record short, and it stays
+        print(f"refused: {refusal}; torn tail left: {torn}")
+        assert torn or audit_path.stat().st_size % PAGE == 0, refusal
+        filler.unlink()
+        marker = tmp_path / "ran-after"
+        again = await client.call_tool("shell_exec", {"command": f"touch {marker} && echo after"})
+        assert text_of(again) == "[exit 0]\nafter\n" and marker.exists()
+    verified = audit_verify(audit_path)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    repairs = [record for record in read_records_lenient(audit_path) if record.get("tool") == "audit:repair"]
+    if torn:
+        assert repairs and all("marked_sha256" in record for record in repairs), repairs
+
+
+def read_records_lenient(audit_path: Path) -> list[dict[str, Any]]:
+    """The records of a log that may hold marked damage (lines that are no record)."""
+    records = []
+    for line in audit_path.read_bytes().splitlines():
+        with contextlib.suppress(orjson.JSONDecodeError):
+            records.append(orjson.loads(line))
+    return records
+
+
+async def test_an_immutable_log_refuses_the_call_and_recovers_when_writable(tmp_path: Path, chattr: Any) -> None:
     audit_path = tmp_path / "logs" / "audit.jsonl"
     marker = tmp_path / "ran"
     async with connect(audit_path) as client:
         assert text_of(await client.call_tool("shell_exec", {"command": "echo before"})) == "[exit 0]\nbefore\n"
-        immutable.append(audit_path)
-        subprocess.run(["chattr", "+i", str(audit_path)], check=True)
+        chattr("i", audit_path)
         for _ in range(2):  # the write fails on the open file, then reopening it fails: both refuse
             refused = await client.call_tool("shell_exec", {"command": f"touch {marker}"})
             assert refused.is_error
@@ -151,13 +191,12 @@ async def test_an_immutable_log_refuses_the_call_and_recovers_when_writable(
     assert f"touch {marker}" not in commands  # the refused calls never got a start record: they did not run
 
 
-async def test_continue_mode_runs_without_a_start_record_and_counts_it(tmp_path: Path, immutable: list[Path]) -> None:
+async def test_continue_mode_runs_without_a_start_record_and_counts_it(tmp_path: Path, chattr: Any) -> None:
     audit_path = tmp_path / "logs" / "audit.jsonl"
     marker = tmp_path / "ran"
     async with connect(audit_path, audit_on_failure="continue") as client:
         await client.call_tool("shell_exec", {"command": "true"})
-        immutable.append(audit_path)
-        subprocess.run(["chattr", "+i", str(audit_path)], check=True)
+        chattr("i", audit_path)
         result = await client.call_tool("shell_exec", {"command": f"touch {marker} && echo done"})
         assert text_of(result) == "[exit 0]\ndone\n" and marker.exists()
         info = await client.call_tool("server_info", {})

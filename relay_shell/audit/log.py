@@ -12,9 +12,12 @@ Rotation (rename or copy-truncate) is detected before every write; the new file 
 across rotation and restarts.
 
 Whole records or none: a write the disk could only take in part (a short write on a full file system) is
-taken back at once, so no torn line is left for `verify` to trip on; an incomplete last line found when the
-file is (re)opened (the process died before taking it back, or the host lost power) is removed and the removal
-recorded as an `audit:repair` record. After any failure the next write reopens the path, so the log recovers by
+taken back at once, so no torn line is left for `verify` to trip on. Damage found at the end of the file when it
+is (re)opened (the process died before taking a write back, the host lost power, or the file is append-only and
+cannot be cut) is repaired and recorded in an `audit:repair` record: an incomplete last line is cut off
+(`removed_bytes`, `removed_sha256`); where cutting is not allowed, or complete lines that are no record precede
+it, the damaged bytes are closed off and named by the repair record (`marked_bytes`, `marked_sha256`), which
+`verify` accepts in their place. After any failure the next write reopens the path, so the log recovers by
 itself once it is writable again and the chain resumes from the file's last record (adr/0014).
 """
 
@@ -36,6 +39,10 @@ RECORD_VERSION = 1
 GENESIS = "0" * 64
 CONTINUE_TOOL = "audit:continue"
 REPAIR_TOOL = "audit:repair"
+# Closes a torn fragment that cannot be cut off: the closed line is never valid JSON, so `verify` cannot take a
+# fragment that happens to parse for a record, and it must be followed by the repair record that names it.
+TORN_CLOSE = b" <torn>\n"
+MAX_DAMAGE_SCAN = 1 << 20  # bytes at the end of the file examined for damage
 # The chain field is appended last: `,"chain":"<64 hex>"}` is 76 bytes before the newline.
 CHAIN_SUFFIX_LEN = len(',"chain":"') + 64 + len('"}')
 
@@ -61,30 +68,39 @@ def encode_line(record: dict[str, Any], prev: str | None) -> bytes:
     return canonical[:-1] + b',"chain":"' + chain.encode("ascii") + b'"}\n'
 
 
-def last_newline_end(path: Path, size: int) -> int | None:
-    """Where an incomplete last line starts (just past the last newline; 0 if there is none), or None when the
-    file ends with a newline."""
+def damaged_tail(path: Path, size: int) -> tuple[int, bool] | None:
+    """Where the damage at the end of a file starts (an incomplete last line, and the lines before it that are no
+    JSON record), and whether it is only the incomplete line; None when the file ends with a whole record."""
     with open(path, "rb") as handle:
-        position = size
-        handle.seek(max(0, position - 1))
-        if handle.read(1) == b"\n" or size == 0:
-            return None
-        while position > 0:
-            step = min(8192, position)
-            position -= step
-            handle.seek(position)
-            newline = handle.read(step).rfind(b"\n")
-            if newline >= 0:
-                return position + newline + 1
-    return 0
+        window_start = max(0, size - MAX_DAMAGE_SCAN)
+        handle.seek(window_start)
+        data = handle.read(size - window_start)
+    lines = data.splitlines(keepends=True)
+    start = size
+    only_incomplete = True
+    for line in reversed(lines):
+        if line.endswith(b"\n"):
+            if _is_record(line):
+                break
+            only_incomplete = False
+        start -= len(line)
+    return None if start == size else (start, only_incomplete)
 
 
-def read_last_line(path: Path) -> bytes | None:
-    """The last complete line of a file, read backwards in blocks so a large log costs one seek."""
+def _is_record(line: bytes) -> bool:
+    try:
+        return isinstance(orjson.loads(line), dict)
+    except orjson.JSONDecodeError:
+        return False
+
+
+def read_last_line(path: Path, end: int | None = None) -> bytes | None:
+    """The last complete line of a file (of its first `end` bytes), read backwards in blocks so a large log costs
+    one seek."""
     try:
         with open(path, "rb") as handle:
-            handle.seek(0, os.SEEK_END)
-            end = handle.tell()
+            if end is None:
+                end = handle.seek(0, os.SEEK_END)
             if end == 0:
                 return None
             block = 8192
@@ -142,10 +158,12 @@ class AuditLog:
         if info.st_size == 0:
             self._start_file(reason="new file")
             return
-        removed = self._remove_incomplete_tail()
-        last = read_last_line(self.path)
-        if last is None:  # the file held nothing but an incomplete line
-            self._start_file(reason="new file")
+        damage = damaged_tail(self.path, self.size)
+        repair = self._repair_tail(*damage) if damage is not None else None
+        last = read_last_line(self.path, end=damage[0] if damage is not None else None)
+        continue_reason = None
+        if last is None:  # the file held nothing but damage
+            continue_reason = "new file"
         elif self.chain_enabled:
             try:
                 record = orjson.loads(last)
@@ -154,36 +172,43 @@ class AuditLog:
             except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
                 # The tail is not a chained record (chain was off, or the file was damaged): start a new
                 # segment that says so; `verify` reports the damage at its line.
-                self._write_continue(reason="previous record unreadable or unchained")
-        if removed is not None:
-            length, digest = removed
-            self._append(
-                {
-                    "v": RECORD_VERSION,
-                    "ts": utc_timestamp(),
-                    "tool": REPAIR_TOOL,
-                    "reason": "an incomplete last line (a write that did not complete) was removed",
-                    "removed_bytes": length,
-                    "removed_sha256": digest,
-                }
-            )
+                continue_reason = "previous record unreadable or unchained"
+        if repair is not None and "marked_bytes" in repair[0]:
+            self._write_repair(*repair)  # a mark must follow the bytes it names directly
+            repair = None
+        if continue_reason == "new file":
+            self._start_file(reason=continue_reason)
+        elif continue_reason is not None:
+            self._write_continue(reason=continue_reason)
+        if repair is not None:
+            self._write_repair(*repair)
 
-    def _remove_incomplete_tail(self) -> tuple[int, str] | None:
-        """Cut an incomplete last line (no newline: a write that never completed) back to the last complete
-        record. Only bytes after the last newline go, never a whole record. Returns their length and digest."""
+    def _write_repair(self, fields: dict[str, Any], closing: bytes) -> None:
+        self._append({"v": RECORD_VERSION, "ts": utc_timestamp(), "tool": REPAIR_TOOL, **fields}, prefix=closing)
+
+    def _repair_tail(self, start: int, only_incomplete: bool) -> tuple[dict[str, Any], bytes]:
+        """Repair the damage at the end of the file from `start`: cut an incomplete last line off where the file
+        allows it; otherwise close the damaged bytes off (the closing goes out with the repair record, in one
+        write) and name them. Returns the repair record's fields and that closing."""
         assert self.fd is not None
-        tail_start = last_newline_end(self.path, self.size)
-        if tail_start is None:
-            return None
-        digest = hashlib.sha256()
         with open(self.path, "rb") as handle:
-            handle.seek(tail_start)
-            while block := handle.read(65536):
-                digest.update(block)
-        length = self.size - tail_start
-        os.ftruncate(self.fd, tail_start)
-        self.size = tail_start
-        return length, digest.hexdigest()
+            handle.seek(start)
+            damaged = handle.read(self.size - start)
+        if only_incomplete:
+            try:
+                os.ftruncate(self.fd, start)
+            except OSError:  # an append-only file (chattr +a): it can only be marked
+                pass
+            else:
+                self.size = start
+                reason = "an incomplete last line (a write that did not complete) was removed"
+                digest = hashlib.sha256(damaged).hexdigest()
+                return {"reason": reason, "removed_bytes": len(damaged), "removed_sha256": digest}, b""
+        closing = b"" if damaged.endswith(b"\n") else TORN_CLOSE
+        marked = damaged + closing
+        reason = "the lines above are no record (writes that did not complete) and could not be removed"
+        digest = hashlib.sha256(marked).hexdigest()
+        return {"reason": reason, "marked_bytes": len(marked), "marked_sha256": digest}, closing
 
     def _start_file(self, reason: str) -> None:
         """A fresh file: genesis if we have no chain yet, otherwise a continuation record linking back."""
@@ -269,7 +294,7 @@ class AuditLog:
             self.size = size
             self._start_file(reason="rotated by copy-truncate")
 
-    def _append(self, record: dict[str, Any]) -> None:
+    def _append(self, record: dict[str, Any], prefix: bytes = b"") -> None:
         assert self.fd is not None
         if self.chain_enabled:
             record["seq"] = self.seq + 1
@@ -277,13 +302,14 @@ class AuditLog:
             line = encode_line(record, self.prev)
         else:
             line = encode_line(record, None)
+        line = prefix + line
         written = os.write(self.fd, line)
         if written != len(line):
             taken_back = self._take_back(written)
             raise OSError(
                 errno.ENOSPC,
                 f"short write ({written} of {len(line)} bytes; "
-                + ("the partial record was removed)" if taken_back else "the partial record is removed on reopen)"),
+                + ("the partial record was removed)" if taken_back else "the partial record is repaired when the log is reopened)"),
             )
         if self.fsync:
             os.fsync(self.fd)

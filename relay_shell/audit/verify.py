@@ -2,7 +2,8 @@
 
 Detects edits (chain mismatch), insertions, deletions and reordering (prev/seq breaks), head truncation
 (the first record is neither genesis nor an `audit:continue` link) and torn or empty files, and reports
-the first bad line precisely.
+the first bad line precisely. Lines that are no record pass only where the writer marked them as damage it could
+not remove (an `audit:repair` record right after them naming their exact length and SHA-256).
 
 It also pairs the two phases of each call by `call_id`: a `start` record with no `end` record is a call the
 server did not finish (it died, or the end record could not be written). That is not tampering, so it does not
@@ -12,12 +13,14 @@ fail verification, but it is listed as interrupted: call id, tool, time and wher
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import orjson
 
-from relay_shell.audit.log import CHAIN_SUFFIX_LEN, CONTINUE_TOOL, GENESIS
+from relay_shell.audit.log import CHAIN_SUFFIX_LEN, CONTINUE_TOOL, GENESIS, MAX_DAMAGE_SCAN, REPAIR_TOOL
 
 
 @dataclass(frozen=True)
@@ -84,6 +87,30 @@ def verify_files(paths: list[Path]) -> VerifyResult:
     return VerifyResult(True, total, summary, prev, tuple(started.values()))
 
 
+def _after_marked_damage(
+    numbered: Iterator[tuple[int, bytes]], first: bytes, broken: _Broken
+) -> tuple[int, bytes, dict[str, Any]]:
+    """Lines that are no record are accepted only as damage the writer found and could not remove (an append-only
+    file): the `audit:repair` record right after them names their exact bytes. Returns that record's line;
+    raises `broken` (the first bad line) for anything else."""
+    damaged = first
+    for line_number, line in numbered:
+        try:
+            record = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            record = None
+        if not isinstance(record, dict):
+            damaged += line
+            if not line.endswith(b"\n") or len(damaged) > MAX_DAMAGE_SCAN:
+                raise broken
+            continue
+        marked = record.get("tool") == REPAIR_TOOL and record.get("marked_bytes") == len(damaged)
+        if marked and record.get("marked_sha256") == hashlib.sha256(damaged).hexdigest():
+            return line_number, line, record
+        raise broken
+    raise broken
+
+
 def _verify_one(
     path: Path, prev: str | None, seq: int, started: dict[str, UnendedCall]
 ) -> tuple[str, int, int, str | None]:
@@ -93,15 +120,17 @@ def _verify_one(
     sha256 = hashlib.sha256
     loads = orjson.loads
     with open(path, "rb") as handle:
-        for line_number, line in enumerate(handle, start=1):
+        numbered = enumerate(handle, start=1)
+        for line_number, line in numbered:
             if not line.endswith(b"\n"):
                 raise _Broken(line_number, "last line is incomplete (torn write or truncated file)")
             try:
                 record = loads(line)
             except orjson.JSONDecodeError as exc:
-                raise _Broken(line_number, f"not valid JSON ({exc})") from None
+                record = _Broken(line_number, f"not valid JSON ({exc})")
             if not isinstance(record, dict):
-                raise _Broken(line_number, "not a JSON object")
+                broken = record if isinstance(record, _Broken) else _Broken(line_number, "not a JSON object")
+                line_number, line, record = _after_marked_damage(numbered, line, broken)
             chain = record.get("chain")
             record_prev = record.get("prev")
             record_seq = record.get("seq")
