@@ -72,6 +72,10 @@ def damaged_tail(path: Path, size: int) -> tuple[int, bool] | None:
     """Where the damage at the end of a file starts (an incomplete last line, and the lines before it that are no
     JSON record), and whether it is only the incomplete line; None when the file ends with a whole record."""
     with open(path, "rb") as handle:
+        handle.seek(max(0, size - 65536))  # the usual case, a whole last record, needs only the last line
+        tail = handle.read()
+        if tail.endswith(b"\n") and _is_record(tail[tail.rfind(b"\n", 0, len(tail) - 1) + 1 :]):
+            return None
         window_start = max(0, size - MAX_DAMAGE_SCAN)
         handle.seek(window_start)
         data = handle.read(size - window_start)
@@ -305,12 +309,8 @@ class AuditLog:
         line = prefix + line
         written = os.write(self.fd, line)
         if written != len(line):
-            taken_back = self._take_back(written)
-            raise OSError(
-                errno.ENOSPC,
-                f"short write ({written} of {len(line)} bytes; "
-                + ("the partial record was removed)" if taken_back else "the partial record is repaired when the log is reopened)"),
-            )
+            after = "was removed" if self._take_back(written) else "is repaired when the log is reopened"
+            raise OSError(errno.ENOSPC, f"short write ({written} of {len(line)} bytes; the partial record {after})")
         if self.fsync:
             os.fsync(self.fd)
         if self.chain_enabled:
