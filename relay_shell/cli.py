@@ -90,7 +90,12 @@ def serve(check_only: bool) -> int:
             print(f"relay-shell: configuration error: {exc}", file=sys.stderr)
             return EXIT_CONFIG
     raise_open_files_limit()  # before build_server: the port forwards' connection budget is derived from it
+    from relay_shell.audit.interrupted import Leftover, find_interrupted, restart_fields
+
+    previous = find_interrupted(settings.audit_path)  # before this process writes its own server:start record
+    leftovers: list[Leftover] = []  # containment: processes of those calls still running, found by their marker
     assembly = build_server(settings, audit_log, http_auth.tokens, http_auth.oauth)
+    assembly.runner.server_started(restart_fields(previous, leftovers))
     if not audit_log.healthy:
         assembly.metrics.audit_degraded.set(1)
     metrics_note = "off"
@@ -210,6 +215,7 @@ def audit_command(args: list[str]) -> int:
     tail.add_argument("--tool", help="only this tool")
     tail.add_argument("--tier", type=int, choices=[0, 1, 2, 3], help="only this tier")
     tail.add_argument("--denied", action="store_true", help="only denied calls")
+    tail.add_argument("--call-id", help="only the records of this call (its start and end)")
     tail.add_argument("--path", type=Path, help="log file; default: the configured log")
     options = parser.parse_args(args)
 
@@ -218,9 +224,10 @@ def audit_command(args: list[str]) -> int:
 
         paths = options.paths or [_configured_audit_path()]
         result = verify_files(paths)
-        print(
-            result.message if result.ok else f"FAILED: {result.message}", file=sys.stdout if result.ok else sys.stderr
-        )
+        if result.ok:
+            print(result.report())
+        else:
+            print(f"FAILED: {result.message}", file=sys.stderr)
         return 0 if result.ok else 1
 
     from relay_shell.audit.tail import TailFilter, follow_records, recent_records
@@ -228,7 +235,9 @@ def audit_command(args: list[str]) -> int:
     if options.lines < 1:
         parser.error("-n must be at least 1")
     path = options.path or _configured_audit_path()
-    record_filter = TailFilter(tool=options.tool, tier=options.tier, denied=True if options.denied else None)
+    record_filter = TailFilter(
+        tool=options.tool, tier=options.tier, denied=True if options.denied else None, call_id=options.call_id
+    )
     if not path.exists():
         print(f"relay-shell: audit log {path} does not exist", file=sys.stderr)
         return 1

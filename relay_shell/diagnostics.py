@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import orjson
@@ -15,6 +16,7 @@ from relay_shell.errors import ArgumentError
 from relay_shell.plan import Execution, Plan, ProgressFn, Subject
 
 MAX_TAIL_LINES = 1000
+CALL_ID = re.compile(r"[A-Za-z0-9-]{1,64}")
 
 
 def server_state(
@@ -23,6 +25,7 @@ def server_state(
     metrics_port: int | None,
     open_sessions: int,
     ssh_connections: int,
+    audit_counts: dict[str, int],
     extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     return {
@@ -50,6 +53,10 @@ def server_state(
             "last_error": audit_log.last_error,
             "records_written": audit_log.records_written,
             "write_errors": audit_log.write_errors,
+            # calls refused because their start record (or the log) could not be written; nothing of them ran
+            "refused_calls": audit_counts["refused_calls"],
+            # calls the previous server process left without an end record (named in this one's server:start)
+            "interrupted_at_start": audit_counts["interrupted_at_start"],
             "seq": audit_log.seq if settings.audit_chain else None,
         },
         "sessions": {
@@ -86,25 +93,33 @@ def prepare_server_info(
     metrics_port: int | None,
     open_sessions: int,
     ssh_connections: int,
+    audit_counts: dict[str, int],
     extra: dict[str, Any] | None = None,
 ) -> Plan:
     """`extra`: sections other areas describe themselves (runbooks, the briefing gate)."""
 
     async def execute(progress: ProgressFn) -> Execution:
-        state = server_state(settings, audit_log, metrics_port, open_sessions, ssh_connections, extra)
+        state = server_state(settings, audit_log, metrics_port, open_sessions, ssh_connections, audit_counts, extra)
         return _text_execution(settings, state, {"info": state})
 
     return Plan(subject=Subject(fixed_tier=0), execute=execute)
 
 
 def prepare_audit_tail(
-    settings: Settings, audit_log: AuditLog, tool: str | None, tier: int | None, denied: bool | None, lines: int
+    settings: Settings,
+    audit_log: AuditLog,
+    tool: str | None,
+    tier: int | None,
+    denied: bool | None,
+    lines: int,
+    call_id: str | None = None,
 ) -> Plan:
     if not 1 <= lines <= MAX_TAIL_LINES:
         raise ArgumentError(f"lines: {lines} is out of range; allowed: 1 to {MAX_TAIL_LINES}")
     if tier is not None and not 0 <= tier <= 3:
         raise ArgumentError(f"tier: {tier} is out of range; allowed: 0 to 3")
-    record_filter = TailFilter(tool=tool, tier=tier, denied=denied)
+    check_call_id(call_id)
+    record_filter = TailFilter(tool=tool, tier=tier, denied=denied, call_id=call_id)
 
     async def execute(progress: ProgressFn) -> Execution:
         records = recent_records(audit_log.path, lines, record_filter)
@@ -115,6 +130,16 @@ def prepare_audit_tail(
         return _text_execution(settings, records, {"records": records})
 
     return Plan(subject=Subject(fixed_tier=0), execute=execute)
+
+
+def check_call_id(call_id: str | None) -> None:
+    """A call_id filter must look like one (the records' `call_id`), so a typo is an error, not an empty list."""
+    if call_id is not None and not CALL_ID.fullmatch(call_id):
+        shown = call_id if len(call_id) <= 80 else call_id[:77] + "..."
+        raise ArgumentError(
+            f"call_id: {shown!r} is not a call id; allowed: the `call_id` of an audit record, "
+            "e.g. '3f9a1b2c4d5e-17' (letters, digits and '-', at most 64)"
+        )
 
 
 def _text_execution(settings: Settings, value: Any, fields: dict[str, Any]) -> Execution:

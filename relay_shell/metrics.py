@@ -41,6 +41,7 @@ class Metrics:
             self.audit_records: Any = discard
             self.audit_errors: Any = discard
             self.audit_degraded: Any = discard
+            self.audit_refused_calls: Any = discard
             self.sessions_open: Any = discard
             self.ssh_connections_open: Any = discard
             self.gated_calls: Any = discard
@@ -68,6 +69,12 @@ class Metrics:
         self.audit_degraded = Gauge(
             "relay_shell_audit_degraded",
             "1 while the audit log cannot be written (calls are refused unless AUDIT_ON_FAILURE=continue).",
+            registry=self.registry,
+        )
+        self.audit_refused_calls = Counter(
+            "relay_shell_audit_refused_calls",
+            "Calls refused because the audit log could not be written (their start record, or the log itself); "
+            "nothing of them ran.",
             registry=self.registry,
         )
         self.sessions_open = Gauge(

@@ -4,6 +4,7 @@ Plan an executor hands the runner to admit and run, and the Execution it produce
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -14,6 +15,11 @@ from relay_shell.capture import CapturedText
 ProgressFn = Callable[[int], Awaitable[None]]
 
 Outcome = Literal["ok", "exit_nonzero", "timeout", "denied", "error", "confirm_required", "cancelled", "gated"]
+
+# The `call_id` of the call whose plan is executing (set by the runner after the call's start record is written,
+# for the length of `Plan.execute`): an executor that starts processes can tag them with it, so what a call
+# started can be told apart from what another call started (containment's per-call marker).
+current_call_id: ContextVar[str | None] = ContextVar("current_call_id", default=None)
 
 
 @dataclass(frozen=True)

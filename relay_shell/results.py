@@ -12,7 +12,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
 from relay_shell.capture import CapturedText
-from relay_shell.plan import Outcome
+from relay_shell.plan import Execution, Outcome
 from relay_shell.policy.tiers import TIER_NAMES
 
 
@@ -152,7 +152,11 @@ class ConfirmResult(ToolResult):
 
 
 class AuditTailResult(ToolResult):
-    records: list[dict[str, Any]] = Field([], description="audit records, oldest first")
+    records: list[dict[str, Any]] = Field(
+        [],
+        description="audit records, oldest first; a call that ran has a `phase: start` and a `phase: end` record "
+        "with one `call_id`",
+    )
 
 
 class RunbookResult(ToolResult):
@@ -208,3 +212,44 @@ def render_text(first_line: str, notes: list[str], body: str, trailer: list[str]
     if trailer:
         text += ("" if text.endswith("\n") else "\n") + "\n".join(trailer)
     return text
+
+
+NO_DEFAULTS: dict[str, Any] = {}
+
+
+def schema_defaults(output_schema: dict[str, Any] | None) -> dict[str, Any]:
+    """What a tool's outputSchema declares as each field's default."""
+    # The values (an empty list among them) are shared by every result of the tool: results are only
+    # serialized, never changed in place.
+    properties = (output_schema or {}).get("properties", {})
+    return {name: field["default"] for name, field in properties.items() if "default" in field}
+
+
+def structured_content(
+    defaults: dict[str, Any],
+    outcome: Outcome,
+    tier: int,
+    execution: Execution,
+    duration_ms: int,
+    notes: list[str],
+    error: str | None,
+) -> dict[str, Any]:
+    """Every field of the tool's outputSchema, always (the contract: a client reads `result["timed_out"]`
+    without a fallback): its declared default unless this call has a value for it."""
+    captured = execution.output
+    return {
+        **defaults,
+        "status": outcome,
+        "tier": tier,
+        "exit_code": execution.exit_code,
+        "signal": execution.signal,
+        "timed_out": outcome == "timeout",
+        "truncated": captured.truncated,
+        "output": captured.text,
+        "output_bytes": captured.produced_bytes,
+        "output_sha256": captured.sha256,
+        "duration_ms": duration_ms,
+        "notes": list(notes),
+        "error": error,
+        **execution.fields,
+    }

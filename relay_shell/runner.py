@@ -1,5 +1,9 @@
-"""THE audited path. Every tool call: identify → classify + admit → execute → bound → audit → metrics.
-Every context pull (prompt, resource): the tier-0 helper `context_pull` (cap, digest record, counter).
+"""THE audited path. Every tool call: identify → classify + admit → start record → execute → bound → end record
+→ metrics. Every context pull (prompt, resource): the tier-0 helper `context_pull` (cap, digest record, counter).
+
+Write-ahead (adr/0014): a call that runs anything gets a `start` record, on disk before anything executes, and an
+`end` record before its result returns, paired by `call_id`. A call refused or invalid before it runs, and a pure
+read (annotated read-only and touching nothing outside the server), gets the `end` record alone.
 
 No other code writes audit records or builds tool results. Nothing raised below escapes to the
 transport: failures become `[ERROR: …]` results with isError, and they are audited too.
@@ -7,23 +11,29 @@ transport: failures become `[ERROR: …]` results with isError, and they are aud
 
 from __future__ import annotations
 
-import hashlib
+import itertools
 import logging
+import os
+import secrets
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
 from mcp.server.context import ServerRequestContext
 from mcp_types import CallToolResult, TextContent
 
+from relay_shell import __version__
 from relay_shell.audit.log import RECORD_VERSION, AuditLog, AuditWriteError, utc_timestamp
-from relay_shell.audit.record import audit_arguments, redact_text
+from relay_shell.audit.record import audit_arguments, output_digests, redact_text
 from relay_shell.capture import BoundedCapture, CapturedText
 from relay_shell.config import Settings
 from relay_shell.confirm.binding import bind_call, token_digest
 from relay_shell.confirm.elicitation import (
+    ANSWER_OUTCOMES,
+    REFUSED_BECAUSE,
     InputRequired,
     ask_human,
     can_elicit,
@@ -36,14 +46,13 @@ from relay_shell.confirm.store import ConfirmationStore, confirm_required
 from relay_shell.errors import ToolError
 from relay_shell.identity import Identity, identify, owner_of
 from relay_shell.metrics import Metrics
-from relay_shell.plan import Execution, Outcome, Plan, Subject
+from relay_shell.plan import Execution, Outcome, Plan, Subject, current_call_id
 from relay_shell.policy.admission import Policy
-from relay_shell.results import render_text, status_line, truncation_line
+from relay_shell.progress import Progress
+from relay_shell.results import NO_DEFAULTS, render_text, status_line, structured_content, truncation_line
 from relay_shell.runbooks.gate import BriefingGate, call_digest
 
 logger = logging.getLogger("relay_shell")
-
-PROGRESS_INTERVAL = 1.0  # seconds between progress notifications on long calls
 
 
 class Runner:
@@ -67,6 +76,13 @@ class Runner:
         self.confirmations = ConfirmationStore(settings.confirm_ttl)  # tokens (token mode, and elicit's fallback)
         self.elicitations = ConfirmationStore(settings.confirm_ttl)  # questions put to the human, one answer each
         self.gate: BriefingGate | None = None  # RELAY_SHELL_GATE=briefing: runbooks before the first calls
+        # Tools that run nothing and touch nothing outside the server (read-only, not open-world): one record.
+        self.pure_reads: set[str] = set()
+        # call_id = this process's random tag + a counter: unique in the log across restarts, cheap per call.
+        self._call_tag = secrets.token_hex(6)
+        self._call_numbers = itertools.count(1)
+        self.refused_calls = 0  # calls refused because the log could not be written (shown by server_info)
+        self.interrupted_at_start = 0  # calls the previous process left interrupted (its server:start record)
 
     # -- tool calls --------------------------------------------------------------------------------------
 
@@ -77,74 +93,75 @@ class Runner:
         prepare: Callable[[], Plan],
         report_progress: Callable[[float, float | None, str], Any] | None = None,
     ) -> CallToolResult:
-        started = time.monotonic()
-        identity = identify(request_context, self.transport)
-        arguments = self._recordable(tool, _raw_arguments(request_context))
+        call = _Call(tool, identify(request_context, self.transport), time.monotonic(), self.new_call_id())
+        call.arguments = self._recordable(tool, _raw_arguments(request_context))
         refusal = self._audit_unavailable()
         if refusal is not None:
-            return self._finish(tool, 0, identity, arguments, started, "error", error=refusal)
+            return self._finish(call, 0, "error", error=refusal)
         try:
             plan = prepare()
         except ToolError as exc:
-            return self._finish(tool, 0, identity, arguments, started, "error", error=f"{exc.kind}: {exc}")
+            return self._finish(call, 0, "error", error=f"{exc.kind}: {exc}")
         except Exception as exc:  # a bug in preparation must still be a clean, audited result
             logger.exception("preparing %s failed", tool)
-            return self._finish(tool, 0, identity, arguments, started, "error", error=f"Internal: {type(exc).__name__}")
+            return self._finish(call, 0, "error", error=f"Internal: {type(exc).__name__}")
 
         if plan.recorded_arguments is not None:
-            arguments = plan.recorded_arguments
+            call.arguments = plan.recorded_arguments
         try:
             decision = self.policy.decide(plan.subject)
         except Exception as exc:
             logger.exception("policy failed for %s", tool)
-            return self._finish(tool, 3, identity, arguments, started, "error", error=f"Policy: {type(exc).__name__}")
+            return self._finish(call, 3, "error", error=f"Policy: {type(exc).__name__}")
         if decision.denied:
-            return self._finish(
-                tool, decision.tier, identity, arguments, started, "denied", error=decision.reason, plan=plan
-            )
+            return self._finish(call, decision.tier, "denied", error=decision.reason, plan=plan)
         tier = decision.tier
+        admitted_as = "admitted"
         if plan.host_subjects:
             try:
                 tier, refusal = self._admit_hosts(plan, tier)
             except Exception as exc:
                 logger.exception("policy failed for %s", tool)
-                return self._finish(
-                    tool, 3, identity, arguments, started, "error", error=f"Policy: {type(exc).__name__}"
-                )
+                return self._finish(call, 3, "error", error=f"Policy: {type(exc).__name__}")
             if refusal is not None:
-                return self._finish(tool, tier, identity, arguments, started, "denied", error=refusal, plan=plan)
+                return self._finish(call, tier, "denied", error=refusal, plan=plan)
         if tier >= 1 and self.gate is not None and self.gate.enabled:
             # After the policy (a refused call is refused, not briefed), before a human is asked to confirm.
-            gated = self._gated(request_context, tool, plan, tier, identity, arguments, started)
+            gated = self._gated(request_context, call, plan, tier)
             if gated is not None:
                 return gated
         if tier == 3 and self.settings.confirm_tier3 != "off":
             # After every deny and mode check: a refused call never reaches confirmation.
             reason = decision.reason if decision.tier == 3 else "a target host makes this call tier 3"
             try:
-                stop = await self._confirm_tier3(request_context, tool, plan, reason, identity, arguments, started)
+                stop = await self._confirm_tier3(request_context, call, plan, reason)
             except anyio.get_cancelled_exc_class():
                 with anyio.CancelScope(shield=True):
-                    self._finish(tool, tier, identity, arguments, started, "cancelled", plan=plan)
+                    self._finish(call, tier, "cancelled", plan=plan)
                 raise
             except InputRequired:
                 raise  # the server's tool-call gate answers with the question
             except Exception as exc:  # nothing runs unconfirmed, and nothing escapes to the transport
                 logger.exception("confirming %s failed", tool)
-                return self._finish(
-                    tool, tier, identity, arguments, started, "error", error=f"Confirmation: {type(exc).__name__}"
-                )
+                return self._finish(call, tier, "error", error=f"Confirmation: {type(exc).__name__}")
             if stop is not None:
                 return stop
+            admitted_as = "confirmed"  # tier 3, and a human confirmed exactly this call
 
-        progress = _Progress(report_progress, plan)
+        if tool not in self.pure_reads:
+            # Write-ahead: nothing runs unless its start record was written (or AUDIT_ON_FAILURE=continue).
+            refusal = self._write_start(call, tier, admitted_as, plan)
+            if refusal is not None:
+                return self._finish(call, tier, "error", error=refusal, plan=plan)
+        progress = Progress(report_progress, plan)
+        running = current_call_id.set(call.call_id)
         try:
             execution = await plan.execute(progress.report)
         except anyio.get_cancelled_exc_class():
             # The client cancelled (or went away): the executor killed what it started; the record is
             # still written before the cancellation propagates.
             with anyio.CancelScope(shield=True):
-                self._finish(tool, tier, identity, arguments, started, "cancelled", plan=plan)
+                self._finish(call, tier, "cancelled", plan=plan)
             raise
         except ToolError as exc:
             execution = Execution(status="error", output=_empty(), error=f"{exc.kind}: {exc}")
@@ -154,17 +171,18 @@ class Runner:
         except Exception as exc:
             logger.exception("executing %s failed", tool)
             execution = Execution(status="error", output=_empty(), error=f"Internal: {type(exc).__name__}: {exc}")
-        failed = self._open_gate(request_context, identity, plan, started) if plan.opens_gate else None
+        finally:
+            current_call_id.reset(running)
+        failed = self._open_gate(request_context, call, plan) if plan.opens_gate else None
         if failed is not None and execution.status == "ok":
             execution = Execution(status="error", output=_empty(), error=failed)
-        return self._finish(tool, tier, identity, arguments, started, execution.status, plan=plan, execution=execution)
+        return self._finish(call, tier, execution.status, plan=plan, execution=execution)
 
     async def reject(
         self, request_context: ServerRequestContext[Any, Any], tool: str, arguments: Any, message: str
     ) -> CallToolResult:
         """An invalid call caught before the tool function (unknown tool, argument names or types)."""
-        identity = identify(request_context, self.transport)
-        started = time.monotonic()
+        call = _Call(tool, identify(request_context, self.transport), time.monotonic(), self.new_call_id())
         argument_filter = self.argument_filters.get(tool)
         if isinstance(arguments, dict):
             recorded = self._recordable(tool, arguments)
@@ -177,8 +195,8 @@ class Runner:
         # A name that is not one of ours is recorded as `unknown` (the message quotes it): a client must not
         # be able to write records that pass for the server's own events (`oauth:…`, `session:end`) or add
         # metric series.
-        name = tool if tool in self.known_tools else "unknown"
-        return self._finish(name, 0, identity, recorded, started, "error", error=message, reason_withheld=withheld)
+        call.tool, call.arguments = (tool if tool in self.known_tools else "unknown"), recorded
+        return self._finish(call, 0, "error", error=message, reason_withheld=withheld)
 
     # -- context pulls -----------------------------------------------------------------------------------
 
@@ -190,8 +208,8 @@ class Runner:
         capture.feed(text.encode("utf-8"))
         captured = capture.result()
         body = captured.text + ("\n" + truncation_line(captured) if captured.truncated else "")
-        record = self._record(label, 0, "ok", identity, _raw_arguments(request_context), started)
-        record.update(_digests(body, captured))
+        record = self._record(label, 0, "ok", identity, audit_arguments(_raw_arguments(request_context)), started)
+        record.update(call_id=self.new_call_id(), phase="end", **output_digests(body, captured))
         self._write(record, label, 0, "ok", started)
         if not self.audit_log.healthy and self.settings.audit_on_failure == "refuse":
             raise RuntimeError("audit log unavailable: " + (self.audit_log.last_error or "unknown error"))
@@ -204,8 +222,8 @@ class Runner:
         prompt arguments): audited and counted like a refused call; the caller answers with a protocol error."""
         started = time.monotonic()
         identity = identify(request_context, self.transport)
-        record = self._record(label, 0, outcome, identity, _raw_arguments(request_context), started)
-        record["denied"] = outcome == "denied"
+        record = self._record(label, 0, outcome, identity, audit_arguments(_raw_arguments(request_context)), started)
+        record.update(call_id=self.new_call_id(), phase="end", denied=outcome == "denied")
         record["reason"] = redact_text(reason)[:512]  # the reason may echo argument values
         self._write(record, label, 0, outcome, started)
 
@@ -218,6 +236,13 @@ class Runner:
         record = self._record(label, 0, "ok", Identity(request_id=None, client_id=client_id), {}, started)
         record.update(fields)
         self._write(record, label, 0, "ok", started)
+
+    def server_started(self, fields: dict[str, Any]) -> None:
+        """This process's first record, `server:start`: its pid and version, and what the previous process left
+        behind (the calls it left interrupted, and what containment found of them; audit/interrupted.py)."""
+        self.interrupted_at_start = int(fields.get("interrupted_count", 0))
+        record = {"v": RECORD_VERSION, "ts": utc_timestamp(), "tool": "server:start", "pid": os.getpid()}
+        self._write({**record, "version": __version__, **fields}, "server:start", 0, "ok", time.monotonic())
 
     def admit_later(
         self, label: str, client_id: str, subject: Subject, fields: dict[str, Any], write: bool = True
@@ -244,24 +269,18 @@ class Runner:
     # -- tier-3 confirmation -----------------------------------------------------------------------------
 
     async def _confirm_tier3(
-        self,
-        request_context: ServerRequestContext[Any, Any] | None,
-        tool: str,
-        plan: Plan,
-        reason: str,
-        identity: Identity,
-        arguments: dict[str, Any],
-        started: float,
+        self, request_context: ServerRequestContext[Any, Any] | None, call: _Call, plan: Plan, reason: str
     ) -> CallToolResult | None:
         """None when the call may run now (an armed token for exactly this call was used up, or the human
-        accepted); otherwise the result to return instead. `plan.confirmation` links the records."""
+        accepted); otherwise the result to return instead. `plan.confirmation` links the records. Records
+        written while the call waits for the human (the question, the answer) are `phase: "confirm"`; the
+        call's start record follows once it is confirmed."""
         owner = owner_of(request_context)
         try:
-            binding = bind_call(
-                tool, self._call_arguments(tool, request_context), plan, owner, identity.client_id, reason
-            )
+            arguments = self._call_arguments(call.tool, request_context)
+            binding = bind_call(call.tool, arguments, plan, owner, call.identity.client_id, reason)
         except ToolError as exc:  # ConfirmTooLong: a call a human cannot be shown in full is never offered
-            return self._finish(tool, 3, identity, arguments, started, "error", error=f"{exc.kind}: {exc}", plan=plan)
+            return self._finish(call, 3, "error", error=f"{exc.kind}: {exc}", plan=plan)
         armed = self.confirmations.take(binding, owner)
         if armed is not None:
             plan.confirmation = armed
@@ -271,9 +290,7 @@ class Runner:
             if state is None:  # first ask: the plan is recorded before the human sees the question
                 state, plan.confirmation = self.elicitations.issue(binding, owner)
                 asking = Execution(status="confirm_required", output=_empty(), error=reason + "; asking the human")
-                planned = self._finish(
-                    tool, 3, identity, arguments, started, "confirm_required", plan=plan, execution=asking
-                )
+                planned = self._finish(call, 3, "confirm_required", plan=plan, execution=asking, phase="confirm")
                 if (planned.structured_content or {}).get("status") == "error":
                     return planned  # the plan could not be recorded: do not even ask
                 if is_modern(request_context):
@@ -284,47 +301,45 @@ class Runner:
                 answer = round_answer(request_context)
             if not self.elicitations.redeem(plan.confirmation, binding, owner) and answer == "accept":
                 answer = "stale"  # a yes to a question answered before, expired, or about another call
-            outcome = _ANSWER_OUTCOMES[answer]
-            record = self._record("confirm:elicitation", 3, outcome, identity, {}, started)
-            record.update({"denied": outcome == "denied", "answer": answer, "confirmation": plan.confirmation})
-            written = self._write(record, "confirm:elicitation", 3, outcome, started)
+            outcome = ANSWER_OUTCOMES[answer]
+            record = self._record("confirm:elicitation", 3, outcome, call.identity, {}, call.started)
+            record.update(call_id=call.call_id, phase="confirm", denied=outcome == "denied", answer=answer)
+            record["confirmation"] = plan.confirmation
+            written = self._write(record, "confirm:elicitation", 3, outcome, call.started)
             if answer == "accept":
                 if written or self.settings.audit_on_failure != "refuse":
                     return None
                 failed = "AuditWriteFailed: the human's confirmation could not be recorded; nothing ran"
-                return self._finish(tool, 3, identity, arguments, started, "error", error=failed, plan=plan)
+                return self._finish(call, 3, "error", error=failed, plan=plan)
             if answer != "failed":  # a client that could not ask after all gets a token below
-                return self._finish(tool, 3, identity, arguments, started, "denied", error=_REFUSED[answer], plan=plan)
+                return self._finish(call, 3, "denied", error=REFUSED_BECAUSE[answer], plan=plan)
         token, plan.confirmation = self.confirmations.issue(binding, owner)
         execution = confirm_required(token, binding, self.settings.confirm_ttl, reason)
-        return self._finish(tool, 3, identity, arguments, started, "confirm_required", plan=plan, execution=execution)
+        return self._finish(call, 3, "confirm_required", plan=plan, execution=execution)
 
     # -- the briefing gate (runbooks/gate.py) ------------------------------------------------------------
 
-    def _gated(
-        self, request_context: Any, tool: str, plan: Plan, tier: int, identity: Identity, arguments: Any, started: float
-    ) -> CallToolResult | None:
+    def _gated(self, request_context: Any, call: _Call, plan: Plan, tier: int) -> CallToolResult | None:
         """None when the call may run; else its briefing, `[GATED: …]`, recorded as `gate:brief`; nothing ran."""
         assert self.gate is not None
-        owner, call = owner_of(request_context), call_digest(tool, self._call_arguments(tool, request_context))
-        if self.gate.admits(owner, call):
+        owner = owner_of(request_context)
+        digest = call_digest(call.tool, self._call_arguments(call.tool, request_context))
+        if self.gate.admits(owner, digest):
             return None
-        held = self.gate.hold(tool, plan, _raw_arguments(request_context), self.settings.max_output)
-        result = self._finish(
-            tool, tier, identity, arguments, started, held.status, plan=plan, execution=held, record_label="gate:brief"
-        )
-        self.metrics.gated_calls.labels(tool=tool if tool in self.known_tools else "unknown").inc()
+        held = self.gate.hold(call.tool, plan, _raw_arguments(request_context), self.settings.max_output)
+        result = self._finish(call, tier, held.status, plan=plan, execution=held, record_label="gate:brief")
+        self.metrics.gated_calls.labels(tool=call.tool if call.tool in self.known_tools else "unknown").inc()
         if held.status == "gated" and (result.structured_content or {}).get("status") == "gated":
-            self.gate.remember_briefed(owner, call)  # recorded: the identical call runs when repeated
+            self.gate.remember_briefed(owner, digest)  # recorded: the identical call runs when repeated
         return result
 
-    def _open_gate(self, request_context: Any, identity: Identity, plan: Plan, started: float) -> str | None:
+    def _open_gate(self, request_context: Any, call: _Call, plan: Plan) -> str | None:
         """begin_session succeeded: open the session's gate once its `gate:open` record is written."""
         if self.gate is None or not self.gate.enabled:
             return None
-        record = self._record("gate:open", 0, "ok", identity, {}, started)
+        record = self._record("gate:open", 0, "ok", call.identity, {}, call.started)
         record.update(plan.record_fields or {})
-        if not self._write(record, "gate:open", 0, "ok", started) and self.settings.audit_on_failure == "refuse":
+        if not self._write(record, "gate:open", 0, "ok", call.started) and self.settings.audit_on_failure == "refuse":
             return "AuditWriteFailed: the gate:open record could not be written; the gate stays shut"
         self.gate.open(owner_of(request_context))
         return None
@@ -364,28 +379,65 @@ class Runner:
         try:
             self.audit_log.ensure_open()
         except AuditWriteError as exc:
-            self.metrics.audit_errors.inc()
-            self.metrics.audit_degraded.set(1)
-            if self.settings.audit_on_failure == "refuse":
-                return f"AuditUnavailable: {exc}; the call was refused (RELAY_SHELL_AUDIT_ON_FAILURE=refuse)"
+            return self._refusal(exc)
         return None
+
+    def _write_start(self, call: _Call, tier: int, decision: str, plan: Plan) -> str | None:
+        """The write-ahead record of an admitted call, on disk (and fsynced with AUDIT_FSYNC=always) before its
+        plan executes. Returns the refusal when it could not be written and AUDIT_ON_FAILURE is refuse."""
+        record: dict[str, Any] = {
+            "v": RECORD_VERSION,
+            "ts": utc_timestamp(),
+            "tool": call.tool,
+            "phase": "start",
+            "call_id": call.call_id,
+            "tier": tier,
+            "denied": False,
+            "decision": decision,
+            "args": call.audited_arguments(),
+            "request_id": call.identity.request_id,
+            "client_id": call.identity.client_id,
+        }
+        # a many-host call runs on the admitted hosts only: the refused ones are named
+        known = {"denied_hosts": sorted(plan.denied_hosts), "target": plan.target, "session_id": plan.session_id}
+        record.update({key: value for key, value in known.items() if value})
+        if plan.confirmation is not None:
+            record["confirmation"] = plan.confirmation
+        try:
+            self.audit_log.write(record)
+        except AuditWriteError as exc:
+            print(f"relay-shell: audit write failed: {exc}", file=sys.stderr)
+            return self._refusal(exc)
+        self.metrics.audit_records.inc()
+        self.metrics.audit_degraded.set(0)
+        return None
+
+    def _refusal(self, exc: AuditWriteError) -> str | None:
+        """What a call the log cannot record gets: refused (fail closed) unless AUDIT_ON_FAILURE=continue."""
+        self.metrics.audit_errors.inc()
+        self.metrics.audit_degraded.set(1)
+        if self.settings.audit_on_failure != "refuse":
+            return None
+        self.refused_calls += 1
+        self.metrics.audit_refused_calls.inc()
+        return f"AuditUnavailable: {exc}; the call was refused and nothing ran (RELAY_SHELL_AUDIT_ON_FAILURE=refuse)"
 
     def _finish(
         self,
-        tool: str,
+        call: _Call,
         tier: int,
-        identity: Identity,
-        arguments: dict[str, Any],
-        started: float,
         outcome: Outcome,
         *,
         error: str | None = None,
         plan: Plan | None = None,
         execution: Execution | None = None,
         reason_withheld: bool = False,
+        phase: str = "end",
         record_label: str | None = None,
     ) -> CallToolResult:
-        duration_ms = int((time.monotonic() - started) * 1000)
+        """The call's end record (or a tier-3 dialogue's `confirm` record), then its result."""
+        tool = call.tool
+        duration_ms = int((time.monotonic() - call.started) * 1000)
         notes = plan.notes if plan is not None else []
         execution = execution or Execution(status=outcome, output=_empty(), error=error)
         error = execution.error or error
@@ -402,8 +454,8 @@ class Runner:
         text = render_text(first, notes, body, trailer)
 
         label = record_label or tool  # a gated call's record is the gate's event (gate:brief)
-        record = self._record(label, tier, outcome, identity, arguments, started)
-        record.update(_digests(text, captured))
+        record = self._record(label, tier, outcome, call.identity, call.audited_arguments(), call.started)
+        record.update(call_id=call.call_id, phase=phase, **output_digests(text, captured))
         record["denied"] = outcome == "denied"
         if execution.exit_code is not None:
             record["exit_code"] = execution.exit_code
@@ -429,9 +481,11 @@ class Runner:
         if plan is not None and plan.record_fields:
             record.update(plan.record_fields)
         record["duration_ms"] = duration_ms
-        written = self._write(record, label, tier, outcome, started)
+        written = self._write(record, label, tier, outcome, call.started)
+        defaults = self.result_defaults.get(tool, NO_DEFAULTS)
         if not written and self.settings.audit_on_failure == "refuse" and outcome not in ("denied", "error"):
-            # It ran, but without its record the result may not be shown: fail closed, say what happened.
+            # It ran, but without its record the result may not be shown: fail closed, say what happened. Its
+            # start record is in the log, so `audit verify` lists the call as interrupted.
             what = "nothing ran" if outcome in ("confirm_required", "gated") else f"the call ran ({first})"
             message = (
                 f"AuditWriteFailed: {what} but its audit record could not be written "
@@ -439,20 +493,22 @@ class Runner:
             )
             return CallToolResult(
                 content=[TextContent(type="text", text=f"[ERROR: {message}]")],
-                structured_content=self._structured(
-                    tool, "error", tier, Execution(status="error", output=_empty()), duration_ms, notes, message
+                structured_content=structured_content(
+                    defaults, "error", tier, Execution(status="error", output=_empty()), duration_ms, notes, message
                 ),
                 is_error=True,
             )
         return CallToolResult(
             content=[TextContent(type="text", text=text)],
-            structured_content=self._structured(tool, outcome, tier, execution, duration_ms, notes, error),
+            structured_content=structured_content(defaults, outcome, tier, execution, duration_ms, notes, error),
             is_error=outcome not in ("ok", "exit_nonzero"),
         )
 
     def _record(
-        self, tool: str, tier: int, outcome: str, identity: Identity, arguments: dict[str, Any], started: float
+        self, tool: str, tier: int, outcome: str, identity: Identity, args: dict[str, Any], started: float
     ) -> dict[str, Any]:
+        """A record's common fields (`args` already redacted and summarised). A call's records add its call_id and
+        phase; events (a session's end, an OAuth grant) are no call and have neither."""
         return {
             "v": RECORD_VERSION,
             "ts": utc_timestamp(),
@@ -460,11 +516,17 @@ class Runner:
             "tier": tier,
             "denied": False,
             "outcome": outcome,
-            "args": audit_arguments(arguments),
+            "args": args,
             "request_id": identity.request_id,
             "client_id": identity.client_id,
             "duration_ms": int((time.monotonic() - started) * 1000),
         }
+
+    def audit_counts(self) -> dict[str, int]:
+        return {"refused_calls": self.refused_calls, "interrupted_at_start": self.interrupted_at_start}
+
+    def new_call_id(self) -> str:
+        return f"{self._call_tag}-{next(self._call_numbers)}"
 
     def _write(self, record: dict[str, Any], tool: str, tier: int, outcome: str, started: float) -> bool:
         written = True
@@ -477,7 +539,7 @@ class Runner:
             self.metrics.audit_errors.inc()
             self.metrics.audit_degraded.set(1)
             print(f"relay-shell: audit write failed: {exc}", file=sys.stderr)
-        event_label = tool.startswith(("prompt:", "resource:", "session:", "oauth:", "confirm:", "forward:", "gate:"))
+        event_label = tool.startswith(_EVENT_PREFIXES)
         label = tool if tool in self.known_tools or event_label else "unknown"
         key = (label, tier, outcome)
         counter = self._call_counters.get(key)
@@ -489,90 +551,27 @@ class Runner:
         self.metrics.call_duration.labels(tool=label).observe(time.monotonic() - started)
         return written
 
-    def _structured(
-        self,
-        tool: str,
-        outcome: Outcome,
-        tier: int,
-        execution: Execution,
-        duration_ms: int,
-        notes: list[str],
-        error: str | None,
-    ) -> dict[str, Any]:
-        captured = execution.output
-        # Every field of the tool's outputSchema, always (the contract: a client reads `result["timed_out"]`
-        # without a fallback): its declared default unless this call has a value for it.
-        return {
-            **self.result_defaults.get(tool, _NO_DEFAULTS),
-            "status": outcome,
-            "tier": tier,
-            "exit_code": execution.exit_code,
-            "signal": execution.signal,
-            "timed_out": outcome == "timeout",
-            "truncated": captured.truncated,
-            "output": captured.text,
-            "output_bytes": captured.produced_bytes,
-            "output_sha256": captured.sha256,
-            "duration_ms": duration_ms,
-            "notes": list(notes),
-            "error": error,
-            **execution.fields,
-        }
+
+@dataclass
+class _Call:
+    """What every record of one tool call shares."""
+
+    tool: str
+    identity: Identity
+    started: float
+    call_id: str
+    arguments: dict[str, Any] = field(default_factory=dict)  # what the record may keep (filtered, or replaced)
+    _audited: dict[str, Any] | None = None
+
+    def audited_arguments(self) -> dict[str, Any]:
+        """The arguments redacted and summarised, once for both records (arguments are final by then)."""
+        if self._audited is None:
+            self._audited = audit_arguments(self.arguments)
+        return self._audited
 
 
-class _Progress:
-    """Throttled progress notifications (bytes so far, or hosts done out of a total); a no-op unless the
-    client sent a progress token. Counted steps (hosts) are each reported; byte counts once a second."""
-
-    def __init__(self, report: Callable[[float, float | None, str], Any] | None, plan: Plan) -> None:
-        self.send = report
-        self.plan = plan  # total and unit are read at each report: a transfer learns its total while running
-        self.interval = 0.0 if plan.progress_total is not None else PROGRESS_INTERVAL
-        self.next_at = time.monotonic() + self.interval
-
-    async def report(self, produced: int) -> None:
-        if self.send is None:
-            return
-        now = time.monotonic()
-        if now < self.next_at:
-            return
-        self.next_at = now + self.interval
-        total = self.plan.progress_total
-        unit = self.plan.progress_unit
-        message = f"{produced} bytes of output so far" if total is None else f"{produced} of {total} {unit}"
-        try:
-            await self.send(float(produced), None if total is None else float(total), message)
-        except Exception:  # progress is best effort; a closed stream must not fail the call
-            logger.debug("progress notification failed", exc_info=True)
-
-
-_NO_DEFAULTS: dict[str, Any] = {}
-
-# An elicited tier-3 confirmation: the outcome of its record, and why the call did not run, by the answer.
-_ANSWER_OUTCOMES: dict[str, Outcome] = {
-    "accept": "ok",
-    "decline": "denied",
-    "unconfirmed": "denied",
-    "cancel": "cancelled",
-    "timeout": "cancelled",
-    "stale": "denied",
-    "failed": "error",
-}
-_REFUSED = {
-    "decline": "the human declined this call when asked; nothing ran. Do not retry it or a variant: ask the human",
-    "unconfirmed": "the human answered without confirm=true; nothing ran",
-    "cancel": "the human dismissed the confirmation without answering; nothing ran",
-    "timeout": "no answer from the human in time (RELAY_SHELL_CONFIRM_TTL); nothing ran",
-    "stale": "this answer belongs to no open question (already used, expired, or about another call); nothing "
-    "ran: repeat the call to be asked again",
-}
-
-
-def schema_defaults(output_schema: dict[str, Any] | None) -> dict[str, Any]:
-    # The values (an empty list among them) are shared by every result of the tool: results are only
-    # serialized, never changed in place.
-    properties = (output_schema or {}).get("properties", {})
-    return {name: field["default"] for name, field in properties.items() if "default" in field}
+# Records that are the server's own events, not tool calls: their labels may become metric labels.
+_EVENT_PREFIXES = ("prompt:", "resource:", "session:", "oauth:", "confirm:", "forward:", "server:", "gate:")
 
 
 def _raw_arguments(request_context: ServerRequestContext[Any, Any] | None) -> dict[str, Any]:
@@ -588,13 +587,3 @@ def _raw_arguments(request_context: ServerRequestContext[Any, Any] | None) -> di
 
 def _empty() -> CapturedText:
     return BoundedCapture(1).result()
-
-
-def _digests(returned_text: str, captured: CapturedText) -> dict[str, Any]:
-    returned = returned_text.encode("utf-8", errors="surrogatepass")
-    return {
-        "output_sha256": hashlib.sha256(returned).hexdigest(),
-        "output_len": len(returned),
-        "raw_sha256": captured.sha256,
-        "raw_len": captured.produced_bytes,
-    }

@@ -28,11 +28,12 @@ from relay_shell.confirm.elicitation import InputRequired
 from relay_shell.identity import connected
 from relay_shell.metrics import Metrics
 from relay_shell.policy.admission import Policy
+from relay_shell.results import schema_defaults
 from relay_shell.runbooks.gate import BriefingGate
 from relay_shell.runbooks.index import instructions_index, library_state
 from relay_shell.runbooks.library import RunbookLibrary
 from relay_shell.runbooks.retrieval import Retrieval
-from relay_shell.runner import Runner, schema_defaults
+from relay_shell.runner import Runner
 from relay_shell.sessions.registry import Session, SessionRegistry
 from relay_shell.ssh.access import SshAccess
 from relay_shell.ssh.forwards.registry import ForwardRegistry, end_fields
@@ -132,6 +133,13 @@ def build_server(
     runner.known_tools = {tool.name for tool in tools}
     runner.result_defaults = {tool.name: schema_defaults(tool.output_schema) for tool in tools}
     runner.argument_validators = {tool.name: tool.fn_metadata.validate_arguments for tool in tools}
+    # One audit record for the tools whose annotations say they only read and touch nothing outside the server;
+    # every other call gets a start record before it runs (adr/0014).
+    runner.pure_reads = {
+        tool.name
+        for tool in tools
+        if tool.annotations is not None and tool.annotations.read_only_hint and not tool.annotations.open_world_hint
+    }
     gate = ToolCallGate(runner, {tool.name: tool for tool in tools})
     prompts = WorkflowPrompts(runner, ssh, runner.known_tools)  # validates the prompt definitions
     runbooks = RunbookContext(runner, retrieval)

@@ -10,14 +10,25 @@ re-serializing it.
 Rotation (rename or copy-truncate) is detected before every write; the new file starts with an
 `audit:continue` record whose `prev` links to the last record of the previous file, so the chain resumes
 across rotation and restarts.
+
+Whole records or none: a write the disk could only take in part (a short write on a full file system) is
+taken back at once, so no torn line is left for `verify` to trip on. Damage found at the end of the file when it
+is (re)opened (the process died before taking a write back, the host lost power, or the file is append-only and
+cannot be cut) is repaired and recorded in an `audit:repair` record: an incomplete last line is cut off
+(`removed_bytes`, `removed_sha256`); where cutting is not allowed, or complete lines that are no record precede
+it, the damaged bytes are closed off and named by the repair record (`marked_bytes`, `marked_sha256`), which
+`verify` accepts in their place. After any failure the next write reopens the path, so the log recovers by
+itself once it is writable again and the chain resumes from the file's last record (adr/0014).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import os
 import stat
+import threading
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -27,6 +38,11 @@ import orjson
 RECORD_VERSION = 1
 GENESIS = "0" * 64
 CONTINUE_TOOL = "audit:continue"
+REPAIR_TOOL = "audit:repair"
+# Closes a torn fragment that cannot be cut off: the closed line is never valid JSON, so `verify` cannot take a
+# fragment that happens to parse for a record, and it must be followed by the repair record that names it.
+TORN_CLOSE = b" <torn>\n"
+MAX_DAMAGE_SCAN = 1 << 20  # bytes at the end of the file examined for damage
 # The chain field is appended last: `,"chain":"<64 hex>"}` is 76 bytes before the newline.
 CHAIN_SUFFIX_LEN = len(',"chain":"') + 64 + len('"}')
 
@@ -52,12 +68,43 @@ def encode_line(record: dict[str, Any], prev: str | None) -> bytes:
     return canonical[:-1] + b',"chain":"' + chain.encode("ascii") + b'"}\n'
 
 
-def read_last_line(path: Path) -> bytes | None:
-    """The last complete line of a file, read backwards in blocks so a large log costs one seek."""
+def damaged_tail(path: Path, size: int) -> tuple[int, bool] | None:
+    """Where the damage at the end of a file starts (an incomplete last line, and the lines before it that are no
+    JSON record), and whether it is only the incomplete line; None when the file ends with a whole record."""
+    with open(path, "rb") as handle:
+        handle.seek(max(0, size - 65536))  # the usual case, a whole last record, needs only the last line
+        tail = handle.read()
+        if tail.endswith(b"\n") and _is_record(tail[tail.rfind(b"\n", 0, len(tail) - 1) + 1 :]):
+            return None
+        window_start = max(0, size - MAX_DAMAGE_SCAN)
+        handle.seek(window_start)
+        data = handle.read(size - window_start)
+    lines = data.splitlines(keepends=True)
+    start = size
+    only_incomplete = True
+    for line in reversed(lines):
+        if line.endswith(b"\n"):
+            if _is_record(line):
+                break
+            only_incomplete = False
+        start -= len(line)
+    return None if start == size else (start, only_incomplete)
+
+
+def _is_record(line: bytes) -> bool:
+    try:
+        return isinstance(orjson.loads(line), dict)
+    except orjson.JSONDecodeError:
+        return False
+
+
+def read_last_line(path: Path, end: int | None = None) -> bytes | None:
+    """The last complete line of a file (of its first `end` bytes), read backwards in blocks so a large log costs
+    one seek."""
     try:
         with open(path, "rb") as handle:
-            handle.seek(0, os.SEEK_END)
-            end = handle.tell()
+            if end is None:
+                end = handle.seek(0, os.SEEK_END)
             if end == 0:
                 return None
             block = 8192
@@ -78,7 +125,8 @@ def read_last_line(path: Path) -> bytes | None:
 
 
 class AuditLog:
-    """One open log file. Not thread-safe: the server calls it from its single event loop."""
+    """One open log file. The server writes from its event loop; a lock still keeps a record written from
+    another thread from taking the same chain link as one written meanwhile (os.write releases the GIL)."""
 
     def __init__(self, path: Path, chain: bool = True, fsync: bool = False) -> None:
         self.path = path
@@ -92,6 +140,7 @@ class AuditLog:
         self.records_written = 0
         self.write_errors = 0
         self.last_error: str | None = None
+        self._lock = threading.Lock()
 
     # -- opening -----------------------------------------------------------------------------------------
 
@@ -113,17 +162,57 @@ class AuditLog:
         if info.st_size == 0:
             self._start_file(reason="new file")
             return
-        last = read_last_line(self.path)
-        if not self.chain_enabled or last is None:
-            return
-        try:
-            record = orjson.loads(last)
-            self.seq = int(record["seq"])
-            self.prev = str(record["chain"])
-        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
-            # The tail is not a chained record (chain was off, or the file was damaged): start a new
-            # segment that says so; `verify` reports the damage at its line.
-            self._write_continue(reason="previous record unreadable or unchained")
+        damage = damaged_tail(self.path, self.size)
+        repair = self._repair_tail(*damage) if damage is not None else None
+        last = read_last_line(self.path, end=damage[0] if damage is not None else None)
+        continue_reason = None
+        if last is None:  # the file held nothing but damage
+            continue_reason = "new file"
+        elif self.chain_enabled:
+            try:
+                record = orjson.loads(last)
+                self.seq = int(record["seq"])
+                self.prev = str(record["chain"])
+            except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+                # The tail is not a chained record (chain was off, or the file was damaged): start a new
+                # segment that says so; `verify` reports the damage at its line.
+                continue_reason = "previous record unreadable or unchained"
+        if repair is not None and "marked_bytes" in repair[0]:
+            self._write_repair(*repair)  # a mark must follow the bytes it names directly
+            repair = None
+        if continue_reason == "new file":
+            self._start_file(reason=continue_reason)
+        elif continue_reason is not None:
+            self._write_continue(reason=continue_reason)
+        if repair is not None:
+            self._write_repair(*repair)
+
+    def _write_repair(self, fields: dict[str, Any], closing: bytes) -> None:
+        self._append({"v": RECORD_VERSION, "ts": utc_timestamp(), "tool": REPAIR_TOOL, **fields}, prefix=closing)
+
+    def _repair_tail(self, start: int, only_incomplete: bool) -> tuple[dict[str, Any], bytes]:
+        """Repair the damage at the end of the file from `start`: cut an incomplete last line off where the file
+        allows it; otherwise close the damaged bytes off (the closing goes out with the repair record, in one
+        write) and name them. Returns the repair record's fields and that closing."""
+        assert self.fd is not None
+        with open(self.path, "rb") as handle:
+            handle.seek(start)
+            damaged = handle.read(self.size - start)
+        if only_incomplete:
+            try:
+                os.ftruncate(self.fd, start)
+            except OSError:  # an append-only file (chattr +a): it can only be marked
+                pass
+            else:
+                self.size = start
+                reason = "an incomplete last line (a write that did not complete) was removed"
+                digest = hashlib.sha256(damaged).hexdigest()
+                return {"reason": reason, "removed_bytes": len(damaged), "removed_sha256": digest}, b""
+        closing = b"" if damaged.endswith(b"\n") else TORN_CLOSE
+        marked = damaged + closing
+        reason = "the lines above are no record (writes that did not complete) and could not be removed"
+        digest = hashlib.sha256(marked).hexdigest()
+        return {"reason": reason, "marked_bytes": len(marked), "marked_sha256": digest}, closing
 
     def _start_file(self, reason: str) -> None:
         """A fresh file: genesis if we have no chain yet, otherwise a continuation record linking back."""
@@ -153,6 +242,10 @@ class AuditLog:
     def ensure_open(self) -> None:
         """Before a call runs: reopen a log that failed or was rotated away, so a failure refuses the call
         before anything executes (fail closed). Raises AuditWriteError."""
+        with self._lock:
+            self._ensure_open()
+
+    def _ensure_open(self) -> None:
         try:
             if self.fd is None or self.last_error is not None:
                 self._open_file()
@@ -165,9 +258,13 @@ class AuditLog:
 
     def write(self, record: dict[str, Any]) -> None:
         """Append one record (fields in `record`, chain fields added here). Raises AuditWriteError."""
+        with self._lock:
+            self._write(record)
+
+    def _write(self, record: dict[str, Any]) -> None:
         try:
-            if self.fd is None:
-                self._open_file()
+            if self.fd is None or self.last_error is not None:
+                self._open_file()  # after a failure: reopen, repair a torn tail, resume the chain from disk
             else:
                 self._follow_rotation()
             self._append(record)
@@ -201,7 +298,7 @@ class AuditLog:
             self.size = size
             self._start_file(reason="rotated by copy-truncate")
 
-    def _append(self, record: dict[str, Any]) -> None:
+    def _append(self, record: dict[str, Any], prefix: bytes = b"") -> None:
         assert self.fd is not None
         if self.chain_enabled:
             record["seq"] = self.seq + 1
@@ -209,9 +306,11 @@ class AuditLog:
             line = encode_line(record, self.prev)
         else:
             line = encode_line(record, None)
+        line = prefix + line
         written = os.write(self.fd, line)
         if written != len(line):
-            raise OSError(0, f"short write ({written} of {len(line)} bytes)")
+            after = "was removed" if self._take_back(written) else "is repaired when the log is reopened"
+            raise OSError(errno.ENOSPC, f"short write ({written} of {len(line)} bytes; the partial record {after})")
         if self.fsync:
             os.fsync(self.fd)
         if self.chain_enabled:
@@ -219,6 +318,19 @@ class AuditLog:
             self.prev = line[-67:-3].decode("ascii")
         self.size += written
         self.records_written += 1
+
+    def _take_back(self, written: int) -> bool:
+        """Remove the part of a record a short write left at the end of the file, if it is still the end (no
+        other writer appended after it): truncation needs no free space, so it works on a full disk."""
+        assert self.fd is not None
+        try:
+            end = os.lseek(self.fd, 0, os.SEEK_CUR)  # O_APPEND: just past the bytes this write added
+            if os.fstat(self.fd).st_size != end:
+                return False
+            os.ftruncate(self.fd, end - written)
+        except OSError:
+            return False
+        return True
 
     def _fail(self, message: str) -> None:
         self.write_errors += 1

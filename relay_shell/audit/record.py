@@ -6,6 +6,8 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
+from relay_shell.capture import CapturedText
+
 _INT64_MIN = -(2**63)
 _UINT64_MAX = 2**64 - 1
 LONG_STRING = 1024  # characters; longer argument strings are summarised
@@ -46,3 +48,14 @@ def _summarise(value: Any) -> Any:
         return [_summarise(item) for item in value]
     return value
 
+
+def output_digests(returned_text: str, captured: CapturedText) -> dict[str, Any]:
+    """What a record keeps of a call's output: digests and lengths of the text returned and of every byte
+    produced, never the output itself."""
+    returned = returned_text.encode("utf-8", errors="surrogatepass")
+    return {
+        "output_sha256": hashlib.sha256(returned).hexdigest(),
+        "output_len": len(returned),
+        "raw_sha256": captured.sha256,
+        "raw_len": captured.produced_bytes,
+    }

@@ -20,8 +20,11 @@ class TailFilter:
     tool: str | None = None
     tier: int | None = None
     denied: bool | None = None
+    call_id: str | None = None  # a call's records: its start and its end (and a tier-3 dialogue's steps)
 
     def matches(self, record: dict[str, Any]) -> bool:
+        if self.call_id is not None and record.get("call_id") != self.call_id:
+            return False
         if self.tool is not None and record.get("tool") != self.tool:
             return False
         if self.tier is not None and record.get("tier") != self.tier:

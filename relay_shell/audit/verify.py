@@ -2,18 +2,35 @@
 
 Detects edits (chain mismatch), insertions, deletions and reordering (prev/seq breaks), head truncation
 (the first record is neither genesis nor an `audit:continue` link) and torn or empty files, and reports
-the first bad line precisely.
+the first bad line precisely. Lines that are no record pass only where the writer marked them as damage it could
+not remove (an `audit:repair` record right after them naming their exact length and SHA-256).
+
+It also pairs the two phases of each call by `call_id`: a `start` record with no `end` record is a call the
+server did not finish (it died, or the end record could not be written). That is not tampering, so it does not
+fail verification, but it is listed as interrupted: call id, tool, time and where the start record is.
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import orjson
 
-from relay_shell.audit.log import CHAIN_SUFFIX_LEN, CONTINUE_TOOL, GENESIS
+from relay_shell.audit.log import CHAIN_SUFFIX_LEN, CONTINUE_TOOL, GENESIS, MAX_DAMAGE_SCAN, REPAIR_TOOL
+
+
+@dataclass(frozen=True)
+class UnendedCall:
+    """A start record no end record follows in the files verified: an interrupted call."""
+
+    call_id: str
+    tool: str
+    ts: str
+    where: str  # "PATH:LINE" of the start record
 
 
 @dataclass(frozen=True)
@@ -22,6 +39,19 @@ class VerifyResult:
     records: int
     message: str  # on failure: "PATH:LINE: why"; on success: a summary with the final chain hash
     last_chain: str | None = None
+    interrupted: tuple[UnendedCall, ...] = ()  # start records without an end record, oldest first
+
+    def report(self) -> str:
+        """The message, then the interrupted calls (what `relay-shell audit verify` prints)."""
+        if not self.interrupted:
+            return self.message
+        lines = [
+            self.message,
+            f"interrupted: {len(self.interrupted)} call(s) have a start record and no end record (the server "
+            "stopped during them, or could not write their end); not tampering:",
+        ]
+        lines += [f"  {call.call_id} {call.tool} started {call.ts} ({call.where})" for call in self.interrupted]
+        return "\n".join(lines)
 
 
 class _Broken(Exception):
@@ -37,9 +67,10 @@ def verify_files(paths: list[Path]) -> VerifyResult:
     seq = -1
     total = 0
     anchored_at: str | None = None
+    started: dict[str, UnendedCall] = {}  # call_id -> its start record, until its end record is seen
     for path in paths:
         try:
-            prev, seq, count, anchor = _verify_one(path, prev, seq)
+            prev, seq, count, anchor = _verify_one(path, prev, seq, started)
         except _Broken as broken:
             return VerifyResult(False, total, f"{path}:{broken.line_number}: {broken.why}")
         except FileNotFoundError:
@@ -50,25 +81,56 @@ def verify_files(paths: list[Path]) -> VerifyResult:
         if anchored_at is None:
             anchored_at = anchor
     origin = "from genesis" if anchored_at is None else f"continuing chain {anchored_at} (verify the older file too)"
-    return VerifyResult(True, total, f"OK: {total} records, chain intact {origin}; head {prev}", prev)
+    summary = f"OK: {total} records, chain intact {origin}; head {prev}"
+    if started:
+        summary += f"; {len(started)} interrupted call(s)"
+    return VerifyResult(True, total, summary, prev, tuple(started.values()))
 
 
-def _verify_one(path: Path, prev: str | None, seq: int) -> tuple[str, int, int, str | None]:
+def _after_marked_damage(
+    numbered: Iterator[tuple[int, bytes]], first: bytes, broken: _Broken
+) -> tuple[int, bytes, dict[str, Any]]:
+    """Lines that are no record are accepted only as damage the writer found and could not remove (an append-only
+    file): the `audit:repair` record right after them names their exact bytes. Returns that record's line;
+    raises `broken` (the first bad line) for anything else."""
+    damaged = first
+    for line_number, line in numbered:
+        try:
+            record = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            record = None
+        if not isinstance(record, dict):
+            damaged += line
+            if not line.endswith(b"\n") or len(damaged) > MAX_DAMAGE_SCAN:
+                raise broken
+            continue
+        marked = record.get("tool") == REPAIR_TOOL and record.get("marked_bytes") == len(damaged)
+        if marked and record.get("marked_sha256") == hashlib.sha256(damaged).hexdigest():
+            return line_number, line, record
+        raise broken
+    raise broken
+
+
+def _verify_one(
+    path: Path, prev: str | None, seq: int, started: dict[str, UnendedCall]
+) -> tuple[str, int, int, str | None]:
     anchor: str | None = None
     count = 0
     line_number = 0
     sha256 = hashlib.sha256
     loads = orjson.loads
     with open(path, "rb") as handle:
-        for line_number, line in enumerate(handle, start=1):
+        numbered = enumerate(handle, start=1)
+        for line_number, line in numbered:
             if not line.endswith(b"\n"):
                 raise _Broken(line_number, "last line is incomplete (torn write or truncated file)")
             try:
                 record = loads(line)
             except orjson.JSONDecodeError as exc:
-                raise _Broken(line_number, f"not valid JSON ({exc})") from None
+                record = _Broken(line_number, f"not valid JSON ({exc})")
             if not isinstance(record, dict):
-                raise _Broken(line_number, "not a JSON object")
+                broken = record if isinstance(record, _Broken) else _Broken(line_number, "not a JSON object")
+                line_number, line, record = _after_marked_damage(numbered, line, broken)
             chain = record.get("chain")
             record_prev = record.get("prev")
             record_seq = record.get("seq")
@@ -99,6 +161,15 @@ def _verify_one(path: Path, prev: str | None, seq: int) -> tuple[str, int, int, 
                     )
                 if record_seq != seq + 1:
                     raise _Broken(line_number, f"seq jumps from {seq} to {record_seq}: records deleted or reordered")
+            phase = record.get("phase")
+            if phase is not None:
+                call_id = str(record.get("call_id"))
+                if phase == "start":
+                    started[call_id] = UnendedCall(
+                        call_id, str(record.get("tool")), str(record.get("ts")), f"{path}:{line_number}"
+                    )
+                elif phase == "end":
+                    started.pop(call_id, None)
             prev = chain
             seq = record_seq
             count += 1

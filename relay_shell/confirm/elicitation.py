@@ -14,9 +14,30 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import ElicitRequest, ElicitRequestFormParams, ElicitResult, InputRequiredResult
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from relay_shell.plan import Outcome
+
 logger = logging.getLogger("relay_shell")
 Answer = Literal["accept", "decline", "unconfirmed", "cancel", "timeout", "stale", "failed"]
 ANSWER_KEY = "confirm"  # the key of our question in input_requests / input_responses
+
+# An elicited tier-3 confirmation: the outcome of its record, and why the call did not run, by the answer.
+ANSWER_OUTCOMES: dict[Answer, Outcome] = {
+    "accept": "ok",
+    "decline": "denied",
+    "unconfirmed": "denied",
+    "cancel": "cancelled",
+    "timeout": "cancelled",
+    "stale": "denied",
+    "failed": "error",
+}
+REFUSED_BECAUSE: dict[Answer, str] = {
+    "decline": "the human declined this call when asked; nothing ran. Do not retry it or a variant: ask the human",
+    "unconfirmed": "the human answered without confirm=true; nothing ran",
+    "cancel": "the human dismissed the confirmation without answering; nothing ran",
+    "timeout": "no answer from the human in time (RELAY_SHELL_CONFIRM_TTL); nothing ran",
+    "stale": "this answer belongs to no open question (already used, expired, or about another call); nothing "
+    "ran: repeat the call to be asked again",
+}
 
 
 def can_elicit(request_context: ServerRequestContext[Any, Any]) -> bool:

@@ -120,10 +120,11 @@ def spawn_plan(
     target: dict[str, Any] | None = None,
 ) -> Plan:
     """Start a terminal (local PTY or SSH channel) as a new session and wait for its first output."""
+    # Named before it starts, so the call's start record (written before anything runs) already carries it.
+    session_id = registry.new_id()
 
     async def execute(progress: ProgressFn) -> Execution:
         await registry.reserve()
-        session_id = registry.new_id()
         # The transcript first: if it cannot be written (RECORD_DIR), nothing is started.
         transcript = _transcript(settings, session_id, shown, cols, rows)
         try:
@@ -140,7 +141,9 @@ def spawn_plan(
             session, None, settings.max_output, False, result, bool(patterns), wait_timeout, spawned=True
         )
 
-    return Plan(subject=subject, execute=execute, notes=notes, timeout=wait_timeout, target=target)
+    return Plan(
+        subject=subject, execute=execute, notes=notes, timeout=wait_timeout, target=target, session_id=session_id
+    )
 
 
 def prepare_send(

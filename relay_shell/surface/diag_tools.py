@@ -43,6 +43,7 @@ def diag_tools(
                 metrics_port(),
                 open_sessions(),
                 ssh_connections(),
+                runner.audit_counts(),
                 described(owner_of(ctx.request_context)) if described is not None else None,
             ),
         )
@@ -53,13 +54,19 @@ def diag_tools(
         tier: Annotated[int | None, Field(description="only records of this tier, 0 to 3")] = None,
         denied: Annotated[bool | None, Field(description="true: only denied calls; false: only admitted")] = None,
         lines: Annotated[int, Field(description="how many records, 1 to 1000")] = 50,
+        call_id: Annotated[
+            str | None, Field(description="only the records of this call (its start and end), e.g. 3f9a1b2c4d5e-17")
+        ] = None,
     ) -> Annotated[CallToolResult, AuditTailResult]:
         """Return the most recent audit records (oldest first), optionally filtered. Records hold redacted
-        arguments, outcome, tier and digests of output, never the output itself."""
+        arguments, outcome, tier and digests of output, never the output itself. A call that runs anything has
+        two records with the same `call_id`: `phase: "start"` (written before it ran: tier, decision, arguments,
+        target) and `phase: "end"` (outcome, exit status, digests, duration); a start without an end is a call
+        still running, or one the server did not finish."""
         return await runner.run(
             ctx.request_context,
             "audit_tail",
-            lambda: prepare_audit_tail(settings, audit_log, tool, tier, denied, lines),
+            lambda: prepare_audit_tail(settings, audit_log, tool, tier, denied, lines, call_id),
         )
 
     async def operation_confirm(

@@ -1,5 +1,9 @@
 """Resources. Each read goes through the runner's tier-0 helper (cap, digest record, counter); listing them
-does not audit. The prompts, `operating_guide` included, are in surface/prompts.py."""
+does not audit. The prompts, `operating_guide` included, are in surface/prompts.py.
+
+The resource functions are async so that they run on the event loop, like every other audited path: the SDK
+runs a plain function in a worker thread, where its audit record would race the loop's records for the
+chain's next link."""
 
 from __future__ import annotations
 
@@ -9,8 +13,11 @@ from typing import Any
 import orjson
 from mcp.server.context import ServerRequestContext
 from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ResourceError
 
-from relay_shell.audit.tail import recent_records
+from relay_shell.audit.tail import TailFilter, recent_records
+from relay_shell.diagnostics import check_call_id
+from relay_shell.errors import ToolError
 from relay_shell.runner import Runner
 from relay_shell.ssh.access import SshAccess
 
@@ -29,8 +36,26 @@ def register_context(mcp: MCPServer, runner: Runner, ssh: SshAccess) -> None:
         description=f"The last {RECENT_RECORDS} audit records as JSON (redacted arguments and digests only).",
         mime_type="application/json",
     )
-    def audit_recent() -> str:
+    async def audit_recent() -> str:
         records = recent_records(runner.audit_log.path, RECENT_RECORDS)
+        text = orjson.dumps(records, option=orjson.OPT_INDENT_2).decode()
+        return runner.context_pull(current_request.get(), "resource:audit_recent", text)
+
+    @mcp.resource(
+        "relay-shell://audit/recent{?call_id}",
+        name="audit_recent_call",
+        title="The audit records of one call",
+        description="The records of one call (its start and end), by the `call_id` every call record carries, "
+        "as JSON: relay-shell://audit/recent?call_id=3f9a1b2c4d5e-17",
+        mime_type="application/json",
+    )
+    async def audit_recent_call(call_id: str = "") -> str:
+        try:
+            check_call_id(call_id)
+        except ToolError as exc:  # a typo is an error naming the argument, audited like a refused prompt
+            runner.context_refused(current_request.get(), "resource:audit_recent", "error", str(exc))
+            raise ResourceError(str(exc)) from None
+        records = recent_records(runner.audit_log.path, RECENT_RECORDS, TailFilter(call_id=call_id))
         text = orjson.dumps(records, option=orjson.OPT_INDENT_2).decode()
         return runner.context_pull(current_request.get(), "resource:audit_recent", text)
 
@@ -41,7 +66,7 @@ def register_context(mcp: MCPServer, runner: Runner, ssh: SshAccess) -> None:
         description="Every SSH host (address, port, user, jump, groups, source), the groups, and load problems.",
         mime_type="application/json",
     )
-    def inventory() -> str:
+    async def inventory() -> str:
         from relay_shell.ssh.hosts_plan import inventory_view
 
         text = orjson.dumps(inventory_view(ssh.get()), option=orjson.OPT_INDENT_2).decode()
@@ -55,7 +80,7 @@ def register_context(mcp: MCPServer, runner: Runner, ssh: SshAccess) -> None:
         "whether its key is known.",
         mime_type="application/json",
     )
-    def inventory_host(host: str) -> str:
+    async def inventory_host(host: str) -> str:
         from relay_shell.ssh.hosts_plan import host_view
 
         return runner.context_pull(current_request.get(), "resource:inventory_host", host_view(ssh.get(), host))
@@ -67,7 +92,7 @@ def register_context(mcp: MCPServer, runner: Runner, ssh: SshAccess) -> None:
         description="The ssh_config files relay-shell reads (the main file and its Includes), as text.",
         mime_type="text/plain",
     )
-    def ssh_config() -> str:
+    async def ssh_config() -> str:
         parts = []
         inventory_file = runner.settings.inventory
         # The files the inventory loaded, less the inventory file itself: ssh_config and what it includes.

@@ -41,8 +41,14 @@ def test_inspector_calls_shell_exec(tmp_path: Path, audit_path: Path) -> None:
     assert payload["content"][0]["text"] == "[exit 0]\ninspected\n"
     assert payload["structuredContent"]["exit_code"] == 0
     records = read_records(audit_path)
-    assert [record["tool"] for record in records] == ["shell_exec"]
-    assert records[0]["client_id"].startswith("stdio:")
+    # The server's own start, then the call: a start record before it ran and an end record, one call_id.
+    assert [(record["tool"], record.get("phase")) for record in records] == [
+        ("server:start", None),
+        ("shell_exec", "start"),
+        ("shell_exec", "end"),
+    ]
+    assert records[1]["call_id"] == records[2]["call_id"]
+    assert records[1]["client_id"].startswith("stdio:")
 
 
 def test_inspector_sees_tool_errors(tmp_path: Path, audit_path: Path) -> None:
@@ -72,6 +78,8 @@ def test_inspector_prompt_and_resource(tmp_path: Path, audit_path: Path) -> None
     assert code == 0, output
     assert payload["contents"][0]["uri"] == "relay-shell://audit/recent"
     assert [record["tool"] for record in read_records(audit_path)] == [
+        "server:start",  # each Inspector command starts the server anew
         "prompt:operating_guide",
+        "server:start",
         "resource:audit_recent",
     ]

@@ -34,7 +34,7 @@ def test_the_mcp_inspector_cli_works_over_http(authed: HttpServer, tmp_path: Pat
     refused = inspect("--method", "tools/list", token="not-a-token")
     assert refused.returncode != 0
     shell_records = [record for record in read_records(authed.audit_path) if record["tool"] == "shell_exec"]
-    assert [record["client_id"] for record in shell_records] == ["http:bob"]
+    assert [record["client_id"] for record in shell_records] == ["http:bob", "http:bob"]  # start and end record
 
 
 def test_the_official_typescript_sdk_client_works_over_http(authed: HttpServer, tmp_path: Path) -> None:

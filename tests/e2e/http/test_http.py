@@ -31,7 +31,7 @@ async def test_tools_run_over_http_and_the_audit_names_the_token(authed: HttpSer
             result = await call(alice, "shell_exec", command="echo over-http")
             assert text_of(result) == "[exit 0]\nover-http\n"
     records = [record for record in read_records(authed.audit_path) if record["tool"] == "shell_exec"]
-    assert [record["client_id"] for record in records] == ["http:alice", "http:alice"]
+    assert [record["client_id"] for record in records] == ["http:alice"] * 4  # each call: start and end record
     assert stop(authed) == 0
     verified = subprocess.run(
         [sys.executable, "-m", "relay_shell", "audit", "verify", str(authed.audit_path)], capture_output=True
@@ -184,7 +184,7 @@ async def test_sigterm_gives_in_flight_calls_a_grace_period_then_kills_them(auth
             await asyncio.wait_for(in_flight, 5)
     assert not subprocess.run(["pgrep", "-f", marker], capture_output=True).stdout  # its process is gone
     records = [record for record in read_records(authed.audit_path) if record["tool"] == "shell_exec"]
-    assert [record["outcome"] for record in records] == ["cancelled"]
+    assert [record.get("outcome", record["phase"]) for record in records] == ["start", "cancelled"]
 
 
 async def test_calls_beyond_the_bound_are_refused_as_busy(tmp_path: Path) -> None:
@@ -202,8 +202,9 @@ async def test_calls_beyond_the_bound_are_refused_as_busy(tmp_path: Path) -> Non
             assert text_of(again) == "[exit 0]\nruns-now\n"
     finally:
         stop(server)
-    outcomes = [record["outcome"] for record in read_records(server.audit_path) if record["tool"] == "shell_exec"]
-    assert sorted(outcomes) == ["error", "ok", "ok", "ok"]
+    records = read_records(server.audit_path)
+    outcomes = [record.get("outcome", "start") for record in records if record["tool"] == "shell_exec"]
+    assert sorted(outcomes) == ["error", "ok", "ok", "ok", "start", "start", "start"]  # Busy ran nothing: no start
 
 
 async def test_four_clients_with_250_concurrent_calls_each(tmp_path: Path) -> None:
@@ -222,7 +223,9 @@ async def test_four_clients_with_250_concurrent_calls_each(tmp_path: Path) -> No
         assert stop(server) == 0
     for name, client_results in zip(tokens, results, strict=True):
         assert [text_of(result) for result in client_results] == [f"[exit 0]\n{name}-{i}\n" for i in range(250)]
+    # the pairing of start and end records is checked in test_write_ahead_concurrency.py
     records = [record for record in read_records(server.audit_path) if record["tool"] == "shell_exec"]
+    records = [record for record in records if record["phase"] == "end"]
     assert len(records) == 1000
     for name in tokens:
         mine = [record for record in records if record["client_id"] == f"http:{name}"]

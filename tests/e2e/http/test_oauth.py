@@ -91,7 +91,7 @@ async def test_sdk_oauth_client_discovers_registers_is_approved_and_calls_tools(
 
     records = read_records(server.audit_path)
     calls = [record for record in records if record["tool"] == "shell_exec"]
-    assert [record["client_id"] for record in calls] == [f"http:bob/Relay SDK Test#{client_id[:8]}"]
+    assert [record["client_id"] for record in calls] == [f"http:bob/Relay SDK Test#{client_id[:8]}"] * 2  # start, end
     events = [record["tool"] for record in records if record["tool"].startswith("oauth:")]
     assert events == ["oauth:register", "oauth:approve"]
 

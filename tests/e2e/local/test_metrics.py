@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import connect
+from tests.conftest import connect, read_records
 
 pytestmark = pytest.mark.anyio
 
@@ -30,6 +30,9 @@ async def test_metrics_listener_passes_promtool(tmp_path: Path) -> None:
         assert isinstance(port, int) and port > 0
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
             exposition = response.read().decode()
+        # Every record in the log so far went through the counter: server:start, each call's end record, and a
+        # start record for each call that ran something.
+        records_in_log = len(read_records(audit_path))
 
     assert 'relay_shell_tool_calls_total{outcome="ok",tier="0",tool="shell_exec"} 1.0' in exposition
     assert 'relay_shell_tool_calls_total{outcome="exit_nonzero",tier="0",tool="shell_exec"} 1.0' in exposition
@@ -38,7 +41,9 @@ async def test_metrics_listener_passes_promtool(tmp_path: Path) -> None:
     assert 'tool="prompt:operating_guide"' in exposition
     assert "evil" not in exposition  # label values are server-authored, never caller text
     assert "relay_shell_tool_call_duration_seconds_bucket" in exposition
-    assert "relay_shell_audit_records_total 8.0" in exposition
+    assert records_in_log == 12
+    assert f"relay_shell_audit_records_total {records_in_log}.0" in exposition
+    assert "relay_shell_audit_refused_calls_total 0.0" in exposition
     assert "relay_shell_sessions_open 1.0" in exposition
     assert "relay_shell_audit_errors_total 0.0" in exposition
     assert "relay_shell_audit_degraded 0.0" in exposition

@@ -229,7 +229,9 @@ async def test_cancellation_kills_the_process_group(client: Client, tmp_path: Pa
     while process_alive(background_pid) and time.monotonic() < deadline:
         await anyio.sleep(0.1)
     assert not process_alive(background_pid)
-    cancelled = [r for r in read_records(audit_path) if r["outcome"] == "cancelled" and str(pid_file) in str(r["args"])]
+    cancelled = [
+        r for r in read_records(audit_path) if r.get("outcome") == "cancelled" and str(pid_file) in str(r["args"])
+    ]
     assert cancelled, "the cancelled call must have its audit record"
 
 
@@ -334,7 +336,10 @@ async def test_concurrent_calls_one_record_each(client: Client, audit_path: Path
             group.start_soon(call, index)
     assert sorted(results) == sorted(f"[exit 0]\ncall-{index}\n" for index in range(200))
     new_records = read_records(audit_path)[before:]
-    commands = sorted(record["args"]["command"] for record in new_records)
-    assert commands == sorted(f"echo call-{index}" for index in range(200))
+    # Each call: a start record (before it ran) and an end record, paired by call_id.
+    for phase in ("start", "end"):
+        commands = sorted(record["args"]["command"] for record in new_records if record["phase"] == phase)
+        assert commands == sorted(f"echo call-{index}" for index in range(200))
+    assert len({record["call_id"] for record in new_records}) == 200
     assert len({record["request_id"] for record in new_records}) == 200
     assert verify_files([audit_path]).ok

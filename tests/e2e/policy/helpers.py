@@ -38,7 +38,7 @@ def digest(token: str) -> str:
 
 def linked(audit_path: Path, confirmation: str) -> list[tuple[str, str]]:
     return [
-        (record["tool"], record["outcome"])
+        (record["tool"], record.get("outcome", record.get("phase")))
         for record in read_records(audit_path)
         if record.get("confirmation") == confirmation
     ]

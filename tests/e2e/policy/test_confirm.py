@@ -86,15 +86,20 @@ async def test_a_confirmed_call_runs_once_and_its_records_are_linked(
     assert victim.exists()
 
     # plan → confirm → execute, joined by the token's digest; the operation_confirm record keeps only the digest.
+    # The calls that run something (arming the token, the confirmed call) have a start and an end record.
     assert linked(token_audit, digest(token)) == [
         ("shell_exec", "confirm_required"),
+        ("operation_confirm", "start"),
         ("operation_confirm", "ok"),
+        ("shell_exec", "start"),
         ("shell_exec", "ok"),
+        ("operation_confirm", "start"),  # the used token: looked up (and not found) only once it was recorded
         ("operation_confirm", "error"),
     ]
     records = [record for record in read_records(token_audit) if record.get("confirmation") == digest(token)]
-    assert records[1]["args"] == {"confirmation": digest(token)}
-    assert records[0]["tier"] == records[2]["tier"] == 3
+    assert records[1]["args"] == records[2]["args"] == {"confirmation": digest(token)}
+    assert records[0]["tier"] == records[3]["tier"] == records[4]["tier"] == 3
+    assert records[1]["decision"] == "admitted" and records[3]["decision"] == "confirmed"
     assert_never_logged(token_audit, token, second_token)
 
 
@@ -139,8 +144,10 @@ async def test_a_token_armed_for_one_host_does_not_run_on_another(
     ran = await token_client.call_tool("ssh_exec", {"host": "h01", "command": command})
     assert text_of(ran) == "[exit 0]", text_of(ran)
     assert not victim.exists()
-    planned, _, executed = [r for r in read_records(token_audit) if r.get("confirmation") == digest(token)]
-    assert planned["target"]["host"] == executed["target"]["host"] == "h01"
+    planned, _, _, started, executed = [
+        r for r in read_records(token_audit) if r.get("confirmation") == digest(token)
+    ]
+    assert planned["target"]["host"] == started["target"]["host"] == executed["target"]["host"] == "h01"
     assert_never_logged(token_audit, token, other)
 
 
@@ -247,8 +254,9 @@ async def test_operation_confirm_answers_garbage_and_unknown_tokens_clearly(
         as_name = await token_client.call_tool("operation_confirm", arguments)
         assert as_name.is_error and text_of(as_name).startswith("[ERROR: "), text_of(as_name)
     assert_never_logged(token_audit, "please-just-run-it", unknown_token)
-    (record,) = [r for r in read_records(token_audit) if r.get("args") == {"confirmation": digest(unknown_token)}]
+    start, record = [r for r in read_records(token_audit) if r.get("args") == {"confirmation": digest(unknown_token)}]
     assert record["outcome"] == "error" and record["tool"] == "operation_confirm"
+    assert (start["phase"], record["phase"], start["call_id"]) == ("start", "end", record["call_id"])
 
 
 PADDED = "shred -u scratch" + " " * 420 + "; shred -u precious"  # the review's reproduction
@@ -344,7 +352,8 @@ async def test_deny_rules_and_readonly_refuse_before_any_confirmation(tmp_path: 
             refused = await shred(client, victim.parent)
         assert text_of(refused).startswith("[DENIED tier 3 (irreversible): "), text_of(refused)
         assert fields(refused)["confirm_token"] is None
-        assert [record["outcome"] for record in read_records(audit_path)] == ["denied"]
+        calls = [record for record in read_records(audit_path) if record["tool"] != "server:start"]
+        assert [record["outcome"] for record in calls] == ["denied"]  # one record: nothing ran
     assert victim.exists()
 
 
@@ -421,6 +430,7 @@ async def test_elicitation_asks_the_human_and_only_a_yes_runs(tmp_path: Path, mo
     assert linked(audit_path, answers[-1]["confirmation"]) == [
         ("shell_exec", "confirm_required"),
         ("confirm:elicitation", "ok"),
+        ("shell_exec", "start"),
         ("shell_exec", "ok"),
     ]
     verified = subprocess.run([sys.executable, "-m", "relay_shell", "audit", "verify", str(audit_path)])

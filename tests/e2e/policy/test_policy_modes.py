@@ -33,7 +33,7 @@ async def test_readonly_mode_admits_only_tier_0(tmp_path: Path) -> None:
         info = await client.call_tool("server_info", {})
         assert not info.is_error
     assert not marker.exists()
-    denied = [record for record in read_records(audit_path) if record["denied"]]
+    denied = [record for record in read_records(audit_path) if record.get("denied")]
     assert len(denied) == 4
     assert all(record["outcome"] == "denied" and "reason" in record for record in denied)
 

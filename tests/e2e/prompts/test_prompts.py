@@ -366,4 +366,5 @@ def test_inspector_lists_and_renders_prompts(tmp_path: Path) -> None:
     )
     assert code == 0, output
     assert "| who ran {{x}}?\n" in payload["messages"][0]["content"]["text"]
-    assert [record["tool"] for record in read_records(audit)] == ["prompt:review_audit"]
+    # each Inspector command starts the server anew; listing is not audited, the fetch is
+    assert [record["tool"] for record in read_records(audit)] == ["server:start", "server:start", "prompt:review_audit"]

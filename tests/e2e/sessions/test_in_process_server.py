@@ -64,7 +64,7 @@ async def test_a_session_belongs_to_the_client_that_spawned_it(tmp_path: Path) -
         refused = [
             record
             for record in records
-            if record["outcome"] == "error" and record.get("args", {}).get("session_id") == session_id
+            if record.get("outcome") == "error" and record.get("args", {}).get("session_id") == session_id
         ]
         assert len(refused) == 4
 

@@ -169,7 +169,8 @@ async def test_a_password_in_a_call_that_fails_validation_is_withheld(tmp_path: 
     log = audit_path.read_text()
     assert "Tr0ub4dor" not in log
     withheld = [record["args"]["data"] for record in read_records(audit_path) if record["tool"] == "session_send"]
-    assert withheld == ["[withheld: 13 characters typed with terminal echo off]"] * 4
+    # three refused calls (one record each) and the one that ran (its start and its end record)
+    assert withheld == ["[withheld: 13 characters typed with terminal echo off]"] * 5
 
 
 async def test_a_catastrophic_until_pattern_fails_the_call_not_the_server(tmp_path: Path) -> None:

@@ -149,9 +149,11 @@ async def test_password_typed_at_a_no_echo_prompt_is_withheld_from_the_audit_log
         assert text_of(ended).startswith("[eof: exit 0 | cursor ")
     log = audit_path.read_text()
     assert password not in log
-    (send,) = [record for record in session_records(audit_path, session_id) if record["tool"] == "session_send"]
-    assert send["args"]["data"].startswith("[withheld: ")
-    assert f"{len(password)} characters" in send["args"]["data"]
+    sends = [record for record in session_records(audit_path, session_id) if record["tool"] == "session_send"]
+    assert [send["phase"] for send in sends] == ["start", "end"]  # both withhold it, the start record too
+    for send in sends:
+        assert send["args"]["data"].startswith("[withheld: ")
+        assert f"{len(password)} characters" in send["args"]["data"]
 
 
 async def test_secret_env_is_typed_only_at_a_no_echo_prompt_and_never_shown_or_logged(
@@ -197,7 +199,7 @@ async def test_secret_env_is_typed_only_at_a_no_echo_prompt_and_never_shown_or_l
     assert all(secret not in text for text in texts)
     assert secret not in audit_path.read_text()
     sends = [record for record in session_records(audit_path, session_id) if record["tool"] == "session_send"]
-    assert any("secret_env" in record["args"] and record["outcome"] == "ok" for record in sends)
+    assert any("secret_env" in record["args"] and record.get("outcome") == "ok" for record in sends)
 
 
 # -- 4. a pager --------------------------------------------------------------------------------------------
@@ -484,7 +486,13 @@ async def test_every_session_call_is_audited_and_the_end_is_recorded(tmp_path: P
         assert fields(prompt)["wait"] == "match"
     records = read_records(audit_path)
     calls = [record for record in records if record["tool"] in SESSION_TOOLS]
-    assert len(calls) == 11  # one record per call made above
+    ends = [record for record in calls if record["phase"] == "end"]
+    assert len(ends) == 11  # one end record per call made above
+    # ... and a start record, written before it acted, for each call but the reads (session_recv)
+    starts = [record for record in calls if record["phase"] == "start"]
+    assert {record["call_id"] for record in starts} < {record["call_id"] for record in ends}
+    assert {record["tool"] for record in starts} == set(SESSION_TOOLS) - {"session_recv"}
+    assert len(starts) == 9
     assert all(record.get("session_id") for record in calls)
     assert [record["tool"] for record in records].count("session_list") == 1
     tools = [record["tool"] for record in session_records(audit_path, session_id)]

@@ -124,7 +124,8 @@ def assert_invalid(result: CallToolResult, *words: str) -> None:
 
 
 def records_of(audit: Path, tool: str) -> list[dict[str, Any]]:
-    return [record for record in read_records(audit) if record["tool"] == tool]
+    """The record of each call of `tool` (its end record: a call that ran also has a start record before it)."""
+    return [record for record in read_records(audit) if record["tool"] == tool and record.get("phase") != "start"]
 
 
 def ppid_table() -> dict[int, tuple[int, str]]:

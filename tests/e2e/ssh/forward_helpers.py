@@ -132,7 +132,8 @@ async def until(condition: Callable[[], bool], within: float = 5.0) -> bool:
 
 
 def records(audit_path: Path, tool: str) -> list[dict[str, Any]]:
-    return [record for record in read_records(audit_path) if record["tool"] == tool]
+    """The record of each call of `tool` (its end record: a call that ran also has a start record before it)."""
+    return [record for record in read_records(audit_path) if record["tool"] == tool and record.get("phase") != "start"]
 
 
 def end_record(audit_path: Path, forward_id: str) -> dict[str, Any]:

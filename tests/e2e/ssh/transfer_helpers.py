@@ -70,7 +70,8 @@ def temporaries(directory: Path) -> list[str]:
 
 
 def records(audit_path: Path, tool: str) -> list[dict[str, Any]]:
-    return [record for record in read_records(audit_path) if record["tool"] == tool]
+    """The record of each call of `tool` (its end record: a call that ran also has a start record before it)."""
+    return [record for record in read_records(audit_path) if record["tool"] == tool and record.get("phase") != "start"]
 
 
 def server_pid(audit_path: Path) -> int:
