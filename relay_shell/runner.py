@@ -241,8 +241,10 @@ class Runner:
         """This process's first record, `server:start`: its pid and version, and what the previous process left
         behind (the calls it left interrupted, and what containment found of them; audit/interrupted.py)."""
         self.interrupted_at_start = int(fields.get("interrupted_count", 0))
-        record = {"v": RECORD_VERSION, "ts": utc_timestamp(), "tool": "server:start", "pid": os.getpid()}
-        self._write({**record, "version": __version__, **fields}, "server:start", 0, "ok", time.monotonic())
+        started = time.monotonic()
+        record = self._record("server:start", 0, "ok", Identity(request_id=None, client_id="server"), {}, started)
+        record.update(pid=os.getpid(), version=__version__, **fields)
+        self._write(record, "server:start", 0, "ok", started)
 
     def admit_later(
         self, label: str, client_id: str, subject: Subject, fields: dict[str, Any], write: bool = True
