@@ -43,7 +43,7 @@ def tokenize(text: str, nested: list[str]) -> list[Command]:
             else:
                 current.redirects.append((pending_redirect, value))
             pending_redirect = None
-        elif not current.words and ASSIGNMENT.fullmatch(value) and not word_dynamic:
+        elif not current.words and ASSIGNMENT.fullmatch(value):
             pass  # a leading assignment (VAR=value cmd) is not the command word
         else:
             current.words.append(value)
