@@ -43,6 +43,7 @@ from relay_shell.policy.vocabulary import (
 from relay_shell.policy.wrappers import basename, unwrap
 
 MAX_DEPTH = 6
+_VARIABLE = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
 MAX_SUBSTITUTION = 65536  # an env value longer than this is not substituted into words (linear time)
 Env = Mapping[str, str]
 
@@ -152,7 +153,11 @@ def _stdin_of_text(text: str, stdin: str, env: Env) -> list[Finding]:
     findings: list[Finding] = []
     seen: set[tuple[str, ...]] = set()
     for command in tokenize(text, []):
-        if command.piped_into or command.heredoc is not None or any(op in ("<", "<<<", "<>") for op, _ in command.redirects):
+        if (
+            command.piped_into
+            or command.heredoc is not None
+            or any(op in ("<", "<<<", "<>") for op, _ in command.redirects)
+        ):
             continue
         key = tuple(command.words[:4])
         if key in seen:
@@ -237,7 +242,7 @@ def shell_findings(text: str, depth: int, env: Env = _NO_ENV) -> list[Finding]:
         if loop_depth:
             context = Context(context.via_xargs, True, context.selection, context.all_but, every_entry)
         findings += command_findings(command, depth, env, context)
-        pipeline.append(unwrap(command.words, command.dynamic).words)
+        pipeline.append(command.words)
     for inner in nested:
         findings += shell_findings(inner, depth + 1, env)
     return findings
@@ -248,13 +253,16 @@ def _pipeline_context(pipeline: list[list[str]]) -> Context:
     (all but the newest N), a bare `ls` (every entry)."""
     selection = None
     all_but = every = False
-    for words in pipeline:
+    for raw in pipeline:
+        words = unwrap(raw, [False] * len(raw)).words
         program = basename(words[0]) if words else ""
         if program == "find":
             selection = find_selection(words)[0]
         elif program == "tail" and any(word.startswith("+") or word.startswith("-n+") for word in words[1:]):
             all_but = True
-        elif program == "ls" and not any("*" in word or "." in word.lstrip("./") for word in words[1:] if not word.startswith("-")):
+        elif program == "ls" and not any(
+            "*" in word or "." in word.lstrip("./") for word in words[1:] if not word.startswith("-")
+        ):
             every = True
     return Context(selection=selection, all_but=all_but, every=every)
 
@@ -263,14 +271,12 @@ def _substitute(words: list[str], env: Env) -> list[str]:
     """The env overlay's values in place of `$NAME` / `${NAME}`: the text that reaches the program."""
     if not env:
         return words
-    result = []
-    for word in words:
-        if "$" in word:
-            for name, value in env.items():
-                if len(value) <= MAX_SUBSTITUTION and ("$" + name in word or "${" + name + "}" in word):
-                    word = re.sub(r"\$(?:\{" + re.escape(name) + r"\}|" + re.escape(name) + r"\b)", lambda _: value, word)
-        result.append(word)
-    return result
+
+    def value_of(match: re.Match[str]) -> str:
+        value = env.get(match.group(1) or match.group(2))
+        return value if value is not None and len(value) <= MAX_SUBSTITUTION else match.group()
+
+    return [_VARIABLE.sub(value_of, word) if "$" in word else word for word in words]
 
 
 def command_findings(command: Command, depth: int, env: Env = _NO_ENV, context: Context | None = None) -> list[Finding]:
@@ -280,7 +286,8 @@ def command_findings(command: Command, depth: int, env: Env = _NO_ENV, context: 
     if raw_words and raw_words[0] in _HEADERS:
         return findings  # a loop or case header, a function keyword: its substitutions are classified as nested text
     words = _substitute(raw_words, env)
-    dynamic = [flag and word == original for flag, word, original in zip(command.dynamic[offset:], words, raw_words)]
+    flags = command.dynamic[offset:]
+    dynamic = [flag and word == original for flag, word, original in zip(flags, words, raw_words, strict=True)]
     unwrapped = unwrap(words, dynamic)
     for text in unwrapped.inline:
         findings += shell_findings(text, depth + 1, env)
@@ -314,9 +321,9 @@ def command_findings(command: Command, depth: int, env: Env = _NO_ENV, context: 
         operands = [word for word in words[1:] if not word.startswith("-")]
         if not operands or (program in SHELLS and "-s" in words) or program in STDIN_SHELLS:
             tier, reason = max(tier, 2), f"pipes into {program}: runs code that cannot be classified"
-    if program in (":", "true", "cat") and any(op in (">", ">|") for op, _ in command.redirects):
-        if program != "cat" or words[1:] == ["/dev/null"]:
-            tier, reason = max(tier, 2), "empties a file"
+    truncates = program in (":", "true") or (program == "cat" and words[1:] == ["/dev/null"])
+    if truncates and any(op in (">", ">|") for op, _ in command.redirects):
+        tier, reason = max(tier, 2), "empties a file"
     if unwrapped.escalated:
         tier, reason = max(tier, 2), reason if tier >= 2 else "privilege escalation"
     findings.append(Finding(canonical, tier, reason))

@@ -69,7 +69,7 @@ def _git_push(call: Call) -> Verdict:
 
 
 def _git_branch(call: Call) -> Verdict:
-    if call.has("-D") or call.has("-d", "--delete") and call.has("-f", "--force"):
+    if call.has("-D") or (call.has("-d", "--delete") and call.has("-f", "--force")):
         return verdict(2, "git branch -D deletes an unmerged branch")
     if call.has("-d", "--delete", "-m", "-M", "--move", "-c", "-C", "--copy", "-u", "--set-upstream-to"):
         return verdict(1, "git branch renames or deletes a merged branch")
@@ -93,7 +93,7 @@ def _looks_like_path(word: str) -> bool:
 
 def _git_checkout(call: Call) -> Verdict:
     words = call.words
-    if "--" in words[2:] and words.index("--", 2) + 1 < len(words) or call.has("-f", "--force"):
+    if ("--" in words[2:] and words.index("--", 2) + 1 < len(words)) or call.has("-f", "--force"):
         return verdict(2, "git checkout overwrites working-tree files")
     if call.has("-b", "-B", "-t", "--track", "--orphan"):
         return verdict(1, "git checkout switches branches")
@@ -158,9 +158,9 @@ def _git_filter_repo(call: Call) -> Verdict:
 
 
 def _git_config(call: Call) -> Verdict:
-    if call.has("-l", "--list", "--get", "--get-all", "--get-regexp", "--get-urlmatch", "-e", "--edit") and not call.has(
-        "-e", "--edit"
-    ):
+    if call.has(
+        "-l", "--list", "--get", "--get-all", "--get-regexp", "--get-urlmatch", "-e", "--edit"
+    ) and not call.has("-e", "--edit"):
         return READ
     return verdict(1, "git config sets an option") if len(call.operands) > 2 else READ
 
@@ -232,8 +232,10 @@ def _container(call: Call) -> Verdict:
         return _container_exec(call)
     if verb == "run":
         detached = call.has("-d", "--detach", "-p", "--publish", "-P", "--publish-all", "--privileged")
-        return verdict(2, "runs a detached, published or privileged container") if detached else verdict(
-            1, "runs a container in the foreground"
+        return (
+            verdict(2, "runs a detached, published or privileged container")
+            if detached
+            else verdict(1, "runs a container in the foreground")
         )
     if verb in _CONTAINER_TIER_1 or (verb == "create" and group in ("network", "volume", "context", "buildx")):
         return verdict(1, f"{call.program} {verb}")
@@ -298,7 +300,15 @@ def _kubectl(call: Call) -> Verdict:
     if verb in ("", *_KUBE_READ) or (verb == "rollout" and action in ("status", "history")):
         return READ
     if verb in ("config", "auth", "plugin", "certificate") and action in (
-        "", "view", "get-contexts", "current-context", "get-clusters", "get-users", "can-i", "whoami", "list",
+        "",
+        "view",
+        "get-contexts",
+        "current-context",
+        "get-clusters",
+        "get-users",
+        "can-i",
+        "whoami",
+        "list",
     ):
         return READ
     if verb == "apply" and action == "view-last-applied":
@@ -333,8 +343,24 @@ def _kube_operands(words_: list[str]) -> list[str]:
 def _helm(call: Call) -> Verdict:
     sub = call.subcommand
     action = call.operands[1] if len(call.operands) > 1 else ""
-    if sub in ("", "list", "ls", "status", "get", "history", "show", "inspect", "search", "version", "env", "template",
-               "lint", "verify", "help", "completion") or action in ("list", "ls"):
+    if sub in (
+        "",
+        "list",
+        "ls",
+        "status",
+        "get",
+        "history",
+        "show",
+        "inspect",
+        "search",
+        "version",
+        "env",
+        "template",
+        "lint",
+        "verify",
+        "help",
+        "completion",
+    ) or action in ("list", "ls"):
         return READ
     if sub in ("create", "package", "pull", "fetch", "repo", "dependency", "dep", "registry", "push") and sub != "push":
         return verdict(1, f"helm {sub}")
@@ -353,8 +379,10 @@ def _terraform(call: Call) -> Verdict:
     ):
         return verdict(1 if sub == "plan" and call.value("-out") else 0, f"{call.program} {sub} reads")
     if sub == "fmt":
-        return READ if call.has("-check") or any(word.startswith("-check") for word in call.words) else verdict(
-            2, "terraform fmt rewrites files in place"
+        return (
+            READ
+            if call.has("-check") or any(word.startswith("-check") for word in call.words)
+            else verdict(2, "terraform fmt rewrites files in place")
         )
     if sub in ("init", "get", "login", "logout", "workspace", "test", "metadata"):
         return verdict(1, f"{call.program} {sub}")
@@ -366,9 +394,19 @@ def _pulumi(call: Call) -> Verdict:
     action = call.operands[1] if len(call.operands) > 1 else ""
     if sub in ("destroy", "down"):
         return verdict(3, "pulumi destroys infrastructure")
-    if sub in ("", "preview", "whoami", "about", "version", "logs", "help", "schema") or action in (
-        "ls", "output", "history", "get", "list", "ls",
-    ) or (sub == "stack" and action in ("", "-u")):
+    if (
+        sub in ("", "preview", "whoami", "about", "version", "logs", "help", "schema")
+        or action
+        in (
+            "ls",
+            "output",
+            "history",
+            "get",
+            "list",
+            "ls",
+        )
+        or (sub == "stack" and action in ("", "-u"))
+    ):
         return READ
     if sub in ("up", "update", "import", "cancel") or action in ("rm", "delete", "remove"):
         return verdict(2, f"pulumi {sub} {action}".strip())
@@ -411,8 +449,9 @@ def _salt(call: Call) -> Verdict:
 
 def _puppet(call: Call) -> Verdict:
     sub = call.subcommand
-    if call.has("--noop") or sub in ("", "help", "lookup", "describe", "parser", "facts", "module") and not (
-        sub == "module" and len(call.operands) > 1 and call.operands[1] in ("install", "uninstall", "upgrade")
+    if call.has("--noop") or (
+        sub in ("", "help", "lookup", "describe", "parser", "facts", "module")
+        and not (sub == "module" and len(call.operands) > 1 and call.operands[1] in ("install", "uninstall", "upgrade"))
     ):
         return READ
     return verdict(2, f"puppet {sub} changes the system")
@@ -436,7 +475,8 @@ def _vagrant(call: Call) -> Verdict:
     if sub == "destroy":
         return verdict(3, "vagrant destroy deletes the machine")
     if sub in ("", "status", "global-status", "ssh-config", "version", "port", "validate", "help") or action in (
-        "list", "outdated",
+        "list",
+        "outdated",
     ):
         return READ
     if sub in ("init", "ssh", "package", "rdp", "cloud") or (sub == "snapshot" and action in ("save", "push", "list")):
@@ -487,7 +527,9 @@ _BACKUP_READ = words("snapshots list ls check stats diff find info cat version h
 
 
 def _backup(call: Call) -> Verdict:
-    sub = next((word for word in call.operands if word in _BACKUP_DELETE | _BACKUP_READ or not word.startswith("/")), "")
+    sub = next(
+        (word for word in call.operands if word in _BACKUP_DELETE | _BACKUP_READ or not word.startswith("/")), ""
+    )
     if sub in _BACKUP_DELETE:
         return verdict(3, f"{call.program} {sub} deletes backups")
     if sub in _BACKUP_READ:

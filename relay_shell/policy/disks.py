@@ -142,7 +142,7 @@ def _zpool(call: Call) -> Verdict:
 
 
 def _btrfs(call: Call) -> Verdict:
-    group, verb = (call.operands + ["", ""])[:2]
+    group, verb = [*call.operands, "", ""][:2]
     read_verbs = ("list", "show", "df", "usage", "du", "stats", "status", "get", "find-new", "label", "help")
     if group in ("subvolume", "subvol", "sub") and verb in ("delete", "del"):
         return verdict(3, "deletes a subvolume")

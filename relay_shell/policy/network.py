@@ -9,7 +9,6 @@ from collections.abc import Callable
 
 from relay_shell.policy.calls import READ, Call, Verdict, verdict
 from relay_shell.policy.programs import writes_onto
-from relay_shell.policy.vocabulary import USER_CONFIG
 
 # -- users, network configuration, firewalls ------------------------------------------------------------------
 
@@ -21,7 +20,9 @@ def _userdel(call: Call) -> Verdict:
 
 
 def _passwd(call: Call) -> Verdict:
-    if call.program == "passwd" and call.has("-S", "--status") or call.program == "chage" and call.has("-l", "--list"):
+    if (call.program == "passwd" and call.has("-S", "--status")) or (
+        call.program == "chage" and call.has("-l", "--list")
+    ):
         return verdict(0, "shows account status")
     return verdict(2, f"{call.program} changes accounts")
 
@@ -87,7 +88,7 @@ def _setting(call: Call) -> Verdict:
         return verdict(2, "sysctl changes kernel parameters") if changes else READ
     if call.program == "date":
         reading = call.has("-d", "--date", "-r", "--reference", "-f", "--file")
-        if call.has("-s", "--set") or sub and not sub.startswith("+") and not reading:
+        if call.has("-s", "--set") or (sub and not sub.startswith("+") and not reading):
             return verdict(2, "date sets the clock")
         return READ
     if call.program == "hostname":
@@ -104,7 +105,9 @@ def _dmesg(call: Call) -> Verdict:
 
 
 def _journalctl(call: Call) -> Verdict:
-    if any(option.startswith(("--vacuum", "--rotate", "--flush", "--relinquish", "--setup-keys")) for option in call.long):
+    if any(
+        option.startswith(("--vacuum", "--rotate", "--flush", "--relinquish", "--setup-keys")) for option in call.long
+    ):
         return verdict(2, "journalctl deletes or rotates journal files")
     return READ
 
@@ -116,12 +119,14 @@ _HTTP_WRITES = {"POST", "PUT", "DELETE", "PATCH"}
 
 def _curl(call: Call) -> Verdict:
     method = (call.value("-X", "--request") or "").upper()
-    if method in _HTTP_WRITES or call.has("-d", "-F", "-T", "--form", "--upload-file", "--json") or any(
-        option.startswith("--data") for option in call.long
+    if (
+        method in _HTTP_WRITES
+        or call.has("-d", "-F", "-T", "--form", "--upload-file", "--json")
+        or any(option.startswith("--data") for option in call.long)
     ):
         return verdict(2, "HTTP request that changes a remote resource")
     output = call.value("-o", "--output")
-    if output is not None and output != "-" or call.has("-O", "--remote-name", "--remote-name-all", "-J"):
+    if (output is not None and output != "-") or call.has("-O", "--remote-name", "--remote-name-all", "-J"):
         onto = writes_onto(output or "", "curl")
         return onto if onto is not None else verdict(1, "downloads to a file")
     return verdict(0, "HTTP GET to stdout")
@@ -148,7 +153,31 @@ def _netcat(call: Call) -> Verdict:
     return verdict(2, "opens a listener for other hosts") if listening else verdict(1, f"{call.program} connects")
 
 
-_SSH_VALUE_OPTIONS = frozenset("-b -c -D -E -e -F -I -i -J -L -l -m -O -o -p -Q -R -S -W -w -B".split())
+_SSH_VALUE_OPTIONS = frozenset(
+    [
+        "-b",
+        "-c",
+        "-D",
+        "-E",
+        "-e",
+        "-F",
+        "-I",
+        "-i",
+        "-J",
+        "-L",
+        "-l",
+        "-m",
+        "-O",
+        "-o",
+        "-p",
+        "-Q",
+        "-R",
+        "-S",
+        "-W",
+        "-w",
+        "-B",
+    ]
+)
 
 
 def _ssh(call: Call) -> Verdict:
@@ -163,7 +192,9 @@ def _ssh(call: Call) -> Verdict:
     if remote:
         # The remote command decides the tier: `ssh host uptime` is 0, `ssh host rm -rf /srv` is 3.
         forwards = any(word.startswith(("-L", "-D", "-W")) for word in words[1:index])
-        return Verdict(max(tier if exposed else 0, 1 if forwards else 0), "ssh runs a remote command", shell=(" ".join(remote),))
+        return Verdict(
+            max(tier if exposed else 0, 1 if forwards else 0), "ssh runs a remote command", shell=(" ".join(remote),)
+        )
     return verdict(tier, reason)
 
 
@@ -174,7 +205,7 @@ def listener(call: Call) -> Verdict:
 def _server(call: Call) -> Verdict:
     """Development servers bind the loopback unless told otherwise."""
     bind = call.value("--host", "-H", "--bind", "-b", "--address", "-a", "--listen") or ""
-    if bind.startswith(("0.0.0.0", "::", "[::]", "*")) or bind and not bind.startswith(("127.", "localhost", "::1")):
+    if bind.startswith(("0.0.0.0", "::", "[::]", "*")) or (bind and not bind.startswith(("127.", "localhost", "::1"))):
         return verdict(2, f"{call.program} serves a network port to other hosts")
     return verdict(1, f"{call.program} serves on the loopback")
 

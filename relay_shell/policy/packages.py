@@ -30,7 +30,9 @@ def _package_manager(call: Call) -> Verdict:
     program = call.program
     if program in ("apt", "apt-get", "aptitude", "nala") and call.has("-s", "--simulate", "--dry-run", "--just-print"):
         return verdict(0, "simulates a package change")
-    if sub in _PACKAGE_READ and not (program in ("npm", "pnpm", "yarn", "bun") and sub == "audit" and "fix" in call.operands):
+    if sub in _PACKAGE_READ and not (
+        program in ("npm", "pnpm", "yarn", "bun") and sub == "audit" and "fix" in call.operands
+    ):
         if program in ("npm", "pnpm", "yarn", "uv", "poetry") and sub == "version" and len(call.operands) > 1:
             return verdict(1, f"{program} version bumps the version")
         return READ
@@ -110,7 +112,11 @@ def _go(call: Call) -> Verdict:
     sub = call.subcommand
     if sub in ("version", "env", "list", "doc", "vet", "help") and not (sub == "env" and call.has("-w", "-u")):
         return READ
-    if sub in ("install",) or (sub == "env" and call.has("-w", "-u")) or (sub == "clean" and call.has("-cache", "-modcache")):
+    if (
+        sub in ("install",)
+        or (sub == "env" and call.has("-w", "-u"))
+        or (sub == "clean" and call.has("-cache", "-modcache"))
+    ):
         return verdict(2, f"go {sub}")
     if sub == "fmt":
         return verdict(2, "go fmt rewrites sources in place")
@@ -159,7 +165,11 @@ _FORMATTERS: dict[str, tuple[frozenset[str], bool, frozenset[str]]] = {
     "autoflake": (words("-i --in-place"), False, frozenset()),
     "yapf": (words("-i --in-place"), False, frozenset()),
     "eslint": (words("--fix"), False, frozenset()),
-    "rubocop": (words("-a -A --auto-correct --autocorrect --auto-correct-all --autocorrect-all -x --fix-layout"), False, frozenset()),
+    "rubocop": (
+        words("-a -A --auto-correct --autocorrect --auto-correct-all --autocorrect-all -x --fix-layout"),
+        False,
+        frozenset(),
+    ),
     "standard": (words("--fix"), False, frozenset()),
     "stylelint": (words("--fix"), False, frozenset()),
     "markdownlint": (words("--fix"), False, frozenset()),

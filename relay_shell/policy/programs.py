@@ -72,7 +72,7 @@ def find_selection(words: list[str]) -> tuple[Selection, bool, list[list[str]], 
     it writes a file (-fprint)."""
     paths: list[str] = []
     index = 1
-    while index < len(words) and words[index] in ("-H", "-L", "-P") or (
+    while (index < len(words) and words[index] in ("-H", "-L", "-P")) or (
         index < len(words) and words[index].startswith(("-D", "-O")) and len(words[index]) <= 3
     ):
         index += 2 if words[index] == "-D" else 1
@@ -281,12 +281,33 @@ def _pkill(call: Call) -> Verdict:
 
 
 _SYSTEMCTL_READ = frozenset(
-    "status show cat help list-units list-unit-files list-sockets list-timers list-jobs list-dependencies"
-    " list-machines list-automounts list-paths is-active is-enabled is-failed is-system-running get-default"
-    " show-environment whoami".split()
+    [
+        "status",
+        "show",
+        "cat",
+        "help",
+        "list-units",
+        "list-unit-files",
+        "list-sockets",
+        "list-timers",
+        "list-jobs",
+        "list-dependencies",
+        "list-machines",
+        "list-automounts",
+        "list-paths",
+        "is-active",
+        "is-enabled",
+        "is-failed",
+        "is-system-running",
+        "get-default",
+        "show-environment",
+        "whoami",
+    ]
 )
 _SYSTEMCTL_QUERY_OR_SET = {"log-level": 1, "log-target": 1, "service-watchdogs": 1, "service-log-level": 2}
-_SYSTEMCTL_DOWN = frozenset("reboot poweroff halt kexec rescue emergency switch-root soft-reboot exit".split())
+_SYSTEMCTL_DOWN = frozenset(
+    ["reboot", "poweroff", "halt", "kexec", "rescue", "emergency", "switch-root", "soft-reboot", "exit"]
+)
 
 
 def _systemctl(call: Call) -> Verdict:

@@ -15,7 +15,9 @@ from relay_shell.policy.verbs import cli_verdict
 from relay_shell.policy.vocabulary import words
 
 _READ = words("select show describe desc explain values table use pragma begin start commit rollback savepoint release")
-_READ |= words("set listen unlisten fetch close declare with \\d \\dt \\l \\c \\dn \\df \\dv \\du \\x \\q .tables .schema")
+_READ |= words(
+    "set listen unlisten fetch close declare with \\d \\dt \\l \\c \\dn \\df \\dv \\du \\x \\q .tables .schema"
+)
 _READ |= words(".databases .indexes .headers .mode .quit .exit .help \\conninfo \\timing \\? \\h help status")
 _WRITE = words(
     "insert update delete create alter grant revoke replace merge upsert load rename comment refresh call do execute"
@@ -39,7 +41,7 @@ def statements(text: str) -> list[str]:
             end = text.find(char, index + 1)
             index = length if end < 0 else end + 1
             continue
-        if char == "-" and text.startswith("--", index) or char == "#":
+        if (char == "-" and text.startswith("--", index)) or char == "#":
             end = text.find("\n", index)
             index = length if end < 0 else end + 1
             continue
@@ -51,7 +53,7 @@ def statements(text: str) -> list[str]:
             end = text.find("$$", index + 2)
             index = length if end < 0 else end + 2
             continue
-        if char == ";" or char == "\n" and text[start:index].lstrip().startswith(("\\", ".")):
+        if char == ";" or (char == "\n" and text[start:index].lstrip().startswith(("\\", "."))):
             parts.append(text[start:index])
             start = index + 1
         index += 1
@@ -163,7 +165,7 @@ def _database_client(call: Call) -> Verdict:
         best = verdict(0, "SQL read")
     for text in sql:
         tier, reason = sql_tier(text or "")
-        if tier > best.tier or best.tier == 0 and tier:
+        if tier > best.tier or (best.tier == 0 and tier):
             best = verdict(tier, reason)
     return best
 
@@ -207,7 +209,11 @@ def _pg_restore(call: Call) -> Verdict:
 
 def _bq(call: Call) -> Verdict:
     if call.subcommand == "query":
-        return max((verdict(*sql_tier(text)) for text in call.operands[1:]), key=lambda found: found.tier, default=verdict(1, "bq query"))
+        return max(
+            (verdict(*sql_tier(text)) for text in call.operands[1:]),
+            key=lambda found: found.tier,
+            default=verdict(1, "bq query"),
+        )
     return cli_verdict(call, verdict(1, "bq"))
 
 
@@ -219,8 +225,23 @@ def _dump(call: Call) -> Verdict:
 RULES: dict[str, Callable[[Call], Verdict]] = {
     name: _database_client
     for name in (
-        "psql", "mysql", "mariadb", "sqlite3", "sqlite", "clickhouse-client", "clickhouse", "sqlcmd", "cqlsh",
-        "duckdb", "mycli", "pgcli", "usql", "isql", "snowsql", "trdsql", "cockroach",
+        "psql",
+        "mysql",
+        "mariadb",
+        "sqlite3",
+        "sqlite",
+        "clickhouse-client",
+        "clickhouse",
+        "sqlcmd",
+        "cqlsh",
+        "duckdb",
+        "mycli",
+        "pgcli",
+        "usql",
+        "isql",
+        "snowsql",
+        "trdsql",
+        "cockroach",
     )
 }
 RULES.update(

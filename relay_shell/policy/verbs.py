@@ -18,7 +18,9 @@ from relay_shell.policy.vocabulary import POWER, words
 
 HELP_FLAGS = words("--help -help --usage -? /? /help --help-all --long-help")
 VERSION_FLAGS = words("--version -version -V")
-DRY_RUN_FLAGS = words("--dry-run --dryrun --dry-run=client --dry-run=server --simulate --what-if -WhatIf --noop --check --preview")
+DRY_RUN_FLAGS = words(
+    "--dry-run --dryrun --dry-run=client --dry-run=server --simulate --what-if -WhatIf --noop --check --preview"
+)
 _SUBCOMMAND = re.compile(r"^[a-z][a-z0-9]*(?:[-_:.][a-z0-9]+)*$")
 
 
@@ -122,7 +124,7 @@ def _command_path(words_: list[str]) -> list[str]:
 def cli_verdict(call: Call, default: Verdict) -> Verdict:
     """The verb of a sub-command CLI, and for deletes the resource: `aws ec2 delete-volume` is 3."""
     path = _command_path(call.words)
-    found = [(verb[1], verb[0], position) for position, word in enumerate(path) if (verb := _verb_of(word))]
+    found = [(match[1], match[0], position) for position, word in enumerate(path) if (match := _verb_of(word))]
     if not found:
         if call.program in _GROUP_HELP and path:
             return verdict(0, f"{call.program} {' '.join(path)} prints the group's help")
@@ -151,7 +153,9 @@ def cli_verdict(call: Call, default: Verdict) -> Verdict:
 
 # -- object stores ------------------------------------------------------------------------------------------------
 
-_REMOTE = re.compile(r"^(?:s3|gs|az|wasb|wasbs|abfs|abfss|oss|r2|b2|swift)://|^https://[\w.-]+\.(?:blob|dfs|file)\.core|^[\w.-]+:")
+_REMOTE = re.compile(
+    r"^(?:s3|gs|az|wasb|wasbs|abfs|abfss|oss|r2|b2|swift)://|^https://[\w.-]+\.(?:blob|dfs|file)\.core|^[\w.-]+:"
+)
 
 
 def _copy_tier(call: Call, destination: str) -> Verdict:

@@ -124,7 +124,9 @@ WRAPPERS: dict[str, frozenset[str]] = {
     "strace": words("-e -o -p -s -u -E -a -b -I -O -S -P -X"),
     "ltrace": words("-e -o -p -s -u -a -n -L -x"),
     "valgrind": frozenset(),
-    "xargs": words("-I -J -n -P -d -L -s -a -E --max-args --max-procs --delimiter --arg-file --max-lines --max-chars --eof"),
+    "xargs": words(
+        "-I -J -n -P -d -L -s -a -E --max-args --max-procs --delimiter --arg-file --max-lines --max-chars --eof"
+    ),
     "parallel": words("-j -S --jobs --sshlogin --joblog --results --delay --timeout -a --arg-file"),
 }
 # Wrappers whose first operand is not the command: `chrt -f 99 cmd`, `taskset -c 0-3 cmd`, `flock /lock cmd`,
@@ -151,9 +153,7 @@ COMMAND_ENV = words(
     " LESSCLOSE SUDO_ASKPASS SSH_ASKPASS GIT_ASKPASS GIT_PROXY_COMMAND PS0 PS1 PS2 PS3 PS4"
 )
 # `PAGER=cat` and friends are what the server sets itself: naming a plain pager runs nothing else.
-HARMLESS_PAGERS = {
-    name: {"", "cat", "less", "more"} for name in ("PAGER", "MANPAGER", "GIT_PAGER", "SYSTEMD_PAGER")
-}
+HARMLESS_PAGERS = {name: {"", "cat", "less", "more"} for name in ("PAGER", "MANPAGER", "GIT_PAGER", "SYSTEMD_PAGER")}
 PROMPT_VARIABLES = words("PS0 PS1 PS2 PS3 PS4")
 
 # Top-level system directories: recursive chmod/chown or a move of one of them is irreversible.
@@ -164,8 +164,21 @@ SYSTEM_DIRS = words(
 ROOTISH = words("/ ~ ~/ $HOME ${HOME} /* /. ~/* $HOME/ $HOME/* ${HOME}/ ${HOME}/*")
 # Writes below these are system changes (tier 2); /srv, /home, /opt, /mnt, /tmp hold the user's own files.
 PROTECTED_PREFIXES = (
-    "/etc/", "/boot/", "/usr/", "/bin/", "/sbin/", "/lib/", "/lib32/", "/lib64/", "/proc/", "/sys/", "/dev/",
-    "/var/lib/", "/var/spool/", "/root/", "/efi/",
+    "/etc/",
+    "/boot/",
+    "/usr/",
+    "/bin/",
+    "/sbin/",
+    "/lib/",
+    "/lib32/",
+    "/lib64/",
+    "/proc/",
+    "/sys/",
+    "/dev/",
+    "/var/lib/",
+    "/var/spool/",
+    "/root/",
+    "/efi/",
 )
 # Shell and login configuration in a home directory: editing it changes every later session.
 USER_CONFIG = re.compile(

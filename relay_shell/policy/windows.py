@@ -146,7 +146,7 @@ def cmdlet(call: Call, name: str) -> Verdict:
         return Verdict(2, f"{name} runs text as code", shell=tuple(texts))
     if name in ("invoke-webrequest", "invoke-restmethod"):
         method = (_parameter_value(call, "method") or "get").lower()
-        if method in ("post", "put", "delete", "patch") or _parameter(call, "body") and len(call.words) > 2:
+        if method in ("post", "put", "delete", "patch") or (_parameter(call, "body") and len(call.words) > 2):
             return verdict(2, "HTTP request that changes a remote resource")
         return verdict(1 if _parameter_value(call, "outfile") else 0, "HTTP request")
     if name == "start-process" and (_parameter_value(call, "verb") or "").lower() == "runas":
@@ -256,10 +256,13 @@ def _wsl(call: Call) -> Verdict:
         return verdict(3, "wsl --unregister deletes a distribution's filesystem")
     if any(word in ("-l", "--list", "--status", "--version", "-v", "--help") for word in lowered):
         return verdict(0, "wsl shows distributions")
-    if any(word in ("--shutdown", "--terminate", "-t", "--set-default", "--install", "--import", "--update") for word in lowered):
+    if any(
+        word in ("--shutdown", "--terminate", "-t", "--set-default", "--install", "--import", "--update")
+        for word in lowered
+    ):
         return verdict(2, "wsl changes distributions")
     separator = lowered.index("--") + 1 if "--" in lowered else 0
-    command = tuple(call.words[1 + separator :]) if separator or lowered and not lowered[0].startswith("-") else ()
+    command = tuple(call.words[1 + separator :]) if separator or (lowered and not lowered[0].startswith("-")) else ()
     return Verdict(1, "wsl runs a Linux command", commands=(command,) if command else ())
 
 
@@ -297,7 +300,9 @@ READ_ONLY = words(
 
 def is_windows_style(words_: list[str]) -> bool:
     """cmd.exe switches (`/s`, `/q`, `/?`) rather than paths."""
-    return any(len(word) in (2, 3) and word[0] == "/" and word[1:].isalpha() or word == "/?" for word in words_[1:])
+    return any(
+        word[:1] == "/" and ((len(word) in (2, 3) and word[1:].isalpha()) or word == "/?") for word in words_[1:]
+    )
 
 
 def windows_verdict(program: str, call: Call) -> Verdict | None:

@@ -58,7 +58,11 @@ def _step(program: str, words: list[str], index: int, result: Unwrapped) -> int 
     if program in ("busybox", "toybox"):
         following = words[index + 1] if index + 1 < len(words) else "-"
         return None if following.startswith("-") else index + 1
-    if program == "sg" and index + 1 < len(words) and (words[index + 1] in _AST_GREP or words[index + 1].startswith("-")):
+    if (
+        program == "sg"
+        and index + 1 < len(words)
+        and (words[index + 1] in _AST_GREP or words[index + 1].startswith("-"))
+    ):
         return None  # ast-grep's `sg run --pattern …`, not `sg GROUP cmd`
     if program in ("su", "runuser", "sg", "script", "sudoedit"):
         return _inline_wrapper(program, words, index, result)

@@ -17,7 +17,7 @@ import random
 import re
 import sys
 
-RISKY_PAGES = (
+_RISKY = (
     # deletion and bulk changes
     "rm rmdir shred srm find xargs truncate rsync mv chmod chown kill pkill killall rmlint "
     # disks and storage
@@ -55,7 +55,8 @@ RISKY_PAGES = (
     "crontab at batch atrm "
     # applet multiplexers
     "busybox toybox"
-).split()
+)
+RISKY_PAGES = tuple(_RISKY.split())
 RISKY_PAGES_SET = frozenset(RISKY_PAGES)
 
 # Every `systemctl` verb has its own page: all of them are in (services, and the read-only verbs that must
@@ -95,7 +96,9 @@ def main() -> None:
         family = [row for row in remaining if RISKY_FAMILY.match(row["page"].split("/", 1)[1])]
         risky_part = generator.sample(family, 100)
         taken |= {(row["page"], row["example"]) for row in risky_part}
-        chosen = risky_part + generator.sample([row for row in remaining if (row["page"], row["example"]) not in taken], 200)
+        chosen = risky_part + generator.sample(
+            [row for row in remaining if (row["page"], row["example"]) not in taken], 200
+        )
     for row in chosen:
         print(json.dumps({"page": row["page"], "example": row["example"], "command": row["command"]}))
 
