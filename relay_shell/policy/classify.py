@@ -227,7 +227,7 @@ def shell_findings(text: str, depth: int, env: Env = _NO_ENV) -> list[Finding]:
     nested: list[str] = []
     loop_depth = 0
     every_entry = False  # the innermost `for` loop runs over every entry of a directory
-    pipeline: list[list[str]] = []
+    upstream = Context()  # what the commands before this one in its pipeline select
     for command in tokenize(text, nested):
         first = command.words[0] if command.words else ""
         if first == "done":
@@ -237,34 +237,30 @@ def shell_findings(text: str, depth: int, env: Env = _NO_ENV) -> list[Finding]:
         elif "do" in command.words[:2]:
             loop_depth += 1
         if not command.piped_into:
-            pipeline = []
-        context = _pipeline_context(pipeline) if command.piped_into else Context()
+            upstream = Context()
+        context = upstream
         if loop_depth:
             context = Context(context.via_xargs, True, context.selection, context.all_but, every_entry)
         findings += command_findings(command, depth, env, context)
-        pipeline.append(command.words)
+        upstream = _upstream(upstream, command.words)
     for inner in nested:
         findings += shell_findings(inner, depth + 1, env)
     return findings
 
 
-def _pipeline_context(pipeline: list[list[str]]) -> Context:
-    """What the commands upstream in a pipeline tell a deletion fed by `| xargs`: a find's selection, `tail -n +N`
-    (all but the newest N), a bare `ls` (every entry)."""
-    selection = None
-    all_but = every = False
-    for raw in pipeline:
-        words = unwrap(raw, [False] * len(raw)).words
-        program = basename(words[0]) if words else ""
-        if program == "find":
-            selection = find_selection(words)[0]
-        elif program == "tail" and any(word.startswith("+") or word.startswith("-n+") for word in words[1:]):
-            all_but = True
-        elif program == "ls" and not any(
-            "*" in word or "." in word.lstrip("./") for word in words[1:] if not word.startswith("-")
-        ):
-            every = True
-    return Context(selection=selection, all_but=all_but, every=every)
+def _upstream(upstream: Context, raw: list[str]) -> Context:
+    """What a command tells the deletions downstream in its pipeline (`| xargs rm`): a find's selection,
+    `tail -n +N` (all but the newest N), a bare `ls` (every entry). Updated one command at a time: linear."""
+    words = unwrap(raw, [False] * len(raw)).words
+    program = basename(words[0]) if words else ""
+    if program == "find":
+        return Context(selection=find_selection(words)[0], all_but=upstream.all_but, every=upstream.every)
+    if program == "tail" and any(word.startswith(("+", "-n+")) for word in words[1:]):
+        return Context(selection=upstream.selection, all_but=True, every=upstream.every)
+    listed = [word for word in words[1:] if not word.startswith("-")]
+    if program == "ls" and not any("*" in word or "." in word.lstrip("./") for word in listed):
+        return Context(selection=upstream.selection, all_but=upstream.all_but, every=True)
+    return upstream
 
 
 def _substitute(words: list[str], env: Env) -> list[str]:

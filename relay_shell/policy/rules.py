@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from relay_shell.policy import devops, disks, network, packages, programs, sql, verbs
+from relay_shell.policy import devops, disks, network, packages, programs, sql, vcs, verbs
 from relay_shell.policy.calls import Call, Context, Verdict, verdict
 from relay_shell.policy.vocabulary import (
     ESCALATION,
@@ -24,6 +24,7 @@ from relay_shell.policy.windows import is_windows_style, windows_verdict
 RULES: dict[str, Callable[[Call], Verdict]] = {
     **packages.RULES,
     **devops.RULES,
+    **vcs.RULES,
     **disks.RULES,
     **programs.RULES,
     **network.RULES,

@@ -25,39 +25,57 @@ _WRITE = words(
     " attach detach optimize repair kill shutdown flush purge reset"
 )
 _DESTROYING_DROPS = words("database schema table tables tablespace owned keyspace collection")
+# Characters that neither quote, comment nor end a statement: skipped in one step.
+_PLAIN = re.compile(r"[^'\"`\-#/$;\n\\.\s]+")
 _WORD = re.compile(r"[\\.]?[A-Za-z_][A-Za-z_0-9]*")
 _WHERE = re.compile(r"\bwhere\b", re.IGNORECASE)
 _DROP_COLUMN = re.compile(r"\bdrop\s{1,8}(?:column\b|constraint\b)?", re.IGNORECASE)
 
 
 def statements(text: str) -> list[str]:
-    """Split on `;` outside quotes, comments and dollar-quoted bodies. Linear: the index only moves forward."""
+    """Split on `;` outside quotes, comments and dollar-quoted bodies, comments left out. Linear: the index only
+    moves forward and every character is copied at most once."""
     parts: list[str] = []
-    start = index = 0
+    pieces: list[str] = []  # the current statement, comments left out
+    start = index = 0  # text[start:index] is the current piece
     length = len(text)
+    line_command: bool | None = None  # a psql `\d` or sqlite `.tables` line: it ends at the newline
     while index < length:
         char = text[index]
+        if line_command is None and not char.isspace():
+            line_command = char in "\\."
+        plain = _PLAIN.match(text, index)
+        if plain is not None:
+            index = plain.end()
+            continue
         if char in "'\"`":
             end = text.find(char, index + 1)
             index = length if end < 0 else end + 1
             continue
+        comment_end = -1
         if (char == "-" and text.startswith("--", index)) or char == "#":
-            end = text.find("\n", index)
-            index = length if end < 0 else end + 1
-            continue
-        if char == "/" and text.startswith("/*", index):
-            end = text.find("*/", index + 2)
-            index = length if end < 0 else end + 2
+            comment_end = text.find("\n", index)
+            comment_end = length if comment_end < 0 else comment_end
+        elif char == "/" and text.startswith("/*", index):
+            comment_end = text.find("*/", index + 2)
+            comment_end = length if comment_end < 0 else comment_end + 2
+        if comment_end >= 0:
+            pieces.append(text[start:index])
+            start = index = comment_end
             continue
         if char == "$" and text.startswith("$$", index):
             end = text.find("$$", index + 2)
             index = length if end < 0 else end + 2
             continue
-        if char == ";" or (char == "\n" and text[start:index].lstrip().startswith(("\\", "."))):
-            parts.append(text[start:index])
+        if char == ";" or (char == "\n" and line_command):
+            pieces.append(text[start:index])
+            parts.append("".join(pieces))
+            pieces = []
             start = index + 1
+            line_command = None
         index += 1
-    parts.append(text[start:])
+    pieces.append(text[start:])
+    parts.append("".join(pieces))
     return [part for part in (part.strip() for part in parts) if part]
 
 
@@ -134,8 +152,8 @@ def redis_tier(text: str) -> tuple[int, str]:
 
 _MONGO_DESTROY = re.compile(r"\.(?:dropDatabase|drop)\s{0,8}\(|\.(?:deleteMany|remove)\s{0,8}\(\s{0,8}\{\s{0,8}\}")
 _MONGO_WRITE = re.compile(
-    r"\.(?:insert\w*|update\w*|delete\w*|remove|replaceOne|findOneAnd\w+|createCollection|createIndex\w*|dropIndex\w*"
-    r"|renameCollection|bulkWrite|createUser|dropUser|grant\w*|revoke\w*|shutdownServer|aggregate)\s{0,8}\("
+    r"\.(?:insert\w*+|update\w*+|delete\w*+|remove|replaceOne|findOneAnd\w++|createCollection|createIndex\w*+|dropIndex\w*+"
+    r"|renameCollection|bulkWrite|createUser|dropUser|grant\w*+|revoke\w*+|shutdownServer|aggregate)\s{0,8}\("
 )
 
 

@@ -19,7 +19,7 @@ def words(text: str) -> frozenset[str]:
 SHELLS = words("sh bash dash zsh ksh mksh ash fish csh tcsh yash")
 INTERPRETERS = words(
     "python python2 python3 pypy pypy3 perl ruby node nodejs deno bun php lua luajit tclsh wish awk gawk mawk nawk"
-    " osascript pwsh powershell Rscript julia"
+    " osascript Rscript julia"
 )
 # Programs that run a named target whose commands the classifier cannot see (a Makefile, package.json, a
 # Rakefile): a "list" or "help" target there runs whatever the file says, so their operands are no evidence.
