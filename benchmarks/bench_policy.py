@@ -157,26 +157,26 @@ def speed() -> bool:
     commands = corpus_commands()
     for command in commands[:500]:  # warm the caches (regexes, lru caches) as a running server has them
         tier_of(command)
-    slowest = (0.0, "")
-    started = time.perf_counter()
+    timed: list[tuple[float, str]] = []
     for command in commands:
         before = time.perf_counter()
         tier_of(command)
-        took = time.perf_counter() - before
-        if took > slowest[0]:
-            slowest = (took, command)
-    elapsed = time.perf_counter() - started
-    # The loop above also times each call; the throughput is measured again without that overhead.
-    started = time.perf_counter()
-    for command in commands:
-        tier_of(command)
-    throughput = len(commands) / (time.perf_counter() - started)
-    # The slowest command once more, alone, so a scheduler hiccup on a busy machine does not count as slow.
-    retimed = min(_time_one(slowest[1]) for _ in range(5))
-    print(f"== whole corpus: {len(commands)} commands in {elapsed:.2f} s (timed one by one)")
+        timed.append((time.perf_counter() - before, command))
+    # Throughput: the best of three passes without per-command timing (other work on the machine slows some).
+    passes = []
+    for _ in range(3):
+        started = time.perf_counter()
+        for command in commands:
+            tier_of(command)
+        passes.append(time.perf_counter() - started)
+    throughput = len(commands) / min(passes)
+    # The slowest commands once more, each alone and five times: a scheduler hiccup is not a slow command.
+    candidates = sorted(timed, reverse=True)[:20]
+    retimed = max((min(_time_one(command) for _ in range(5)), command) for _, command in candidates)
+    print(f"== whole corpus: {len(commands)} commands, best of 3 passes {min(passes):.2f} s")
     print(f"throughput      {throughput:9,.0f} commands/s  target >= {THROUGHPUT_TARGET:,}")
-    print(f"slowest         {retimed * 1000:9.3f} ms  target <= {SLOWEST_TARGET_MS} ms: {slowest[1][:160]}")
-    ok = throughput >= THROUGHPUT_TARGET and retimed * 1000 <= SLOWEST_TARGET_MS
+    print(f"slowest         {retimed[0] * 1000:9.3f} ms  target <= {SLOWEST_TARGET_MS} ms: {retimed[1][:160]}")
+    ok = throughput >= THROUGHPUT_TARGET and retimed[0] * 1000 <= SLOWEST_TARGET_MS
     print(f"speed: {'PASS' if ok else 'FAIL'}")
     return ok
 
