@@ -91,6 +91,12 @@ _DATA_NOUNS = words(
     " apps environment environments workspace workspaces container containers pool pools node nodes warehouse"
     " dataset datasets aks eks gke kubernetes webapp functionapp redis cosmosdb postgres mysql sql vmss"
 )
+# The first word of a long option that says the program changes or deletes something (`--delete-old`,
+# `--remove`, `--purge`, `--in-place`, `--uninstall`): evidence for a program nothing else knows.
+_CHANGING_OPTIONS = words(
+    "delete remove purge drop wipe erase destroy truncate overwrite install uninstall upgrade kill stop restart"
+    " enable disable cleanup clean clear reset fix write in apply push publish prune shred"
+)
 _RECOVERABLE = words("project projects secret secrets key keys")
 # CLIs that print a group's help when given only its name (`az vm`, `gcloud compute`).
 _GROUP_HELP = words("az gcloud")
@@ -128,6 +134,9 @@ def cli_verdict(call: Call, default: Verdict) -> Verdict:
     if not found:
         if call.program in _GROUP_HELP and path:
             return verdict(0, f"{call.program} {' '.join(path)} prints the group's help")
+        changing = [option for option in call.long if option[2:].split("-", 1)[0] in _CHANGING_OPTIONS]
+        if changing and default.tier < 2:
+            return verdict(2, f"{call.program} {changing[0]}: an option that changes or deletes")
         return default
     tier, verb, position = max(found, key=lambda item: item[0])
     named = f"{call.program} {' '.join(path)}"
