@@ -212,6 +212,8 @@ _HEADERS = frozenset(["for", "select", "case", "function", "done", "fi", "esac"]
 
 
 def _strip_reserved(words: list[str]) -> list[str]:
+    if not words or words[0] not in _RESERVED:
+        return words
     index = 0
     while index < len(words) and words[index] in _RESERVED:
         index += 1
@@ -228,6 +230,7 @@ def shell_findings(text: str, depth: int, env: Env = _NO_ENV) -> list[Finding]:
     loop_depth = 0
     every_entry = False  # the innermost `for` loop runs over every entry of a directory
     upstream = Context()  # what the commands before this one in its pipeline select
+    previous: list[str] = []
     for command in tokenize(text, nested):
         first = command.words[0] if command.words else ""
         if first == "done":
@@ -236,13 +239,13 @@ def shell_findings(text: str, depth: int, env: Env = _NO_ENV) -> list[Finding]:
             every_entry = any(word == "*" or word.endswith("/*") for word in command.words[2:])
         elif "do" in command.words[:2]:
             loop_depth += 1
-        if not command.piped_into:
-            upstream = Context()
+        # Updated only for piped commands, one command at a time: linear, and free for the common case.
+        upstream = _upstream(upstream, previous) if command.piped_into else Context()
         context = upstream
         if loop_depth:
             context = Context(context.via_xargs, True, context.selection, context.all_but, every_entry)
         findings += command_findings(command, depth, env, context)
-        upstream = _upstream(upstream, command.words)
+        previous = command.words
     for inner in nested:
         findings += shell_findings(inner, depth + 1, env)
     return findings
@@ -265,7 +268,7 @@ def _upstream(upstream: Context, raw: list[str]) -> Context:
 
 def _substitute(words: list[str], env: Env) -> list[str]:
     """The env overlay's values in place of `$NAME` / `${NAME}`: the text that reaches the program."""
-    if not env:
+    if not env or not any("$" in word for word in words):
         return words
 
     def value_of(match: re.Match[str]) -> str:
@@ -277,13 +280,15 @@ def _substitute(words: list[str], env: Env) -> list[str]:
 
 def command_findings(command: Command, depth: int, env: Env = _NO_ENV, context: Context | None = None) -> list[Finding]:
     findings: list[Finding] = redirect_findings(command.redirects)
-    offset = len(command.words) - len(_strip_reserved(command.words))
-    raw_words = command.words[offset:]
+    raw_words = _strip_reserved(command.words)
+    offset = len(command.words) - len(raw_words)
     if raw_words and raw_words[0] in _HEADERS:
         return findings  # a loop or case header, a function keyword: its substitutions are classified as nested text
     words = _substitute(raw_words, env)
     flags = command.dynamic[offset:]
-    dynamic = [flag and word == original for flag, word, original in zip(flags, words, raw_words, strict=True)]
+    if words is not raw_words:  # a substituted word is no longer dynamic: its value is known
+        flags = [flag and word == original for flag, word, original in zip(flags, words, raw_words, strict=True)]
+    dynamic = flags
     unwrapped = unwrap(words, dynamic)
     for text in unwrapped.inline:
         findings += shell_findings(text, depth + 1, env)
