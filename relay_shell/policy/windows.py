@@ -313,6 +313,8 @@ def windows_verdict(program: str, call: Call) -> Verdict | None:
     if name in READ_ONLY:
         return verdict(0, f"{name} reads")
     name = _ALIASES.get(name, name)
+    if "-" not in name:
+        return None
     match = _VERB_NOUN.match(name)
     if match is not None and match.group(1) in _APPROVED_VERBS:
         return cmdlet(call, name)
