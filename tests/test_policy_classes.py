@@ -308,3 +308,14 @@ def test_megabyte_sql_and_env_values_stay_linear() -> None:
         )
     )
     assert time.perf_counter() - started < 20
+
+
+def test_an_env_value_classified_in_place_is_not_shown_in_the_reason() -> None:
+    # The overlay's value decides the tier, but a reason (sent to the client, kept in the audit log) shows the
+    # command as written: the value may be a secret only its variable's name reveals.
+    decision = Policy("guarded").decide(
+        Subject(command='curl -X POST -H "X-Key: $KEY" https://api.example.com', env=(("KEY", "k-8f3a9c2e71"),))
+    )
+    assert decision.denied and decision.tier == 2
+    assert "k-8f3a9c2e71" not in decision.reason and "k-8f3a9c2e71" not in " ".join(decision.canonical)
+    assert "$KEY" in decision.reason

@@ -278,6 +278,21 @@ def _substitute(words: list[str], env: Env) -> list[str]:
     return [_VARIABLE.sub(value_of, word) if "$" in word else word for word in words]
 
 
+def _substituted_values(words: list[str], env: Env) -> dict[str, str]:
+    """value -> `$NAME` for each overlay variable the words name (longest values first when put back)."""
+    names = {match.group(1) or match.group(2) for word in words if "$" in word for match in _VARIABLE.finditer(word)}
+    values = {
+        env[name]: f"${name}" for name in names if name in env and env[name] and len(env[name]) <= MAX_SUBSTITUTION
+    }
+    return dict(sorted(values.items(), key=lambda item: -len(item[0])))
+
+
+def _unsubstituted(text: str, substituted: dict[str, str]) -> str:
+    for value, name in substituted.items():
+        text = text.replace(value, name)
+    return text
+
+
 def command_findings(command: Command, depth: int, env: Env = _NO_ENV, context: Context | None = None) -> list[Finding]:
     findings: list[Finding] = redirect_findings(command.redirects)
     raw_words = _strip_reserved(command.words)
@@ -285,6 +300,7 @@ def command_findings(command: Command, depth: int, env: Env = _NO_ENV, context: 
     if raw_words and raw_words[0] in _HEADERS:
         return findings  # a loop or case header, a function keyword: its substitutions are classified as nested text
     words = _substitute(raw_words, env)
+    substituted = _substituted_values(raw_words, env) if words is not raw_words else {}
     flags = command.dynamic[offset:]
     if words is not raw_words:  # a substituted word is no longer dynamic: its value is known
         flags = [flag and word == original for flag, word, original in zip(flags, words, raw_words, strict=True)]
@@ -301,6 +317,10 @@ def command_findings(command: Command, depth: int, env: Env = _NO_ENV, context: 
         return findings or ([Finding("", 1, "redirection only")] if command.redirects else [])
     program = basename(words[0])
     canonical = " ".join([program, *words[1:]])
+    if substituted:
+        # Classified with the overlay's values, shown (to deny patterns, the client, the audit log's reason) as
+        # written: a value may be a secret whose name only the overlay's key reveals.
+        canonical = _unsubstituted(canonical, substituted)
     if dynamic and dynamic[0]:
         findings.append(Finding(canonical, 2, "dynamic command word: cannot classify"))
         return findings
@@ -327,7 +347,7 @@ def command_findings(command: Command, depth: int, env: Env = _NO_ENV, context: 
         tier, reason = max(tier, 2), "empties a file"
     if unwrapped.escalated:
         tier, reason = max(tier, 2), reason if tier >= 2 else "privilege escalation"
-    findings.append(Finding(canonical, tier, reason))
+    findings.append(Finding(canonical, tier, _unsubstituted(reason, substituted) if substituted else reason))
     for text in found.shell:
         findings += shell_findings(text, depth + 1, env)
     for argv in found.commands:
