@@ -52,9 +52,12 @@ _SINGLE_QUOTED_REST = r"[^'\n]*+'?"
 # (`echo "token: $TOKEN"`, `["password=x", "y"]`) instead of opening a quoted piece.
 _AFTER_CLOSING_QUOTE = r"(?:[\s,;&|)}\]]|\Z)"
 _OPENS = r"(?!" + _AFTER_CLOSING_QUOTE + ")"
+# The loop over pieces is greedy, not possessive: Python 3.11.2 (Debian 12's) mismatches a possessive loop whose
+# group holds a lookahead (`_OPENS`). Nothing follows the loop and every piece consumes, so the first attempt
+# succeeds and nothing is retried: still linear.
 _VALUE = re.compile(
     r'(?:"' + _DOUBLE_QUOTED_REST + "|'" + _SINGLE_QUOTED_REST + "|" + _WORD_PIECE + ")"
-    r'(?:"' + _OPENS + _DOUBLE_QUOTED_REST + "|'" + _OPENS + _SINGLE_QUOTED_REST + "|" + _WORD_PIECE + ")*+"
+    r'(?:"' + _OPENS + _DOUBLE_QUOTED_REST + "|'" + _OPENS + _SINGLE_QUOTED_REST + "|" + _WORD_PIECE + ")*"
 )
 
 _QUOTES = ('\\"', '"', "'")
@@ -200,7 +203,7 @@ def _redact_provider_tokens(text: str) -> str:
 # (JSON-escaped quotes too) or a run without separators; every loop is possessive, so the list is read once.
 _AUTHORIZATION_PARAMETERS = (
     r"(?:[\w-]++=(?:\"(?:[^\"\\\n]|\\.)*+\"?|\\\"(?:[^\"\\\n]|\\[^\"\n])*+(?:\\\")?|[^\s,\"'\\=][^\s,\"'\\]*+)"
-    r"(?:[ \t]*+,[ \t]*+(?=[\w-]++=))?)++"
+    r"(?:[ \t]*+,[ \t]*+(?=[\w-]++=))?)+"
 )
 _AUTHORIZATION_HEADER = re.compile(
     r"(?i)(?<![\w-])((?:proxy-)?authorization\\?[\"']?[ \t]*+[:=][ \t]*+\\?[\"']?"
@@ -292,9 +295,10 @@ def _redact_named_values(text: str) -> str:
 # `aws configure set aws_secret_access_key X`, `redis-cli CONFIG SET requirepass X`: name and value
 # separated by a space. Anchored at the command word; everything after it is possessive and at most six
 # words long ({0,3}: an unbounded run of `set set set …` would be rescanned from every `set`), so each
-# word is scanned by a bounded number of attempts.
+# word is scanned by a bounded number of attempts. The {0,3} is not possessive: Python 3.11.2 mismatches a
+# possessive bounded repeat of a group; at most four choices are retried, a constant.
 _CONFIG_SET = re.compile(
-    r"(?<![\w.-])(?i:config|configure|set|setx)(?:[ \t]++(?:--?[\w-]++|(?i:set|add)(?![\w.-]))){0,3}+[ \t]++"
+    r"(?<![\w.-])(?i:config|configure|set|setx)(?:[ \t]++(?:--?[\w-]++|(?i:set|add)(?![\w.-]))){0,3}[ \t]++"
     r"(?:[^\s:=]*+:)?([\w.-]++)[ \t]++"
 )
 

@@ -66,7 +66,7 @@ def redact_path_credentials(text: str) -> str:
 
 # ConvertTo-SecureString [-AsPlainText] [-Force] [-String] VALUE: the value is the secret (a variable is not).
 _SECURE_STRING = re.compile(
-    r"(?i)(?<![\w-])(convertto-securestring(?:[ \t]++-(?:asplaintext|force|string)\b){0,3}+[ \t]++)"
+    r"(?i)(?<![\w-])(convertto-securestring(?:[ \t]++-(?:asplaintext|force|string)\b){0,3}[ \t]++)"
     r"(\"(?:[^\"`\n]|`.)*+\"?|'[^'\n]*+'?|(?![$(-])[^\s)]++)"
 )
 # net user NAME PASSWORD [/add]: the second operand (`*` prompts, `/x` is a switch).
