@@ -12,6 +12,8 @@ from benchmarks import (
     bench_big_output,
     bench_exec_latency,
     bench_http,
+    bench_policy,
+    bench_redact,
     bench_runbooks,
     bench_session_flood,
     bench_session_repl,
@@ -27,6 +29,8 @@ from benchmarks import (
 def main() -> int:
     results = {
         "audit": bench_audit.main(),
+        "policy": bench_policy.main([]),
+        "redact": bench_redact.main(),
         "startup": bench_startup.main(),
         "exec_latency": anyio.run(bench_exec_latency.main),
         "big_output": anyio.run(bench_big_output.main),

@@ -23,6 +23,7 @@ from __future__ import annotations
 import re
 
 from relay_shell.audit.patterns import compile_pattern
+from relay_shell.audit.redact_shapes import redact_path_credentials, redact_webhooks, redact_windows
 from relay_shell.audit.secret_names import NOT_SECRET, SECRET_HEADER_NAMES, WEAK, is_secret_name, secret_name_strength
 
 REDACTED = "[REDACTED]"
@@ -57,7 +58,7 @@ _AFTER_CLOSING_QUOTE = r"(?:[\s,;&|)}\]]|\Z)"
 _OPENS = r"(?!" + _AFTER_CLOSING_QUOTE + ")"
 _VALUE = compile_pattern(
     r'(?:"' + _DOUBLE_QUOTED_REST + "|'" + _SINGLE_QUOTED_REST + "|" + _WORD_PIECE + ")"
-    r'(?:"' + _OPENS + _DOUBLE_QUOTED_REST + "|'" + _OPENS + _SINGLE_QUOTED_REST + "|" + _WORD_PIECE + ")*+"
+    r'(?:"' + _OPENS + _DOUBLE_QUOTED_REST + "|'" + _OPENS + _SINGLE_QUOTED_REST + "|" + _WORD_PIECE + ")*"
 )
 
 _QUOTES = ('\\"', '"', "'")
@@ -198,11 +199,18 @@ def _redact_provider_tokens(text: str) -> str:
 # the scheme is kept so the log says what kind of credential it was. The credential is one possessive
 # token with nothing after it, so an attempt cannot fail after scanning. Needs ':' or '=': "Authorization"
 # in prose is left alone.
+# Schemes with comma-separated parameters (`Digest username="u", response="…"`, `AWS4-HMAC-SHA256 Credential=…,
+# Signature=…`): the whole list is the credential. Each parameter starts with a name and '=', its value is quoted
+# (JSON-escaped quotes too) or a run without separators; every loop is possessive, so the list is read once.
+_AUTHORIZATION_PARAMETERS = (
+    r"(?:[\w-]++=(?:\"(?:[^\"\\\n]|\\.)*+\"?|\\\"(?:[^\"\\\n]|\\[^\"\n])*+(?:\\\")?|[^\s,\"'\\=][^\s,\"'\\]*+)"
+    r"(?:[ \t]*+,[ \t]*+(?=[\w-]++=))?)+"
+)
 _AUTHORIZATION_HEADER = compile_pattern(
     r"(?i)(?<![\w-])((?:proxy-)?authorization\\?[\"']?[ \t]*+[:=][ \t]*+\\?[\"']?"
-    r"(?:(?:bearer|basic|digest|token|negotiate|ntlm|bot|oauth|apikey|aws4-hmac-sha256|sso-key|ssws|jwt|key)"
-    r"[ \t]++)?)"
-    r"[^\s\"'\\]++"
+    r"(?:(?:bearer|basic|digest|token|negotiate|ntlm|bot|oauth|apikey|aws4-hmac-sha256|sso-key|ssws|jwt|key|hoba"
+    r"|mutual|vapid|scram-sha-256|scram-sha-1)[ \t]++)?)"
+    r"(?:" + _AUTHORIZATION_PARAMETERS + r"|[^\s\"'\\]++)"
 )
 
 
@@ -461,8 +469,11 @@ def redact(text: str) -> str:
     'Authorization: Bearer [REDACTED]', 'https://user:[REDACTED]@host/', '[REDACTED PRIVATE KEY]')."""
     text = _redact_private_keys(text)
     text = _redact_url_credentials(text)
+    text = redact_path_credentials(text)
+    text = redact_webhooks(text)
     text = _redact_provider_tokens(text)
     text = _redact_authorization_headers(text)
+    text = redact_windows(text)
     text = _redact_named_values(text)
     text = _redact_config_set(text)
     text = _redact_xml_elements(text)
@@ -479,12 +490,24 @@ def redact_value(value: object) -> object:
     if isinstance(value, str):
         return redact(value)
     if isinstance(value, dict):
-        return {key: _redact_entry(key, item) for key, item in value.items()}
+        return {_redact_key(key, value): _redact_entry(key, item) for key, item in value.items()}
     if isinstance(value, list):
         return _redact_argv(value)
     if isinstance(value, tuple):
         return tuple(_redact_argv(list(value)))
     return value
+
+
+def _redact_key(key: object, mapping: dict[object, object]) -> object:
+    """A key that is itself a secret (a provider token used as an env overlay's *name*) is redacted too; a
+    number keeps redacted keys apart, so no entry is lost."""
+    if not isinstance(key, str):
+        return key
+    redacted = redact(key)
+    if redacted == key:
+        return key
+    position = list(mapping).index(key)
+    return redacted if position == 0 else f"{redacted} #{position}"
 
 
 def _redact_entry(key: object, item: object) -> object:

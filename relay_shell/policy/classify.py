@@ -2,9 +2,11 @@
 
 A speed bump, not a boundary: a program can always construct at run time a command that no text
 classifier sees. What we can see we classify conservatively: wrappers (`sudo`, `env`, `nice`, `timeout`,
-`xargs`, …) are stripped, quotes removed, paths reduced to basenames, `sh -c` / `eval` strings and `$(…)`
-contents classified recursively (to a bounded depth), and dynamic execution we cannot resolve (`$X` as
-a command word, `curl … | sh`) is tier 2.
+`xargs`, `flock`, `watch`, `su -c`, …) are stripped, quotes removed, paths reduced to basenames, loop bodies,
+`sh -c` / `eval` strings, `$(…)` contents, `find -exec` and `xargs` commands, `ssh HOST CMD`'s remote command and
+the filters of `git filter-branch` classified recursively (to a bounded depth), and dynamic execution we cannot
+resolve (`$X` as a command word, `curl … | sh`) is tier 2. stdin and the env overlay are classified as the text
+that reaches the program: shell text for programs that run it, SQL for database clients.
 
 Linear time: the shell tokenizer is one pass over the text with an index that only moves forward; nested
 text (`$(…)`, `sh -c '…'`) is re-read at most MAX_DEPTH times. No regex here can backtrack on input size.
@@ -13,33 +15,37 @@ text (`$(…)`, `sh -c '…'`) is re-read at most MAX_DEPTH times. No regex here
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from relay_shell.plan import Subject
-from relay_shell.policy.shell_tokens import ASSIGNMENT, Command, tokenize
+from relay_shell.policy.calls import Context, is_device, is_protected
+from relay_shell.policy.programs import find_selection
+from relay_shell.policy.rules import program_verdict
+from relay_shell.policy.shell_tokens import Command, tokenize
+from relay_shell.policy.sql import mongo_tier, redis_tier, sql_tier
 from relay_shell.policy.vocabulary import (
-    BLOCK_DEVICE,
     CODE_INJECTION_ENV,
+    COMMAND_ENV,
     CRITICAL_FILES,
-    ESCALATION,
+    DB_CLIENTS,
     HARMLESS_PAGERS,
     INTERPRETERS,
-    IRREVERSIBLE,
     PROMPT_VARIABLES,
     PYTHON_ROOT_RMTREE,
     PYTHON_SHELL_CALL,
     PYTHON_STATEFUL,
-    READ_ONLY,
     REDIRECT_WRITE,
-    ROOTISH,
     SHELLS,
-    SQL_DESTRUCTION,
-    STATEFUL,
-    SYSTEM_DIRS,
-    WRAPPERS,
+    STDIN_SHELLS,
+    USER_CONFIG,
 )
+from relay_shell.policy.wrappers import basename, unwrap
 
 MAX_DEPTH = 6
+_VARIABLE = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
+MAX_SUBSTITUTION = 65536  # an env value longer than this is not substituted into words (linear time)
+Env = Mapping[str, str]
 
 
 @dataclass(frozen=True)
@@ -58,15 +64,8 @@ class Finding:
     reason: str
 
 
-# -- vocabulary ------------------------------------------------------------------------------------------
-
 _EDITED_LINE = "a line edited with control keys before Enter: what it became cannot be known"
-
-
-# -- tokenizer -------------------------------------------------------------------------------------------
-
-
-# -- classification --------------------------------------------------------------------------------------
+_NO_ENV: Env = {}
 
 
 def classify(subject: Subject) -> Classification:
@@ -84,32 +83,26 @@ def analyze(subject: Subject) -> list[Finding]:
     if subject.fixed_tier is not None:
         findings.append(Finding("", subject.fixed_tier, "inspection tool"))
         return findings + _connection_findings(subject)
-    for name, value in subject.env:
-        if name in HARMLESS_PAGERS and (value or "").strip() in HARMLESS_PAGERS[name]:
-            continue
-        if name in PROMPT_VARIABLES and not any(char in (value or "") for char in "$`\\"):
-            continue  # a literal prompt: nothing in it is expanded
-        if name in CODE_INJECTION_ENV or name.startswith(("LD_", "BASH_FUNC_")):
-            findings.append(Finding(f"env {name}={value or ''}", 2, f"env {name} can inject code"))
+    env = {name: value for name, value in subject.env if value is not None}
+    findings += _env_findings(subject.env)
     if subject.command is not None:
-        findings += shell_findings(subject.command, 0)
-        single = _single_command(subject.command) if subject.stdin else None
-        if subject.stdin and single is not None:
-            findings += stdin_findings(single, subject.stdin)
+        findings += shell_findings(subject.command, 0, env)
+        if subject.stdin:
+            findings += _stdin_of_text(subject.command, subject.stdin, env)
     if subject.argv is not None:
         words = list(subject.argv)
-        findings += command_findings(Command(words=words, dynamic=[False] * len(words)), 0)
+        findings += command_findings(_command(words), 0, env)
         if subject.stdin:
-            findings += stdin_findings(words, subject.stdin)
+            findings += stdin_findings(words, subject.stdin, env)
     if subject.script is not None:
         if subject.interpreter == "python":
             findings += python_findings(subject.script)
         else:
-            findings += shell_findings(subject.script, 0)
+            findings += shell_findings(subject.script, 0, env)
     if subject.typed is not None:
         # Which program reads the keyboard cannot be known for sure (`exec -a`, sudo, a remote shell): every
         # line counts as shell text, and Python's view adds what it finds stateful.
-        findings += shell_findings(subject.typed, 0)
+        findings += shell_findings(subject.typed, 0, env)
         findings += [finding for finding in python_findings(subject.typed) if finding.tier >= 2]
     if subject.typed_edited:
         findings.append(Finding(subject.typed[:200] if subject.typed else "", 2, _EDITED_LINE))
@@ -120,6 +113,20 @@ def analyze(subject: Subject) -> list[Finding]:
     elif subject.transfer_writes is not None:
         findings += redirect_findings([(">", subject.transfer_writes)])
     return findings + _connection_findings(subject)
+
+
+def _env_findings(overlay: tuple[tuple[str, str | None], ...]) -> list[Finding]:
+    findings = []
+    for name, value in overlay:
+        if name in HARMLESS_PAGERS and (value or "").strip() in HARMLESS_PAGERS[name]:
+            continue
+        if name in PROMPT_VARIABLES and not any(char in (value or "") for char in "$`\\"):
+            continue  # a literal prompt: nothing in it is expanded
+        if name in CODE_INJECTION_ENV or name.startswith(("LD_", "BASH_FUNC_")):
+            findings.append(Finding(f"env {name}={value or ''}", 2, f"env {name} can inject code"))
+        if name in COMMAND_ENV and value:
+            findings += shell_findings(value, 1, _NO_ENV)  # the program runs this value as a command line
+    return findings
 
 
 def _connection_findings(subject: Subject) -> list[Finding]:
@@ -134,348 +141,281 @@ def _connection_findings(subject: Subject) -> list[Finding]:
     return findings
 
 
-def _single_command(text: str) -> list[str] | None:
-    commands = tokenize(text, [])
-    return commands[0].words if len(commands) == 1 else None
+def _command(words: list[str]) -> Command:
+    return Command(words=words, dynamic=["$" in word or "`" in word for word in words])
 
 
-def stdin_findings(words: list[str], stdin: str) -> list[Finding]:
-    """stdin is a script when it feeds a shell or interpreter that has no script argument."""
-    stripped = _strip_wrappers(words)[0]
+# -- stdin --------------------------------------------------------------------------------------------------------
+
+
+def _stdin_of_text(text: str, stdin: str, env: Env) -> list[Finding]:
+    """stdin reaches every top-level command whose input is not a pipe, a file or a here-document."""
+    findings: list[Finding] = []
+    seen: set[tuple[str, ...]] = set()
+    for command in tokenize(text, []):
+        if (
+            command.piped_into
+            or command.heredoc is not None
+            or any(op in ("<", "<<<", "<>") for op, _ in command.redirects)
+        ):
+            continue
+        key = tuple(command.words[:4])
+        if key in seen:
+            continue
+        seen.add(key)
+        findings += stdin_findings(_strip_reserved(command.words), stdin, env)
+    return findings
+
+
+def stdin_findings(words: list[str], stdin: str, env: Env) -> list[Finding]:
+    """stdin is code for programs that read their commands from it: shells and `at` without a script, `ssh HOST`
+    and `su` without a command, interpreters without a script, database clients (SQL), redis-cli, mongosh."""
+    unwrapped = unwrap(words, [False] * len(words))
+    stripped = unwrapped.words
     if not stripped:
-        return []
-    program = _basename(stripped[0])
+        return shell_findings(stdin, 1, env) if unwrapped.shell_session else []
+    program = basename(stripped[0])
     operands = [word for word in stripped[1:] if not word.startswith("-")]
-    if program in SHELLS and (not operands or "-s" in stripped):
-        return shell_findings(stdin, 1)
+    if program in SHELLS and (not operands or "-s" in stripped) and "-c" not in stripped:
+        return shell_findings(stdin, 1, env)
+    if program in STDIN_SHELLS and "-f" not in stripped:
+        return shell_findings(stdin, 1, env)
+    if program == "ssh" and len(operands) <= 1:
+        return shell_findings(stdin, 1, env)
+    if program == "crontab" and (not operands or operands == ["-"]) and len(stripped) <= 2:
+        return _crontab_findings(stdin, env)
+    if program in DB_CLIENTS:
+        return [Finding(stdin[:200], *sql_tier(stdin))]
+    if program in ("redis-cli", "valkey-cli") and not operands:
+        return [Finding(stdin[:200], *redis_tier(stdin))]
+    if program in ("mongo", "mongosh"):
+        return [Finding(stdin[:200], *mongo_tier(stdin))]
     if _is_interpreter(program) and (not operands or operands == ["-"]):
         return python_findings(stdin) if program.startswith("python") else [Finding(program, 2, "script on stdin")]
     return []
 
 
-def shell_findings(text: str, depth: int) -> list[Finding]:
+def _crontab_findings(text: str, env: Env) -> list[Finding]:
+    """A crontab read from stdin: each line's command (after the five time fields) will run."""
+    findings = []
+    for line in text.splitlines():
+        fields = line.split(None, 5)
+        if len(fields) == 6 and not line.lstrip().startswith("#"):
+            findings += shell_findings(fields[5], 1, env)
+    return findings
+
+
+# -- shell text -----------------------------------------------------------------------------------------------------
+
+_RESERVED = frozenset(["if", "then", "else", "elif", "do", "while", "until", "!", "{", "}", "time"])
+_HEADERS = frozenset(["for", "select", "case", "function", "done", "fi", "esac"])
+
+
+def _strip_reserved(words: list[str]) -> list[str]:
+    if not words or words[0] not in _RESERVED:
+        return words
+    index = 0
+    while index < len(words) and words[index] in _RESERVED:
+        index += 1
+    return words[index:]
+
+
+def shell_findings(text: str, depth: int, env: Env = _NO_ENV) -> list[Finding]:
     if depth > MAX_DEPTH:
         return [Finding(text[:200], 2, "too deeply nested to classify")]
     findings: list[Finding] = []
     if _has_fork_bomb(text):
         findings.append(Finding("fork bomb", 3, "fork bomb"))
     nested: list[str] = []
+    loop_depth = 0
+    every_entry = False  # the innermost `for` loop runs over every entry of a directory
+    upstream = Context()  # what the commands before this one in its pipeline select
+    previous: list[str] = []
     for command in tokenize(text, nested):
-        findings += command_findings(command, depth)
+        first = command.words[0] if command.words else ""
+        if first == "done":
+            loop_depth = max(0, loop_depth - 1)
+        elif first in ("for", "select"):
+            every_entry = any(word == "*" or word.endswith("/*") for word in command.words[2:])
+        elif "do" in command.words[:2]:
+            loop_depth += 1
+        # Updated only for piped commands, one command at a time: linear, and free for the common case.
+        upstream = _upstream(upstream, previous) if command.piped_into else Context()
+        context = upstream
+        if loop_depth:
+            context = Context(context.via_xargs, True, context.selection, context.all_but, every_entry)
+        findings += command_findings(command, depth, env, context)
+        previous = command.words
     for inner in nested:
-        findings += shell_findings(inner, depth + 1)
+        findings += shell_findings(inner, depth + 1, env)
     return findings
 
 
-def command_findings(command: Command, depth: int) -> list[Finding]:
-    findings: list[Finding] = []
-    findings += redirect_findings(command.redirects)
-    words, dynamic, escalated, via_xargs = _strip_wrappers(command.words, command.dynamic)
+def _upstream(upstream: Context, raw: list[str]) -> Context:
+    """What a command tells the deletions downstream in its pipeline (`| xargs rm`): a find's selection,
+    `tail -n +N` (all but the newest N), a bare `ls` (every entry). Updated one command at a time: linear."""
+    words = unwrap(raw, [False] * len(raw)).words
+    program = basename(words[0]) if words else ""
+    if program == "find":
+        return Context(selection=find_selection(words)[0], all_but=upstream.all_but, every=upstream.every)
+    if program == "tail" and any(word.startswith(("+", "-n+")) for word in words[1:]):
+        return Context(selection=upstream.selection, all_but=True, every=upstream.every)
+    listed = [word for word in words[1:] if not word.startswith("-")]
+    if program == "ls" and not any("*" in word or "." in word.lstrip("./") for word in listed):
+        return Context(selection=upstream.selection, all_but=upstream.all_but, every=True)
+    return upstream
+
+
+def _substitute(words: list[str], env: Env) -> list[str]:
+    """The env overlay's values in place of `$NAME` / `${NAME}`: the text that reaches the program."""
+    if not env or not any("$" in word for word in words):
+        return words
+
+    def value_of(match: re.Match[str]) -> str:
+        value = env.get(match.group(1) or match.group(2))
+        return value if value is not None and len(value) <= MAX_SUBSTITUTION else match.group()
+
+    return [_VARIABLE.sub(value_of, word) if "$" in word else word for word in words]
+
+
+def _substituted_values(words: list[str], env: Env) -> dict[str, str]:
+    """value -> `$NAME` for each overlay variable the words name (longest values first when put back)."""
+    names = {match.group(1) or match.group(2) for word in words if "$" in word for match in _VARIABLE.finditer(word)}
+    values = {
+        env[name]: f"${name}" for name in names if name in env and env[name] and len(env[name]) <= MAX_SUBSTITUTION
+    }
+    return dict(sorted(values.items(), key=lambda item: -len(item[0])))
+
+
+def _unsubstituted(text: str, substituted: dict[str, str]) -> str:
+    for value, name in substituted.items():
+        text = text.replace(value, name)
+    return text
+
+
+def command_findings(command: Command, depth: int, env: Env = _NO_ENV, context: Context | None = None) -> list[Finding]:
+    findings: list[Finding] = redirect_findings(command.redirects)
+    raw_words = _strip_reserved(command.words)
+    offset = len(command.words) - len(raw_words)
+    if raw_words and raw_words[0] in _HEADERS:
+        return findings  # a loop or case header, a function keyword: its substitutions are classified as nested text
+    words = _substitute(raw_words, env)
+    substituted = _substituted_values(raw_words, env) if words is not raw_words else {}
+    flags = command.dynamic[offset:]
+    if words is not raw_words:  # a substituted word is no longer dynamic: its value is known
+        flags = [flag and word == original for flag, word, original in zip(flags, words, raw_words, strict=True)]
+    dynamic = flags
+    unwrapped = unwrap(words, dynamic)
+    for text in unwrapped.inline:
+        findings += shell_findings(text, depth + 1, env)
+    words, dynamic = unwrapped.words, unwrapped.dynamic
     if not words:
+        if unwrapped.escalated:
+            findings.append(Finding(" ".join(command.words[:3]), 2, "privilege escalation"))
+        if not command.words and any(op in (">", ">|") for op, _ in command.redirects):
+            findings.append(Finding(command.redirects[0][1], 2, "empties a file"))
         return findings or ([Finding("", 1, "redirection only")] if command.redirects else [])
-    program = _basename(words[0])
+    program = basename(words[0])
     canonical = " ".join([program, *words[1:]])
+    if substituted:
+        # Classified with the overlay's values, shown (to deny patterns, the client, the audit log's reason) as
+        # written: a value may be a secret whose name only the overlay's key reveals.
+        canonical = _unsubstituted(canonical, substituted)
     if dynamic and dynamic[0]:
         findings.append(Finding(canonical, 2, "dynamic command word: cannot classify"))
         return findings
-    if command.heredoc is not None and program in SHELLS:
-        findings += shell_findings(command.heredoc, depth + 1)
-    tier, reason = program_tier(program, words, via_xargs)
-    if command.piped_into and (program in SHELLS or _is_interpreter(program)):
-        operands = [word for word in words[1:] if not word.startswith("-")]
-        if not operands or (program in SHELLS and "-s" in words):
-            tier, reason = max(tier, 2), f"pipes into {program}: runs code that cannot be classified"
-    if program in SHELLS or program in ("su", "eval"):
+    context = context or Context()
+    if unwrapped.via_xargs:
+        context = Context(True, True, context.selection, context.all_but, context.every)
+    found = program_verdict(program, words, context)
+    tier, reason = found.tier, found.reason
+    if program in SHELLS or program in ("eval", "exec"):
         inner = _inline_script(program, words)
         if inner is not None:
-            findings += shell_findings(inner, depth + 1)
-            tier = max(tier, 2) if program in ("su",) else 1 if tier < 1 else tier
-            reason = reason if program == "su" else f"{program} running inline shell text"
-    if program == "find":
-        for exec_words in _find_exec(words):
-            findings += command_findings(Command(words=exec_words, dynamic=[False] * len(exec_words)), depth + 1)
-    if escalated:
+            findings += shell_findings(inner, depth + 1, env)
+            tier, reason = max(tier, 1), f"{program} running inline shell text"
+    elif _is_interpreter(program):
+        tier, reason, extra = _interpreter(program, words, depth, env)
+        findings += extra
+    findings += _heredoc_findings(program, command, depth, env)
+    if command.piped_into and (program in SHELLS or _is_interpreter(program) or program in STDIN_SHELLS):
+        operands = [word for word in words[1:] if not word.startswith("-")]
+        if not operands or (program in SHELLS and "-s" in words) or program in STDIN_SHELLS:
+            tier, reason = max(tier, 2), f"pipes into {program}: runs code that cannot be classified"
+    truncates = program in (":", "true") or (program == "cat" and words[1:] == ["/dev/null"])
+    if truncates and any(op in (">", ">|") for op, _ in command.redirects):
+        tier, reason = max(tier, 2), "empties a file"
+    if unwrapped.escalated:
         tier, reason = max(tier, 2), reason if tier >= 2 else "privilege escalation"
-    findings.append(Finding(canonical, tier, reason))
+    findings.append(Finding(canonical, tier, _unsubstituted(reason, substituted) if substituted else reason))
+    for text in found.shell:
+        findings += shell_findings(text, depth + 1, env)
+    for argv in found.commands:
+        findings += command_findings(_command(list(argv)), depth + 1, env)
+    if program == "find":
+        selection, _delete, execs, _writes = find_selection(words)
+        for exec_words in execs:
+            findings += command_findings(_command(exec_words), depth + 1, env, Context(False, True, selection))
     return findings
-
-
-def _strip_wrappers(words: list[str], dynamic: list[bool] | None = None) -> tuple[list[str], list[bool], bool, bool]:
-    dynamic = dynamic if dynamic is not None else [False] * len(words)
-    escalated = False
-    via_xargs = False
-    index = 0
-    for _ in range(32):  # wrappers nest (sudo env nice …); bounded
-        if index >= len(words):
-            break
-        program = _basename(words[index])
-        if program == "timeout":
-            index += 1
-            while index < len(words) and words[index].startswith("-"):
-                index += 2 if words[index] in ("-s", "-k", "--signal", "--kill-after") else 1
-            index += 1  # the duration
-            continue
-        if program == "chroot":
-            index += 2
-            continue
-        if program not in WRAPPERS or (
-            program in ("sudo", "doas")
-            and index + 1 < len(words)
-            and words[index + 1] in ("-l", "-v", "-k", "-K", "--list")
-        ):
-            break
-        escalated = escalated or program in ESCALATION
-        via_xargs = via_xargs or program == "xargs"
-        takes_value = WRAPPERS[program]
-        index += 1
-        while index < len(words):
-            word = words[index]
-            if word == "--":
-                index += 1
-                break
-            if program == "env" and ASSIGNMENT.fullmatch(word):
-                index += 1
-                continue
-            if program == "nice" and re.fullmatch(r"-\d+", word):
-                index += 1
-                continue
-            if not word.startswith("-") or word == "-":
-                break
-            index += 2 if word in takes_value else 1
-    return words[index:], dynamic[index:], escalated, via_xargs
 
 
 def _inline_script(program: str, words: list[str]) -> str | None:
     if program == "eval":
         return " ".join(words[1:])
+    if program == "exec":
+        return None
     for position, word in enumerate(words[1:], start=1):
         if word == "-c" or (word.startswith("-") and not word.startswith("--") and "c" in word[1:]):
             return words[position + 1] if position + 1 < len(words) else None
     return None
 
 
-def _find_exec(words: list[str]) -> list[list[str]]:
-    found = []
-    index = 0
-    while index < len(words):
-        if words[index] in ("-exec", "-execdir", "-ok", "-okdir"):
-            end = index + 1
-            while end < len(words) and words[end] not in (";", "+", "\\;"):
-                end += 1
-            found.append(words[index + 1 : end])
-            index = end
-        index += 1
-    return found
-
-
 def _is_interpreter(program: str) -> bool:
-    return program in INTERPRETERS or program.startswith(("python", "perl", "ruby", "node"))
+    return program in INTERPRETERS or program.startswith(("python", "perl", "ruby", "node", "php"))
 
 
-def _basename(word: str) -> str:
-    return word.rstrip("/").rsplit("/", 1)[-1] if "/" in word.rstrip("/") else word
+_MODULE_TIERS = {"http.server": 2, "SimpleHTTPServer": 2, "json.tool": 0, "venv": 1, "pydoc": 0, "this": 0}
 
 
-def _flags(words: list[str]) -> tuple[set[str], set[str], list[str]]:
-    """Short flags (split: -rf → r, f), long options (without values) and operands, `--` respected."""
-    short: set[str] = set()
-    long: set[str] = set()
-    operands: list[str] = []
-    options_done = False
-    for word in words[1:]:
-        if options_done or word == "-" or not word.startswith("-"):
-            operands.append(word)
-        elif word == "--":
-            options_done = True
-        elif word.startswith("--"):
-            long.add(word.split("=", 1)[0])
+def _interpreter(program: str, words: list[str], depth: int, env: Env) -> tuple[int, str, list[Finding]]:
+    """`python -c CODE` is read as Python; `python -m http.server` serves the directory to other hosts;
+    `python -m pip install` is pip. Other scripts are code we cannot see (1)."""
+    if program.startswith("python"):
+        for index, word in enumerate(words[1:-1], start=1):
+            if word == "-c":
+                return 1, "python code", python_findings(words[index + 1])
+            if word == "-m":
+                module = words[index + 1]
+                if module in ("pip", "pip3"):
+                    found = program_verdict("pip", ["pip", *words[index + 2 :]], Context())
+                    return found.tier, found.reason, []
+                return _MODULE_TIERS.get(module, 1), f"python -m {module}", []
+    if program.startswith("perl") and any(marker in " ".join(words) for marker in _PERL_STATEFUL):
+        return 2, "perl code changes files or runs commands", []
+    found = program_verdict(program, words, Context())
+    if found.tier == 0 and program.startswith("perl"):
+        return 0, "perl prints", []
+    if program.startswith("php") and "-S" in words:
+        return found.tier, found.reason, []
+    return max(found.tier, 1), f"{program} runs code", []
+
+
+_PERL_STATEFUL = ("unlink", "rmtree", "system", "exec", "qx", "`", "rename", "chmod", "chown", "kill", "open(")
+
+
+def _heredoc_findings(program: str, command: Command, depth: int, env: Env) -> list[Finding]:
+    """A here-document or here-string is the program's stdin: code for shells, SQL for database clients."""
+    bodies = [command.heredoc] if command.heredoc is not None else []
+    bodies += [target for operator, target in command.redirects if operator == "<<<"]
+    findings: list[Finding] = []
+    for body in bodies:
+        if program in SHELLS or program in STDIN_SHELLS or program == "ssh":
+            findings += shell_findings(body, depth + 1, env)
         else:
-            short.update(word[1:])
-    return short, long, operands
-
-
-def _is_rootish(path: str) -> bool:
-    trimmed = path
-    while trimmed.endswith("/*") or trimmed.endswith("/.") or (trimmed.endswith("/") and len(trimmed) > 1):
-        trimmed = trimmed[:-2] if trimmed.endswith(("/*", "/.")) else trimmed[:-1]
-        if not trimmed:
-            return True
-    if trimmed in ROOTISH or trimmed in SYSTEM_DIRS or trimmed in ("~/", "~/*", "~"):
-        return True
-    return (trimmed.startswith("~") and trimmed.rstrip("/*") in ("~", "")) or trimmed in ("", "/")
-
-
-def program_tier(program: str, words: list[str], via_xargs: bool) -> tuple[int, str]:
-    short, long, operands = _flags(words)
-    subcommand = operands[0] if operands else ""
-    if program.startswith("mkfs") or program in IRREVERSIBLE:
-        return 3, f"{program} destroys data or stops the system"
-    if program in ("init", "telinit") and subcommand in ("0", "6"):
-        return 3, f"{program} {subcommand} halts or reboots"
-    if program == "rm":
-        recursive = bool(short & {"r", "R"}) or "--recursive" in long
-        if recursive and (via_xargs or any(_is_rootish(path) for path in operands) or "--no-preserve-root" in long):
-            return 3, "recursive delete of / , a system directory or unknown targets"
-        return 2, "deletes files"
-    recursive_change = short & {"R"} or "--recursive" in long
-    if program in ("chmod", "chown", "chgrp") and recursive_change and any(map(_is_rootish, operands[1:])):
-        return 3, f"recursive {program} of / or a system directory"
-    if program == "mv" and any(_is_rootish(path) for path in operands[:-1]):
-        return 3, "moves / or a system directory"
-    if program == "dd":
-        for word in words[1:]:
-            if word.startswith("of="):
-                target = word[3:]
-                if BLOCK_DEVICE.match(target) or target in CRITICAL_FILES:
-                    return 3, f"dd onto {target}"
-                return 1, "dd writes a file"
-        return 0, "read-only command"
-    if program == "find":
-        if "delete" in {option.lstrip("-") for option in words[1:] if option.startswith("-")}:
-            if any(_is_rootish(path) for path in operands[:1]) or not operands:
-                return 3, "find -delete on / or a system directory"
-            return 2, "find -delete removes files"
-        if any(word in ("-fprint", "-fprintf", "-fls", "-fprint0") for word in words):
-            return 1, "find writes a file"
-        return 0, "read-only command"
-    if program in ("kill", "pkill", "killall"):
-        if program == "kill" and ("-1" in operands or "1" in operands or "-1" in words[1:]):
-            return 3, "kills every process or init"
-        return 2, "signals processes"
-    if program == "crontab":
-        if "r" in short:
-            return 3, "removes the crontab"
-        return (0, "read-only command") if short == {"l"} else (2, "edits the crontab")
-    if program == "git":
-        return _git_tier(words, operands, long, short)
-    if program in ("systemctl",):
-        if subcommand in ("reboot", "poweroff", "halt", "kexec", "rescue", "emergency", "default"):
-            return 3, f"systemctl {subcommand}"
-        if subcommand in (
-            "",
-            "status",
-            "show",
-            "cat",
-            "list-units",
-            "list-unit-files",
-            "list-timers",
-            "is-active",
-            "is-enabled",
-            "is-failed",
-            "list-dependencies",
-            "list-sockets",
-        ):
-            return 0, "read-only command"
-        return 2, f"systemctl {subcommand} changes services"
-    if program in ("docker", "podman"):
-        if subcommand in ("ps", "images", "logs", "inspect", "version", "info", "top", "stats", "port"):
-            return 0, "read-only command"
-        if subcommand in ("system", "volume") and ("prune" in operands or "rm" in operands):
-            return 3, f"{program} {subcommand} destroys data"
-        return 2, f"{program} {subcommand} changes containers"
-    if program == "kubectl":
-        if subcommand in ("get", "describe", "logs", "top", "explain", "version", "api-resources", "config"):
-            return 0, "read-only command"
-        if subcommand == "delete" and len(operands) > 1 and operands[1] in ("namespace", "namespaces", "ns", "pv"):
-            return 3, "kubectl deletes a namespace"
-        return 2, f"kubectl {subcommand} changes the cluster"
-    if program in ("pip", "pip3", "npm", "gem", "cargo", "go") and subcommand in (
-        "list",
-        "show",
-        "freeze",
-        "ls",
-        "view",
-        "search",
-    ):
-        return 0, "read-only command"
-    if program in ("pip", "pip3", "gem") and subcommand in ("install", "uninstall"):
-        return 2, f"{program} {subcommand} changes packages"
-    if program == "npm" and ("g" in short or "--global" in long):
-        return 2, "npm changes global packages"
-    if program in ("apt", "apt-get", "dnf", "yum", "zypper", "apk", "pacman", "snap", "brew") and subcommand in (
-        "list",
-        "search",
-        "show",
-        "info",
-        "policy",
-        "list-installed",
-    ):
-        return 0, "read-only command"
-    if program == "dpkg" and short & {"l", "L", "s", "S"}:
-        return 0, "read-only command"
-    if program in ("ip",):
-        if subcommand in ("", "a", "addr", "address", "r", "route", "l", "link", "n", "neigh") and (
-            len(operands) < 2 or operands[1] in ("show", "list", "ls", "get")
-        ):
-            return 0, "read-only command"
-        return 2, "changes network configuration"
-    if program == "sysctl":
-        return (2, "changes kernel parameters") if "w" in short or any("=" in o for o in operands) else (0, "read")
-    if program in ("mount", "umount") and not operands and program == "mount":
-        return 0, "read-only command"
-    if program in ("psql", "mysql", "mariadb", "sqlite3", "clickhouse-client"):
-        if any(SQL_DESTRUCTION.search(word) for word in words[1:]):
-            return 3, "drops or truncates database objects"
-        return 1, "database client"
-    if program in ("sed", "perl") and ("i" in short or "--in-place" in long):
-        targets = [path for path in operands if path.startswith(("/etc", "/boot", "/usr"))]
-        return (2, "edits system files in place") if targets else (1, "edits files in place")
-    if program == "tee":
-        for path in operands:
-            if BLOCK_DEVICE.match(path) or (path in CRITICAL_FILES and "a" not in short):
-                return 3, f"tee overwrites {path}"
-        return (1, "writes files") if operands else (0, "read-only command")
-    if program == "awk" or program == "gawk":
-        return (1, "awk program") if "system(" in " ".join(words) or "-i" in words else (0, "read-only command")
-    if program in ("hostname", "date") and operands:
-        return 2, f"{program} sets system state"
-    if program in ESCALATION:
-        return 2, "privilege escalation"
-    if program in STATEFUL:
-        return 2, f"{program} changes system state"
-    if program in READ_ONLY:
-        return 0, "read-only command"
-    return 1, f"{program}: not known to be read-only"
-
-
-def _git_tier(words: list[str], operands: list[str], long: set[str], short: set[str]) -> tuple[int, str]:
-    subcommand = operands[0] if operands else ""
-    if subcommand == "push":
-        if (
-            long & {"--force", "--force-with-lease", "--mirror", "--delete", "--prune"}
-            or "f" in short
-            or any(operand.startswith("+") or operand.startswith(":") for operand in operands[1:])
-        ):
-            return 3, "git force push rewrites or deletes remote history"
-        return 2, "git push changes a remote"
-    if subcommand in (
-        "status",
-        "log",
-        "diff",
-        "show",
-        "rev-parse",
-        "ls-files",
-        "blame",
-        "grep",
-        "describe",
-        "shortlog",
-        "reflog",
-        "ls-remote",
-        "remote",
-        "config",
-        "fetch",
-        "",
-        "help",
-        "version",
-    ):
-        return 0, "read-only command"
-    if subcommand == "branch" and not short & {"d", "D", "m", "M"}:
-        return 0, "read-only command"
-    if (subcommand == "reset" and "--hard" in long) or (subcommand == "clean" and short & {"f"}):
-        return 2, f"git {subcommand} discards work"
-    if subcommand in ("filter-branch", "filter-repo") or (subcommand == "branch" and "D" in short):
-        return 2, f"git {subcommand} rewrites or deletes history"
-    return 1, f"git {subcommand}"
+            findings += stdin_findings(command.words, body, env)
+    if program in DB_CLIENTS and any(operator == "<" for operator, _ in command.redirects):
+        findings.append(Finding(" ".join(command.words[:3]), 2, f"{program} runs SQL from a file"))
+    return findings
 
 
 def redirect_findings(redirects: list[tuple[str, str]]) -> list[Finding]:
@@ -485,13 +425,13 @@ def redirect_findings(redirects: list[tuple[str, str]]) -> list[Finding]:
             continue
         if target in ("/dev/null", "/dev/stdout", "/dev/stderr", "/dev/tty") or target.startswith("/dev/fd/"):
             continue
-        if BLOCK_DEVICE.match(target):
+        if is_device(target):
             findings.append(Finding(f"{operator} {target}", 3, f"writes onto block device {target}"))
         elif target in CRITICAL_FILES or target.startswith("/boot/"):
             tier = 3 if operator != ">>" and operator != "&>>" else 2
             findings.append(Finding(f"{operator} {target}", tier, f"writes {target}"))
-        elif any(target.startswith(directory + "/") for directory in SYSTEM_DIRS if directory not in ("/home",)):
-            findings.append(Finding(f"{operator} {target}", 2, f"writes system file {target}"))
+        elif is_protected(target) or USER_CONFIG.match(target):
+            findings.append(Finding(f"{operator} {target}", 2, f"writes system or login file {target}"))
         else:
             findings.append(Finding(f"{operator} {target}", 1, f"writes {target}"))
     return findings

@@ -1,356 +1,219 @@
 """The classifier's vocabulary: program names by tier, wrappers and their options, system directories,
-critical files, device and SQL patterns, Python calls that run commands. Data only.
+critical files, devices, Python calls that run commands. Data only; the rules that use it are in
+`programs.py`, `tools.py`, `verbs.py`, `windows.py` and `sql.py`.
 """
 
 from __future__ import annotations
 
 import re
 
-SHELLS = {"sh", "bash", "dash", "zsh", "ksh", "ash", "busybox"}
-INTERPRETERS = {"python", "python3", "python2", "perl", "ruby", "node", "php", "lua"}
-READ_ONLY = {
-    "ls",
-    "cat",
-    "head",
-    "tail",
-    "grep",
-    "egrep",
-    "fgrep",
-    "rg",
-    "ps",
-    "df",
-    "du",
-    "free",
-    "uname",
-    "id",
-    "whoami",
-    "pwd",
-    "echo",
-    "printf",
-    "wc",
-    "stat",
-    "file",
-    "which",
-    "type",
-    "date",
-    "uptime",
-    "printenv",
-    "true",
-    "false",
-    "test",
-    "[",
-    "sort",
-    "uniq",
-    "cut",
-    "diff",
-    "cmp",
-    "md5sum",
-    "sha1sum",
-    "sha256sum",
-    "sha512sum",
-    "tree",
-    "readlink",
-    "realpath",
-    "basename",
-    "dirname",
-    "lsblk",
-    "lsof",
-    "ss",
-    "netstat",
-    "nproc",
-    "lscpu",
-    "dmesg",
-    "vmstat",
-    "iostat",
-    "getent",
-    "groups",
-    "last",
-    "w",
-    "who",
-    "tty",
-    "locale",
-    "arch",
-    "sleep",
-    "wait",
-    "jq",
-    "xxd",
-    "od",
-    "hexdump",
-    "strings",
-    "column",
-    "tr",
-    "seq",
-    "base64",
-    "cd",
-    ":",
-    "less",
-    "more",
-    "nl",
-    "comm",
-    "join",
-    "paste",
-    "fold",
-    "fmt",
-    "expand",
-    "rev",
-    "tac",
-    "look",
-    "hostnamectl",
-    "timedatectl",
-    "lsmod",
-    "lspci",
-    "lsusb",
-    "blkid",
-    "findmnt",
-    "pgrep",
-    "top",
-    "htop",
-    "journalctl",
-    "man",
-    "whereis",
-    "host",
-    "dig",
-    "nslookup",
-    "ping",
-    "traceroute",
-    "env",
-    "history",
-    "exit",
-    "return",
-    "set",
-    "shopt",
-    "read",
-    "local",
-    "declare",
-    "unset",
-    "export",
-    "alias",
-    "hash",
-    "cksum",
+# `NAME=value` before a command or among env's arguments.
+ASSIGNMENT_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=.*", re.DOTALL)
+
+
+def words(text: str) -> frozenset[str]:
+    """A set of names written as one space-separated string (the tables below are long)."""
+    return frozenset(text.split())
+
+
+SHELLS = words("sh bash dash zsh ksh mksh ash fish csh tcsh yash")
+INTERPRETERS = words(
+    "python python2 python3 pypy pypy3 perl ruby node nodejs deno bun php lua luajit tclsh wish awk gawk mawk nawk"
+    " osascript Rscript julia"
+)
+# Programs that run a named target whose commands the classifier cannot see (a Makefile, package.json, a
+# Rakefile): a "list" or "help" target there runs whatever the file says, so their operands are no evidence.
+TASK_RUNNERS = words("make gmake just rake task invoke ant gradle gradlew mvn nx turbo lerna npx pnpx bunx tox nox")
+
+# Read-only programs: they print or compute and change nothing (tier 0 unless a rule says otherwise).
+READ_ONLY = words(
+    # files and text
+    "ls dir vdir cat tac head tail less more most nl wc grep egrep fgrep rg ag ack ugrep zgrep zegrep zfgrep bzgrep"
+    " xzgrep lzgrep zstdgrep zcat bzcat xzcat lzcat zstdcat zless zmore bzless bzmore xzless xzmore lzless sort uniq"
+    " cut paste join comm fold fmt expand unexpand rev look column tr seq shuf od xxd hexdump hd strings file"
+    " stat readlink realpath basename dirname namei diff diff3 sdiff cmp colordiff difft delta icdiff wdiff md5sum"
+    " sha1sum sha224sum sha256sum sha384sum sha512sum b2sum cksum sum base32 base64 basenc jq yq gron jless jp"
+    " xmllint xq htmlq pup csvlook csvstat csvcut csvgrep csvsort csvjson csvformat csvclean tsv-filter tsv-select"
+    " tsv-summarize mlr miller qsv xsv bat batcat glow mdcat tree exa eza lsd broot fd fdfind locate mlocate plocate"
+    " getfacl lsattr getcap getfattr numfmt units factor bc dc expr printf echo yes true false test [ [["
+    " sleep wait whatis apropos man info tldr cheat help type which whence whereis command hash"
+    # system state
+    " ps pstree pgrep pidof top htop btop atop gtop glances nvtop iotop iftop nethogs bandwhich nload bmon vnstat"
+    " df du dua duf ncdu free uname id whoami groups who w users last lastb lastlog finger pinky tty arch nproc"
+    " lscpu lsmem lsns lsipc lslocks lslogins lsirq lsblk lsof lspci lsusb lsmod lshw lsscsi blkid findmnt"
+    " mountpoint dmidecode inxi hwinfo neofetch fastfetch screenfetch uptime tuptime vmstat iostat mpstat pidstat"
+    " sar dstat sensors locale getconf getent printenv env dirs pwd date cal ncal ulimit umask times"
+    " systemd-analyze systemd-cgls systemd-cgtop systemd-delta systemd-detect-virt systemd-ac-power userdbctl"
+    " fc-list fc-match xdpyinfo wayland-info glxinfo vainfo vdpauinfo clinfo lsb_release"
+    " pmap smem fincore free ipcs"
+    # network lookups
+    " host dig drill nslookup whois ping ping6 fping traceroute traceroute6 tracepath mtr tcptraceroute trip"
+    " ss netstat nmap nmblookup sslscan testssl testssl.sh whatweb httprobe httpx"
+    " dnsx subfinder amass asnmap tlsx gau waybackurls ipcalc sipcalc cidr"
+    # shell-local state
+    " cd pushd popd : exit return set shopt read local declare typeset unset export alias unalias trap shift"
+    " getopts let history fc compgen complete bind . break continue setopt unsetopt zle clear reset tput"
+    # linters and checkers (their write modes are rules in programs.py)
+    " shellcheck hadolint yamllint jsonlint flake8 pylint mypy pyright pyre pydocstyle pycodestyle bandit"
+    " safety pip-audit vulture checkov tflint tfsec trivy grype syft semgrep vale proselint ansible-lint"
+    " actionlint kubeval kubeconform conftest"
+    # viewers, players and inspectors
+    " feh sxiv nsxiv viewnior eog ristretto mupdf zathura evince okular xpdf mplayer mpv vlc play viu catimg chafa"
+    " timg objdump readelf nm ldd size ffprobe mediainfo identify pdfinfo pdffonts wasm-objdump readpe zipinfo"
+    " zipgrep lsar jwt fx tidy-viewer csvlens hexyl progress deborphan xbps-query procs gops sinfo squeue sreport"
+    " sacct ntpctl paclog grub-script-check idnits isutf8 texcount dircolors choose exrex gvgen qalc units"
+    " busybox toybox pg_waldump pg_controldata pg_config pg_isready pg_verifybackup pg_amcheck git-sizer"
+)
+
+# Stateful programs (tier 2) that have no finer rule.
+STATEFUL = words(
+    "chmod chown chgrp setfacl chattr chcon restorecon setfiles fixfiles semanage setsebool truncate"
+    " kill pkill killall killall5 skill slay xkill service update-rc.d chkconfig rc-update rc-service sv"
+    " iptables-restore ip6tables-restore nft-restore ebtables arptables pfctl route ifup ifdown"
+    " mount umount fusermount fusermount3 swapon swapoff losetup modprobe rmmod insmod depmod"
+    " useradd adduser usermod userdel deluser groupadd addgroup groupdel delgroup groupmod gpasswd passwd"
+    " chpasswd chage chsh chfn newusers vipw vigr visudo smbpasswd pdbedit dropuser createuser createdb"
+    " update-alternatives update-grub grub-mkconfig grub2-mkconfig mkinitfs mkinitcpio dracut update-initramfs"
+    " setcap sysctl ntpdate hwclock timedatectl hostnamectl resolvconf netplan ethtool iwconfig tc brctl"
+    " ssh-copy-id certbot a2enmod a2dismod a2ensite a2dissite ufw firewall-cmd at batch atrm crontab"
+    " reboot-notifier newgrp sg rfkill xdp-filter authconfig aa-disable aa-enforce"
+    " aa-complain apparmor_parser semodule setenforce topgrade login pacstrap systemd-cryptenroll tunelp"
+    " dphys-swapfile"
+)
+
+IRREVERSIBLE = words(
+    "shred srm blkdiscard mkswap mke2fs mkdosfs mkntfs mkexfatfs mformat kexec wipe nwipe scrub"
+    " lvremove vgremove pvremove pvcreate dropdb pg_resetwal pg_rewind"
+)
+POWER = words("shutdown reboot halt poweroff")
+ESCALATION = words("sudo doas pkexec su run0 gksudo gksu kdesu kdesudo sudoedit runuser")
+
+# Wrapper command -> options that take a separate value (so the value is not mistaken for the command). The
+# wrapped command runs with the same effect, so the classifier looks through them.
+WRAPPERS: dict[str, frozenset[str]] = {
+    "sudo": words("-u -g -h -p -C -D -r -t -U -T --user --group --host --prompt --chdir --role --type"),
+    "doas": words("-u -C"),
+    "pkexec": words("--user"),
+    "run0": words("-u --user -g --group -D --chdir --description --slice --unit --property --setenv"),
+    "gksudo": words("-u --user -m --message -D --description"),
+    "gksu": words("-u --user -m --message -D --description"),
+    "kdesu": words("-u -c"),
+    "env": words("-u --unset -C --chdir -S --split-string --block-signal --default-signal --ignore-signal"),
+    "nice": words("-n --adjustment"),
+    "ionice": words("-c -n -p -P -u --class --classdata --pid --pgid --uid"),
+    "nohup": frozenset(),
+    "time": words("-f -o --format --output"),
+    "command": frozenset(),
+    "exec": words("-a"),
+    "builtin": frozenset(),
+    "stdbuf": words("-i -o -e --input --output --error"),
+    "setsid": frozenset(),
+    "unbuffer": frozenset(),
+    "caffeinate": words("-t -w"),
+    "catchsegv": frozenset(),
+    "torsocks": words("-u -p -a -P"),
+    "torify": frozenset(),
+    "proxychains": words("-f"),
+    "proxychains4": words("-f"),
+    "firejail": frozenset(),
+    "unshare": words("-S -G -R -w --setuid --setgid --root --wd --map-user --map-group"),
+    "nsenter": words("-t -S -G -r -w --target --setuid --setgid --root --wd"),
+    "systemd-inhibit": words("--what --who --why --mode"),
+    "systemd-run": words("-u -p -E -M -H --unit --property --setenv --description --slice --machine --host --uid"),
+    "faketime": words("-f"),
+    "strace": words("-e -o -p -s -u -E -a -b -I -O -S -P -X"),
+    "ltrace": words("-e -o -p -s -u -a -n -L -x"),
+    "valgrind": frozenset(),
+    "xargs": words(
+        "-I -J -n -P -d -L -s -a -E --max-args --max-procs --delimiter --arg-file --max-lines --max-chars --eof"
+    ),
+    "parallel": words("-j -S --jobs --sshlogin --joblog --results --delay --timeout -a --arg-file"),
 }
-STATEFUL = {
-    "rm",
-    "rmdir",
-    "mv",
-    "chmod",
-    "chown",
-    "chgrp",
-    "kill",
-    "pkill",
-    "killall",
-    "apt",
-    "apt-get",
-    "aptitude",
-    "dpkg",
-    "yum",
-    "dnf",
-    "rpm",
-    "pacman",
-    "apk",
-    "snap",
-    "zypper",
-    "brew",
-    "service",
-    "iptables",
-    "ip6tables",
-    "nft",
-    "ufw",
-    "firewall-cmd",
-    "route",
-    "mount",
-    "umount",
-    "swapon",
-    "swapoff",
-    "useradd",
-    "usermod",
-    "userdel",
-    "groupadd",
-    "groupdel",
-    "groupmod",
-    "passwd",
-    "chpasswd",
-    "visudo",
-    "modprobe",
-    "rmmod",
-    "insmod",
-    "truncate",
-    "scp",
-    "rsync",
-    "ssh",
-    "sftp",
-    "chattr",
-    "setfacl",
-    "at",
-    "update-alternatives",
-    "losetup",
-    "sysctl",
-    "crontab",
-    "docker",
-    "podman",
-    "kubectl",
-    "helm",
-    "terraform",
-    "ansible",
-    "ansible-playbook",
-    "reboot-notifier",
-    "chsh",
-    "chfn",
-    "newgrp",
-    "setcap",
+# Wrappers whose first operand is not the command: `chrt -f 99 cmd`, `taskset -c 0-3 cmd`, `flock /lock cmd`,
+# `chroot /srv/root cmd`, `timeout 10 cmd`, `faketime 'yesterday' cmd`.
+WRAPPER_OPERANDS: dict[str, tuple[frozenset[str], int]] = {
+    "chrt": (words("-T -P -D --sched-runtime --sched-period --sched-deadline"), 1),
+    "taskset": (frozenset(), 1),
+    "flock": (words("-w --timeout -E --conflict-exit-code"), 1),
+    "chroot": (words("--userspec --groups"), 1),
+    "timeout": (words("-s -k --signal --kill-after"), 1),
+    "faketime": (words("-f"), 1),
+    "sg": (frozenset(), 1),
 }
-IRREVERSIBLE = {
-    "wipefs",
-    "shred",
-    "fdisk",
-    "sfdisk",
-    "cfdisk",
-    "parted",
-    "sgdisk",
-    "gdisk",
-    "blkdiscard",
-    "shutdown",
-    "reboot",
-    "halt",
-    "poweroff",
-    "mke2fs",
-    "mkswap",
-    "lvremove",
-    "vgremove",
-    "pvremove",
-    "kexec",
-}
-ESCALATION = {"sudo", "doas", "pkexec", "su", "run0"}
-# Wrapper command → options that take a separate value (so the value is not mistaken for the command).
-WRAPPERS: dict[str, set[str]] = {
-    "sudo": {"-u", "-g", "-h", "-p", "-C", "-D", "-r", "-t", "-U", "-T", "--user", "--group", "--prompt"},
-    "doas": {"-u", "-C"},
-    "pkexec": {"--user"},
-    "run0": {"-u", "--user"},
-    "env": {"-u", "--unset", "-C", "--chdir", "-S", "--split-string"},
-    "nice": {"-n", "--adjustment"},
-    "ionice": {"-c", "-n", "-p", "--class", "--classdata"},
-    "nohup": set(),
-    "time": {"-f", "-o", "--format", "--output"},
-    "command": set(),
-    "exec": {"-a"},
-    "builtin": set(),
-    "stdbuf": {"-i", "-o", "-e", "--input", "--output", "--error"},
-    "setsid": set(),
-    "unbuffer": set(),
-    "chrt": set(),
-    "taskset": set(),
-    "flock": {"-w", "--timeout", "-E", "--conflict-exit-code"},
-    "xargs": {
-        "-I",
-        "-i",
-        "-n",
-        "-P",
-        "-d",
-        "-L",
-        "-l",
-        "-s",
-        "-a",
-        "-E",
-        "-e",
-        "--max-args",
-        "--max-procs",
-        "--delimiter",
-        "--arg-file",
-        "--replace",
-        "--max-lines",
-        "--max-chars",
-        "--eof",
-    },
-    "watch": {"-n", "--interval", "-d"},
-}
-CODE_INJECTION_ENV = {
-    # Run by an interactive shell at each prompt, or by pagers and tools started inside a session.
-    "PS0",
-    "PS1",
-    "PS2",
-    "PS3",
-    "PS4",
-    "LESSOPEN",
-    "LESSCLOSE",
-    "LESSKEY",
-    "PAGER",
-    "MANPAGER",
-    "GIT_PAGER",
-    "SYSTEMD_PAGER",
-    "EDITOR",
-    "VISUAL",
-    "GIT_EDITOR",
-    "SUDO_ASKPASS",
-    "SSH_ASKPASS",
-    "GIT_ASKPASS",
-    "INPUTRC",
-    "HISTFILE",
-    "ZDOTDIR",
-    "LD_PRELOAD",
-    "LD_LIBRARY_PATH",
-    "LD_AUDIT",
-    "BASH_ENV",
-    "ENV",
-    "PROMPT_COMMAND",
-    "PYTHONSTARTUP",
-    "PYTHONPATH",
-    "PERL5OPT",
-    "PERL5LIB",
-    "RUBYOPT",
-    "NODE_OPTIONS",
-    "PATH",
-    "IFS",
-    "GIT_SSH_COMMAND",
-    "GIT_EXEC_PATH",
-    "SHELLOPTS",
-    "BASHOPTS",
-    "GCONV_PATH",
-}
+# Code run by a shell at each prompt, by pagers and tools started inside a session, or loaded into programs.
+CODE_INJECTION_ENV = words(
+    "PS0 PS1 PS2 PS3 PS4 LESSOPEN LESSCLOSE LESSKEY PAGER MANPAGER GIT_PAGER SYSTEMD_PAGER EDITOR VISUAL GIT_EDITOR"
+    " SUDO_ASKPASS SSH_ASKPASS GIT_ASKPASS INPUTRC HISTFILE ZDOTDIR LD_PRELOAD LD_LIBRARY_PATH LD_AUDIT BASH_ENV"
+    " ENV PROMPT_COMMAND PYTHONSTARTUP PYTHONPATH PERL5OPT PERL5LIB RUBYOPT NODE_OPTIONS PATH IFS GIT_SSH_COMMAND"
+    " GIT_SSH GIT_EXEC_PATH GIT_PROXY_COMMAND SHELLOPTS BASHOPTS GCONV_PATH"
+)
+# Variables whose value a program runs as a command line: classified as shell text too.
+COMMAND_ENV = words(
+    "PAGER MANPAGER GIT_PAGER SYSTEMD_PAGER EDITOR VISUAL GIT_EDITOR PROMPT_COMMAND GIT_SSH_COMMAND LESSOPEN"
+    " LESSCLOSE SUDO_ASKPASS SSH_ASKPASS GIT_ASKPASS GIT_PROXY_COMMAND PS0 PS1 PS2 PS3 PS4"
+)
 # `PAGER=cat` and friends are what the server sets itself: naming a plain pager runs nothing else.
-HARMLESS_PAGERS = {
-    name: {"", "cat", "less", "more"} for name in ("PAGER", "MANPAGER", "GIT_PAGER", "SYSTEMD_PAGER")
-}
-PROMPT_VARIABLES = {"PS0", "PS1", "PS2", "PS3", "PS4"}
-SYSTEM_DIRS = {
-    "/etc",
-    "/usr",
-    "/var",
-    "/boot",
-    "/home",
-    "/bin",
-    "/sbin",
-    "/lib",
-    "/lib32",
-    "/lib64",
-    "/root",
-    "/opt",
-    "/srv",
-    "/dev",
-    "/proc",
-    "/sys",
-    "/mnt",
-    "/media",
-    "/run",
-    "/snap",
-}
-ROOTISH = {"/", "~", "$HOME", "${HOME}", ".", "..", "*", "/.", "./", "../", "$PWD", "${PWD}"}
-CRITICAL_FILES = {
-    "/etc/passwd",
-    "/etc/shadow",
-    "/etc/group",
-    "/etc/gshadow",
-    "/etc/sudoers",
-    "/etc/fstab",
-    "/etc/hosts",
-    "/etc/resolv.conf",
-    "/etc/crontab",
-    "/etc/ssh/sshd_config",
-    "/etc/pam.d",
-    "/etc/security",
-}
-BLOCK_DEVICE = re.compile(r"/dev/(?:sd|hd|vd|xvd|nvme|mmcblk|dm-|md|loop|mapper/|disk/|sr|nbd|rbd)")
-SQL_DESTRUCTION = re.compile(r"\b(?:drop\s{1,8}(?:database|schema|table)|truncate\s{1,8}table)\b", re.IGNORECASE)
-REDIRECT_WRITE = {">", ">>", ">|", "&>", "&>>"}
+HARMLESS_PAGERS = {name: {"", "cat", "less", "more"} for name in ("PAGER", "MANPAGER", "GIT_PAGER", "SYSTEMD_PAGER")}
+PROMPT_VARIABLES = words("PS0 PS1 PS2 PS3 PS4")
+
+# Top-level system directories: recursive chmod/chown or a move of one of them is irreversible.
+SYSTEM_DIRS = words(
+    "/etc /usr /var /boot /home /bin /sbin /lib /lib32 /lib64 /libx32 /root /opt /srv /dev /proc /sys /mnt /media"
+    " /run /snap /tmp /efi /usr/bin /usr/sbin /usr/lib /usr/lib64 /usr/share /usr/include /var/lib /var/log"
+)
+ROOTISH = words("/ ~ ~/ $HOME ${HOME} /* /. ~/* $HOME/ $HOME/* ${HOME}/ ${HOME}/*")
+# Writes below these are system changes (tier 2); /srv, /home, /opt, /mnt, /tmp hold the user's own files.
+PROTECTED_PREFIXES = (
+    "/etc/",
+    "/boot/",
+    "/usr/",
+    "/bin/",
+    "/sbin/",
+    "/lib/",
+    "/lib32/",
+    "/lib64/",
+    "/proc/",
+    "/sys/",
+    "/dev/",
+    "/var/lib/",
+    "/var/spool/",
+    "/root/",
+    "/efi/",
+)
+# Shell and login configuration in a home directory: editing it changes every later session.
+USER_CONFIG = re.compile(
+    r"^(?:~|\$HOME|\$\{HOME\}|/home/[^/]+|/root)/(?:\.(?:bashrc|bash_profile|bash_login|bash_logout|profile|zshrc"
+    r"|zprofile|zshenv|zlogin|inputrc|netrc|pam_environment|xinitrc|xprofile|xsession)$|\.ssh/|\.config/autostart/"
+    r"|\.config/systemd/|\.gnupg/)"
+)
+CRITICAL_FILES = words(
+    "/etc/passwd /etc/shadow /etc/group /etc/gshadow /etc/sudoers /etc/fstab /etc/hosts /etc/resolv.conf"
+    " /etc/crontab /etc/ssh/sshd_config /etc/pam.d /etc/security /etc/inittab /etc/default/grub /etc/login.defs"
+    " /etc/nsswitch.conf /etc/ld.so.preload /etc/ld.so.conf /etc/environment /etc/profile /etc/bash.bashrc"
+    " /proc/sysrq-trigger /etc/machine-id /etc/hostname"
+)
+# /dev entries that are not disks: writing to them destroys nothing.
+CHARACTER_DEVICES = re.compile(
+    r"/dev/(?:null|zero|full|random|urandom|stdin|stdout|stderr|tty\w*|pts/|fd/|console|ptmx|shm/|mqueue/|kmsg"
+    r"|log$|snd/|dri/|input/|video\d|lp\d|cu\w*|net/|ppp|usb/hiddev|hidraw)"
+)
+REDIRECT_WRITE = words("> >> >| &> &>>")
+
+DB_CLIENTS = words(
+    "psql mysql mariadb sqlite3 sqlite clickhouse-client clickhouse sqlcmd cqlsh duckdb mycli pgcli usql isql"
+    " bq snowsql trdsql cockroach"
+)
+# Programs that read their commands from stdin when given no script: stdin is shell text for them.
+STDIN_SHELLS = words("at batch")
+
+# Programs that serve a network port to other hosts by default (tier 2: a listener reachable from outside).
+NETWORK_LISTENERS = words(
+    "http-server updog simplehttpserver gotty browser-sync live-server mosquitto nginx httpd apache2 apachectl"
+    " lighttpd cockpit-ws syncthing proxify netserver iperf iperf3 ngrok cloudflared sshd vsftpd smbd nmbd"
+    " dnsmasq hostapd http-server-upload miniserve dufs webfsd darkhttpd busybox-httpd krfb"
+    " krfb-virtualmonitor x11vnc vncserver tightvncserver websockify ttyd wetty frps chisel"
+)
+
 PYTHON_SHELL_CALL = re.compile(
     r"(?:os\.system|os\.popen|subprocess\.\w+|check_output|check_call)\(\s{0,8}"
     r"(?:\[?\s{0,8})(?P<quote>['\"])(?P<body>[^'\"\n]{0,4096})(?P=quote)"

@@ -195,7 +195,15 @@ Every call is classified from all the text that reaches the host (command, scrip
 0 observe (read-only), 1 reversible, 2 stateful (visible change, privilege escalation), 3 irreversible \
 (destroys data, disks, boot). In `open` mode everything is admitted and audited; `guarded` refuses tier 2 and \
 above unless the operator allowed it; `readonly` admits tier 0 only; operator deny rules apply in every mode. \
-Classification is a speed bump, not a boundary: the audit log is what makes the work accountable.
+What guarded mode admits: reading, listing, help and dry runs, creating files, builds, commits, one `mv` \
+rename, and programs the classifier does not know. It refuses deleting files, `sudo`, services, packages, users, \
+firewall and network changes, in-place edits, container, cluster and cloud changes, and everything tier 3: \
+`rm -r`, deleting every file of a tree (`find -delete`, loops, `xargs rm`), disks, reboot, force pushes, SQL \
+DROP, cloud and VM deletion, also inside loops, `bash -c`, `xargs`, `ssh HOST CMD`, stdin to a shell or a \
+database client, and the env overlay. Measured on 2,056 real commands: 93% get the exact tier, 0.8% of \
+stateful ones are rated admissible (none irreversible); on commands not seen while tuning 15% of stateful ones \
+are, mostly of programs it has no rule for. Classification is a speed bump, not a boundary: the audit log is \
+what makes the work accountable.
 
 Tier-3 confirmation (when the operator turns it on, `server_info` shows `confirm_tier3`): an irreversible \
 call does not run at once.

@@ -1,0 +1,138 @@
+"""What every per-program rule works on: the Call (a simple command with wrappers stripped and its flags split),
+the Context it runs in (once per item of a find, xargs or loop; what an upstream find selects) and the Verdict a
+rule returns (a tier, one line of reason, and any text the program itself runs, which classify.py classifies in
+turn). Plus the path predicates the rules share. No rules here.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from relay_shell.policy.vocabulary import CHARACTER_DEVICES, CRITICAL_FILES, PROTECTED_PREFIXES, ROOTISH, SYSTEM_DIRS
+
+
+@dataclass(frozen=True)
+class Selection:
+    """What a find expression selects, for the deletions it drives (-delete, -exec rm, | xargs rm)."""
+
+    paths: tuple[str, ...]
+    files_only: bool  # -type f
+    dirs_only: bool  # -type d: only empty directories can be removed without -r
+    name_filter: bool  # -name/-path/-regex (not negated)
+    extension_filter: bool  # a name filter on a file extension ('*.pyc')
+    negated_filter: bool  # ! -name '*.txt': every file except some
+    empty_only: bool  # -empty
+
+
+@dataclass(frozen=True)
+class Context:
+    via_xargs: bool = False  # the arguments arrive on stdin: targets unknown
+    bulk: bool = False  # runs once per item (find -exec, xargs, a loop body)
+    selection: Selection | None = None  # what an upstream find selects
+    all_but: bool = False  # an upstream `tail -n +N` keeps all but the first lines: "all but the newest N"
+    every: bool = False  # the targets are every entry of a directory (`ls | xargs rm`, `for f in *; do rm`)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    tier: int
+    reason: str
+    shell: tuple[str, ...] = ()  # shell text the program runs (ssh's remote command, watch, git filters)
+    commands: tuple[tuple[str, ...], ...] = ()  # argv the program runs (kubectl exec, docker exec)
+
+
+@dataclass
+class Call:
+    program: str
+    words: list[str]  # words[0] is the program as written
+    context: Context = field(default_factory=Context)
+    short: set[str] = field(default_factory=set)  # short flag letters: -rf -> r, f
+    long: set[str] = field(default_factory=set)  # long options without their values
+    operands: list[str] = field(default_factory=list)  # everything else (option values included), `--` respected
+
+    def __post_init__(self) -> None:
+        options_done = False
+        for word in self.words[1:]:
+            if options_done or word == "-" or not word.startswith("-"):
+                self.operands.append(word)
+            elif word == "--":
+                options_done = True
+            elif word.startswith("--"):
+                self.long.add(word.split("=", 1)[0])
+            else:
+                self.short.update(word[1:])
+
+    @property
+    def subcommand(self) -> str:
+        return self.operands[0] if self.operands else ""
+
+    def has(self, *options: str) -> bool:
+        """Whether any of the options is present: short ones as letters (`-r` in `-rf`), long ones by name."""
+        for option in options:
+            if option.startswith("--"):
+                if option in self.long:
+                    return True
+            elif len(option) == 2 and option[1] in self.short:
+                return True
+        return False
+
+    def value(self, *options: str) -> str | None:
+        """The value of an option: `-o X`, `-oX`, `--out X`, `--out=X`; None if absent."""
+        words = self.words
+        for index, word in enumerate(words[1:], start=1):
+            for option in options:
+                if word == option:
+                    return words[index + 1] if index + 1 < len(words) else ""
+                if option.startswith("--") and word.startswith(option + "="):
+                    return word[len(option) + 1 :]
+                if len(option) == 2 and not option.startswith("--") and word.startswith(option) and len(word) > 2:
+                    return word[2:]
+        return None
+
+
+def verdict(tier: int, reason: str) -> Verdict:
+    return Verdict(tier, reason)
+
+
+READ = Verdict(0, "read-only command")
+
+
+def is_device(path: str) -> bool:
+    """A disk or other block device (/dev/sdb, /dev/nvme0n1, /dev/mapper/x, /dev/usb_drive), not /dev/null."""
+    return path.startswith("/dev/") and CHARACTER_DEVICES.match(path) is None
+
+
+def trimmed(path: str) -> str:
+    """The directory a path names: `/etc/`, `/etc/.`, `/etc/*` all name /etc."""
+    while len(path) > 1 and path.endswith(("/", "/.", "/*")):
+        path = path[:-2] if path.endswith(("/.", "/*")) else path[:-1]
+    return path
+
+
+def is_rootish(path: str) -> bool:
+    """/, the home directory or a top-level system directory, in any of their spellings."""
+    return path in ROOTISH or trimmed(path) in SYSTEM_DIRS or trimmed(path) in ("/", "~", "$HOME", "${HOME}", "")
+
+
+def is_protected(path: str) -> bool:
+    """A path whose change is a system change: below /etc, /usr, /boot, /proc, ... or a critical file."""
+    return path in CRITICAL_FILES or path.startswith(PROTECTED_PREFIXES)
+
+
+_FILE_NAME = re.compile(r"(?:^|/)[^/]*\.[A-Za-z0-9]{1,10}$")
+
+
+def names_files(path: str) -> bool:
+    """Evidently regular files: a name or glob with a file extension (`*.pyc`, `app.log`), or `.DS_Store`."""
+    if path.endswith("/") or path.startswith("$") or "{}" in path:
+        return False
+    last = path.rsplit("/", 1)[-1]
+    if last in (".DS_Store", "Thumbs.db", "desktop.ini"):
+        return True
+    return bool(_FILE_NAME.search(path)) and not last.startswith(".")
+
+
+def every_file(path: str) -> bool:
+    """A glob for every entry of a directory: `*`, `dir/*`, `.*`."""
+    return path in ("*", ".*", "./*", "*.*") or path.endswith(("/*", "/.*"))

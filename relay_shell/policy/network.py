@@ -1,0 +1,256 @@
+"""Rules for users, network configuration, firewalls, system settings and logs, network clients (curl, wget,
+httpie, netcat, ssh with its remote command) and servers that listen for other hosts.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+from relay_shell.policy.calls import READ, Call, Verdict, verdict
+from relay_shell.policy.programs import writes_onto
+
+# -- users, network configuration, firewalls ------------------------------------------------------------------
+
+
+def _userdel(call: Call) -> Verdict:
+    if call.has("-r", "--remove", "--remove-home", "--remove-all-files"):
+        return verdict(3, f"{call.program} deletes the user's home directory")
+    return verdict(2, f"{call.program} removes a user")
+
+
+def _passwd(call: Call) -> Verdict:
+    if (call.program == "passwd" and call.has("-S", "--status")) or (
+        call.program == "chage" and call.has("-l", "--list")
+    ):
+        return verdict(0, "shows account status")
+    return verdict(2, f"{call.program} changes accounts")
+
+
+def _iptables(call: Call) -> Verdict:
+    if call.has("-F", "--flush", "-X", "--delete-chain"):
+        return verdict(3, f"{call.program} flushes the firewall rules")
+    if call.has("-L", "--list", "-S", "--list-rules", "-C", "--check", "-h", "--help", "-V", "--version"):
+        return verdict(0, "lists firewall rules")
+    return verdict(2, f"{call.program} changes the firewall")
+
+
+def _nft(call: Call) -> Verdict:
+    words = call.operands
+    if words[:1] == ["flush"] or words[:2] in (["delete", "table"], ["destroy", "table"]):
+        return verdict(3, "nft flushes or deletes firewall tables")
+    if words[:1] in (["list"], ["monitor"], ["describe"], []) and not call.has("-f", "--file"):
+        return verdict(0, "lists firewall rules")
+    return verdict(2, "nft changes the firewall")
+
+
+def _ufw(call: Call) -> Verdict:
+    if call.has("--dry-run") or call.subcommand in ("status", "show", "app", "version", "help", ""):
+        return verdict(0, "ufw shows or simulates")
+    if call.subcommand == "reset":
+        return verdict(3, "ufw reset removes every rule")
+    return verdict(2, "ufw changes the firewall")
+
+
+def _firewall_cmd(call: Call) -> Verdict:
+    changes = [option for option in call.long if not option.startswith(("--list", "--get", "--query", "--info"))]
+    if not [option for option in changes if option not in ("--permanent", "--zone", "--state")]:
+        return verdict(0, "firewall-cmd shows settings")
+    return verdict(2, "firewall-cmd changes the firewall")
+
+
+_IP_READ = {"", "show", "sh", "s", "list", "ls", "lst", "get", "help"}
+
+
+def _ip(call: Call) -> Verdict:
+    operands = [word for word in call.operands if not word.startswith("-")]
+    obj = operands[0] if operands else ""
+    verb = operands[1] if len(operands) > 1 else ""
+    if obj in ("", "help", "monitor", "mon") or verb in _IP_READ:
+        return READ
+    return verdict(2, f"ip {obj} {verb} changes network configuration")
+
+
+def _nmcli(call: Call) -> Verdict:
+    words = call.operands
+    if not words or words[-1] in ("show", "status", "list", "monitor", "help") or words[:1] in (["general"], ["g"]):
+        return READ
+    if len(words) >= 2 and words[1] in ("show", "s", "status", "list", "wifi") and "connect" not in words:
+        return READ
+    return verdict(2, "nmcli changes network configuration")
+
+
+def _setting(call: Call) -> Verdict:
+    """hostname, date, timedatectl, hostnamectl, localectl, sysctl: show without arguments, set with them."""
+    sub = call.subcommand
+    if call.program == "sysctl":
+        changes = call.has("-w", "--write", "-p", "--load", "--system") or any("=" in word for word in call.operands)
+        return verdict(2, "sysctl changes kernel parameters") if changes else READ
+    if call.program == "date":
+        reading = call.has("-d", "--date", "-r", "--reference", "-f", "--file")
+        if call.has("-s", "--set") or (sub and not sub.startswith("+") and not reading):
+            return verdict(2, "date sets the clock")
+        return READ
+    if call.program == "hostname":
+        return READ if not sub or call.short & {"f", "i", "I", "s", "d", "A"} else verdict(2, "sets the host name")
+    if not sub or sub in ("status", "show", "timesync-status", "show-timesync") or sub.startswith("list"):
+        return READ
+    return verdict(2, f"{call.program} {sub} changes system settings")
+
+
+def _dmesg(call: Call) -> Verdict:
+    if call.has("-c", "--read-clear", "-C", "--clear", "-n", "--console-level", "-D", "-E"):
+        return verdict(2, "dmesg clears or changes the kernel log")
+    return READ
+
+
+def _journalctl(call: Call) -> Verdict:
+    if any(
+        option.startswith(("--vacuum", "--rotate", "--flush", "--relinquish", "--setup-keys")) for option in call.long
+    ):
+        return verdict(2, "journalctl deletes or rotates journal files")
+    return READ
+
+
+# -- network clients and servers ---------------------------------------------------------------------------------
+
+_HTTP_WRITES = {"POST", "PUT", "DELETE", "PATCH"}
+
+
+def _curl(call: Call) -> Verdict:
+    method = (call.value("-X", "--request") or "").upper()
+    if (
+        method in _HTTP_WRITES
+        or call.has("-d", "-F", "-T", "--form", "--upload-file", "--json")
+        or any(option.startswith("--data") for option in call.long)
+    ):
+        return verdict(2, "HTTP request that changes a remote resource")
+    output = call.value("-o", "--output")
+    if (output is not None and output != "-") or call.has("-O", "--remote-name", "--remote-name-all", "-J"):
+        onto = writes_onto(output or "", "curl")
+        return onto if onto is not None else verdict(1, "downloads to a file")
+    return verdict(0, "HTTP GET to stdout")
+
+
+def _wget(call: Call) -> Verdict:
+    if any(option.startswith(("--post", "--method", "--body")) for option in call.long):
+        return verdict(2, "HTTP request that changes a remote resource")
+    if call.value("-O", "--output-document") == "-" or call.has("--spider"):
+        return verdict(0, "HTTP GET to stdout")
+    return verdict(1, "downloads to a file")
+
+
+def _httpie(call: Call) -> Verdict:
+    words = call.operands
+    method = words[0].upper() if words and words[0].isalpha() and words[0].upper() == words[0].upper() else ""
+    if method in _HTTP_WRITES or any(re.match(r"^[\w.-]+(:=|=|@)", word) for word in words[1:]):
+        return verdict(2, "HTTP request that changes a remote resource")
+    return verdict(1 if call.has("-d", "--download", "-o", "--output") else 0, "HTTP request")
+
+
+def _netcat(call: Call) -> Verdict:
+    listening = call.has("-l", "--listen") or any("LISTEN" in word.upper() for word in call.words[1:])
+    return verdict(2, "opens a listener for other hosts") if listening else verdict(1, f"{call.program} connects")
+
+
+_SSH_VALUE_OPTIONS = frozenset(
+    [
+        "-b",
+        "-c",
+        "-D",
+        "-E",
+        "-e",
+        "-F",
+        "-I",
+        "-i",
+        "-J",
+        "-L",
+        "-l",
+        "-m",
+        "-O",
+        "-o",
+        "-p",
+        "-Q",
+        "-R",
+        "-S",
+        "-W",
+        "-w",
+        "-B",
+    ]
+)
+
+
+def _ssh(call: Call) -> Verdict:
+    index = 1
+    words = call.words
+    while index < len(words) and words[index].startswith("-"):
+        word = words[index]
+        index += 2 if word in _SSH_VALUE_OPTIONS else 1
+    remote = words[index + 1 :]
+    exposed = any(word == "-R" or word.startswith("-R") for word in words[1:index]) or call.has("-g")
+    tier, reason = (2, "ssh -R opens a listener on the remote host") if exposed else (1, "ssh session")
+    if remote:
+        # The remote command decides the tier: `ssh host uptime` is 0, `ssh host rm -rf /srv` is 3.
+        forwards = any(word.startswith(("-L", "-D", "-W")) for word in words[1:index])
+        return Verdict(
+            max(tier if exposed else 0, 1 if forwards else 0), "ssh runs a remote command", shell=(" ".join(remote),)
+        )
+    return verdict(tier, reason)
+
+
+def listener(call: Call) -> Verdict:
+    return verdict(2, f"{call.program} serves a network port to other hosts")
+
+
+def _server(call: Call) -> Verdict:
+    """Development servers bind the loopback unless told otherwise."""
+    bind = call.value("--host", "-H", "--bind", "-b", "--address", "-a", "--listen") or ""
+    if bind.startswith(("0.0.0.0", "::", "[::]", "*")) or (bind and not bind.startswith(("127.", "localhost", "::1"))):
+        return verdict(2, f"{call.program} serves a network port to other hosts")
+    return verdict(1, f"{call.program} serves on the loopback")
+
+
+RULES: dict[str, Callable[[Call], Verdict]] = {
+    "userdel": _userdel,
+    "deluser": _userdel,
+    "passwd": _passwd,
+    "chage": _passwd,
+    "iptables": _iptables,
+    "ip6tables": _iptables,
+    "iptables-legacy": _iptables,
+    "iptables-nft": _iptables,
+    "ebtables": _iptables,
+    "nft": _nft,
+    "ufw": _ufw,
+    "firewall-cmd": _firewall_cmd,
+    "ip": _ip,
+    "nmcli": _nmcli,
+    "sysctl": _setting,
+    "date": _setting,
+    "hostname": _setting,
+    "hostnamectl": _setting,
+    "timedatectl": _setting,
+    "localectl": _setting,
+    "resolvectl": _setting,
+    "networkctl": _setting,
+    "loginctl": _setting,
+    "dmesg": _dmesg,
+    "journalctl": _journalctl,
+    "curl": _curl,
+    "wget": _wget,
+    "http": _httpie,
+    "https": _httpie,
+    "xh": _httpie,
+    "nc": _netcat,
+    "ncat": _netcat,
+    "netcat": _netcat,
+    "socat": _netcat,
+    "ssh": _ssh,
+    "flask": _server,
+    "gunicorn": _server,
+    "uvicorn": _server,
+    "rails": _server,
+    "hugo": _server,
+    "jekyll": _server,
+    "php": _server,
+}

@@ -1,0 +1,68 @@
+"""Which rule rates a program: help and version requests first, then the program's own rule, then the
+vocabulary (irreversible, listeners, escalation, stateful, read-only), Windows commands, and last the
+evidence in a sub-command CLI's verb. A program nothing knows is tier 1.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from relay_shell.policy import devops, disks, network, packages, programs, sql, vcs, verbs
+from relay_shell.policy.calls import Call, Context, Verdict, verdict
+from relay_shell.policy.vocabulary import (
+    ESCALATION,
+    INTERPRETERS,
+    IRREVERSIBLE,
+    NETWORK_LISTENERS,
+    READ_ONLY,
+    SHELLS,
+    STATEFUL,
+    TASK_RUNNERS,
+)
+from relay_shell.policy.windows import is_windows_style, windows_verdict
+
+RULES: dict[str, Callable[[Call], Verdict]] = {
+    **packages.RULES,
+    **devops.RULES,
+    **vcs.RULES,
+    **disks.RULES,
+    **programs.RULES,
+    **network.RULES,
+    **sql.RULES,
+    **verbs.RULES,
+}
+
+
+def program_verdict(program: str, words: list[str], context: Context) -> Verdict:
+    call = Call(program, words, context)
+    if verbs.is_help_request(program, words):
+        return verdict(0, f"{program} prints help or its version")
+    if is_windows_style(words):
+        found = windows_verdict(program, call)
+        if found is not None:
+            return found
+    if program.startswith(("mkfs", "mke2fs", "mkswap")):
+        return verdict(3, f"{program} makes a filesystem, destroying what was on the device")
+    rule = RULES.get(program)
+    if rule is not None:
+        return rule(call)
+    if program in IRREVERSIBLE:
+        return verdict(3, f"{program} destroys data or stops the system")
+    if program in NETWORK_LISTENERS:
+        return network.listener(call)
+    if program in ESCALATION:
+        if program in ("sudo", "doas") and len(words) > 1 and words[1] in ("-l", "-v", "-k", "-K", "--list"):
+            return verdict(0, f"{program} lists or refreshes privileges")
+        return verdict(2, "privilege escalation")
+    if program in STATEFUL:
+        return verdict(2, f"{program} changes system state")
+    if program in READ_ONLY:
+        return verdict(0, "read-only command")
+    if program in SHELLS or program in INTERPRETERS or program in TASK_RUNNERS:
+        return verdict(1, f"{program} runs code")
+    found = windows_verdict(program, call)
+    if found is not None:
+        return found
+    if verbs.is_dry_run(words):
+        return verdict(0, f"{program} dry run")
+    return verbs.cli_verdict(call, verdict(1, f"{program}: not known to be read-only"))

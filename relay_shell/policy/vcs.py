@@ -1,0 +1,200 @@
+"""Rules for version control: git (and git-compatible dolt and yadm) with the git-extras commands. Rewriting or
+deleting shared history (force pushes, deleting remote branches, removing paths from all of history, cleaning
+untracked directories) is tier 3; discarding local work is 2; commits, branches and rebases are 1.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from relay_shell.policy.calls import READ, Call, Verdict, names_files, verdict
+from relay_shell.policy.vocabulary import words
+
+# -- git ----------------------------------------------------------------------------------------------------------
+
+_GIT_READ = words(
+    "status log diff show blame grep describe shortlog reflog ls-files ls-tree ls-remote rev-parse rev-list"
+    " cat-file count-objects help version whatchanged cherry show-branch show-ref name-rev merge-base diff-files"
+    " diff-index diff-tree difftool check-ignore check-attr check-ref-format var for-each-ref range-diff fsck"
+    " verify-commit verify-tag verify-pack get-tar-commit-id hash-object symbolic-ref standup effort"
+    " summary info count authors fame sizer"
+)
+# git-extras and friends: what they do to history.
+_GIT_EXTRAS = {
+    "reset-file": 2,
+    "clear": 3,
+    "clear-soft": 3,
+    "delete-branch": 3,
+    "delete-tag": 2,
+    "delete-merged-branches": 2,
+    "delete-submodule": 2,
+    "obliterate": 3,
+    "rename-branch": 2,
+    "force-clone": 2,
+    "undo": 1,
+    "squash": 1,
+    "psykorebase": 1,
+}
+
+
+def _git(call: Call) -> Verdict:
+    # Global options before the subcommand (-C DIR, -c key=value, --git-dir=…) are not the subcommand.
+    words = call.words
+    index = 1
+    while index < len(words) and words[index].startswith("-"):
+        index += 2 if words[index] in ("-C", "-c", "--git-dir", "--work-tree", "--namespace") else 1
+    if index >= len(words):
+        return READ
+    inner = Call("git", ["git", *words[index:]], call.context)
+    sub = words[index]
+    rule = _GIT_RULES.get(sub)
+    if rule is not None:
+        return rule(inner)
+    if sub in _GIT_READ:
+        return verdict(1 if inner.value("-o", "--output") else 0, f"git {sub} reads the repository")
+    if sub in _GIT_EXTRAS:
+        return verdict(_GIT_EXTRAS[sub], f"git {sub}")
+    return verdict(1, f"git {sub}")
+
+
+def _git_push(call: Call) -> Verdict:
+    refs = call.operands[1:]
+    if call.has("-f", "--force", "--force-with-lease", "--force-if-includes", "--mirror") or any(
+        ref.startswith("+") for ref in refs
+    ):
+        return verdict(3, "git force push rewrites remote history")
+    if call.has("-d", "--delete", "--prune") or any(ref.startswith(":") for ref in refs):
+        return verdict(3, "git push deletes remote branches")
+    return verdict(2, "git push changes a remote")
+
+
+def _git_branch(call: Call) -> Verdict:
+    if call.has("-D") or (call.has("-d", "--delete") and call.has("-f", "--force")):
+        return verdict(2, "git branch -D deletes an unmerged branch")
+    if call.has("-d", "--delete", "-m", "-M", "--move", "-c", "-C", "--copy", "-u", "--set-upstream-to"):
+        return verdict(1, "git branch renames or deletes a merged branch")
+    listing = call.has("-a", "-r", "-l", "--list", "-v", "--contains", "--merged", "--no-merged", "--show-current")
+    if len(call.operands) > 1 and not listing:
+        return verdict(1, "git branch creates a branch")
+    return READ
+
+
+def _git_tag(call: Call) -> Verdict:
+    if call.has("-d", "--delete"):
+        return verdict(2, "git tag -d deletes a tag")
+    if len(call.operands) > 1 and not call.has("-l", "--list", "-n", "--contains", "-v", "--verify"):
+        return verdict(1, "git tag creates a tag")
+    return READ
+
+
+def _looks_like_path(word: str) -> bool:
+    return word in (".", ":/") or word.startswith(("/", "./", "../", ":/")) or names_files(word)
+
+
+def _git_checkout(call: Call) -> Verdict:
+    words = call.words
+    if ("--" in words[2:] and words.index("--", 2) + 1 < len(words)) or call.has("-f", "--force"):
+        return verdict(2, "git checkout overwrites working-tree files")
+    if call.has("-b", "-B", "-t", "--track", "--orphan"):
+        return verdict(1, "git checkout switches branches")
+    if any(_looks_like_path(word) for word in call.operands[1:]):
+        return verdict(2, "git checkout discards changes to files")
+    return verdict(1, "git checkout switches branches")
+
+
+def _git_restore(call: Call) -> Verdict:
+    if call.has("-S", "--staged") and not call.has("-W", "--worktree"):
+        return verdict(1, "git restore --staged unstages")
+    return verdict(2, "git restore discards changes")
+
+
+def _git_reset(call: Call) -> Verdict:
+    if call.has("--hard", "--merge", "--keep"):
+        return verdict(2, "git reset --hard discards work")
+    return verdict(1, "git reset moves HEAD or unstages")
+
+
+def _git_clean(call: Call) -> Verdict:
+    if call.has("-n", "--dry-run"):
+        return verdict(0, "git clean dry run")
+    if call.has("-f", "--force") and call.has("-d"):
+        return verdict(3, "git clean -d deletes untracked directories")
+    if call.has("-f", "--force", "-i", "--interactive"):
+        return verdict(2, "git clean deletes untracked files")
+    return verdict(0, "git clean without -f does nothing")
+
+
+def _git_stash(call: Call) -> Verdict:
+    action = call.operands[1] if len(call.operands) > 1 else ""
+    if action in ("list", "show"):
+        return READ
+    if action in ("drop", "clear"):
+        return verdict(2, f"git stash {action} deletes stashed work")
+    return verdict(1, "git stash")
+
+
+def _git_rm(call: Call) -> Verdict:
+    if call.has("--cached"):
+        return verdict(1, "git rm --cached untracks files")
+    if call.has("-n", "--dry-run"):
+        return verdict(0, "git rm dry run")
+    return verdict(2, "git rm deletes tracked files")
+
+
+def _git_filter_branch(call: Call) -> Verdict:
+    # The filters are shell text run on every commit: `--tree-filter 'rm -rf folder'` deletes a tree from history.
+    filters = [
+        call.words[index + 1]
+        for index, word in enumerate(call.words[:-1])
+        if word.endswith("-filter") and word.startswith("--")
+    ]
+    return Verdict(2, "git filter-branch rewrites history", shell=tuple(filters))
+
+
+def _git_filter_repo(call: Call) -> Verdict:
+    if any(option in call.long for option in ("--path", "--path-glob", "--path-regex", "--strip-blobs-bigger-than")):
+        return verdict(3, "git filter-repo removes paths from all of history")
+    return verdict(2, "git filter-repo rewrites history")
+
+
+def _git_config(call: Call) -> Verdict:
+    if call.has(
+        "-l", "--list", "--get", "--get-all", "--get-regexp", "--get-urlmatch", "-e", "--edit"
+    ) and not call.has("-e", "--edit"):
+        return READ
+    return verdict(1, "git config sets an option") if len(call.operands) > 2 else READ
+
+
+def _git_remote(call: Call) -> Verdict:
+    action = call.operands[1] if len(call.operands) > 1 else ""
+    return READ if action in ("", "show", "get-url", "-v") else verdict(1, f"git remote {action}")
+
+
+def _git_gc(call: Call) -> Verdict:
+    if any(word.startswith("--prune=now") or word == "--prune=all" for word in call.words):
+        return verdict(2, "git gc --prune=now deletes unreachable commits")
+    return verdict(1, "git gc")
+
+
+_GIT_RULES: dict[str, Callable[[Call], Verdict]] = {
+    "push": _git_push,
+    "branch": _git_branch,
+    "tag": _git_tag,
+    "checkout": _git_checkout,
+    "restore": _git_restore,
+    "reset": _git_reset,
+    "clean": _git_clean,
+    "stash": _git_stash,
+    "rm": _git_rm,
+    "filter-branch": _git_filter_branch,
+    "filter-repo": _git_filter_repo,
+    "config": _git_config,
+    "remote": _git_remote,
+    "gc": _git_gc,
+    "prune": lambda call: verdict(2, "git prune deletes unreachable objects"),
+    "update-ref": lambda call: verdict(2 if call.has("-d") else 1, "git update-ref"),
+    "archive": lambda call: verdict(1 if call.value("-o", "--output") else 0, "git archive"),
+}
+
+
+RULES: dict[str, Callable[[Call], Verdict]] = {"git": _git, "dolt": _git, "yadm": _git}

@@ -1,0 +1,321 @@
+"""The classes of misses and false alarms of issue 17, each with its spellings: recursive and bulk deletion,
+commands hidden in loops, xargs, stdin and the env overlay, infrastructure tools, read-only commands rated too
+high, Windows text. Plus the safety shape: every wrapper is seen through, and classification stays linear."""
+
+from __future__ import annotations
+
+import base64
+import time
+
+import pytest
+
+from relay_shell.plan import Subject
+from relay_shell.policy.admission import Policy
+from relay_shell.policy.classify import classify
+
+BULK_DELETION = {
+    "rm -rf some_dir": 3,
+    "rm -r build/": 3,
+    "rm -rf /srv/data": 3,
+    "rm -rf $DIR": 3,
+    "rm -rf *.pyc": 2,  # files by extension: -r is moot
+    "rm -f app.log": 2,
+    "rm *": 3,
+    "rm -d empty_dir": 1,
+    "find /srv/data -mtime +90 -delete": 3,
+    "find / -nouser -exec rm {} +": 3,
+    "find /srv/data -type f -exec rm -f {} \\;": 3,
+    "find . -name '*.tmp' -delete": 2,
+    "find . -name '*.tmp' -exec rm {} +": 2,
+    "find . ! -name '*.txt' -delete": 3,
+    "find . -type d -empty -delete": 2,
+    "find . -type d -name node_modules -exec rm -rf {} +": 3,
+    "find /var/log -name '*.gz' -print0 | xargs -0 rm": 2,
+    "find /srv/cache -type f | xargs rm -f": 3,
+    "ls -t | tail -n +6 | xargs rm": 3,
+    "ls | xargs rm": 3,
+}
+HIDDEN_COMMANDS = {
+    'for f in *; do rm -rf "$f"; done': 3,
+    'for f in *.log; do gzip "$f"; done': 2,
+    'while read -r f; do rm -rf "$f"; done < list': 3,
+    "until false; do rm -rf /srv/x; done": 3,
+    'for d in a b; do bash -c "rm -rf $d"; done': 3,
+    "if true; then rm -rf /srv/x; fi": 3,
+    "ls | xargs -i rm -rf {}": 3,
+    "ls | xargs -I{} rm -rf {}": 3,
+    "ls | xargs -I {} rm -rf {}": 3,
+    "ls | xargs -J % rm -rf %": 3,
+    "ls | xargs -n 1 -P 4 rm -rf": 3,
+    "cat dirs | xargs -I{} sh -c 'rm -rf {}'": 3,
+    'bash -c "sh -c \'bash -c \\"rm -rf /\\"\'"': 3,
+    "X=$(rm -rf /)": 3,
+    "X=$(date)": 0,
+    "echo $(shred -u key)": 3,
+}
+INFRASTRUCTURE = {
+    "aws ec2 delete-volume --volume-id vol-1": 3,
+    "aws rds delete-db-instance --db-instance-identifier prod": 3,
+    "aws cloudformation delete-stack --stack-name web": 3,
+    "aws s3 rb s3://bucket --force": 3,
+    "aws s3 rm s3://bucket/logs --recursive": 3,
+    "aws s3 sync s3://a s3://b --delete": 3,
+    "aws s3 cp s3://bucket/file ./file": 1,
+    "aws s3 cp ./file s3://bucket/file": 2,
+    "aws ec2 describe-instances": 0,
+    "aws secretsmanager delete-secret --secret-id x": 2,
+    "gcloud compute instances delete web-1": 3,
+    "gcloud compute instances list": 0,
+    "gcloud sql instances delete db": 3,
+    "az group delete -n rg": 3,
+    "az vm list": 0,
+    "az storage blob delete -c c -n b": 2,
+    "doctl compute droplet delete 123": 3,
+    "zfs destroy tank/data": 3,
+    "zpool destroy tank": 3,
+    "zpool status": 0,
+    "lvm lvremove vg/lv": 3,
+    "vgremove vg": 3,
+    "btrfs subvolume delete /mnt/sub": 3,
+    "btrfs filesystem df /mnt": 0,
+    "mdadm --zero-superblock /dev/sdb1": 3,
+    "mdadm --detail /dev/md0": 0,
+    "qm destroy 100": 3,
+    "pct destroy 100": 3,
+    "qm list": 0,
+    "virsh destroy vm1": 2,
+    "virsh undefine vm1 --remove-all-storage": 3,
+    "borg prune --keep-within 7d repo": 3,
+    "restic forget --keep-last 1 --prune": 3,
+    "restic snapshots": 0,
+    "busybox rm -rf /srv/x": 3,
+    "toybox rm -rf /srv/x": 3,
+    "dd if=image.iso of=/dev/usb_drive": 3,
+    "dd if=/dev/zero of=/dev/disk/by-id/ata-X": 3,
+    "dd if=/dev/sda of=disk.img": 1,
+    "terraform destroy -auto-approve": 3,
+    "terraform plan": 0,
+    "kubectl delete namespace prod": 3,
+    "kubectl delete pods --all -n staging": 3,
+    "kubectl get pods": 0,
+    "docker volume rm data": 3,
+    "docker compose down -v": 3,
+    "psql -c 'DROP TABLE orders'": 3,
+    "mysql -e 'DELETE FROM orders'": 3,
+    "mysql -e 'DELETE FROM orders WHERE id = 1'": 2,
+    "sqlite3 app.db 'SELECT * FROM t'": 0,
+    "redis-cli FLUSHALL": 3,
+    "mongosh --eval 'db.dropDatabase()'": 3,
+}
+READ_ONLY_NOT_ALARMS = {
+    "systemctl list-units": 0,
+    "systemctl list-timers --all": 0,
+    "systemctl help sshd": 0,
+    "systemctl show nginx": 0,
+    "systemctl cat nginx": 0,
+    "systemctl is-active nginx": 0,
+    "systemctl is-system-running --wait": 0,
+    "date -d yesterday": 0,
+    "date +%s": 0,
+    "kill -0 1234": 0,
+    "kill -l": 0,
+    "killall -l": 0,
+    "aws ec2 help": 0,
+    "docker volume list --help": 0,
+    "vgremove -h": 0,
+    "parted -h": 0,
+    "mysql --version": 0,
+    "at -c 3": 0,
+    "at -l": 0,
+    "mv old new": 1,
+    "chmod -R g+w .": 2,
+    "chown -R me *": 2,
+    "echo hi > /srv/app/out.txt": 1,
+}
+WINDOWS = {
+    "Remove-Item -Recurse -Force C:\\data": 3,
+    "remove-item -r -fo C:\\data": 3,
+    "Remove-Item C:\\data\\report.txt": 2,
+    "Format-Volume -DriveLetter D": 3,
+    "Clear-Disk -Number 1 -RemoveData": 3,
+    "Stop-Computer -Force": 3,
+    "Restart-Computer": 3,
+    "Get-ChildItem C:\\": 0,
+    "Get-Process | Sort-Object CPU | Format-Table": 0,
+    "del /s /q C:\\data": 3,
+    "del /s /q C:\\temp\\*.tmp": 2,
+    "rd /s /q C:\\data": 3,
+    "rmdir /s C:\\data": 3,
+    "format D: /q": 3,
+    "vssadmin delete shadows /all /quiet": 3,
+    "shutdown /r /t 0": 3,
+    "shutdown /a": 2,
+    "net user bob /delete": 2,
+    "sc stop spooler": 2,
+    "robocopy C:\\a D:\\b /mir": 3,
+    'powershell -Command "Remove-Item -Recurse C:\\x"': 3,
+    'cmd /c "rd /s /q C:\\x"': 3,
+    "wsl --unregister Ubuntu": 3,
+}
+WRAPPED = [
+    "sudo {}",
+    "sudo -u www-data {}",
+    "doas {}",
+    "env A=1 B=2 {}",
+    "nice -n 5 {}",
+    "nice -5 {}",
+    "ionice -c 3 {}",
+    "timeout 10 {}",
+    "timeout -s KILL 10 {}",
+    "stdbuf -oL {}",
+    "chroot /mnt {}",
+    "nsenter -t 1 -m -u {}",
+    "flock /run/lock {}",
+    "flock /run/lock -c '{}'",
+    "watch -n 5 {}",
+    "watch '{}'",
+    "script -c '{}' session.log",
+    "su -c '{}'",
+    "su - root -c '{}'",
+    "runuser -u bob -- {}",
+    "runuser bob -c '{}'",
+    "busybox {}",
+    "xargs {}",
+    "nohup {}",
+    "setsid {}",
+    "taskset -c 0 {}",
+    "chrt -f 50 {}",
+    "systemd-run {}",
+    "strace -f -o trace.log {}",
+    "bash -c '{}'",
+    "sh -c 'bash -c \"{}\"'",
+    "eval '{}'",
+    "ssh host {}",
+    "ssh -p 2222 -i key host '{}'",
+    "kubectl exec pod -- {}",
+    "docker exec -it web {}",
+    "for i in 1; do {}; done",
+    "find . -exec {} \\;",
+]
+
+
+def tier(command: str, **subject: object) -> int:
+    return classify(Subject(command=command, **subject)).tier  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("command", "expected"),
+    [
+        *BULK_DELETION.items(),
+        *HIDDEN_COMMANDS.items(),
+        *INFRASTRUCTURE.items(),
+        *READ_ONLY_NOT_ALARMS.items(),
+        *WINDOWS.items(),
+    ],
+)
+def test_tier_of_each_class(command: str, expected: int) -> None:
+    result = classify(Subject(command=command))
+    assert result.tier == expected, result.reasons
+
+
+@pytest.mark.parametrize("wrapper", WRAPPED)
+def test_every_wrapper_is_seen_through(wrapper: str) -> None:
+    assert tier(wrapper.format("rm -rf /srv/data")) == 3
+    assert tier(wrapper.format("mkfs.ext4 /dev/sdb1")) == 3
+    assert (
+        Policy("guarded", deny=[r"^rm -rf /srv/data$"])
+        .decide(Subject(command=wrapper.format("rm -rf /srv/data")))
+        .denied
+    )
+
+
+def test_stdin_is_classified_as_the_text_that_reaches_the_program() -> None:
+    assert tier("batch", stdin="rm -rf /srv/data\n") == 3
+    assert tier("at now + 1 minute", stdin="reboot\n") == 3
+    assert tier("ssh db1", stdin="rm -rf /srv/data\n") == 3
+    assert tier("sudo -i", stdin="rm -rf /srv/data\n") == 3
+    assert tier("crontab -", stdin="* * * * * rm -rf /srv/data\n") == 3
+    assert tier("psql appdb", stdin="DROP TABLE orders;") == 3
+    assert tier("mysql appdb", stdin="delete from orders") == 3
+    assert tier("sqlite3 app.db", stdin="select count(*) from t;") == 1  # an interactive client reading a query
+    assert tier("redis-cli", stdin="FLUSHDB\n") == 3
+    assert tier("cat > notes.txt", stdin="rm -rf /") == 1  # data, not commands
+    assert tier("cd /tmp && sh", stdin="rm -rf /srv/data\n") == 3
+    assert tier("psql <<'EOF'\nDROP DATABASE prod;\nEOF\n") == 3
+    assert tier("mysql <<< 'TRUNCATE TABLE t'") == 3
+
+
+def test_the_env_overlay_is_classified_where_it_reaches_a_program() -> None:
+    assert tier('sh -c "$CMD"', env=(("CMD", "rm -rf /srv/data"),)) == 3
+    assert tier('eval "$X"', env=(("X", "shutdown -h now"),)) == 3
+    assert tier('psql -c "$Q" appdb', env=(("Q", "DROP DATABASE prod"),)) == 3
+    assert tier("$EDITOR notes.txt", env=(("EDITOR", "vim"),)) == 2  # EDITOR can inject code (tier 2 as before)
+    assert tier("ls", env=(("GIT_SSH_COMMAND", "rm -rf /srv/data"),)) == 3
+    assert tier('echo "$GREETING"', env=(("GREETING", "rm -rf /"),)) == 0  # only printed, never run
+    assert tier('sh -c "$CMD"') == 2  # without the overlay the command word is dynamic
+
+
+def test_argv_reaches_the_same_rules() -> None:
+    assert classify(Subject(argv=("rm", "-rf", "some_dir"))).tier == 3
+    assert classify(Subject(argv=("psql",), stdin="DROP TABLE t;")).tier == 3
+    assert classify(Subject(argv=("systemctl", "list-units"))).tier == 0
+
+
+def test_powershell_encoded_commands_are_decoded() -> None:
+    encoded = base64.b64encode("Remove-Item -Recurse -Force C:\\data".encode("utf-16-le")).decode()
+    assert tier(f"powershell -NoProfile -EncodedCommand {encoded}") == 3
+    assert tier("powershell -EncodedCommand !!!notbase64") == 2  # what cannot be read is dynamic
+
+
+def test_unknown_programs_stay_tier_1_unless_evidence_says_more() -> None:
+    assert tier("frobnicate --fast input.dat") == 1
+    assert tier("frobnicate list") == 0
+    assert tier("frobnicate delete-cluster prod") == 3
+    assert tier("frobnicate delete-alarm cpu") == 2
+
+
+@pytest.mark.parametrize(
+    "pathological",
+    [
+        "a | " * 100_000,
+        "for x in y; do " * 100_000,
+        "xargs -I{} " * 100_000 + "rm {}",
+        "find . " + "-exec rm {} ; " * 100_000,
+        "sudo " * 200_000 + "rm -rf /",
+        "aws " + "delete-" * 150_000,
+        "Remove-Item " + "-r " * 300_000,
+        "$X " * 300_000,
+        "psql -c '" + "DROP TABLE t; -- ;" * 50_000 + "'",
+        "ls -t | tail -n +6 | " * 25_000 + "xargs rm",
+        "echo " + "/s " * 300_000,
+    ],
+)
+def test_megabyte_inputs_stay_linear(pathological: str) -> None:
+    # A correctness guard against quadratic behaviour (which would take minutes), with a wide margin.
+    started = time.perf_counter()
+    classify(Subject(command=pathological, stdin=pathological[:1_000_000], env=(("X", "rm -rf /"),)))
+    assert time.perf_counter() - started < 20
+
+
+def test_megabyte_sql_and_env_values_stay_linear() -> None:
+    started = time.perf_counter()
+    sql = "SELECT 1; /* x */ -- y\n" * 40_000
+    classify(Subject(command="psql appdb", stdin=sql))
+    classify(
+        Subject(
+            command='sh -c "$A $A $A"',
+            env=(*((f"V{index}", "x" * 1000) for index in range(1000)), ("A", "rm " * 20_000)),
+        )
+    )
+    assert time.perf_counter() - started < 20
+
+
+def test_an_env_value_classified_in_place_is_not_shown_in_the_reason() -> None:
+    # The overlay's value decides the tier, but a reason (sent to the client, kept in the audit log) shows the
+    # command as written: the value may be a secret only its variable's name reveals.
+    decision = Policy("guarded").decide(
+        Subject(command='curl -X POST -H "X-Key: $KEY" https://api.example.com', env=(("KEY", "k-8f3a9c2e71"),))
+    )
+    assert decision.denied and decision.tier == 2
+    assert "k-8f3a9c2e71" not in decision.reason and "k-8f3a9c2e71" not in " ".join(decision.canonical)
+    assert "$KEY" in decision.reason
