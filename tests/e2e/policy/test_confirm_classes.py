@@ -44,4 +44,5 @@ async def test_tier_3_asks_for_confirmation_and_a_single_rm_does_not(tmp_path: P
     assert not single.exists()
     records = read_records(audit_path)
     assert sum(1 for record in records if record.get("outcome") == "confirm_required") == len(asks)
-    assert [record["tier"] for record in records if record["tool"] == "shell_exec" and record.get("outcome") == "ok"] == [2]
+    ran = [record for record in records if record["tool"] == "shell_exec" and record.get("outcome") == "ok"]
+    assert [record["tier"] for record in ran] == [2]
