@@ -18,7 +18,12 @@ MAX_TAIL_LINES = 1000
 
 
 def server_state(
-    settings: Settings, audit_log: AuditLog, metrics_port: int | None, open_sessions: int, ssh_connections: int
+    settings: Settings,
+    audit_log: AuditLog,
+    metrics_port: int | None,
+    open_sessions: int,
+    ssh_connections: int,
+    containment: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     return {
         "version": __version__,
@@ -56,6 +61,7 @@ def server_state(
             "transcripts": str(settings.record_dir) if settings.record_dir else None,
         },
         "metrics": {"listen_port": metrics_port},
+        "containment": containment,
         "ssh": {
             "ssh_config": str(settings.ssh_config) if settings.ssh_config else None,
             "inventory": str(settings.inventory) if settings.inventory else None,
@@ -75,10 +81,15 @@ def server_state(
 
 
 def prepare_server_info(
-    settings: Settings, audit_log: AuditLog, metrics_port: int | None, open_sessions: int, ssh_connections: int
+    settings: Settings,
+    audit_log: AuditLog,
+    metrics_port: int | None,
+    open_sessions: int,
+    ssh_connections: int,
+    containment: dict[str, Any] | None = None,
 ) -> Plan:
     async def execute(progress: ProgressFn) -> Execution:
-        state = server_state(settings, audit_log, metrics_port, open_sessions, ssh_connections)
+        state = server_state(settings, audit_log, metrics_port, open_sessions, ssh_connections, containment)
         return _text_execution(settings, state, {"info": state})
 
     return Plan(subject=Subject(fixed_tier=0), execute=execute)

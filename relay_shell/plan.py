@@ -72,6 +72,9 @@ class Plan:
     progress_total: int | None = None
     progress_unit: str = "bytes of output"
     session_id: str | None = None  # the PTY session the call acts on, for the audit record
+    # The call's id, set by the runner before execute: an executor names its containment unit after it (the
+    # RELAY_SHELL_UNIT marker, the cgroup), so a process can be traced to its call, after a restart too.
+    call_id: str | None = None
     # Replaces the call's arguments in the audit record (input typed at a password prompt); when set, a
     # refusal's reason is withheld from the record too, since it may quote the input.
     recorded_arguments: dict[str, Any] | None = None

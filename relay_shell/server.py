@@ -24,11 +24,12 @@ from relay_shell.audit.log import AuditLog
 from relay_shell.auth.setup import server_auth
 from relay_shell.config import Settings
 from relay_shell.confirm.elicitation import InputRequired
+from relay_shell.containment.units import Containment, scope_of, start_containment
 from relay_shell.identity import connected
 from relay_shell.metrics import Metrics
 from relay_shell.policy.admission import Policy
 from relay_shell.runner import Runner, schema_defaults
-from relay_shell.sessions.registry import Session, SessionRegistry
+from relay_shell.sessions.registry import SHUTDOWN_GRACE, Session, SessionRegistry
 from relay_shell.ssh.access import SshAccess
 from relay_shell.ssh.forwards.registry import ForwardRegistry, end_fields
 from relay_shell.surface.build import SCHEMA_CACHE
@@ -48,14 +49,17 @@ class Assembly:
     metrics: Metrics
     sessions: SessionRegistry
     ssh: SshAccess
+    containment: Containment
     metrics_port: int | None = None
 
     async def shutdown(self) -> None:
-        """Close every session (local and remote), then every SSH connection."""
+        """Close every session (local and remote), then every SSH connection, then end what the calls left
+        running (background jobs, whatever escaped): nothing the server started outlives it."""
         with anyio.CancelScope(shield=True):
             await self.sessions.close_all("server stopped")
             with anyio.move_on_after(2.0):
                 await self.ssh.close()
+            await self.containment.shutdown(min(SHUTDOWN_GRACE, self.runner.settings.kill_grace))
 
 
 def build_server(
@@ -63,7 +67,10 @@ def build_server(
     audit_log: AuditLog,
     token_verifier: TokenVerifier | None = None,
     oauth: OAuthProvider | None = None,
+    containment: Containment | None = None,
 ) -> Assembly:
+    if containment is None:  # raises ContainmentUnavailable when RELAY_SHELL_CONTAINMENT cannot be had
+        containment = start_containment(settings.containment, scope_of(settings.audit_path))
     # Metrics are collected when something can read them: the stdio listener or the HTTP transport's /metrics.
     metrics = Metrics(enabled=bool(settings.metrics_addr) or settings.transport == "http")
     policy = Policy(settings.policy_mode, settings.deny_patterns, settings.allow_patterns)
@@ -94,6 +101,7 @@ def build_server(
         kill_grace=settings.kill_grace,
         on_end=session_ended,
         connected=connected,
+        containment=containment,
     )
     metrics.sessions_open.set_function(lambda: len(sessions.sessions))  # read at scrape time
     forwards = ForwardRegistry(
@@ -106,10 +114,12 @@ def build_server(
     metrics.ssh_connections_open.set_function(ssh.connections)
     assembly: Assembly
     tools = [
-        *local_tools(runner),
+        *local_tools(runner, containment),
         *session_tools(runner, sessions),
         *ssh_tools(runner, sessions, ssh),
-        *diag_tools(runner, lambda: assembly.metrics_port, lambda: len(sessions.sessions), ssh.connections),
+        *diag_tools(
+            runner, lambda: assembly.metrics_port, lambda: len(sessions.sessions), ssh.connections, containment.status
+        ),
     ]
     SCHEMA_CACHE.save()
     runner.known_tools = {tool.name for tool in tools}
@@ -134,7 +144,7 @@ def build_server(
     gate.mcp = mcp
     register_context(mcp, runner, ssh)
     prompts.register(mcp)
-    assembly = Assembly(mcp=mcp, runner=runner, metrics=metrics, sessions=sessions, ssh=ssh)
+    assembly = Assembly(mcp=mcp, runner=runner, metrics=metrics, sessions=sessions, ssh=ssh, containment=containment)
     return assembly
 
 

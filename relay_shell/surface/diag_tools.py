@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Annotated
+from typing import Annotated, Any
 
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.tools import Tool
@@ -23,6 +23,7 @@ def diag_tools(
     metrics_port: Callable[[], int | None],
     open_sessions: Callable[[], int],
     ssh_connections: Callable[[], int],
+    containment: Callable[[], dict[str, Any]] | None = None,
 ) -> list[Tool]:
     settings = runner.settings
     audit_log = runner.audit_log
@@ -30,11 +31,19 @@ def diag_tools(
     async def server_info(ctx: Context) -> Annotated[CallToolResult, ServerInfoResult]:
         """Describe this server: version, transport, policy mode, effective limits (default and maximum
         output, maximum timeout), audit log path and health, terminal sessions (open, limits), metrics
-        listener. Call it once before work to learn what the policy will admit."""
+        listener, process containment (cgroup or subreaper and why, background jobs still running). Call it
+        once before work to learn what the policy will admit."""
         return await runner.run(
             ctx.request_context,
             "server_info",
-            lambda: prepare_server_info(settings, audit_log, metrics_port(), open_sessions(), ssh_connections()),
+            lambda: prepare_server_info(
+                settings,
+                audit_log,
+                metrics_port(),
+                open_sessions(),
+                ssh_connections(),
+                containment() if containment is not None else None,
+            ),
         )
 
     async def audit_tail(
