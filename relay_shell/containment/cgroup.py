@@ -204,4 +204,3 @@ def signal_all(path: Path, signal_number: int) -> None:
         if pid != me:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal_number)
-

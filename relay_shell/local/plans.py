@@ -155,5 +155,3 @@ def _process_plan(
 
     plan = Plan(subject=subject, execute=execute, notes=notes, timeout=timeout)
     return plan
-
-
