@@ -155,7 +155,15 @@ class CgroupTree:
         signal_all(path, signal.SIGKILL)
 
     def remove(self, path: Path) -> bool:
-        """Remove an empty unit directory (its children first); False while processes remain."""
+        """Remove an empty unit directory (and the cgroups below it); False while processes remain."""
+        try:
+            path.rmdir()  # the usual case, tried first: a unit rarely has cgroups below it
+            return True
+        except FileNotFoundError:
+            return True
+        except OSError as exc:
+            if exc.errno not in (errno.EBUSY, errno.ENOTEMPTY):
+                raise
         with contextlib.suppress(FileNotFoundError):
             for child in path.iterdir():
                 if child.is_dir():

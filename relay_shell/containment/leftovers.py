@@ -98,8 +98,10 @@ def find_leftovers(containment: Containment, interrupted_call_ids: Collection[st
         leftover.pids = sorted(pid for pid in below if table[pid].state != "Z")
         leftover.start_times = {pid: table[pid].starttime for pid in leftover.pids}
         leftover.ended, leftover.reason = _decide(leftover, interrupted_call_ids)
-    _end([leftover for leftover in found.values() if leftover.ended], unit_directories, containment)
-    for leftover in found.values():
+    # An empty unit cgroup (a call that ended cleanly, not yet removed when its server died) is no leftover.
+    running = [leftover for leftover in found.values() if leftover.pids]
+    _end([leftover for leftover in running if leftover.ended], unit_directories, containment)
+    for leftover in running:
         if not leftover.ended:
             _adopt(leftover, unit_directories.get((leftover.instance, leftover.unit)), containment)
     if containment.tree is not None:
@@ -107,7 +109,7 @@ def find_leftovers(containment: Containment, interrupted_call_ids: Collection[st
             _, _, instance = directory.name.removeprefix(INSTANCE_PREFIX).partition("-")
             if directory != containment.tree.directory and not instance_alive(instance):
                 containment.tree.remove(directory)
-    return [leftover for leftover in found.values() if leftover.pids]
+    return running
 
 
 def _decide(leftover: Leftover, interrupted_call_ids: Collection[str] | None) -> tuple[bool, str]:

@@ -189,18 +189,17 @@ class Unit:
         self.containment.reap(set(self.seen))
 
     def release(self) -> None:
-        """The leader ended and was reaped. An empty unit is removed; one whose background jobs still run is
-        kept (lingering) until they end or the server stops."""
+        """The leader ended and was reaped. The unit's cgroup is removed by the next maintenance tick once
+        empty (not here: an rmdir is a tenth of the containment's cost per call); one whose background jobs still
+        run stays until they end or the server stops. Without a cgroup the marker alone keeps finding them."""
         if self.leader is not None:
             self.containment.leaders.discard(self.leader)
             self.leader = None
         if self.released:
             return
         self.released = True
-        tree = self.containment.tree
-        if tree is not None and self.cgroup is not None and not tree.remove(self.cgroup):
-            return  # lingering: the maintenance tick removes it once empty
-        self.containment.units.pop(self.name, None)
+        if self.cgroup is None:
+            self.containment.units.pop(self.name, None)
 
 
 class Containment:
