@@ -360,11 +360,11 @@ async def test_background_job_runs_on_in_its_unit_and_is_counted(
         assert info["background_units"] == 1, info
         assert info["background_processes"] >= 3, info
         if mode == "cgroup":
-            unit_pids: set[str] = set()
+            unit_threads: set[str] = set()  # units are threaded cgroups: they list threads (here: processes)
             for unit in Path(info["cgroup"]).iterdir():
                 if unit.is_dir():
-                    unit_pids.update((unit / "cgroup.procs").read_text().split())
-            assert {str(pid) for pid in running(token)} <= unit_pids, "the jobs stay in their call's cgroup"
+                    unit_threads.update((unit / "cgroup.threads").read_text().split())
+            assert {str(pid) for pid in running(token)} <= unit_threads, "the jobs stay in their call's cgroup"
 
 
 async def test_many_forks_are_all_ended(tmp_path: Path, mode: str, cgroup: Path | None, token: str) -> None:
@@ -385,7 +385,7 @@ async def test_server_info_says_which_containment_and_why(tmp_path: Path, mode: 
         assert info["mode"] == mode
         assert info["reason"].startswith("asked for")
         assert info["marker_variable"] == "RELAY_SHELL_UNIT"
-        assert info["kill"] == ("cgroup.kill" if mode == "cgroup" else "SIGKILL per process")
+        assert info["kill"] == ("freeze + SIGKILL per process" if mode == "cgroup" else "SIGKILL per process")
         marker = await client.call_tool("shell_exec", {"command": 'echo "$RELAY_SHELL_UNIT"'})
         assert ":call-" in text_of(marker)
 

@@ -1,18 +1,26 @@
 """cgroup v2 units: where the server's cgroup is, the server instance's directory in it, and per unit a child
 cgroup that holds every process the call or session starts, whatever they do to their process group or
-session, killed as a whole with `cgroup.kill`.
+session.
 
 Layout, under the cgroup the server runs in (a systemd unit's with `Delegate=yes`, a desktop user's scope,
 or one an operator made writable):
 
-    <own cgroup>/relay-shell-<scope>-<instance>/          one per server process
-        call-<call id>/, session-<session id>/            one per unit
+    <own cgroup>/relay-shell-<scope>-<instance>/          the server process moves in here at startup
+        call-<call id>/, session-<session id>/            one *threaded* cgroup per unit
 
 A child has to be born in its unit: moving it in after it started would race with its first fork. Python
-cannot spawn into a cgroup (no clone3 CLONE_INTO_CGROUP) and a pre-exec hook in the child costs a full fork
-(~6 ms for a server this size, against ~0.1 ms here), so the server moves itself into the unit for the
-instant of the spawn and back (`enter`/`leave`): the child is forked inside. The spawn is synchronous on the
-event loop, so nothing else of the server forks meanwhile (worker threads do not spawn processes).
+cannot spawn into a cgroup (no clone3 CLONE_INTO_CGROUP, no glibc posix_spawnattr_setcgroup_np before 2.41)
+and a pre-exec hook in the child costs a full fork (~6 ms for a server this size). So the spawning thread
+moves itself into the unit for the instant of the spawn and back, and the child is forked inside. Moving a
+whole process (cgroup.procs) takes the kernel's global cgroup_threadgroup_rwsem for writing, which waits for
+an RCU grace period whenever it was idle — ~10 ms on a loaded host, for every call that follows a pause.
+Moving one thread (`0` into cgroup.threads) takes no such lock, but only works inside one threaded subtree:
+hence the instance directory is a threaded root and every unit a threaded cgroup. The spawn is synchronous
+on the event loop, so nothing else of the server forks meanwhile, and other threads stay where they are.
+
+Threaded cgroups have no cgroup.kill (it is for whole domains): a unit is ended by freezing it (frozen
+processes cannot fork) and SIGKILLing every process listed, until it is empty. The instance directory, a
+domain, takes cgroup.kill: at shutdown (once the server moved out) and for a dead server's leftovers.
 """
 
 from __future__ import annotations
@@ -73,86 +81,99 @@ def _unescape(text: str) -> str:
 
 
 class CgroupTree:
-    """The server instance's cgroup directory and its units' directories."""
+    """The server instance's cgroup directory (where the server runs) and its units' threaded cgroups."""
 
     def __init__(self, place: CgroupPlace, instance_name: str) -> None:
         self.place = place
         self.directory = place.own / instance_name
         self.pid_text = str(os.getpid()).encode()
-        self.home_procs: int | None = None  # the own cgroup's cgroup.procs, to move back after each spawn
-        self.has_kill = False
+        self.home_threads: int | None = None  # the instance's cgroup.threads: the spawning thread moves back here
+        self.inside = False  # the server process moved into the instance directory
+        self.can_freeze = False
 
     def setup(self) -> None:
-        """Create the instance directory and prove the server may move itself into a child and back;
-        CgroupError (with the reason) otherwise, leaving nothing behind."""
+        """Create the instance directory, move the server into it, and prove a thread can enter a threaded
+        unit and come back; CgroupError (with the reason) otherwise, leaving the server where it was."""
         own = self.place.own
         if not os.access(own, os.W_OK):
             raise CgroupError(f"the server's cgroup {own} is not writable (not delegated to this user)")
         try:
-            self.home_procs = os.open(own / "cgroup.procs", os.O_WRONLY | os.O_CLOEXEC)
+            self.directory.mkdir(mode=0o755, exist_ok=True)
         except OSError as exc:
-            raise CgroupError(f"cannot open {own}/cgroup.procs ({exc.strerror})") from None
-        try:
-            self.directory.mkdir(mode=0o755)
-        except FileExistsError:
-            pass
-        except OSError as exc:
-            self.close()
             raise CgroupError(f"cannot create a cgroup in {own} ({exc.strerror})") from None
         probe = self.directory / "probe"
         try:
-            probe.mkdir(exist_ok=True)
-            procs = os.open(probe / "cgroup.procs", os.O_WRONLY | os.O_CLOEXEC)
+            (self.directory / "cgroup.procs").write_bytes(self.pid_text)
+            self.inside = True
+            self.home_threads = os.open(self.directory / "cgroup.threads", os.O_WRONLY | os.O_CLOEXEC)
+            probe_path, probe_threads = self.create("probe")
             try:
-                self.enter(procs)
+                self.enter(probe_threads)
             finally:
                 self.leave()
-                os.close(procs)
-            self.has_kill = (probe / "cgroup.kill").exists()
+                os.close(probe_threads)
+            self.can_freeze = (probe_path / "cgroup.freeze").exists()
         except OSError as exc:
             self.remove(probe)
+            self.step_out()
             self.remove(self.directory)
-            self.close()
-            raise CgroupError(f"the server cannot move itself between cgroups under {own} ({exc.strerror})") from None
+            raise CgroupError(f"the server cannot move a thread between cgroups under {own} ({exc.strerror})") from None
         self.remove(probe)
 
-    def close(self) -> None:
-        if self.home_procs is not None:
-            os.close(self.home_procs)
-            self.home_procs = None
+    def step_out(self) -> None:
+        """Move the server back to its own cgroup (at shutdown, before the instance is killed as a whole)."""
+        if self.home_threads is not None:
+            os.close(self.home_threads)
+            self.home_threads = None
+        if self.inside:
+            with contextlib.suppress(OSError):
+                (self.place.own / "cgroup.procs").write_bytes(self.pid_text)
+            self.inside = False
 
     # -- units -------------------------------------------------------------------------------------------
 
     def create(self, name: str) -> tuple[Path, int]:
-        """A unit's directory and an open descriptor of its cgroup.procs (for `enter`)."""
+        """A unit's threaded cgroup and an open descriptor of its cgroup.threads (for `enter`)."""
         path = self.directory / name
         path.mkdir(mode=0o755)
         try:
-            return path, os.open(path / "cgroup.procs", os.O_WRONLY | os.O_CLOEXEC)
+            (path / "cgroup.type").write_bytes(b"threaded")
+            return path, os.open(path / "cgroup.threads", os.O_WRONLY | os.O_CLOEXEC)
         except OSError:
             self.remove(path)
             raise
 
-    def enter(self, unit_procs: int) -> None:
-        os.write(unit_procs, self.pid_text)
+    def enter(self, unit_threads: int) -> None:
+        os.write(unit_threads, b"0")  # "0": the calling thread
 
     def leave(self) -> None:
-        """Back to the server's own cgroup. Retried once: a server left inside a unit would die with it."""
-        assert self.home_procs is not None
+        """Back to the instance directory. Retried once: a server thread left in a unit would die with it."""
+        assert self.home_threads is not None
         try:
-            os.write(self.home_procs, self.pid_text)
+            os.write(self.home_threads, b"0")
         except OSError:
-            os.write(self.home_procs, self.pid_text)
+            os.write(self.home_threads, b"0")
 
     def kill(self, path: Path) -> None:
-        """SIGKILL every process in the unit and below, with `cgroup.kill` (Linux 5.14+: atomic, a process
-        forking at that moment cannot slip out); before 5.14, each listed process, repeated by the caller
-        until the unit is empty. Never the server itself (it is inside only during a spawn, never then)."""
-        if self.has_kill and str(os.getpid()) not in procs_of(path):
-            with contextlib.suppress(FileNotFoundError):
-                (path / "cgroup.kill").write_text("1")
-            return
-        signal_all(path, signal.SIGKILL)
+        """Freeze the unit (nothing in it can fork any more) and SIGKILL every process in it; the caller
+        repeats until it is empty. Never the server itself: its threads are in a unit only during a spawn."""
+        if self.can_freeze:
+            with contextlib.suppress(OSError):
+                (path / "cgroup.freeze").write_bytes(b"1")
+        me = os.getpid()
+        for pid in pids_in(path):
+            if pid != me:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+
+    def kill_instance(self, directory: Path) -> None:
+        """cgroup.kill on an instance directory (a domain: Linux 5.14+), else freeze and SIGKILL unit by unit.
+        The server must have stepped out of it."""
+        try:
+            (directory / "cgroup.kill").write_bytes(b"1")
+        except OSError:
+            for path in [directory, *_subdirectories(directory)]:
+                self.kill(path)
 
     def remove(self, path: Path) -> bool:
         """Remove an empty unit directory (and the cgroups below it); False while processes remain."""
@@ -164,10 +185,8 @@ class CgroupTree:
         except OSError as exc:
             if exc.errno not in (errno.EBUSY, errno.ENOTEMPTY):
                 raise
-        with contextlib.suppress(FileNotFoundError):
-            for child in path.iterdir():
-                if child.is_dir():
-                    self.remove(child)
+        for child in _subdirectories(path):
+            self.remove(child)
         try:
             path.rmdir()
         except FileNotFoundError:
@@ -185,15 +204,42 @@ class CgroupTree:
         return []
 
 
-def procs_of(path: Path) -> list[str]:
-    """The pids in this cgroup and every cgroup below it (cgroup.procs lists only its own)."""
-    pids: list[str] = []
+def pids_in(path: Path) -> set[int]:
+    """The processes with a thread in this cgroup or below (a threaded cgroup lists threads, not processes)."""
+    pids: set[int] = set()
+    for directory in [path, *_subdirectories(path)]:
+        try:
+            listed = (directory / "cgroup.threads").read_text().split()
+        except OSError:
+            continue
+        for tid in listed:
+            pids.add(_thread_group(int(tid)))
+    pids.discard(0)
+    return pids
+
+
+def _thread_group(tid: int) -> int:
+    if os.path.exists(f"/proc/{tid}/task/{tid}"):  # a thread group leader: the process itself
+        return tid
+    try:
+        with open(f"/proc/{tid}/status") as status:
+            for line in status:
+                if line.startswith("Tgid:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def _subdirectories(path: Path) -> list[Path]:
+    """Every cgroup below `path`, deepest last."""
+    found: list[Path] = []
     with contextlib.suppress(OSError):
-        pids += (path / "cgroup.procs").read_text().split()
         for child in path.iterdir():
             if child.is_dir():
-                pids += procs_of(child)
-    return pids
+                found.append(child)
+                found.extend(_subdirectories(child))
+    return found
 
 
 def populated(path: Path) -> bool:
@@ -203,12 +249,3 @@ def populated(path: Path) -> bool:
     except FileNotFoundError:
         return False
     return "populated 1" in events
-
-
-def signal_all(path: Path, signal_number: int) -> None:
-    me = os.getpid()
-    for pid_text in procs_of(path):
-        pid = int(pid_text)
-        if pid != me:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal_number)

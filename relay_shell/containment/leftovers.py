@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from relay_shell.containment import proc
-from relay_shell.containment.cgroup import INSTANCE_PREFIX, procs_of
+from relay_shell.containment.cgroup import INSTANCE_PREFIX, pids_in
 from relay_shell.containment.units import Containment, instance_alive
 
 END_WITHIN = 2.0  # seconds to end the leftovers at startup (SIGKILL, repeated until none runs)
@@ -91,7 +91,7 @@ def find_leftovers(containment: Containment, interrupted_call_ids: Collection[st
                 unit_directories[key] = unit_directory
                 leftover = found.setdefault(key, Leftover(instance, unit_directory.name, [], False, ""))
                 leftover.cgroup = str(unit_directory)
-                leftover.pids.extend(int(pid) for pid in procs_of(unit_directory) if int(pid) not in leftover.pids)
+                leftover.pids.extend(pid for pid in pids_in(unit_directory) if pid not in leftover.pids)
     for leftover in found.values():
         # Below a marked process: what dropped the marker (env -i) but stayed in its tree.
         below = proc.descendants(table, leftover.pids) - {os.getpid()}
@@ -152,24 +152,18 @@ def _end(leftovers: list[Leftover], unit_directories: dict[tuple[str, str], Path
 
 
 def _adopt(leftover: Leftover, directory: Path | None, containment: Containment) -> None:
-    """Kept leftovers end when this server stops: in cgroup mode they move into a unit of this instance,
-    otherwise the server remembers them (pid and start time)."""
+    """Kept leftovers end when this server stops: the server remembers them (pid and start time) and, in cgroup
+    mode, moves them into its instance directory (its units are threaded cgroups, which take no process from
+    another server's tree)."""
     containment.adopted.update(leftover.start_times)
     tree = containment.tree
     if tree is None:
         return
-    unit = containment.open_unit("adopted", leftover.unit)
-    if unit is None or unit.cgroup is None:
-        return
-    if unit.procs_fd is not None:
-        os.close(unit.procs_fd)
-        unit.procs_fd = None
     for pid in leftover.pids:
         with contextlib.suppress(OSError):
-            (unit.cgroup / "cgroup.procs").write_text(str(pid))
+            (tree.directory / "cgroup.procs").write_text(str(pid))
     if directory is not None:
         tree.remove(directory)
-    unit.release()
 
 
 def _children(directory: Path) -> list[Path]:

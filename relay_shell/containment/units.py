@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from relay_shell.containment import proc
-from relay_shell.containment.cgroup import INSTANCE_PREFIX, CgroupError, CgroupTree, locate, populated, procs_of
+from relay_shell.containment.cgroup import INSTANCE_PREFIX, CgroupError, CgroupTree, locate, pids_in, populated
 from relay_shell.containment.proc import MARKER_VARIABLE
 
 Mode = Literal["cgroup", "subreaper", "off"]
@@ -76,7 +76,7 @@ class Unit:
     kind: str  # "call" or "session"
     unit_id: str
     cgroup: Path | None = None
-    procs_fd: int | None = None  # the unit's cgroup.procs, open while its first process is started
+    threads_fd: int | None = None  # the unit's cgroup.threads, open until its first process started
     leader: int | None = None  # the process the unit started, until it is reaped (its pid cannot be reused)
     released: bool = False
 
@@ -101,8 +101,8 @@ class Unit:
             child_env = {**env, MARKER_VARIABLE: self.marker}
         entered = False
         try:
-            if tree is not None and self.procs_fd is not None:
-                tree.enter(self.procs_fd)
+            if tree is not None and self.threads_fd is not None:
+                tree.enter(self.threads_fd)
                 entered = True
             yield child_env
         finally:
@@ -111,9 +111,9 @@ class Unit:
                 tree.leave()
             if env is None:
                 os.environ[MARKER_VARIABLE] = self.containment.server_marker
-            if self.procs_fd is not None:
-                os.close(self.procs_fd)
-                self.procs_fd = None
+            if self.threads_fd is not None:
+                os.close(self.threads_fd)
+                self.threads_fd = None
 
     def started(self, pid: int) -> None:
         """The unit's leader: never reaped by the containment (its owner waits for it)."""
@@ -131,7 +131,7 @@ class Unit:
             roots.add(self.leader)
         roots.update(pid for pid, start in self.seen.items() if pid in table and table[pid].starttime == start)
         if self.cgroup is not None:
-            roots.update(int(pid) for pid in procs_of(self.cgroup))
+            roots.update(pids_in(self.cgroup))
         found = proc.descendants(table, roots)
         found.discard(os.getpid())
         running = {pid for pid in found if table[pid].state != "Z"}
@@ -173,8 +173,7 @@ class Unit:
             tree.kill(self.cgroup)
             while populated(self.cgroup) and time.monotonic() < deadline:
                 await asyncio.sleep(POLL / 2)
-                if not tree.has_kill:
-                    tree.kill(self.cgroup)
+                tree.kill(self.cgroup)  # what was still starting: frozen or not, it goes now
         # Every mode: processes outside the cgroup (moved out by their owner) or outside any cgroup
         # (subreaper mode): sweep until a sweep finds none. Forks racing the sweep are found by the next one.
         while True:
@@ -233,7 +232,7 @@ class Containment:
         while unit.name in self.units:  # an id reused while its unit lingers: keep both apart
             unit = Unit(self, kind, f"{unit_id}.{secrets.token_hex(2)}")
         if self.tree is not None:
-            unit.cgroup, unit.procs_fd = self.tree.create(unit.name)
+            unit.cgroup, unit.threads_fd = self.tree.create(unit.name)
         self.units[unit.name] = unit
         return unit
 
@@ -270,7 +269,7 @@ class Containment:
         roots = set(proc.markers(table, self.instance_prefix))
         roots.update(pid for pid, start in self.adopted.items() if pid in table and table[pid].starttime == start)
         if self.tree is not None:
-            roots.update(int(pid) for pid in procs_of(self.tree.directory))
+            roots.update(pids_in(self.tree.directory))
         if self.mode == "subreaper":
             roots.update(proc.own_children())
         found = proc.descendants(table, roots)
@@ -292,7 +291,8 @@ class Containment:
             await asyncio.sleep(POLL * 2)
             members = {pid for pid in members if proc.live(pid)}
         if self.tree is not None:
-            self.tree.kill(self.tree.directory)
+            self.tree.step_out()  # so the instance can be killed as a whole
+            self.tree.kill_instance(self.tree.directory)
         deadline = time.monotonic() + max(grace, 1.0)
         while True:
             members = self.instance_members()
@@ -308,7 +308,6 @@ class Containment:
             while populated(self.tree.directory) and time.monotonic() < deadline:
                 await asyncio.sleep(POLL / 2)
             self.tree.remove(self.tree.directory)
-            self.tree.close()
 
     # -- reporting ---------------------------------------------------------------------------------------
 
@@ -320,9 +319,7 @@ class Containment:
             "reason": self.reason,
             "marker_variable": MARKER_VARIABLE if self.mode != "off" else None,
             "cgroup": str(self.tree.directory) if self.tree is not None else None,
-            "kill": ("cgroup.kill" if self.tree.has_kill else "SIGKILL per process")
-            if self.tree is not None
-            else ("SIGKILL per process" if self.mode != "off" else "process group"),
+            "kill": _kill_method(self),
             "units_running": len(running),
         }
         if self.mode == "off":
@@ -336,7 +333,7 @@ class Containment:
         if self.tree is not None:
             for unit in self.units.values():
                 if unit.released and unit.cgroup is not None:
-                    background[unit.marker] = max(background.get(unit.marker, 0), len(procs_of(unit.cgroup)))
+                    background[unit.marker] = max(background.get(unit.marker, 0), len(pids_in(unit.cgroup)))
         status["background_units"] = sum(1 for count in background.values() if count)
         status["background_processes"] = sum(background.values())
         status["adopted_processes"] = sum(
@@ -361,9 +358,8 @@ def start_containment(setting: Setting, scope: str) -> Containment:
             if setting == "cgroup":
                 raise ContainmentUnavailable(f"no cgroup v2 this server may manage: {cgroup_problem}") from None
         else:
-            how = "cgroup.kill" if tree.has_kill else "SIGKILL per process (no cgroup.kill before Linux 5.14)"
             chosen = "asked for" if setting == "cgroup" else "auto"
-            return Containment("cgroup", f"{chosen}: a cgroup v2 per unit under {place.own} ({how})", scope, tree)
+            return Containment("cgroup", f"{chosen}: a threaded cgroup v2 per unit under {tree.directory}", scope, tree)
     problem = become_subreaper()
     if problem is not None:
         raise ContainmentUnavailable(f"cannot become a child subreaper: {problem}")
@@ -372,6 +368,12 @@ def start_containment(setting: Setting, scope: str) -> Containment:
     else:
         reason = f"auto: no cgroup ({cgroup_problem}); child subreaper + RELAY_SHELL_UNIT marker"
     return Containment("subreaper", reason, scope)
+
+
+def _kill_method(containment: Containment) -> str:
+    if containment.tree is not None:
+        return "freeze + SIGKILL per process" if containment.tree.can_freeze else "SIGKILL per process"
+    return "SIGKILL per process" if containment.mode != "off" else "process group"
 
 
 def become_subreaper() -> str | None:
