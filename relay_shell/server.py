@@ -69,8 +69,11 @@ def build_server(
     oauth: OAuthProvider | None = None,
     containment: Containment | None = None,
 ) -> Assembly:
-    if containment is None:  # raises ContainmentUnavailable when RELAY_SHELL_CONTAINMENT cannot be had
-        containment = start_containment(settings.containment, scope_of(settings.audit_path))
+    if containment is None:
+        # Containment changes the whole process (child subreaper, its cgroup, an environment variable): the
+        # command line opts in (cli.serve, from RELAY_SHELL_CONTAINMENT); a process that embeds the server
+        # (tests with an in-memory client) passes one when it wants it.
+        containment = start_containment("off", scope_of(settings.audit_path))
     # Metrics are collected when something can read them: the stdio listener or the HTTP transport's /metrics.
     metrics = Metrics(enabled=bool(settings.metrics_addr) or settings.transport == "http")
     policy = Policy(settings.policy_mode, settings.deny_patterns, settings.allow_patterns)

@@ -19,8 +19,9 @@ hence the instance directory is a threaded root and every unit a threaded cgroup
 on the event loop, so nothing else of the server forks meanwhile, and other threads stay where they are.
 
 Threaded cgroups have no cgroup.kill (it is for whole domains): a unit is ended by freezing it (frozen
-processes cannot fork) and SIGKILLing every process listed, until it is empty. The instance directory, a
-domain, takes cgroup.kill: at shutdown (once the server moved out) and for a dead server's leftovers.
+processes cannot fork) and SIGKILLing every process listed, until it is empty. Only units are ever killed,
+never the instance directory as a whole: what merely runs there (the server, and whatever its embedding
+process started) is not a unit's.
 """
 
 from __future__ import annotations
@@ -165,15 +166,6 @@ class CgroupTree:
             if pid != me:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, signal.SIGKILL)
-
-    def kill_instance(self, directory: Path) -> None:
-        """cgroup.kill on an instance directory (a domain: Linux 5.14+), else freeze and SIGKILL unit by unit.
-        The server must have stepped out of it."""
-        try:
-            (directory / "cgroup.kill").write_bytes(b"1")
-        except OSError:
-            for path in [directory, *_subdirectories(directory)]:
-                self.kill(path)
 
     def remove(self, path: Path) -> bool:
         """Remove an empty unit directory (and the cgroups below it); False while processes remain."""

@@ -263,13 +263,16 @@ class Containment:
     # -- stopping ----------------------------------------------------------------------------------------
 
     def instance_members(self) -> set[int]:
-        """Every running process of this server's units (lingering background jobs included), and in subreaper
-        mode every descendant of the server (orphans that dropped their marker are re-parented to it)."""
+        """Every running process of this server's units (lingering background jobs included) and adopted
+        leftovers, and in subreaper mode every descendant of the server (orphans that dropped their marker are
+        re-parented to it). Not what merely shares the instance's own cgroup: units are its subdirectories."""
         table = proc.scan()
-        roots = set(proc.markers(table, self.instance_prefix))
+        marked = proc.markers(table, self.instance_prefix)
+        roots = {pid for pid, marker in marked.items() if marker != self.server_marker}
         roots.update(pid for pid, start in self.adopted.items() if pid in table and table[pid].starttime == start)
         if self.tree is not None:
-            roots.update(pids_in(self.tree.directory))
+            for unit_directory in _unit_directories(self.tree.directory):
+                roots.update(pids_in(unit_directory))
         if self.mode == "subreaper":
             roots.update(proc.own_children())
         found = proc.descendants(table, roots)
@@ -291,8 +294,8 @@ class Containment:
             await asyncio.sleep(POLL * 2)
             members = {pid for pid in members if proc.live(pid)}
         if self.tree is not None:
-            self.tree.step_out()  # so the instance can be killed as a whole
-            self.tree.kill_instance(self.tree.directory)
+            for unit_directory in _unit_directories(self.tree.directory):
+                self.tree.kill(unit_directory)  # frozen: nothing forks any more
         deadline = time.monotonic() + max(grace, 1.0)
         while True:
             members = self.instance_members()
@@ -305,9 +308,12 @@ class Containment:
             await asyncio.sleep(POLL)
         self.units.clear()
         if self.tree is not None:
-            while populated(self.tree.directory) and time.monotonic() < deadline:
-                await asyncio.sleep(POLL / 2)
-            self.tree.remove(self.tree.directory)
+            for unit_directory in _unit_directories(self.tree.directory):
+                while populated(unit_directory) and time.monotonic() < deadline:
+                    await asyncio.sleep(POLL / 2)
+                self.tree.remove(unit_directory)
+            self.tree.step_out()
+            self.tree.remove(self.tree.directory)  # unless something the server started outside a unit runs there
 
     # -- reporting ---------------------------------------------------------------------------------------
 
@@ -368,6 +374,12 @@ def start_containment(setting: Setting, scope: str) -> Containment:
     else:
         reason = f"auto: no cgroup ({cgroup_problem}); child subreaper + RELAY_SHELL_UNIT marker"
     return Containment("subreaper", reason, scope)
+
+
+def _unit_directories(directory: Path) -> list[Path]:
+    with contextlib.suppress(OSError):
+        return [path for path in directory.iterdir() if path.is_dir()]
+    return []
 
 
 def _kill_method(containment: Containment) -> str:
