@@ -379,6 +379,37 @@ async def test_many_forks_are_all_ended(tmp_path: Path, mode: str, cgroup: Path 
         assert survivors(token) == {}
 
 
+async def test_subreaper_waits_for_the_orphans_it_inherits(tmp_path: Path) -> None:
+    """Orphans re-parented to the server are its children: when they exit, the server reaps them (no zombie
+    piles up), without taking the children asyncio or the executors wait for."""
+    async with contained(tmp_path / "audit.jsonl", "subreaper", None) as client:
+        server = await server_pid(client)
+        result = await client.call_tool("shell_exec", {"command": "for i in 1 2 3 4 5; do (setsid sleep 0.5 &); done"})
+        assert text_of(result) == "[exit 0]"
+        time.sleep(1.0)  # the orphans have ended by now: until reaped they are zombies of the server
+        deadline = time.monotonic() + 10
+        while (zombies := _zombie_children(server)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert zombies == [], "orphans that ended are still zombies of the server"
+        again = await client.call_tool("shell_exec", {"command": "echo fine"})  # its own child is still its own
+        assert text_of(again) == "[exit 0]\nfine\n"
+
+
+def _zombie_children(parent: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", "rb") as handle:
+                    stat = handle.read()
+            except OSError:
+                continue
+            fields = stat[stat.rfind(b")") + 2 :].split()
+            if fields[0] == b"Z" and int(fields[1]) == parent:
+                found.append(int(entry))
+    return found
+
+
 async def test_server_info_says_which_containment_and_why(tmp_path: Path, mode: str, cgroup: Path | None) -> None:
     async with contained(tmp_path / "audit.jsonl", mode, cgroup) as client:
         info = fields(await client.call_tool("server_info", {}))["info"]["containment"]

@@ -258,7 +258,8 @@ class Containment:
             for unit in [unit for unit in self.units.values() if unit.released]:
                 if unit.cgroup is None or self.tree.remove(unit.cgroup):
                     self.units.pop(unit.name, None)
-        self.reap(set())
+        if self.mode == "subreaper" or os.getpid() == 1:  # only then do orphans come to the server
+            self.reap(set())
 
     # -- stopping ----------------------------------------------------------------------------------------
 
