@@ -122,7 +122,7 @@ class CgroupTree:
         self.remove(probe)
 
     def step_out(self) -> None:
-        """Move the server back to its own cgroup (at shutdown, before the instance is killed as a whole)."""
+        """Move the server back to its own cgroup (at shutdown, so the instance directory can be removed)."""
         if self.home_threads is not None:
             os.close(self.home_threads)
             self.home_threads = None

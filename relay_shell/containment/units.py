@@ -3,7 +3,7 @@ whole, whatever it does to its process group or session (setsid, double fork, no
 
 Two kinds of unit, chosen at startup (`RELAY_SHELL_CONTAINMENT`, adr/0015):
 
-- **cgroup**: a cgroup v2 per unit (containment/cgroup.py), ended with `cgroup.kill`.
+- **cgroup**: a threaded cgroup v2 per unit (containment/cgroup.py), frozen and killed as a whole.
 - **subreaper**: where no cgroup is ours to manage, the server is a child subreaper (orphans of its
   descendants are re-parented to it, never to init) and every unit's processes carry a marker in their
   environment, `RELAY_SHELL_UNIT=<scope>:<instance>:<unit>`, read back from /proc/PID/environ. A unit is
@@ -14,9 +14,10 @@ Both modes set the marker: it also finds processes that left a cgroup, and after
 the next start finds what its predecessor left (containment/leftovers.py). `off` keeps only the process
 groups of before (for measurements).
 
-A unit is opened per call or session; its first process is started inside `spawning()`; `stop()` ends it
-(TERM, grace, KILL, escapes included); `release()` after a normal end keeps a unit whose background jobs
-still run (`sh -c` semantics) until they end or the server stops (`shutdown()`).
+A unit is opened per call or session; its first process is started inside `spawning()`; its owner ends it
+with `send()` (TERM, HUP, … to every member, escapes included), a grace, then `kill()`; `release()` after a
+normal end keeps a unit whose background jobs still run (`sh -c` semantics) until they end or the server
+stops (`shutdown()`).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import re
 import secrets
 import signal
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -146,24 +147,6 @@ class Unit:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, signal_number)
         return members
-
-    def gone(self) -> bool:
-        if self.cgroup is not None and populated(self.cgroup):
-            return False
-        return not any(proc.live(pid, start) for pid, start in self.seen.items())
-
-    async def stop(
-        self, grace: float, signals: Iterable[int] = (signal.SIGTERM,), leader_gone: Callable[[], bool] | None = None
-    ) -> None:
-        """`signals` to every process of the unit, up to `grace` for them all (or the leader, when
-        `leader_gone` is given) to go, then KILL whatever is left."""
-        self.send(signals)
-        deadline = time.monotonic() + grace
-        while time.monotonic() < deadline and not self.gone():
-            if leader_gone is not None and leader_gone():
-                break
-            await asyncio.sleep(POLL * 2)
-        await self.kill(grace)
 
     async def kill(self, grace: float) -> None:
         """SIGKILL every process of the unit, escapes included, until none runs (or `grace` passed)."""
