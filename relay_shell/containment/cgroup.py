@@ -6,7 +6,7 @@ Layout, under the cgroup the server runs in (a systemd unit's with `Delegate=yes
 or one an operator made writable):
 
     <own cgroup>/relay-shell-<scope>-<instance>/          the server process moves in here at startup
-        call-<call id>/, session-<session id>/            one *threaded* cgroup per unit
+        unit-1/, unit-2/, …                               one *threaded* cgroup per unit (a few made ahead)
 
 A child has to be born in its unit: moving it in after it started would race with its first fork. Python
 cannot spawn into a cgroup (no clone3 CLONE_INTO_CGROUP, no glibc posix_spawnattr_setcgroup_np before 2.41)
@@ -17,6 +17,11 @@ an RCU grace period whenever it was idle — ~10 ms on a loaded host, for every 
 Moving one thread (`0` into cgroup.threads) takes no such lock, but only works inside one threaded subtree:
 hence the instance directory is a threaded root and every unit a threaded cgroup. The spawn is synchronous
 on the event loop, so nothing else of the server forks meanwhile, and other threads stay where they are.
+
+Making a threaded cgroup (mkdir, then `threaded` into cgroup.type) is most of a unit's cost, so a few are
+made ahead (`spares`, topped up while the spawned command runs, off the call's path) and a clean one is used
+again once its unit ended. Their names are therefore not the unit's: each carries it in an extended
+attribute (`user.relay_shell.unit`, Linux 5.7+), and the marker of the processes inside says it too.
 
 Threaded cgroups have no cgroup.kill (it is for whole domains): a unit is ended by freezing it (frozen
 processes cannot fork) and SIGKILLing every process listed, until it is empty. Only units are ever killed,
@@ -34,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 INSTANCE_PREFIX = "relay-shell-"
+UNIT_ATTRIBUTE = "user.relay_shell.unit"  # on a unit's cgroup: the unit's name (call-<id>, session-<id>)
 
 
 class CgroupError(Exception):
@@ -91,6 +97,8 @@ class CgroupTree:
         self.home_threads: int | None = None  # the instance's cgroup.threads: the spawning thread moves back here
         self.inside = False  # the server process moved into the instance directory
         self.can_freeze = False
+        self.spares: list[Path] = []  # empty threaded cgroups ready for the next units
+        self.made = 0  # unit cgroups made so far: names them
 
     def setup(self) -> None:
         """Create the instance directory, move the server into it, and prove a thread can enter a threaded
@@ -143,6 +151,42 @@ class CgroupTree:
         except OSError:
             self.remove(path)
             raise
+
+    def take(self, unit_name: str) -> tuple[Path, int]:
+        """A cgroup for a new unit (a spare if there is one, else a new one), labelled with the unit's name."""
+        path: Path | None = None
+        while self.spares and path is None:
+            path = self.spares.pop()
+            try:
+                threads = os.open(path / "cgroup.threads", os.O_WRONLY | os.O_CLOEXEC)
+            except OSError:
+                self.remove(path)
+                path = None
+        if path is None:
+            self.made += 1
+            path, threads = self.create(f"unit-{self.made}")
+        with contextlib.suppress(OSError):  # before 5.7 cgroupfs has no user xattrs: the marker still says it
+            os.setxattr(path, UNIT_ATTRIBUTE, unit_name.encode())
+        return path, threads
+
+    def fill(self, target: int) -> None:
+        """Make spares up to `target` (errors only mean the next unit makes its own)."""
+        with contextlib.suppress(OSError):
+            while len(self.spares) < target and self.inside:
+                self.made += 1
+                path, threads = self.create(f"unit-{self.made}")
+                os.close(threads)
+                self.spares.append(path)
+
+    def recycle(self, path: Path, target: int) -> bool:
+        """An ended unit's cgroup: kept as a spare when empty, never frozen and spares are wanted, else
+        removed; False while processes remain in it."""
+        if populated(path):
+            return False
+        if len(self.spares) < target and self.inside and not _frozen(path):
+            self.spares.append(path)
+            return True
+        return self.remove(path)
 
     def enter(self, unit_threads: int) -> None:
         os.write(unit_threads, b"0")  # "0": the calling thread
@@ -232,6 +276,20 @@ def _subdirectories(path: Path) -> list[Path]:
                 found.append(child)
                 found.extend(_subdirectories(child))
     return found
+
+
+def unit_name_of(path: Path) -> str | None:
+    try:
+        return os.getxattr(path, UNIT_ATTRIBUTE).decode(errors="replace")
+    except OSError:
+        return None
+
+
+def _frozen(path: Path) -> bool:
+    try:
+        return "frozen 1" in (path / "cgroup.events").read_text()
+    except OSError:
+        return True
 
 
 def populated(path: Path) -> bool:

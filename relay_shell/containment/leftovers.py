@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from relay_shell.containment import proc
-from relay_shell.containment.cgroup import INSTANCE_PREFIX, pids_in
+from relay_shell.containment.cgroup import INSTANCE_PREFIX, pids_in, unit_name_of
 from relay_shell.containment.units import Containment, instance_alive
 
 END_WITHIN = 2.0  # seconds to end the leftovers at startup (SIGKILL, repeated until none runs)
@@ -87,11 +87,15 @@ def find_leftovers(containment: Containment, interrupted_call_ids: Collection[st
                 containment.tree.remove(directory)  # another log's dead server: only if nothing runs there
                 continue
             for unit_directory in _children(directory):
-                key = (instance, unit_directory.name)
+                pids = pids_in(unit_directory)
+                label = unit_name_of(unit_directory) or _unit_by_marker(pids, containment.scope, instance)
+                if label is None and not pids:
+                    continue  # a spare that was never used
+                key = (instance, label or unit_directory.name)  # no label, no marker: which call is unknown
                 unit_directories[key] = unit_directory
-                leftover = found.setdefault(key, Leftover(instance, unit_directory.name, [], False, ""))
+                leftover = found.setdefault(key, Leftover(instance, key[1], [], False, ""))
                 leftover.cgroup = str(unit_directory)
-                leftover.pids.extend(pid for pid in pids_in(unit_directory) if pid not in leftover.pids)
+                leftover.pids.extend(pid for pid in pids if pid not in leftover.pids)
     for leftover in found.values():
         # Below a marked process: what dropped the marker (env -i) but stayed in its tree.
         below = proc.descendants(table, leftover.pids) - {os.getpid()}
@@ -112,11 +116,21 @@ def find_leftovers(containment: Containment, interrupted_call_ids: Collection[st
     return running
 
 
+def _unit_by_marker(pids: Collection[int], scope: str, instance: str) -> str | None:
+    for pid in pids:
+        marker = proc.read_marker(pid)
+        if marker is not None and marker.startswith(f"{scope}:{instance}:"):
+            return marker.split(":", 2)[2]
+    return None
+
+
 def _decide(leftover: Leftover, interrupted_call_ids: Collection[str] | None) -> tuple[bool, str]:
     if leftover.unit == "server":
         return True, "started by the server itself, which is gone"
     if leftover.unit.startswith("session-"):
         return True, "a terminal session of a server that is gone: nobody can reach it"
+    if not leftover.unit.startswith("call-"):
+        return True, "nothing says which call it belongs to (no label, no marker); ended to be safe"
     if interrupted_call_ids is None:
         return True, "the audit log cannot say whether its call ended; ended to be safe"
     if leftover.call_id is not None and leftover.call_id in interrupted_call_ids:

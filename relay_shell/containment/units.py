@@ -47,6 +47,7 @@ _PR_SET_CHILD_SUBREAPER = 36
 _SAFE_ID = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 POLL = 0.01  # seconds between checks while a unit is being ended
 MAINTAIN_INTERVAL = 1.0
+SPARE_UNITS = 4  # unit cgroups made ahead (cgroup mode)
 
 
 class ContainmentUnavailable(Exception):
@@ -120,6 +121,12 @@ class Unit:
         """The unit's leader: never reaped by the containment (its owner waits for it)."""
         self.leader = pid
         self.containment.leaders.add(pid)
+        tree = self.containment.tree
+        if tree is not None and len(tree.spares) < SPARE_UNITS:
+            # Make the next unit's cgroup while this command runs (the loop waits for it anyway), not when
+            # the next call is waiting for it.
+            with contextlib.suppress(RuntimeError):  # no running loop (a caller outside the server)
+                asyncio.get_running_loop().call_soon(tree.fill, SPARE_UNITS)
 
     # -- ending ------------------------------------------------------------------------------------------
 
@@ -215,7 +222,7 @@ class Containment:
         while unit.name in self.units:  # an id reused while its unit lingers: keep both apart
             unit = Unit(self, kind, f"{unit_id}.{secrets.token_hex(2)}")
         if self.tree is not None:
-            unit.cgroup, unit.threads_fd = self.tree.create(unit.name)
+            unit.cgroup, unit.threads_fd = self.tree.take(unit.name)
         self.units[unit.name] = unit
         return unit
 
@@ -239,8 +246,9 @@ class Containment:
     def maintain(self) -> None:
         if self.tree is not None:
             for unit in [unit for unit in self.units.values() if unit.released]:
-                if unit.cgroup is None or self.tree.remove(unit.cgroup):
+                if unit.cgroup is None or self.tree.recycle(unit.cgroup, SPARE_UNITS):
                     self.units.pop(unit.name, None)
+            self.tree.fill(SPARE_UNITS)
         if self.mode == "subreaper" or os.getpid() == 1:  # only then do orphans come to the server
             self.reap(set())
 
@@ -292,6 +300,7 @@ class Containment:
             await asyncio.sleep(POLL)
         self.units.clear()
         if self.tree is not None:
+            self.tree.spares.clear()
             for unit_directory in _unit_directories(self.tree.directory):
                 while populated(unit_directory) and time.monotonic() < deadline:
                     await asyncio.sleep(POLL / 2)
@@ -343,6 +352,7 @@ def start_containment(setting: Setting, scope: str) -> Containment:
             place = locate()
             tree = CgroupTree(place, f"{INSTANCE_PREFIX}{scope}-{instance_of_this_process()}")
             tree.setup()
+            tree.fill(SPARE_UNITS)
         except (CgroupError, OSError) as exc:
             cgroup_problem = str(exc)
             if setting == "cgroup":
