@@ -19,9 +19,9 @@ hence the instance directory is a threaded root and every unit a threaded cgroup
 on the event loop, so nothing else of the server forks meanwhile, and other threads stay where they are.
 
 Making a threaded cgroup (mkdir, then `threaded` into cgroup.type) is most of a unit's cost, so a few are
-made ahead (`spares`, topped up while the spawned command runs, off the call's path) and a clean one is used
-again once its unit ended. Their names are therefore not the unit's: each carries it in an extended
-attribute (`user.relay_shell.unit`, Linux 5.7+), and the marker of the processes inside says it too.
+made ahead (`spares`) by a thread of their own, off the event loop, which also removes ended ones. Their
+names are therefore not the unit's: each is labelled with it in an extended attribute
+(`user.relay_shell.unit`, Linux 5.7+), and the marker of the processes inside says it too.
 
 Threaded cgroups have no cgroup.kill (it is for whole domains): a unit is ended by freezing it (frozen
 processes cannot fork) and SIGKILLing every process listed, until it is empty. Only units are ever killed,
@@ -33,12 +33,16 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import itertools
 import os
 import signal
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 INSTANCE_PREFIX = "relay-shell-"
+TIDY_DELAY = 0.02  # seconds the filler thread lets a call finish before it makes the next spares
 UNIT_ATTRIBUTE = "user.relay_shell.unit"  # on a unit's cgroup: the unit's name (call-<id>, session-<id>)
 
 
@@ -97,8 +101,13 @@ class CgroupTree:
         self.home_threads: int | None = None  # the instance's cgroup.threads: the spawning thread moves back here
         self.inside = False  # the server process moved into the instance directory
         self.can_freeze = False
-        self.spares: list[Path] = []  # empty threaded cgroups ready for the next units
-        self.made = 0  # unit cgroups made so far: names them
+        # Shared with the filler thread: list append and pop are atomic, and so is next() on a count.
+        self.spares: list[tuple[Path, int]] = []  # empty threaded cgroups (and their cgroup.threads) to use next
+        self.labels: list[tuple[Path, bytes]] = []  # unit cgroups to label with their unit's name
+        self.doomed: list[Path] = []  # ended, empty unit cgroups to remove
+        self.names = itertools.count(1)  # unit-1, unit-2, …
+        self.wanted = threading.Event()  # wakes the filler thread
+        self.spare_target = 0  # 0: make no spares (before the filler starts, and once the server stops)
 
     def setup(self) -> None:
         """Create the instance directory, move the server into it, and prove a thread can enter a threaded
@@ -130,10 +139,12 @@ class CgroupTree:
         self.remove(probe)
 
     def step_out(self) -> None:
-        """Move the server back to its own cgroup (at shutdown, so the instance directory can be removed)."""
+        """Move the server back to its own cgroup (at shutdown, so the instance directory can be removed);
+        the filler thread ends."""
         if self.home_threads is not None:
             os.close(self.home_threads)
             self.home_threads = None
+        self.stop_filling()
         if self.inside:
             with contextlib.suppress(OSError):
                 (self.place.own / "cgroup.procs").write_bytes(self.pid_text)
@@ -153,40 +164,62 @@ class CgroupTree:
             raise
 
     def take(self, unit_name: str) -> tuple[Path, int]:
-        """A cgroup for a new unit (a spare if there is one, else a new one), labelled with the unit's name."""
-        path: Path | None = None
-        while self.spares and path is None:
-            path = self.spares.pop()
-            try:
-                threads = os.open(path / "cgroup.threads", os.O_WRONLY | os.O_CLOEXEC)
-            except OSError:
-                self.remove(path)
-                path = None
-        if path is None:
-            self.made += 1
-            path, threads = self.create(f"unit-{self.made}")
-        with contextlib.suppress(OSError):  # before 5.7 cgroupfs has no user xattrs: the marker still says it
-            os.setxattr(path, UNIT_ATTRIBUTE, unit_name.encode())
+        """A cgroup for a new unit — a spare if there is one, else a new one — and its open cgroup.threads.
+        The filler thread labels it with the unit's name once woken (`wanted`): after the spawn, when the event
+        loop waits for the command, not during it (the two threads would contend for the GIL)."""
+        try:
+            path, threads = self.spares.pop()
+        except IndexError:
+            path, threads = self.create(f"unit-{next(self.names)}")
+        self.labels.append((path, unit_name.encode()))
         return path, threads
 
-    def fill(self, target: int) -> None:
-        """Make spares up to `target` (errors only mean the next unit makes its own)."""
-        with contextlib.suppress(OSError):
-            while len(self.spares) < target and self.inside:
-                self.made += 1
-                path, threads = self.create(f"unit-{self.made}")
-                os.close(threads)
-                self.spares.append(path)
+    def discard(self, path: Path) -> None:
+        """An ended unit's cgroup, empty: the filler thread removes it."""
+        self.doomed.append(path)
+        self.wanted.set()
 
-    def recycle(self, path: Path, target: int) -> bool:
-        """An ended unit's cgroup: kept as a spare when empty, never frozen and spares are wanted, else
-        removed; False while processes remain in it."""
-        if populated(path):
-            return False
-        if len(self.spares) < target and self.inside and not _frozen(path):
-            self.spares.append(path)
-            return True
-        return self.remove(path)
+    def start_filler(self, target: int) -> None:
+        """Keep `target` spares, made by a daemon thread woken by `wanted`, which also labels the units' cgroups
+        and removes ended ones: after a pause each of these syscalls costs 0.03-0.2 ms that would otherwise
+        delay the event loop. It works TIDY_DELAY after it was woken, once the call is over (more calls than
+        spares within that time make their own). The thread never enters a unit, and it is created outside one
+        (threads start in their creator's cgroup)."""
+        self.spare_target = target
+
+        def filler() -> None:
+            while self.spare_target:
+                self.wanted.wait()
+                # After the call that woke it, not during: its CPU and the GIL belong to the call.
+                time.sleep(TIDY_DELAY)
+                self.wanted.clear()
+                self.tidy()
+
+        threading.Thread(target=filler, name="relay-shell-cgroups", daemon=True).start()
+
+    def tidy(self) -> None:
+        """Label the units' cgroups, remove the ended ones, make spares (errors only mean the next unit makes
+        its own, or the label is missing: the processes' marker still names the unit)."""
+        while self.labels:
+            path, label = self.labels.pop()
+            with contextlib.suppress(OSError):  # before 5.7 cgroupfs has no user xattrs
+                os.setxattr(path, UNIT_ATTRIBUTE, label)
+        while self.doomed:
+            with contextlib.suppress(OSError):
+                self.remove(self.doomed.pop())
+        with contextlib.suppress(OSError):
+            while len(self.spares) < self.spare_target and self.inside:
+                self.spares.append(self.create(f"unit-{next(self.names)}"))
+
+    def stop_filling(self) -> None:
+        """No more spares (the server stops): the filler thread ends; the spares are closed and removed."""
+        self.spare_target = 0
+        self.wanted.set()
+        while self.spares:
+            path, threads = self.spares.pop()
+            os.close(threads)
+            with contextlib.suppress(OSError):
+                self.remove(path)
 
     def enter(self, unit_threads: int) -> None:
         os.write(unit_threads, b"0")  # "0": the calling thread
@@ -283,13 +316,6 @@ def unit_name_of(path: Path) -> str | None:
         return os.getxattr(path, UNIT_ATTRIBUTE).decode(errors="replace")
     except OSError:
         return None
-
-
-def _frozen(path: Path) -> bool:
-    try:
-        return "frozen 1" in (path / "cgroup.events").read_text()
-    except OSError:
-        return True
 
 
 def populated(path: Path) -> bool:

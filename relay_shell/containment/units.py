@@ -47,7 +47,7 @@ _PR_SET_CHILD_SUBREAPER = 36
 _SAFE_ID = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 POLL = 0.01  # seconds between checks while a unit is being ended
 MAINTAIN_INTERVAL = 1.0
-SPARE_UNITS = 4  # unit cgroups made ahead (cgroup mode)
+SPARE_UNITS = 16  # unit cgroups made ahead (cgroup mode): a burst of calls within TIDY_DELAY uses them
 
 
 class ContainmentUnavailable(Exception):
@@ -121,12 +121,8 @@ class Unit:
         """The unit's leader: never reaped by the containment (its owner waits for it)."""
         self.leader = pid
         self.containment.leaders.add(pid)
-        tree = self.containment.tree
-        if tree is not None and len(tree.spares) < SPARE_UNITS:
-            # Make the next unit's cgroup while this command runs (the loop waits for it anyway), not when
-            # the next call is waiting for it.
-            with contextlib.suppress(RuntimeError):  # no running loop (a caller outside the server)
-                asyncio.get_running_loop().call_soon(tree.fill, SPARE_UNITS)
+        if self.containment.tree is not None:
+            self.containment.tree.wanted.set()  # label this unit's cgroup, make the next one
 
     # -- ending ------------------------------------------------------------------------------------------
 
@@ -246,9 +242,10 @@ class Containment:
     def maintain(self) -> None:
         if self.tree is not None:
             for unit in [unit for unit in self.units.values() if unit.released]:
-                if unit.cgroup is None or self.tree.recycle(unit.cgroup, SPARE_UNITS):
+                if unit.cgroup is None or not populated(unit.cgroup):
                     self.units.pop(unit.name, None)
-            self.tree.fill(SPARE_UNITS)
+                    if unit.cgroup is not None:
+                        self.tree.discard(unit.cgroup)
         if self.mode == "subreaper" or os.getpid() == 1:  # only then do orphans come to the server
             self.reap(set())
 
@@ -276,6 +273,8 @@ class Containment:
         until none runs; remove the instance's cgroups."""
         if self.mode == "off":
             return
+        if self.tree is not None:
+            self.tree.stop_filling()  # the instance is going away
         members = self.instance_members()
         for pid in members:
             with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -300,7 +299,6 @@ class Containment:
             await asyncio.sleep(POLL)
         self.units.clear()
         if self.tree is not None:
-            self.tree.spares.clear()
             for unit_directory in _unit_directories(self.tree.directory):
                 while populated(unit_directory) and time.monotonic() < deadline:
                     await asyncio.sleep(POLL / 2)
@@ -352,7 +350,8 @@ def start_containment(setting: Setting, scope: str) -> Containment:
             place = locate()
             tree = CgroupTree(place, f"{INSTANCE_PREFIX}{scope}-{instance_of_this_process()}")
             tree.setup()
-            tree.fill(SPARE_UNITS)
+            tree.start_filler(SPARE_UNITS)
+            tree.tidy()
         except (CgroupError, OSError) as exc:
             cgroup_problem = str(exc)
             if setting == "cgroup":
