@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def serve(check_only: bool) -> int:
     from relay_shell.audit.log import AuditLog, AuditWriteError, check_writable
-    from relay_shell.config import ConfigError, load_settings, metrics_host_port, unknown_variables
+    from relay_shell.config import ConfigError, Settings, load_settings, metrics_host_port, unknown_variables
 
     try:
         settings = load_settings()
@@ -90,12 +90,33 @@ def serve(check_only: bool) -> int:
             print(f"relay-shell: configuration error: {exc}", file=sys.stderr)
             return EXIT_CONFIG
     raise_open_files_limit()  # before build_server: the port forwards' connection budget is derived from it
-    from relay_shell.audit.interrupted import Leftover, find_interrupted, restart_fields
+    from relay_shell.audit.interrupted import find_interrupted, restart_fields
+    from relay_shell.containment.leftovers import find_leftovers
+    from relay_shell.containment.units import ContainmentUnavailable, scope_of, start_containment
 
+    try:
+        containment = start_containment(settings.containment, scope_of(settings.audit_path))
+    except ContainmentUnavailable as exc:
+        print(
+            f"relay-shell: configuration error: RELAY_SHELL_CONTAINMENT={settings.containment}: {exc}; allowed: "
+            f"{Settings.model_fields['containment'].description}",
+            file=sys.stderr,
+        )
+        return EXIT_CONFIG
+    # What a server of this audit log killed with -9 left running: the processes of the calls it left
+    # interrupted (start records without end records) are ended, background jobs of calls that ended are kept.
     previous = find_interrupted(settings.audit_path)  # before this process writes its own server:start record
-    leftovers: list[Leftover] = []  # containment: processes of those calls still running, found by their marker
-    assembly = build_server(settings, audit_log, http_auth.tokens, http_auth.oauth)
-    assembly.runner.server_started(restart_fields(previous, leftovers))
+    interrupted = {call.call_id for call in previous.interrupted} if previous.complete else None
+    leftovers = find_leftovers(containment, interrupted_call_ids=interrupted)
+    for leftover in leftovers:
+        action = "ended" if leftover.ended else "kept"
+        print(
+            f"relay-shell: left by server {leftover.instance}: {leftover.unit}, {len(leftover.pids)} "
+            f"process(es) {action}: {leftover.reason}",
+            file=sys.stderr,
+        )
+    assembly = build_server(settings, audit_log, http_auth.tokens, http_auth.oauth, containment)
+    assembly.runner.server_started(restart_fields(previous, [leftover.record() for leftover in leftovers]))
     if not audit_log.healthy:
         assembly.metrics.audit_degraded.set(1)
     metrics_note = "off"
@@ -110,7 +131,7 @@ def serve(check_only: bool) -> int:
     chain = "on" if settings.audit_chain else "off"
     print(
         f"relay-shell {__version__} | transport {settings.transport} | policy {settings.policy_mode} | "
-        f"audit {settings.audit_path} (chain {chain}) | metrics {metrics_note}",
+        f"audit {settings.audit_path} (chain {chain}) | metrics {metrics_note} | containment {containment.mode}",
         file=sys.stderr,
         flush=True,
     )
@@ -177,6 +198,7 @@ async def _serve_stdio(assembly: Assembly) -> None:
                     return
 
         group.start_soon(stop_on_signal)
+        group.start_soon(assembly.containment.maintain_forever)
         server = assembly.mcp._lowlevel_server  # the SDK's own in-memory client reaches it the same way
         try:
             async with stdio_transport() as (read_stream, write_stream):

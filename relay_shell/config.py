@@ -92,6 +92,12 @@ class Settings(BaseSettings):
     max_output_hard: int = Field(1024 * 1024, ge=1024, le=64 * 1024 * 1024, description="bytes, 1024 to 67108864")
     max_timeout: float = Field(3600.0, ge=1.0, le=86400.0, description="seconds, 1 to 86400")
     kill_grace: float = Field(2.0, ge=0.1, le=60.0, description="seconds between SIGTERM and SIGKILL, 0.1 to 60")
+    containment: Literal["auto", "cgroup", "subreaper", "off"] = Field(
+        "auto",
+        description="auto (a cgroup v2 per call and session where the server may manage one, else subreaper), "
+        "cgroup (required: startup fails without one), subreaper (child subreaper + RELAY_SHELL_UNIT marker) or "
+        "off (process groups only: a process that leaves its group escapes)",
+    )
     max_concurrent_calls: int = Field(
         64, ge=1, le=10000, description="tool calls running at once; beyond it a call is refused as Busy, 1 to 10000"
     )
@@ -261,9 +267,14 @@ def load_settings() -> Settings:
         raise ConfigError(f"{variable}={bad_value!r}: {problem}; allowed: {field.description}") from None
 
 
+# Set by relay-shell itself, not by an operator: the containment marker every command inherits (a relay-shell
+# started by a command sees it; containment/proc.py MARKER_VARIABLE).
+NOT_SETTINGS = {"RELAY_SHELL_UNIT"}
+
+
 def unknown_variables() -> list[str]:
     """RELAY_SHELL_* names that no setting reads: usually a typo an operator wants to hear about."""
-    known = {ENV_PREFIX + name.upper() for name in Settings.model_fields}
+    known = {ENV_PREFIX + name.upper() for name in Settings.model_fields} | NOT_SETTINGS
     return sorted(name for name in os.environ if name.startswith(ENV_PREFIX) and name not in known)
 
 

@@ -26,6 +26,7 @@ def server_state(
     open_sessions: int,
     ssh_connections: int,
     audit_counts: dict[str, int],
+    containment: dict[str, Any] | None = None,
     extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     return {
@@ -68,6 +69,7 @@ def server_state(
             "transcripts": str(settings.record_dir) if settings.record_dir else None,
         },
         "metrics": {"listen_port": metrics_port},
+        "containment": containment,
         "ssh": {
             "ssh_config": str(settings.ssh_config) if settings.ssh_config else None,
             "inventory": str(settings.inventory) if settings.inventory else None,
@@ -94,12 +96,15 @@ def prepare_server_info(
     open_sessions: int,
     ssh_connections: int,
     audit_counts: dict[str, int],
+    containment: dict[str, Any] | None = None,
     extra: dict[str, Any] | None = None,
 ) -> Plan:
     """`extra`: sections other areas describe themselves (runbooks, the briefing gate)."""
 
     async def execute(progress: ProgressFn) -> Execution:
-        state = server_state(settings, audit_log, metrics_port, open_sessions, ssh_connections, audit_counts, extra)
+        state = server_state(
+            settings, audit_log, metrics_port, open_sessions, ssh_connections, audit_counts, containment, extra
+        )
         return _text_execution(settings, state, {"info": state})
 
     return Plan(subject=Subject(fixed_tier=0), execute=execute)

@@ -87,7 +87,10 @@ def serve_http(assembly: Assembly, settings: Settings, auth: HttpAuth) -> None:
 
     async def run() -> None:
         try:
-            await server.serve(sockets=[listener])
+            async with anyio.create_task_group() as group:
+                group.start_soon(assembly.containment.maintain_forever)
+                await server.serve(sockets=[listener])
+                group.cancel_scope.cancel()
         finally:
             await assembly.shutdown()
 

@@ -4,7 +4,6 @@ Plan an executor hands the runner to admit and run, and the Execution it produce
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -16,10 +15,6 @@ ProgressFn = Callable[[int], Awaitable[None]]
 
 Outcome = Literal["ok", "exit_nonzero", "timeout", "denied", "error", "confirm_required", "cancelled", "gated"]
 
-# The `call_id` of the call whose plan is executing (set by the runner after the call's start record is written,
-# for the length of `Plan.execute`): an executor that starts processes can tag them with it, so what a call
-# started can be told apart from what another call started (containment's per-call marker).
-current_call_id: ContextVar[str | None] = ContextVar("current_call_id", default=None)
 
 
 @dataclass(frozen=True)
@@ -78,6 +73,9 @@ class Plan:
     progress_total: int | None = None
     progress_unit: str = "bytes of output"
     session_id: str | None = None  # the PTY session the call acts on, for the audit record
+    # The call's id, set by the runner before execute: an executor names its containment unit after it (the
+    # RELAY_SHELL_UNIT marker, the cgroup), so a process can be traced to its call, after a restart too.
+    call_id: str | None = None
     # Replaces the call's arguments in the audit record (input typed at a password prompt); when set, a
     # refusal's reason is withheld from the record too, since it may quote the input.
     recorded_arguments: dict[str, Any] | None = None

@@ -46,7 +46,7 @@ from relay_shell.confirm.store import ConfirmationStore, confirm_required
 from relay_shell.errors import ToolError
 from relay_shell.identity import Identity, identify, owner_of
 from relay_shell.metrics import Metrics
-from relay_shell.plan import Execution, Outcome, Plan, Subject, current_call_id
+from relay_shell.plan import Execution, Outcome, Plan, Subject
 from relay_shell.policy.admission import Policy
 from relay_shell.progress import Progress
 from relay_shell.results import NO_DEFAULTS, render_text, status_line, structured_content, truncation_line
@@ -154,7 +154,7 @@ class Runner:
             if refusal is not None:
                 return self._finish(call, tier, "error", error=refusal, plan=plan)
         progress = Progress(report_progress, plan)
-        running = current_call_id.set(call.call_id)
+        plan.call_id = call.call_id  # the executor names its containment unit after it
         try:
             execution = await plan.execute(progress.report)
         except anyio.get_cancelled_exc_class():
@@ -171,8 +171,6 @@ class Runner:
         except Exception as exc:
             logger.exception("executing %s failed", tool)
             execution = Execution(status="error", output=_empty(), error=f"Internal: {type(exc).__name__}: {exc}")
-        finally:
-            current_call_id.reset(running)
         failed = self._open_gate(request_context, call, plan) if plan.opens_gate else None
         if failed is not None and execution.status == "ok":
             execution = Execution(status="error", output=_empty(), error=failed)

@@ -25,6 +25,7 @@ from relay_shell.audit.log import AuditLog
 from relay_shell.auth.setup import server_auth
 from relay_shell.config import Settings
 from relay_shell.confirm.elicitation import InputRequired
+from relay_shell.containment.units import Containment, scope_of, start_containment
 from relay_shell.identity import connected
 from relay_shell.metrics import Metrics
 from relay_shell.policy.admission import Policy
@@ -34,7 +35,7 @@ from relay_shell.runbooks.index import instructions_index, library_state
 from relay_shell.runbooks.library import RunbookLibrary
 from relay_shell.runbooks.retrieval import Retrieval
 from relay_shell.runner import Runner
-from relay_shell.sessions.registry import Session, SessionRegistry
+from relay_shell.sessions.registry import SHUTDOWN_GRACE, Session, SessionRegistry
 from relay_shell.ssh.access import SshAccess
 from relay_shell.ssh.forwards.registry import ForwardRegistry, end_fields
 from relay_shell.surface.build import SCHEMA_CACHE
@@ -58,14 +59,17 @@ class Assembly:
     metrics: Metrics
     sessions: SessionRegistry
     ssh: SshAccess
+    containment: Containment
     metrics_port: int | None = None
 
     async def shutdown(self) -> None:
-        """Close every session (local and remote), then every SSH connection."""
+        """Close every session (local and remote), then every SSH connection, then end what the calls left
+        running (background jobs, whatever escaped): nothing the server started outlives it."""
         with anyio.CancelScope(shield=True):
             await self.sessions.close_all("server stopped")
             with anyio.move_on_after(2.0):
                 await self.ssh.close()
+            await self.containment.shutdown(min(SHUTDOWN_GRACE, self.runner.settings.kill_grace))
 
 
 def build_server(
@@ -73,7 +77,13 @@ def build_server(
     audit_log: AuditLog,
     token_verifier: TokenVerifier | None = None,
     oauth: OAuthProvider | None = None,
+    containment: Containment | None = None,
 ) -> Assembly:
+    if containment is None:
+        # Containment changes the whole process (child subreaper, its cgroup, an environment variable): the
+        # command line opts in (cli.serve, from RELAY_SHELL_CONTAINMENT); a process that embeds the server
+        # (tests with an in-memory client) passes one when it wants it.
+        containment = start_containment("off", scope_of(settings.audit_path))
     # Metrics are collected when something can read them: the stdio listener or the HTTP transport's /metrics.
     metrics = Metrics(enabled=bool(settings.metrics_addr) or settings.transport == "http")
     policy = Policy(settings.policy_mode, settings.deny_patterns, settings.allow_patterns)
@@ -104,6 +114,7 @@ def build_server(
         kill_grace=settings.kill_grace,
         on_end=session_ended,
         connected=connected,
+        containment=containment,
     )
     metrics.sessions_open.set_function(lambda: len(sessions.sessions))  # read at scrape time
     forwards = ForwardRegistry(
@@ -117,7 +128,7 @@ def build_server(
     retrieval = runbook_retrieval(settings, runner, ssh)
     assembly: Assembly
     tools = [
-        *local_tools(runner),
+        *local_tools(runner, containment),
         *session_tools(runner, sessions),
         *ssh_tools(runner, sessions, ssh),
         *diag_tools(
@@ -125,6 +136,7 @@ def build_server(
             lambda: assembly.metrics_port,
             lambda: len(sessions.sessions),
             ssh.connections,
+            containment.status,
             lambda owner: runbook_state(settings, retrieval, runner, owner),
         ),
         *runbook_tools(runner, retrieval),
@@ -166,7 +178,7 @@ def build_server(
     prompts.register(mcp)
     runbooks.register(mcp)
     prompts.other_sources = runbooks.completion_source  # runbook arguments `host`/`hosts` complete too
-    assembly = Assembly(mcp=mcp, runner=runner, metrics=metrics, sessions=sessions, ssh=ssh)
+    assembly = Assembly(mcp=mcp, runner=runner, metrics=metrics, sessions=sessions, ssh=ssh, containment=containment)
     return assembly
 
 

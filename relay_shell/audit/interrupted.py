@@ -5,9 +5,8 @@ At start-up, before it serves, the server reads its log backwards from the end t
 record follows. The runner writes them into this process's `server:start` record (adr/0014), so the log itself
 says which calls the previous process was running when it died.
 
-The record also has room for what containment finds of those calls (`leftover_processes`: for each call, the
-processes still carrying its marker and whether they were ended). Start-up fills it through `Leftover`; this
-module only reads the log.
+The record also says what containment found of the previous process's units (`leftover_processes`: the
+processes still carrying their marker and whether they were ended); this module only reads the log.
 """
 
 from __future__ import annotations
@@ -16,7 +15,7 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any
 
 import orjson
 
@@ -40,13 +39,6 @@ class InterruptedCall:
     def record(self) -> dict[str, Any]:
         return {"call_id": self.call_id, "tool": self.tool, "ts": self.ts, "client_id": self.client_id}
 
-
-class Leftover(TypedDict):
-    """Processes of an interrupted call that containment found still running at start-up (by its marker)."""
-
-    call_id: str
-    pids: list[int]
-    ended: bool  # whether start-up ended them
 
 
 @dataclass(frozen=True)
@@ -80,8 +72,9 @@ def find_interrupted(path: Path) -> PreviousRun:
     return PreviousRun(interrupted, scanned, scanned < MAX_SCAN_BYTES)
 
 
-def restart_fields(previous: PreviousRun, leftovers: list[Leftover]) -> dict[str, Any]:
-    """The fields of the `server:start` record for what the previous process left behind."""
+def restart_fields(previous: PreviousRun, leftovers: list[dict[str, Any]]) -> dict[str, Any]:
+    """The fields of the `server:start` record for what the previous process left behind; `leftovers` is what
+    containment found still running of its units (containment/leftovers.py: `Leftover.record()`)."""
     return {
         "interrupted": [call.record() for call in previous.interrupted[-MAX_LISTED:]],
         "interrupted_count": len(previous.interrupted),

@@ -6,6 +6,7 @@ import shlex
 
 from relay_shell.arguments import call_limits, check_cwd, check_no_nul, child_env
 from relay_shell.config import Settings
+from relay_shell.containment.units import Containment
 from relay_shell.errors import ArgumentError
 from relay_shell.local.process import run_process
 from relay_shell.plan import Execution, Plan, ProgressFn, Subject, command_execution
@@ -29,6 +30,7 @@ def prepare_exec(
     env: dict[str, str | None] | None,
     merge_stderr: bool,
     use_shell: bool,
+    containment: Containment | None = None,
 ) -> Plan:
     notes: list[str] = []
     if isinstance(command, list):
@@ -65,6 +67,7 @@ def prepare_exec(
 
     return _process_plan(
         settings,
+        containment,
         subject,
         notes,
         argv,
@@ -87,6 +90,7 @@ def prepare_script(
     max_output: int | None,
     cwd: str | None,
     env: dict[str, str | None] | None,
+    containment: Containment | None = None,
 ) -> Plan:
     notes: list[str] = []
     if interpreter not in INTERPRETERS:
@@ -104,12 +108,23 @@ def prepare_script(
     stdin_bytes = body.encode("utf-8", errors="surrogateescape")
     argv = INTERPRETERS[interpreter]
     return _process_plan(
-        settings, subject, notes, argv, work_dir, environment, stdin_bytes, True, timeout_value, max_output_value
+        settings,
+        containment,
+        subject,
+        notes,
+        argv,
+        work_dir,
+        environment,
+        stdin_bytes,
+        True,
+        timeout_value,
+        max_output_value,
     )
 
 
 def _process_plan(
     settings: Settings,
+    containment: Containment | None,
     subject: Subject,
     notes: list[str],
     argv: list[str],
@@ -121,6 +136,9 @@ def _process_plan(
     budget: int,
 ) -> Plan:
     async def execute(progress: ProgressFn) -> Execution:
+        # The unit is named after the call (plan.call_id, set by the runner), so its processes can be traced
+        # to the call's audit records, after a restart too.
+        unit = containment.open_unit("call", plan.call_id) if containment is not None else None
         outcome = await run_process(
             argv,
             cwd=cwd,
@@ -131,9 +149,9 @@ def _process_plan(
             budget=budget,
             kill_grace=settings.kill_grace,
             progress=progress,
+            unit=unit,
         )
         return command_execution(outcome)
 
-    return Plan(subject=subject, execute=execute, notes=notes, timeout=timeout)
-
-
+    plan = Plan(subject=subject, execute=execute, notes=notes, timeout=timeout)
+    return plan

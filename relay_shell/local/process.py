@@ -1,8 +1,10 @@
-"""One-shot local processes: own session and process group, bounded capture, kill escalation.
+"""One-shot local processes: own session and process group, a containment unit, bounded capture, kill
+escalation.
 
-The child starts a new session (so it is its own process-group leader with no controlling terminal);
-on timeout or cancellation the whole group gets SIGTERM, a grace period, then SIGKILL, so no descendant
-in the group survives.
+The child starts a new session (so it is its own process-group leader with no controlling terminal) inside
+its containment unit (containment/units.py), which also holds what leaves the group (setsid, double forks,
+daemons). On timeout or cancellation the group and the unit get SIGTERM, a grace period, then SIGKILL, so
+no descendant survives, escaped or not.
 
 Exit is observed through a pidfd, not through the pipes: asyncio's `Process.wait()` only returns once every
 pipe is closed, so `sleep 600 & echo started` would hold the call for ten minutes. Here, after the command
@@ -23,6 +25,7 @@ from dataclasses import dataclass
 import anyio
 
 from relay_shell.capture import BoundedCapture, CapturedText
+from relay_shell.containment.units import Unit
 from relay_shell.plan import ProgressFn
 
 READ_CHUNK = 1024 * 1024
@@ -87,21 +90,45 @@ async def run_process(
     budget: int,
     kill_grace: float,
     progress: ProgressFn,
+    unit: Unit | None = None,  # None: the process group alone (containment off)
+) -> ProcessOutcome:
+    try:
+        return await _run_in_unit(argv, cwd, env, stdin, merge_stderr, timeout, budget, kill_grace, progress, unit)
+    finally:
+        if unit is not None:
+            unit.release()  # after the leader was reaped; a unit whose background jobs run on stays
+
+
+async def _run_in_unit(
+    argv: list[str],
+    cwd: str | None,
+    env: dict[str, str] | None,
+    stdin: bytes | None,
+    merge_stderr: bool,
+    timeout: float,
+    budget: int,
+    kill_grace: float,
+    progress: ProgressFn,
+    unit: Unit | None,
 ) -> ProcessOutcome:
     loop = asyncio.get_running_loop()
     stdout_capture = BoundedCapture(budget if merge_stderr else budget - budget // 4)
     stderr_capture = None if merge_stderr else BoundedCapture(budget // 4)
-    # Raises OSError (missing program, E2BIG for a huge command line, bad cwd): the runner reports it.
-    process = subprocess.Popen(
-        argv,
-        stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
-        cwd=cwd,
-        env=env,
-        start_new_session=True,
-        close_fds=True,
-    )
+    with contextlib.ExitStack() as spawning:
+        child_env = spawning.enter_context(unit.spawning(env)) if unit is not None else env
+        # Raises OSError (missing program, E2BIG for a huge command line, bad cwd): the runner reports it.
+        process = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
+            cwd=cwd,
+            env=child_env,
+            start_new_session=True,
+            close_fds=True,
+        )
+    if unit is not None:
+        unit.started(process.pid)
     process_group = process.pid
     pidfd = os.pidfd_open(process.pid)
     exited: asyncio.Future[None] = loop.create_future()
@@ -126,7 +153,7 @@ async def run_process(
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 timed_out = True
-                await _kill_group(exited, process_group, kill_grace)
+                await _kill_group(exited, process_group, kill_grace, unit)
                 break
             await asyncio.wait([exited], timeout=min(PROGRESS_TICK, remaining))
             if not exited.done():
@@ -135,7 +162,7 @@ async def run_process(
     except BaseException:
         # Cancellation (MCP notifications/cancelled, client gone, shutdown): nothing may outlive the call.
         with anyio.CancelScope(shield=True):
-            await _kill_group(exited, process_group, kill_grace)
+            await _kill_group(exited, process_group, kill_grace, unit)
         raise
     finally:
         if timed_out:
@@ -215,12 +242,16 @@ async def _drain(pipes: list[_Pipe], activity: list[float]) -> None:
         await asyncio.wait(pending, timeout=DRAIN_QUIET)
 
 
-async def _kill_group(exited: asyncio.Future[None], process_group: int, grace: float) -> None:
+async def _kill_group(exited: asyncio.Future[None], process_group: int, grace: float, unit: Unit | None) -> None:
     _signal_group(process_group, signal.SIGTERM)
+    if unit is not None:
+        unit.send((signal.SIGTERM,))  # escaped processes too: they get the same chance to clean up
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(asyncio.shield(exited), grace)
     # SIGKILL the whole group even if the leader exited: its children may ignore SIGTERM.
     _signal_group(process_group, signal.SIGKILL)
+    if unit is not None:
+        await unit.kill(grace)
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(asyncio.shield(exited), grace)
 

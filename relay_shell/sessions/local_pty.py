@@ -18,6 +18,8 @@ from collections.abc import Callable
 
 from ptyprocess import PtyProcess
 
+from relay_shell.containment.units import Unit
+
 READ_CHUNK = 64 * 1024
 DRAIN_QUIET = 0.05  # after the leader exits, output still arriving within this window belongs to it
 DRAIN_MAX = 1.0
@@ -40,10 +42,21 @@ def _prepare_child() -> None:
 class LocalPty:
     kind = "local"
 
-    def __init__(self, argv: list[str], cwd: str | None, env: dict[str, str], cols: int, rows: int) -> None:
-        # Raises FileNotFoundError when argv[0] is not found and OSError when exec fails.
-        self.process = PtyProcess.spawn(argv, cwd=cwd, env=env, dimensions=(rows, cols), preexec_fn=_prepare_child)
+    def __init__(
+        self, argv: list[str], cwd: str | None, env: dict[str, str], cols: int, rows: int, unit: Unit | None = None
+    ) -> None:
+        # The terminal's processes live in a containment unit (None: its session alone), so closing it ends
+        # those that left the terminal's session too (setsid, daemons).
+        self.unit = unit
+        with contextlib.ExitStack() as spawning:
+            child_env = spawning.enter_context(unit.spawning(env)) if unit is not None else env
+            # Raises FileNotFoundError when argv[0] is not found and OSError when exec fails.
+            self.process = PtyProcess.spawn(
+                argv, cwd=cwd, env=child_env, dimensions=(rows, cols), preexec_fn=_prepare_child
+            )
         self.pid = self.process.pid
+        if unit is not None:
+            unit.started(self.pid)
         self.where = f"pid {self.pid}"
         self.fd = self.process.fd
         self.loop = asyncio.get_running_loop()
@@ -118,8 +131,9 @@ class LocalPty:
         return bool(local_flags & termios.ICANON) and not local_flags & termios.ECHO
 
     async def close(self, grace: float, first_signal: int | None = None) -> None:
-        """Stop every process in the terminal's session (`first_signal`, HUP + TERM, grace, KILL), then close
-        the PTY. Interactive shells ignore TERM but not HUP; stopped jobs need CONT to act on either."""
+        """Stop every process in the terminal's session and its containment unit (`first_signal`, HUP +
+        TERM, grace, KILL), then close the PTY. Interactive shells ignore TERM but not HUP; stopped jobs need
+        CONT to act on either."""
         members = session_members(self.pid)
         signals = [first_signal] if first_signal is not None else []
         signals += [signal.SIGHUP, signal.SIGCONT, signal.SIGTERM]
@@ -127,6 +141,8 @@ class LocalPty:
             for signal_number in signals:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, signal_number)
+        if self.unit is not None:
+            members = sorted(set(members) | self.unit.send(signals))
         deadline = time.monotonic() + grace
         while members and time.monotonic() < deadline:
             await asyncio.sleep(0.02)
@@ -134,11 +150,15 @@ class LocalPty:
         for pid in session_members(self.pid) + members:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
+        if self.unit is not None:
+            await self.unit.kill(grace)
         end = time.monotonic() + grace
         while not self.leader_exited and time.monotonic() < end:
             await asyncio.sleep(0.01)
             self._reap()
         self._shutdown_io()
+        if self.unit is not None:
+            self.unit.release()
 
     # -- events ------------------------------------------------------------------------------------------
 

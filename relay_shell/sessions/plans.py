@@ -89,15 +89,20 @@ def prepare_spawn(
         env=tuple((env or {}).items()),
     )
 
-    def open_terminal() -> Terminal:
+    def open_terminal(session_id: str) -> Terminal:
         # Imported on first use: ptyprocess, ctypes and termios cost startup time a server that never
         # spawns a terminal should not pay.
         from relay_shell.sessions.local_pty import LocalPty
 
+        containment = registry.containment
+        unit = containment.open_unit("session", session_id) if containment is not None else None
         try:
-            return LocalPty(argv, work_dir, terminal_env, cols, rows)
+            return LocalPty(argv, work_dir, terminal_env, cols, rows, unit)
         except FileNotFoundError:
             raise ArgumentError(f"command: {argv[0]!r} was not found; allowed: an installed program") from None
+        finally:
+            if unit is not None and unit.leader is None:  # nothing started: no unit to keep
+                unit.release()
 
     return spawn_plan(
         settings, registry, owner, client_id, subject, shown, cols, rows, patterns, wait_timeout, notes, open_terminal
@@ -116,7 +121,7 @@ def spawn_plan(
     patterns: Patterns,
     wait_timeout: float,
     notes: list[str],
-    open_terminal: Callable[[], Terminal | Awaitable[Terminal]],
+    open_terminal: Callable[[str], Terminal | Awaitable[Terminal]],  # gets the new session's id
     target: dict[str, Any] | None = None,
 ) -> Plan:
     """Start a terminal (local PTY or SSH channel) as a new session and wait for its first output."""
@@ -128,7 +133,7 @@ def spawn_plan(
         # The transcript first: if it cannot be written (RECORD_DIR), nothing is started.
         transcript = _transcript(settings, session_id, shown, cols, rows)
         try:
-            opened = open_terminal()
+            opened = open_terminal(session_id)
             terminal = await opened if inspect.isawaitable(opened) else opened
         except BaseException:
             if transcript is not None:

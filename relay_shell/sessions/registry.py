@@ -18,6 +18,7 @@ from typing import Literal, Protocol
 
 import anyio
 
+from relay_shell.containment.units import Containment
 from relay_shell.errors import ToolError
 from relay_shell.sessions.expect import SEARCH_WINDOW, Match, Patterns, find
 from relay_shell.sessions.ring import OutputRing, RingRead
@@ -249,8 +250,10 @@ class SessionRegistry:
         kill_grace: float,
         on_end: Callable[[Session], None],
         connected: Callable[[str], bool] = lambda owner: True,
+        containment: Containment | None = None,  # local terminals get a unit from it (None: their session alone)
     ) -> None:
         self.connected = connected
+        self.containment = containment
         self.max_sessions = max_sessions
         self.buffer_bytes = buffer_bytes
         self.idle_timeout = idle_timeout

@@ -103,7 +103,7 @@ def prepare_spawn(
     target = target_record(route)
     shown = f"{route.target.describe()}: {command or 'login shell'}"
 
-    async def open_terminal() -> SshTerminal:
+    async def open_terminal(session_id: str) -> SshTerminal:
         connect_timeout = ssh.settings.ssh_connect_timeout * (1 + len(route.jumps))
         try:
             pooled = await ssh.pool.acquire(route, connect_timeout)

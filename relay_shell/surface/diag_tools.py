@@ -23,6 +23,7 @@ def diag_tools(
     metrics_port: Callable[[], int | None],
     open_sessions: Callable[[], int],
     ssh_connections: Callable[[], int],
+    containment: Callable[[], dict[str, Any]] | None = None,
     described: Callable[[str], dict[str, Any]] | None = None,
 ) -> list[Tool]:
     """`described(owner)`: further server_info sections for the calling client (runbooks and its gate)."""
@@ -32,8 +33,9 @@ def diag_tools(
     async def server_info(ctx: Context) -> Annotated[CallToolResult, ServerInfoResult]:
         """Describe this server: version, transport, policy mode, effective limits (default and maximum
         output, maximum timeout), audit log path and health, terminal sessions (open, limits), metrics
-        listener, the team's runbooks (loaded, failed to load) and this session's briefing gate. Call it once
-        before work to learn what the policy will admit."""
+        listener, process containment (cgroup or subreaper and why, background jobs still running), the team's
+        runbooks (loaded, failed to load) and this session's briefing gate. Call it once before work to learn what
+        the policy will admit."""
         return await runner.run(
             ctx.request_context,
             "server_info",
@@ -44,6 +46,7 @@ def diag_tools(
                 open_sessions(),
                 ssh_connections(),
                 runner.audit_counts(),
+                containment() if containment is not None else None,
                 described(owner_of(ctx.request_context)) if described is not None else None,
             ),
         )

@@ -9,6 +9,7 @@ from mcp.server.mcpserver.tools import Tool
 from mcp_types import CallToolResult
 from pydantic import Field
 
+from relay_shell.containment.units import Containment
 from relay_shell.local.plans import prepare_exec, prepare_script
 from relay_shell.results import ExecResult
 from relay_shell.runner import Runner
@@ -29,7 +30,7 @@ Env = Annotated[
 ]
 
 
-def local_tools(runner: Runner) -> list[Tool]:
+def local_tools(runner: Runner, containment: Containment | None = None) -> list[Tool]:
     settings = runner.settings
 
     async def shell_exec(
@@ -69,6 +70,7 @@ def local_tools(runner: Runner) -> list[Tool]:
                 env=env,
                 merge_stderr=merge_stderr,
                 use_shell=use_shell,
+                containment=containment,
             ),
             ctx.report_progress,
         )
@@ -101,6 +103,7 @@ def local_tools(runner: Runner) -> list[Tool]:
                 max_output=max_output,
                 cwd=cwd,
                 env=env,
+                containment=containment,
             ),
             ctx.report_progress,
         )

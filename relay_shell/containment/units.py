@@ -1,0 +1,388 @@
+"""Process containment: every process a call or a session starts belongs to a unit the server can end as a
+whole, whatever it does to its process group or session (setsid, double fork, nohup, daemonizing).
+
+Two kinds of unit, chosen at startup (`RELAY_SHELL_CONTAINMENT`, adr/0015):
+
+- **cgroup**: a threaded cgroup v2 per unit (containment/cgroup.py), frozen and killed as a whole.
+- **subreaper**: where no cgroup is ours to manage, the server is a child subreaper (orphans of its
+  descendants are re-parented to it, never to init) and every unit's processes carry a marker in their
+  environment, `RELAY_SHELL_UNIT=<scope>:<instance>:<unit>`, read back from /proc/PID/environ. A unit is
+  the processes with its marker plus everything below its leader (and below those), so a process that
+  drops the marker is still found while it stays in the tree.
+
+Both modes set the marker: it also finds processes that left a cgroup, and after a `kill -9` of the server
+the next start finds what its predecessor left (containment/leftovers.py). `off` keeps only the process
+groups of before (for measurements).
+
+A unit is opened per call or session; its first process is started inside `spawning()`; its owner ends it
+with `send()` (TERM, HUP, … to every member, escapes included), a grace, then `kill()`; `release()` after a
+normal end keeps a unit whose background jobs still run (`sh -c` semantics) until they end or the server
+stops (`shutdown()`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import hashlib
+import os
+import re
+import secrets
+import signal
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from relay_shell.containment import proc
+from relay_shell.containment.cgroup import INSTANCE_PREFIX, CgroupError, CgroupTree, locate, pids_in, populated
+from relay_shell.containment.proc import MARKER_VARIABLE
+
+Mode = Literal["cgroup", "subreaper", "off"]
+Setting = Literal["auto", "cgroup", "subreaper", "off"]
+_PR_SET_CHILD_SUBREAPER = 36
+_SAFE_ID = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+POLL = 0.01  # seconds between checks while a unit is being ended
+MAINTAIN_INTERVAL = 1.0
+SPARE_UNITS = 16  # unit cgroups made ahead (cgroup mode): a burst of calls within TIDY_DELAY uses them
+
+
+class ContainmentUnavailable(Exception):
+    """The containment asked for cannot work here; the message says why."""
+
+
+def scope_of(audit_path: Path) -> str:
+    """Markers are scoped to one audit log: a restart finds the leftovers of its own predecessors, not of
+    another relay-shell on the same host that writes another log."""
+    return hashlib.sha256(os.path.abspath(audit_path).encode()).hexdigest()[:12]
+
+
+def instance_of_this_process() -> str:
+    """pid and start time: names this server process for good, and tells a dead one from a live one."""
+    return f"{os.getpid()}-{proc.starttime_of(os.getpid())}"
+
+
+def instance_alive(instance: str) -> bool:
+    pid_text, _, start_text = instance.partition("-")
+    if not (pid_text.isdigit() and start_text.isdigit()):
+        return False
+    return proc.live(int(pid_text), int(start_text))
+
+
+@dataclass
+class Unit:
+    containment: Containment
+    kind: str  # "call" or "session"
+    unit_id: str
+    cgroup: Path | None = None
+    threads_fd: int | None = None  # the unit's cgroup.threads, open until its first process started
+    leader: int | None = None  # the process the unit started, until it is reaped (its pid cannot be reused)
+    released: bool = False
+
+    def __post_init__(self) -> None:
+        self.name = f"{self.kind}-{self.unit_id}"
+        self.marker = self.containment.instance_prefix + self.name
+        self.seen: dict[int, int] = {}  # pid -> start time of every member found so far
+
+    # -- starting ----------------------------------------------------------------------------------------
+
+    @contextmanager
+    def spawning(self, env: dict[str, str] | None) -> Iterator[dict[str, str] | None]:
+        """Start the unit's process inside this block, with the environment it yields: the marker is in it
+        (put into the server's own environment for an inherited one: copying ~100 variables per spawn costs
+        more than spawning `true`), and in cgroup mode the server stands in the unit, so the child is born
+        there."""
+        tree = self.containment.tree
+        if env is None:
+            os.environ[MARKER_VARIABLE] = self.marker
+            child_env = None
+        else:
+            child_env = {**env, MARKER_VARIABLE: self.marker}
+        entered = False
+        try:
+            if tree is not None and self.threads_fd is not None:
+                tree.enter(self.threads_fd)
+                entered = True
+            yield child_env
+        finally:
+            if entered:
+                assert tree is not None
+                tree.leave()
+            if env is None:
+                os.environ[MARKER_VARIABLE] = self.containment.server_marker
+            if self.threads_fd is not None:
+                os.close(self.threads_fd)
+                self.threads_fd = None
+
+    def started(self, pid: int) -> None:
+        """The unit's leader: never reaped by the containment (its owner waits for it)."""
+        self.leader = pid
+        self.containment.leaders.add(pid)
+        if self.containment.tree is not None:
+            self.containment.tree.wanted.set()  # label this unit's cgroup, make the next one
+
+    # -- ending ------------------------------------------------------------------------------------------
+
+    def members(self) -> set[int]:
+        """The running processes of the unit: its cgroup's, those carrying its marker, and everything below
+        the leader and every member found before (while the same process: pid and start time)."""
+        table = proc.scan()
+        roots = {pid for pid, marker in proc.markers(table, self.marker).items() if marker == self.marker}
+        if self.leader is not None:
+            roots.add(self.leader)
+        roots.update(pid for pid, start in self.seen.items() if pid in table and table[pid].starttime == start)
+        if self.cgroup is not None:
+            roots.update(pids_in(self.cgroup))
+        found = proc.descendants(table, roots)
+        found.discard(os.getpid())
+        running = {pid for pid in found if table[pid].state != "Z"}
+        self.seen.update((pid, table[pid].starttime) for pid in running)
+        return running
+
+    def send(self, signals: Iterable[int]) -> set[int]:
+        """Send each signal to every process of the unit; returns them."""
+        members = self.members()
+        for pid in members:
+            for signal_number in signals:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal_number)
+        return members
+
+    async def kill(self, grace: float) -> None:
+        """SIGKILL every process of the unit, escapes included, until none runs (or `grace` passed)."""
+        deadline = time.monotonic() + grace
+        tree = self.containment.tree
+        if tree is not None and self.cgroup is not None:
+            tree.kill(self.cgroup)
+            while populated(self.cgroup) and time.monotonic() < deadline:
+                await asyncio.sleep(POLL / 2)
+                tree.kill(self.cgroup)  # what was still starting: frozen or not, it goes now
+        # Every mode: processes outside the cgroup (moved out by their owner) or outside any cgroup
+        # (subreaper mode): sweep until a sweep finds none. Forks racing the sweep are found by the next one.
+        while True:
+            members = self.members()
+            for pid in members:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+            self.containment.reap(set(self.seen))
+            if not members or time.monotonic() >= deadline:
+                break
+            await asyncio.sleep(POLL)
+        self.containment.reap(set(self.seen))
+
+    def release(self) -> None:
+        """The leader ended and was reaped. The unit's cgroup is removed by the next maintenance tick once
+        empty (not here: an rmdir is a tenth of the containment's cost per call); one whose background jobs still
+        run stays until they end or the server stops. Without a cgroup the marker alone keeps finding them."""
+        if self.leader is not None:
+            self.containment.leaders.discard(self.leader)
+            self.leader = None
+        if self.released:
+            return
+        self.released = True
+        if self.cgroup is None:
+            self.containment.units.pop(self.name, None)
+
+
+class Containment:
+    def __init__(self, mode: Mode, reason: str, scope: str, tree: CgroupTree | None = None) -> None:
+        self.mode = mode
+        self.reason = reason
+        self.scope = scope
+        self.instance = instance_of_this_process()
+        self.instance_prefix = f"{scope}:{self.instance}:"
+        self.server_marker = self.instance_prefix + "server"  # what the server's own helpers inherit
+        self.tree = tree
+        self.units: dict[str, Unit] = {}
+        self.leaders: set[int] = set()
+        self.zombies_seen: set[int] = set()  # zombie children not ours to wait for, seen at the last tick
+        self.adopted: dict[int, int] = {}  # leftovers kept at startup (pid -> start time), ended at shutdown
+        if mode != "off":
+            # Once, before any thread runs: later changes only replace this entry's value, so the environ
+            # array is never reallocated under a thread reading it.
+            os.environ[MARKER_VARIABLE] = self.server_marker
+
+    # -- units -------------------------------------------------------------------------------------------
+
+    def open_unit(self, kind: str, unit_id: str | None = None) -> Unit | None:
+        """A unit for a call or a session, named after its id (a call's `call_id`, a session's id; one is
+        generated when none is given). None with containment off."""
+        if self.mode == "off":
+            return None
+        if unit_id is None or not _SAFE_ID.fullmatch(unit_id):
+            unit_id = secrets.token_hex(6) if unit_id is None else hashlib.sha256(unit_id.encode()).hexdigest()[:16]
+        unit = Unit(self, kind, unit_id)
+        while unit.name in self.units:  # an id reused while its unit lingers: keep both apart
+            unit = Unit(self, kind, f"{unit_id}.{secrets.token_hex(2)}")
+        if self.tree is not None:
+            unit.cgroup, unit.threads_fd = self.tree.take(unit.name)
+        self.units[unit.name] = unit
+        return unit
+
+    def reap(self, candidates: set[int]) -> None:
+        """Wait for the zombie children among `candidates` (members of a unit being ended, re-parented to the
+        subreaper) and for zombie children seen at an earlier tick; never for a leader (its owner waits for it)
+        nor for a fresh zombie of unknown origin (asyncio's child watcher waits for its own children by pid)."""
+        zombies = {pid for pid in proc.own_children() if (entry := proc.read_entry(pid)) and entry.state == "Z"}
+        for pid in zombies - self.leaders:
+            if pid in candidates or pid in self.zombies_seen:
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(pid, os.WNOHANG)
+        self.zombies_seen = zombies - self.leaders - candidates
+
+    async def maintain_forever(self) -> None:
+        """Remove lingering units once empty; wait for orphans re-parented to the server."""
+        while True:
+            await asyncio.sleep(MAINTAIN_INTERVAL)
+            self.maintain()
+
+    def maintain(self) -> None:
+        if self.tree is not None:
+            for unit in [unit for unit in self.units.values() if unit.released]:
+                if unit.cgroup is None or not populated(unit.cgroup):
+                    self.units.pop(unit.name, None)
+                    if unit.cgroup is not None:
+                        self.tree.discard(unit.cgroup)
+        if self.mode == "subreaper" or os.getpid() == 1:  # only then do orphans come to the server
+            self.reap(set())
+
+    # -- stopping ----------------------------------------------------------------------------------------
+
+    def instance_members(self) -> set[int]:
+        """Every running process of this server's units (lingering background jobs included) and adopted
+        leftovers, and in subreaper mode every descendant of the server (orphans that dropped their marker are
+        re-parented to it). Not what merely shares the instance's own cgroup: units are its subdirectories."""
+        table = proc.scan()
+        marked = proc.markers(table, self.instance_prefix)
+        roots = {pid for pid, marker in marked.items() if marker != self.server_marker}
+        roots.update(pid for pid, start in self.adopted.items() if pid in table and table[pid].starttime == start)
+        if self.tree is not None:
+            for unit_directory in _unit_directories(self.tree.directory):
+                roots.update(pids_in(unit_directory))
+        if self.mode == "subreaper":
+            roots.update(proc.own_children())
+        found = proc.descendants(table, roots)
+        found.discard(os.getpid())
+        return {pid for pid in found if table[pid].state != "Z"}
+
+    async def shutdown(self, grace: float) -> None:
+        """The server stops: TERM every process of every unit (background jobs too), up to `grace`, then KILL
+        until none runs; remove the instance's cgroups."""
+        if self.mode == "off":
+            return
+        if self.tree is not None:
+            self.tree.stop_filling()  # the instance is going away
+        members = self.instance_members()
+        for pid in members:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGTERM)
+                os.kill(pid, signal.SIGCONT)
+        deadline = time.monotonic() + grace
+        while members and time.monotonic() < deadline:
+            await asyncio.sleep(POLL * 2)
+            members = {pid for pid in members if proc.live(pid)}
+        if self.tree is not None:
+            for unit_directory in _unit_directories(self.tree.directory):
+                self.tree.kill(unit_directory)  # frozen: nothing forks any more
+        deadline = time.monotonic() + max(grace, 1.0)
+        while True:
+            members = self.instance_members()
+            for pid in members:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+            self.reap(members | self.zombies_seen)
+            if not members or time.monotonic() >= deadline:
+                break
+            await asyncio.sleep(POLL)
+        self.units.clear()
+        if self.tree is not None:
+            for unit_directory in _unit_directories(self.tree.directory):
+                while populated(unit_directory) and time.monotonic() < deadline:
+                    await asyncio.sleep(POLL / 2)
+                self.tree.remove(unit_directory)
+            self.tree.step_out()
+            self.tree.remove(self.tree.directory)  # unless something the server started outside a unit runs there
+
+    # -- reporting ---------------------------------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        """For server_info: the mode and why, units running, and background jobs left by finished calls."""
+        running = [unit for unit in self.units.values() if not unit.released]
+        status: dict[str, Any] = {
+            "mode": self.mode,
+            "reason": self.reason,
+            "marker_variable": MARKER_VARIABLE if self.mode != "off" else None,
+            "cgroup": str(self.tree.directory) if self.tree is not None else None,
+            "kill": _kill_method(self),
+            "units_running": len(running),
+        }
+        if self.mode == "off":
+            return status
+        table = proc.scan()
+        running_markers = {unit.marker for unit in running}
+        background: dict[str, int] = {}
+        for marker in proc.markers(table, self.instance_prefix).values():
+            if marker not in running_markers and marker != self.server_marker:
+                background[marker] = background.get(marker, 0) + 1
+        if self.tree is not None:
+            for unit in self.units.values():
+                if unit.released and unit.cgroup is not None:
+                    background[unit.marker] = max(background.get(unit.marker, 0), len(pids_in(unit.cgroup)))
+        status["background_units"] = sum(1 for count in background.values() if count)
+        status["background_processes"] = sum(background.values())
+        status["adopted_processes"] = sum(
+            1 for pid, start in self.adopted.items() if pid in table and table[pid].starttime == start
+        )
+        return status
+
+
+def start_containment(setting: Setting, scope: str) -> Containment:
+    """Choose the containment: `auto` takes a cgroup where the server may manage one, else the subreaper;
+    ContainmentUnavailable when the one asked for explicitly cannot work (with the reason)."""
+    if setting == "off":
+        return Containment("off", "RELAY_SHELL_CONTAINMENT=off: process groups only", scope)
+    cgroup_problem = None
+    if setting in ("auto", "cgroup"):
+        try:
+            place = locate()
+            tree = CgroupTree(place, f"{INSTANCE_PREFIX}{scope}-{instance_of_this_process()}")
+            tree.setup()
+            tree.start_filler(SPARE_UNITS)
+            tree.tidy()
+        except (CgroupError, OSError) as exc:
+            cgroup_problem = str(exc)
+            if setting == "cgroup":
+                raise ContainmentUnavailable(f"no cgroup v2 this server may manage: {cgroup_problem}") from None
+        else:
+            chosen = "asked for" if setting == "cgroup" else "auto"
+            return Containment("cgroup", f"{chosen}: a threaded cgroup v2 per unit under {tree.directory}", scope, tree)
+    problem = become_subreaper()
+    if problem is not None:
+        raise ContainmentUnavailable(f"cannot become a child subreaper: {problem}")
+    if setting == "subreaper":
+        reason = "asked for: child subreaper + RELAY_SHELL_UNIT marker"
+    else:
+        reason = f"auto: no cgroup ({cgroup_problem}); child subreaper + RELAY_SHELL_UNIT marker"
+    return Containment("subreaper", reason, scope)
+
+
+def _unit_directories(directory: Path) -> list[Path]:
+    with contextlib.suppress(OSError):
+        return [path for path in directory.iterdir() if path.is_dir()]
+    return []
+
+
+def _kill_method(containment: Containment) -> str:
+    if containment.tree is not None:
+        return "freeze + SIGKILL per process" if containment.tree.can_freeze else "SIGKILL per process"
+    return "SIGKILL per process" if containment.mode != "off" else "process group"
+
+
+def become_subreaper() -> str | None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        return os.strerror(ctypes.get_errno())
+    return None
