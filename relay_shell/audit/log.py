@@ -18,11 +18,14 @@ import contextlib
 import hashlib
 import os
 import stat
+import threading
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import orjson
+
+from relay_shell.audit.record import MAX_RECORD_BYTES, bound_record, fit_record
 
 RECORD_VERSION = 1
 GENESIS = "0" * 64
@@ -78,7 +81,9 @@ def read_last_line(path: Path) -> bytes | None:
 
 
 class AuditLog:
-    """One open log file. Not thread-safe: the server calls it from its single event loop."""
+    """One open log file. The server writes from its event loop; a lock still keeps a record written from
+    another thread (the SDK runs synchronous resource functions in worker threads) from taking the same chain
+    link as one written meanwhile (os.write releases the GIL)."""
 
     def __init__(self, path: Path, chain: bool = True, fsync: bool = False) -> None:
         self.path = path
@@ -92,6 +97,7 @@ class AuditLog:
         self.records_written = 0
         self.write_errors = 0
         self.last_error: str | None = None
+        self._lock = threading.Lock()
 
     # -- opening -----------------------------------------------------------------------------------------
 
@@ -153,6 +159,10 @@ class AuditLog:
     def ensure_open(self) -> None:
         """Before a call runs: reopen a log that failed or was rotated away, so a failure refuses the call
         before anything executes (fail closed). Raises AuditWriteError."""
+        with self._lock:
+            self._ensure_open()
+
+    def _ensure_open(self) -> None:
         try:
             if self.fd is None or self.last_error is not None:
                 self._open_file()
@@ -164,7 +174,13 @@ class AuditLog:
         self.last_error = None
 
     def write(self, record: dict[str, Any]) -> None:
-        """Append one record (fields in `record`, chain fields added here). Raises AuditWriteError."""
+        """Append one record (fields in `record`, chain fields added here). Raises AuditWriteError.
+        Every field is bounded here, whoever wrote the record, and the line is at most MAX_RECORD_BYTES."""
+        record = bound_record(record)
+        with self._lock:
+            self._write(record)
+
+    def _write(self, record: dict[str, Any]) -> None:
         try:
             if self.fd is None:
                 self._open_file()
@@ -206,9 +222,9 @@ class AuditLog:
         if self.chain_enabled:
             record["seq"] = self.seq + 1
             record["prev"] = self.prev
-            line = encode_line(record, self.prev)
-        else:
-            line = encode_line(record, None)
+        line = encode_line(record, self.prev if self.chain_enabled else None)
+        if len(line) > MAX_RECORD_BYTES:  # bounded fields, but many of them: the largest become digests
+            line = encode_line(fit_record(record, len(line)), self.prev if self.chain_enabled else None)
         written = os.write(self.fd, line)
         if written != len(line):
             raise OSError(0, f"short write ({written} of {len(line)} bytes)")

@@ -216,7 +216,16 @@ def _fanout_execution(results: list[HostResult], budget: int, elapsed: float, ch
     return Execution(
         status=status,
         output=body.result(),
-        headline=headline,
-        error=None if status != "error" else f"NoHostReached: {summary}",
+        # An error or a refusal starts with its grammar line ([ERROR: …] / [DENIED …]); the per-host lines follow.
+        headline=headline if status in ("ok", "exit_nonzero") else None,
+        error=_no_host_error(status, what, len(results), summary, elapsed),
         fields={"hosts": [result.fields() for result in results], "summary": counts},
     )
+
+
+def _no_host_error(status: Outcome, what: str, hosts: int, summary: str, elapsed: float) -> str | None:
+    if status == "error":
+        return f"NoHostReached: {what} {hosts} hosts: {summary} | {elapsed:.1f}s"
+    if status == "denied":
+        return f"every host was refused ({what} {hosts} hosts: {summary})"
+    return None
