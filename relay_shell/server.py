@@ -117,6 +117,9 @@ def build_server(
     SCHEMA_CACHE.save()
     runner.known_tools = {tool.name for tool in tools}
     runner.result_defaults = {tool.name: schema_defaults(tool.output_schema) for tool in tools}
+    # A call naming no tool of ours still gets every field all results share (those of ToolResult).
+    shared = set.intersection(*(set(defaults) for defaults in runner.result_defaults.values()))
+    runner.result_defaults["unknown"] = {name: runner.result_defaults[tools[0].name][name] for name in shared}
     runner.argument_validators = {tool.name: tool.fn_metadata.validate_arguments for tool in tools}
     gate = ToolCallGate(runner, {tool.name: tool for tool in tools})
     prompts = WorkflowPrompts(runner, ssh, runner.known_tools)  # validates the prompt definitions

@@ -179,6 +179,13 @@ def resolve_route(
     then the defaults (the local user, port 22, the agent and default keys) — as `ssh` would do it."""
     if port is not None:
         port = parse_port("port", port)
+    if user is not None and not _USER.fullmatch(user):
+        # What `user@host` may name, the `user` argument may too: anything else fails later as something else
+        # (asyncssh refuses control characters as if the key were unusable).
+        raise ArgumentError(
+            f"user: {user[:80]!r} is not a valid user name; allowed: letters, digits, '_', '.', '-' (a "
+            "'DOMAIN\\user' or 'user@domain' login too), at most 63 characters"
+        )
     if known_hosts is not None and known_hosts not in KNOWN_HOSTS_MODES:
         raise ArgumentError(f"known_hosts: {known_hosts!r} is not a mode; allowed: {', '.join(KNOWN_HOSTS_MODES)}")
     if key_path is not None:

@@ -132,6 +132,7 @@ class CallFactory:
         params: dict[str, Any] = {"name": name, "arguments": arguments}
         if mode == "envelope" and self.rng.random() < 0.15:
             params = {}  # no name, no arguments
+            name = None
         line = request(request_id, "tools/call", params, self.era, self.client)
         readable = within_bounds(params, levels_above=1)
         return Probe(
@@ -140,7 +141,7 @@ class CallFactory:
             expect="result" if readable else "answer",
             key=id_key(request_id),
             audited="once" if readable else "at_most_once",
-            tool=name if isinstance(name, str) else None,
+            tool=name if isinstance(name, str) and name == tool["name"] else None,  # another name: no schema
             kind=f"tool:{mode}",
         )
 
@@ -420,7 +421,9 @@ def malformed(rng: random.Random, request_id: int, era: str, client: str, huge_b
         huge_id = huge_integer(MAX_INTEGER_DIGITS + rng.choice([1, 1000]))
         return _probe(encode({**call, "id": huge_id}).encode(), "error", id_key(huge_id), "integer id too long")
     if choice == 6:
-        big_id = rng.choice([2**63, 2**64 + 1, 2**80, -(2**70), huge_integer(MAX_INTEGER_DIGITS)])
+        big_id = rng.choice([2**63, 2**64, 2**80, -(2**70)]) + request_id  # unique: one record per id
+        if rng.random() < 0.2:
+            big_id = Raw(str(request_id).rjust(MAX_INTEGER_DIGITS, "7"), digits=MAX_INTEGER_DIGITS)
         return _probe(
             encode({**call, "id": big_id}).encode(), "result", id_key(big_id), "integer id beyond 64 bits", "once"
         )

@@ -52,82 +52,109 @@ async def run_campaign(
     deadline: float | None = None,
     work_dir: Path | None = None,
 ) -> Report:
-    """`calls` messages against a fresh server; a Report of what broke (empty `violations`: nothing)."""
+    """`calls` messages against a server started from `server_dir`; a Report of what broke (no `violations`:
+    nothing). A server that exits is counted and replaced by a fresh one, so one run shows every class."""
     rng = random.Random(seed)
     report = Report()
+    segment = Segment(transport, server_dir, era, rng, huge_bytes, report)
     with tempfile.TemporaryDirectory(dir=work_dir) as scratch:
-        audit_path = Path(scratch) / "audit.jsonl"
-        peer: StdioPeer | HttpPeer
-        if transport == "stdio":
-            peer = await StdioPeer.start(server_dir, audit_path, **SERVER_SETTINGS)
-        else:
-            peer = await HttpPeer.start(server_dir, audit_path, **SERVER_SETTINGS)
-        sent: list[tuple[Probe, dict[str, Any] | None]] = []
-        try:
-            tools = await _open(peer, era, report, sent)
-            checker = ResultChecker(tools, report)
-            factory = CallFactory(tools, rng, huge_bytes, era, CLIENT)
-            await asyncio.sleep(0.5)
-            report.rss_start_kib = rss_kib(peer.pid)
-            next_id = 1000
-            window = asyncio.Semaphore(in_flight)
-            pending: set[asyncio.Task[None]] = set()
-            second_initialize_at = calls // 3
-
-            async def one(probe: Probe) -> None:
-                try:
-                    answers = await peer.exchange(probe.line, probe.key, probe.expect)
-                    sent.append((probe, checker.check(probe, answers)))
-                finally:
-                    window.release()
-
-            for number in range(calls):
-                if deadline is not None and time.monotonic() > deadline:
-                    break
-                if not peer.alive():
-                    report.server_exits += 1
-                    report.fail("server exited", f"after {number} messages: {' | '.join(list(peer.stderr_tail)[-5:])}")
-                    break
-                next_id += 1
-                roll = rng.random()
-                if number == second_initialize_at and era == "legacy":
-                    await _drain(pending)
-                    await _second_initialize(peer, next_id, report, sent)
-                    continue
-                if roll < 0.07:
-                    # Malformed messages one at a time: an answer with id null must be attributable to them.
-                    await _drain(pending)
-                    probe = malformed(rng, next_id, era, CLIENT, huge_bytes)
-                    report.by_kind[probe.kind] += 1
-                    answers = await peer.exchange(probe.line, probe.key, probe.expect)
-                    sent.append((probe, checker.check(probe, answers)))
-                    continue
-                request_id: Any = next_id if rng.random() < 0.8 else f"r-{next_id}"
-                probe = context_request(rng, request_id, era, CLIENT) if roll < 0.15 else factory.tool_call(request_id)
-                report.by_kind[probe.kind] += 1
-                await window.acquire()
-                task = asyncio.create_task(one(probe))
-                pending.add(task)
-                task.add_done_callback(pending.discard)
-            await _drain(pending)
-            if oversized_line and transport == "stdio":
-                await _oversized_line(peer, next_id + 1, report, sent, checker, era)
-            report.calls = len(sent)
-            await _still_serving(peer, next_id + 2, era, report)
-            report.rss_end_kib = rss_kib(peer.pid)
-            if report.rss_end_kib - report.rss_start_kib > MAX_RSS_GROWTH_KIB:
-                report.fail(
-                    "server RSS unbounded",
-                    f"grew from {report.rss_start_kib // 1024} to {report.rss_end_kib // 1024} MiB",
-                )
-        finally:
-            code = await peer.close()
-            if transport == "stdio" and code not in (0, None) and not report.server_exits:
-                report.fail(
-                    "server exited", f"exit status {code} at the end: {' | '.join(list(peer.stderr_tail)[-3:])}"
-                )
-        check_log(audit_path, sent, report, server_dir, {CLIENT})
+        await segment.start(Path(scratch) / "audit-0.jsonl")
+        report.rss_start_kib = rss_kib(segment.peer.pid)
+        window = asyncio.Semaphore(in_flight)
+        pending: set[asyncio.Task[None]] = set()
+        next_id = 1000
+        for number in range(calls):
+            if deadline is not None and time.monotonic() > deadline:
+                break
+            if not segment.peer.alive():
+                await _drain(pending)
+                tail = " | ".join(list(segment.peer.stderr_tail)[-4:])
+                report.server_exits += 1
+                report.fail("server exited", f"after {number} messages: {tail}")
+                await segment.finish()
+                await segment.start(Path(scratch) / f"audit-{report.server_exits}.jsonl")
+            next_id += 1
+            if number == calls // 3 and era == "legacy":
+                await _drain(pending)
+                await segment.second_initialize(next_id)
+                continue
+            roll = rng.random()
+            if roll < 0.07:
+                # Malformed messages one at a time: an answer with id null must be attributable to them.
+                await _drain(pending)
+                await segment.probe(malformed(rng, next_id, era, CLIENT, huge_bytes))
+                continue
+            request_id: Any = next_id if rng.random() < 0.8 else f"r-{next_id}"
+            probe = (
+                context_request(rng, request_id, era, CLIENT) if roll < 0.15 else segment.factory.tool_call(request_id)
+            )
+            await window.acquire()
+            task = asyncio.create_task(segment.probe(probe, window))
+            pending.add(task)
+            task.add_done_callback(pending.discard)
+        await _drain(pending)
+        if oversized_line and transport == "stdio":
+            await segment.oversized_line(next_id + 1)
+        await segment.still_serving(next_id + 2)
+        report.rss_end_kib = rss_kib(segment.peer.pid)
+        if report.rss_end_kib - report.rss_start_kib > MAX_RSS_GROWTH_KIB:
+            report.fail(
+                "server RSS unbounded", f"grew from {report.rss_start_kib // 1024} to {report.rss_end_kib // 1024} MiB"
+            )
+        await segment.finish(last=True)
     return report
+
+
+class Segment:
+    """One server process of a run, the messages sent to it, and its audit log."""
+
+    def __init__(self, transport: str, server_dir: Path, era: str, rng: random.Random, huge: int, report: Report):
+        self.transport = transport
+        self.server_dir = server_dir
+        self.era = era
+        self.rng = rng
+        self.huge_bytes = huge
+        self.report = report
+        self.sent: list[tuple[Probe, dict[str, Any] | None]] = []
+
+    async def start(self, audit_path: Path) -> None:
+        self.audit_path = audit_path
+        self.sent = []
+        self.peer: StdioPeer | HttpPeer
+        if self.transport == "stdio":
+            self.peer = await StdioPeer.start(self.server_dir, audit_path, **SERVER_SETTINGS)
+        else:
+            self.peer = await HttpPeer.start(self.server_dir, audit_path, **SERVER_SETTINGS)
+        tools = await _open(self.peer, self.era, self.report, self.sent)
+        self.checker = ResultChecker(tools, self.report)
+        self.factory = CallFactory(tools, self.rng, self.huge_bytes, self.era, CLIENT)
+
+    async def probe(self, probe: Probe, window: asyncio.Semaphore | None = None) -> None:
+        try:
+            if self.transport == "http" and not probe.line.strip():
+                probe.expect = "null"  # a POST is always answered: an empty body with a parse error
+            self.report.by_kind[probe.kind] += 1
+            self.report.calls += 1
+            answers = await self.peer.exchange(probe.line, probe.key, probe.expect) if self.peer.alive() else None
+            self.sent.append((probe, self.checker.check(probe, answers)))
+        finally:
+            if window is not None:
+                window.release()
+
+    async def second_initialize(self, request_id: int) -> None:
+        await _second_initialize(self.peer, request_id, self.report, self.sent)
+
+    async def oversized_line(self, request_id: int) -> None:
+        await _oversized_line(self.peer, request_id, self.report, self.sent, self.checker, self.era)
+
+    async def still_serving(self, request_id: int) -> None:
+        await _still_serving(self.peer, request_id, self.era, self.report)
+
+    async def finish(self, last: bool = False) -> None:
+        code = await self.peer.close()
+        if last and self.transport == "stdio" and code != 0:
+            self.report.fail("server exited", f"exit status {code} when its stdin closed")
+        check_log(self.audit_path, self.sent, self.report, self.server_dir, {CLIENT})
 
 
 async def _drain(pending: set[asyncio.Task[None]]) -> None:

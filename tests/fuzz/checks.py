@@ -30,6 +30,28 @@ ERROR_LINE = re.compile(
 ERROR_STATUS = {"[ERROR": "error", "[DENIED": "denied", "[TIMEOUT": "timeout", "[CONFIRM": "confirm_required"}
 
 
+# The issue's six classes (issue 21), by the invariant that shows each.
+CLASS_OF = {
+    "server exited": 1,
+    "server no longer serving at the end": 1,
+    "server RSS unbounded": 1,
+    "unanswered": 2,
+    "answer with the wrong id": 2,
+    "answered a message that takes no answer": 2,
+    "an invalid message served as if valid": 2,
+    "internal error": 3,
+    "unaudited call": 3,
+    "a call that reached the server answered with a JSON-RPC error": 3,
+    "more than one audit record for a call": 3,
+    "audit record over 64 KiB": 4,
+    "audit chain does not verify": 4,
+    "audit line is not JSON": 4,
+    "a second initialize was accepted": 5,
+    "a request before initialize was served": 5,
+    "client_id changed within one connection": 5,
+}  # anything else (grammar, outputSchema, statuses): 6
+
+
 @dataclass
 class Report:
     """Violations by invariant, each with a few examples."""
@@ -70,6 +92,9 @@ class Report:
             lines.extend(f"      e.g. {example}" for example in self.examples.get(invariant, []))
         if not self.violations:
             lines.append("  no violations")
+        else:
+            classes = sorted({CLASS_OF.get(invariant, 6) for invariant in self.violations})
+            lines.append(f"  issue 21 classes shown: {classes}")
         return "\n".join(lines)
 
 
@@ -156,6 +181,7 @@ class ResultChecker:
             self.report.fail("isError and status disagree", f"{what} -> isError {is_error}, status {status}")
         if is_error and ERROR_STATUS.get(first.split(":", 1)[0].split(" ", 1)[0], status) != status:
             self.report.fail("first line and status disagree", f"{what} -> {first[:80]} / {status}")
+        self._check_ssh_statuses(probe, structured, first, what)
         validator = self.validators.get(probe.tool or "")
         if validator is not None:
             problem = next(iter(validator.iter_errors(structured)), None)
@@ -164,6 +190,17 @@ class ResultChecker:
                     "structuredContent outside the outputSchema",
                     f"{probe.tool} {first[:120]} -> {problem.message[:200]}",
                 )
+
+    def _check_ssh_statuses(self, probe: Probe, structured: dict[str, Any], first: str, what: str) -> None:
+        """Every fuzzed SSH target is a closed port or a name no resolver knows: no host can answer, so no
+        result may say one did (ok, a host key) or that it refused our login, unless a key_path was given
+        (a local key that cannot be read fails before any connection)."""
+        if not (probe.tool or "").startswith("ssh_") or b'"key_path"' in probe.line:
+            return
+        statuses = [str(host.get("status")) for host in structured.get("hosts") or [] if isinstance(host, dict)]
+        claimed = [status for status in statuses if status in ("ok", "auth_failed", "hostkey_rejected")]
+        if claimed or any(kind in first for kind in ("AuthFailed", "KeyUnusable", "HostKey")):
+            self.report.fail("an SSH result claims a connection that never happened", f"{what} -> {first[:160]}")
 
 
 def record_key(request_id: Any) -> str | None:

@@ -21,7 +21,8 @@ import httpx2
 
 from tests.fuzz.calls import PROTOCOL, id_key
 
-ANSWER_TIMEOUT = 90.0  # seconds a request may take before it counts as unanswered
+ANSWER_TIMEOUT = 30.0  # seconds a request may take before it counts as unanswered (no fuzzed call runs long)
+NULL_TIMEOUT = 5.0  # seconds to wait for an answer with id null (the server writes those at once)
 
 
 class IntText(str):
@@ -155,7 +156,7 @@ class StdioPeer:
             return None
         return answer or None
 
-    async def wait_null(self, timeout: float = 15.0) -> dict[str, Any] | None:
+    async def wait_null(self, timeout: float = NULL_TIMEOUT) -> dict[str, Any] | None:
         async def arrived() -> dict[str, Any]:
             async with self.arrived:
                 await self.arrived.wait_for(lambda: bool(self.null_answers) or self._eof())
@@ -181,7 +182,7 @@ class StdioPeer:
             return None if answer is None else [answer]
         if expect == "null_or_id":
             assert key is not None
-            waiting = [asyncio.create_task(self.wait_null()), asyncio.create_task(self.wait_answer(key, 15.0))]
+            waiting = [asyncio.create_task(self.wait_null()), asyncio.create_task(self.wait_answer(key, NULL_TIMEOUT))]
             done, pending = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
             for task in pending:
                 task.cancel()
@@ -273,7 +274,8 @@ class HttpPeer:
         body = response.content
         messages: list[dict[str, Any]] = []
         if "text/event-stream" in response.headers.get("content-type", ""):
-            for event_line in body.decode("utf-8", errors="replace").splitlines():
+            # SSE lines end at CR or LF only (str.splitlines would also split inside JSON at U+2028 and others)
+            for event_line in body.decode("utf-8", errors="replace").replace("\r\n", "\n").split("\n"):
                 if event_line.startswith("data:") and event_line[5:].strip():
                     with contextlib.suppress(ValueError):
                         messages.append(parse_answer(event_line[5:].strip()))
