@@ -3,8 +3,8 @@
 - a string longer than 1024 characters is kept as head + tail + length + SHA-256 (a payload cannot hide
   behind padding, and the record stays small); a name (an object key: an argument name, an env name) the
   same way, as one string;
-- a list or object keeps its first 64 entries, then one entry saying how many were left out and the SHA-256
-  of the whole (a 100,000-host list is 64 hosts and a digest);
+- a list or object of more than 65 entries keeps its first 64, then one entry saying how many were left out
+  and the SHA-256 of the whole (a 100,000-host list is 64 hosts and a digest);
 - nesting deeper than 16 levels is kept as the digest of what is below;
 - an integer beyond 64 bits is kept as its digits (the log's encoder, like most readers, stops at 64 bits);
   a lone UTF-16 surrogate as the text `\\udXXX`.
@@ -31,6 +31,8 @@ MAX_RECORD_BYTES = 64 * 1024  # one encoded record, chain fields and newline inc
 # Fields that identify and chain a record: never replaced to make it fit (they are small by construction).
 _KEPT_FIELDS = frozenset({"v", "ts", "tool", "tier", "denied", "outcome", "seq", "prev", "chain", "phase", "call_id"})
 _SURROGATE = re.compile("[\ud800-\udfff]")
+# What this module writes in place of a value: bounding it again leaves it as it is.
+_SUMMARIES = ({"head", "tail", "len", "sha256"}, {"kept", "len", "sha256"}, {"omitted", "sha256_of_all"})
 
 
 def audit_arguments(arguments: dict[str, Any]) -> dict[str, Any]:
@@ -89,18 +91,21 @@ def _bound(value: Any, depth: int) -> Any:
     if isinstance(value, int):
         return value if _INT64_MIN <= value <= _UINT64_MAX else str(value)
     if isinstance(value, dict):
-        if depth >= MAX_DEPTH and value:
+        if depth >= MAX_DEPTH and value and value.keys() not in _SUMMARIES:
             return _digest_of(value, "nested deeper than the record keeps")
         entries = list(value.items())
-        bounded = {_bound_name(str(name)): _bound(item, depth + 1) for name, item in entries[:MAX_ENTRIES]}
-        if len(entries) > MAX_ENTRIES:
+        cut = len(entries) > MAX_ENTRIES + 1  # 65 entries stay: a bounded value bounds to itself
+        kept = entries[:MAX_ENTRIES] if cut else entries
+        bounded = {_bound_name(str(name)): _bound(item, depth + 1) for name, item in kept}
+        if cut:
             bounded["…"] = _omitted(value, len(entries) - MAX_ENTRIES)
         return bounded
     if isinstance(value, list | tuple):
         if depth >= MAX_DEPTH and value:
             return _digest_of(value, "nested deeper than the record keeps")
-        bounded_items = [_bound(item, depth + 1) for item in value[:MAX_ENTRIES]]
-        if len(value) > MAX_ENTRIES:
+        cut = len(value) > MAX_ENTRIES + 1
+        bounded_items = [_bound(item, depth + 1) for item in (value[:MAX_ENTRIES] if cut else value)]
+        if cut:
             bounded_items.append(_omitted(value, len(value) - MAX_ENTRIES))
         return bounded_items
     return _bound_string(repr(value))

@@ -75,9 +75,8 @@ def prepare_fanout(
             "(RELAY_SHELL_FANOUT_MAX_CONCURRENCY)"
         )
         concurrency = settings.fanout_max_concurrency
-    timeout_value, budget = call_limits(
-        settings, timeout, DEFAULT_PER_HOST_OUTPUT if max_output_per_host is None else max_output_per_host, notes
-    )
+    per_host = DEFAULT_PER_HOST_OUTPUT if max_output_per_host is None else max_output_per_host
+    timeout_value, budget = call_limits(settings, timeout, per_host, notes, "max_output_per_host")
     share = max(MIN_OUTPUT, settings.max_output_hard // len(names))
     if budget > share:
         # The whole result (every host's output, in text and structuredContent) stays within the hard cap.

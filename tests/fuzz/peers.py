@@ -14,13 +14,18 @@ import os
 import re
 import sys
 from collections import deque
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import httpx2
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
 
 from tests.fuzz.calls import PROTOCOL, id_key
 
+REPO = Path(__file__).resolve().parents[2]
 ANSWER_TIMEOUT = 30.0  # seconds a request may take before it counts as unanswered (no fuzzed call runs long)
 NULL_TIMEOUT = 5.0  # seconds to wait for an answer with id null (the server writes those at once)
 
@@ -42,6 +47,23 @@ def answer_key(answer: dict[str, Any]) -> tuple[str, str] | None:
     if isinstance(value, IntText):
         return ("int", str(value))
     return id_key(value)
+
+
+def server_dir() -> Path:
+    """The checkout whose server the hostile-input tests start: this one, or another one named by
+    HOSTILE_TEST_SERVER_DIR (to show a test fails on the code before its fix)."""
+    return Path(os.environ.get("HOSTILE_TEST_SERVER_DIR") or REPO)
+
+
+@asynccontextmanager
+async def sdk_client(audit_path: Path, mode: str = "legacy", **settings: str) -> AsyncIterator[Client]:
+    """The SDK's own client over stdio, to a server started from `server_dir()`."""
+    where = server_dir()
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "relay_shell"], env=server_env(audit_path, where, **settings), cwd=where
+    )
+    async with Client(params, mode=mode) as client:  # type: ignore[arg-type]
+        yield client
 
 
 def server_env(audit_path: Path, server_dir: Path, **settings: str) -> dict[str, str]:
@@ -68,8 +90,9 @@ class StdioPeer:
 
     transport = "stdio"
 
-    def __init__(self, process: asyncio.subprocess.Process) -> None:
+    def __init__(self, process: asyncio.subprocess.Process, audit_path: Path) -> None:
         self.process = process
+        self.audit_path = audit_path
         self.answers: dict[tuple[str, str], list[dict[str, Any]]] = {}
         self.null_answers: deque[dict[str, Any]] = deque()
         self.unreadable: list[bytes] = []  # lines on stdout that are not JSON
@@ -90,7 +113,7 @@ class StdioPeer:
             stderr=asyncio.subprocess.PIPE,
             limit=256 * 1024 * 1024,
         )
-        return cls(process)
+        return cls(process, audit_path)
 
     @property
     def pid(self) -> int:
@@ -214,8 +237,11 @@ class HttpPeer:
 
     transport = "http"
 
-    def __init__(self, process: asyncio.subprocess.Process, url: str, stderr_tail: deque[str]) -> None:
+    def __init__(
+        self, process: asyncio.subprocess.Process, url: str, stderr_tail: deque[str], audit_path: Path
+    ) -> None:
         self.process = process
+        self.audit_path = audit_path
         self.url = url
         self.session_id: str | None = None
         self.protocol = PROTOCOL
@@ -244,7 +270,7 @@ class HttpPeer:
             tail.append(line.rstrip("\n"))
             found = re.search(r"speaking MCP at (http://\S+/mcp)", line)
             if found:
-                return cls(process, found.group(1), tail)
+                return cls(process, found.group(1), tail, audit_path)
 
     @property
     def pid(self) -> int:
@@ -311,3 +337,40 @@ class HttpPeer:
         self.drain.cancel()
         await asyncio.gather(self.drain, return_exceptions=True)
         return code
+
+
+async def initialize(peer: StdioPeer | HttpPeer, client: str = "hostile", request_id: int = 0) -> dict[str, Any]:
+    """The 2025-11-25 handshake: initialize, then notifications/initialized; the initialize answer."""
+    line = json.dumps(
+        {
+            "jsonrpc": "2.0",
+            "id": request_id,
+            "method": "initialize",
+            "params": {"protocolVersion": PROTOCOL, "capabilities": {}, "clientInfo": {"name": client, "version": "1"}},
+        }
+    ).encode()
+    if isinstance(peer, HttpPeer):
+        status, messages, headers = await peer.post(line)
+        peer.session_id = headers.get("mcp-session-id")
+        answer = messages[0] if messages else {"http_status": status}
+    else:
+        answers = await peer.exchange(line, ("int", str(request_id)), "answer")
+        answer = answers[0] if answers else {}
+    await peer.exchange(b'{"jsonrpc":"2.0","method":"notifications/initialized"}', None, "none")
+    return answer
+
+
+async def ask(peer: StdioPeer | HttpPeer, line: bytes, key: tuple[str, str] | None) -> dict[str, Any] | None:
+    """Send one message and return its one answer (by id, or the answer with id null when `key` is None)."""
+    answers = await peer.exchange(line, key, "null" if key is None else "answer")
+    return answers[0] if answers else None
+
+
+def tool_call(request_id: Any, name: str, arguments: Any) -> bytes:
+    message = {
+        "jsonrpc": "2.0",
+        "id": request_id,
+        "method": "tools/call",
+        "params": {"name": name, "arguments": arguments},
+    }
+    return json.dumps(message, ensure_ascii=True).encode()
