@@ -137,38 +137,34 @@ def _classify(parsed: Any) -> Reading:
         raise _Unreadable(INVALID_REQUEST, "Invalid Request: batches are not part of MCP; send one message per line")
     if not isinstance(parsed, dict):
         raise _Unreadable(INVALID_REQUEST, "Invalid Request: a message is one JSON object")
+    if "method" not in parsed and ("result" in parsed or "error" in parsed):
+        return Reading()  # a response the SDK could not read: JSON-RPC never answers a response
     has_id = "id" in parsed
     request_id = parsed.get("id")
     id_json = _id_json(request_id) if has_id else b"null"
-    depth, long_number, surrogates = _survey(parsed)
     if has_id and id_json == b"null":
         raise _Unreadable(
             INVALID_REQUEST,
             f"Invalid Request: id {_shown(request_id)} is not a string or an integer (MCP: a request id is a "
             "string or an integer, never null)",
         )
-    where = "a request" if has_id else "a notification"
+    depth, long_number, surrogates = _survey(parsed)
+    outside = [path for path in surrogates if not _in_tool_call_arguments(parsed, path)]
+    problem = None
     if depth > MAX_NESTING:
-        raise _Unreadable(
-            INVALID_REQUEST, f"Invalid Request: {where} nested deeper than {MAX_NESTING} levels; nothing ran", id_json
+        problem = f"nested deeper than {MAX_NESTING} levels"
+    elif long_number is not None:
+        problem = (
+            f"a number of {len(long_number.lstrip('-'))} digits at {_path_text(long_number.path)}; this server "
+            f"reads numbers of at most {MAX_INTEGER_DIGITS} digits"
         )
-    if long_number is not None:
-        digits = len(long_number.lstrip("-"))
-        raise _Unreadable(
-            INVALID_REQUEST,
-            f"Invalid Request: a number of {digits} digits at {_path_text(long_number.path)}; this server reads "
-            f"numbers of at most {MAX_INTEGER_DIGITS} digits; nothing ran",
-            id_json,
-        )
+    elif outside:
+        problem = f"{_path_text(outside[0])} holds a lone UTF-16 surrogate, which is not Unicode text"
+    if problem is not None:
+        if not has_id:
+            return Reading()  # a notification is never answered, not even to say it was dropped
+        raise _Unreadable(INVALID_REQUEST, f"Invalid Request: {problem}; nothing ran", id_json)
     if surrogates:
-        outside = [path for path in surrogates if not _in_tool_call_arguments(parsed, path)]
-        if outside:
-            raise _Unreadable(
-                INVALID_REQUEST,
-                f"Invalid Request: {_path_text(outside[0])} holds a lone UTF-16 surrogate, which is not Unicode "
-                "text; nothing ran",
-                id_json,
-            )
         parsed = _mark_surrogates(parsed, surrogates)
     data = _dump(parsed).encode("utf-8")
     try:
@@ -178,9 +174,7 @@ def _classify(parsed: Any) -> Reading:
     if message is not None and not (has_id and isinstance(message, types.JSONRPCNotification)):
         return Reading(message=message, data=data)
     if not has_id:
-        return Reading()  # a malformed notification, or a response to nothing: JSON-RPC answers neither
-    if "method" not in parsed and ("result" in parsed or "error" in parsed):
-        return Reading()
+        return Reading()  # a malformed notification: JSON-RPC does not answer it
     raise _Unreadable(
         INVALID_REQUEST,
         'Invalid Request: not a JSON-RPC 2.0 request (it needs "jsonrpc": "2.0", a string "method" and '

@@ -119,6 +119,9 @@ def test_notifications_and_responses_are_never_answered() -> None:
         b'{"jsonrpc":"2.0","method":"notifications/bogus","params":5}',
         b'{"jsonrpc":"2.0","id":7,"result":{}}',
         b'{"jsonrpc":"2.0","id":7,"result":5}',
+        b'{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"\\ud800"}}',
+        b'{"jsonrpc":"2.0","method":"notifications/x","params":{"a":' + b"[" * 300 + b"]" * 300 + b"}}",
+        b'{"jsonrpc":"2.0","id":7,"result":{"a":"\\ud800"}}',
     ):
         assert read_message(data).answer is None
 

@@ -405,7 +405,7 @@ def malformed(rng: random.Random, request_id: int, era: str, client: str, huge_b
         "method": "tools/call",
         "params": {"name": "server_info", "arguments": {}, **envelope(era, client)},
     }
-    choice = rng.randrange(24)
+    choice = rng.randrange(26)
     if choice == 0:
         return _probe(b"this is not json", "null", None, "garbage")
     if choice == 1:
@@ -468,6 +468,12 @@ def malformed(rng: random.Random, request_id: int, era: str, client: str, huge_b
     if choice == 22:
         meta_call = {**call, "params": {**call["params"], "_meta": {"progressToken": "\ud800"}}}
         return _probe(encode(meta_call).encode(), "answer", key, "_meta with a lone surrogate")
+    if choice == 23:
+        notification = b'{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"\\ud800"}}'
+        return _probe(notification, "none", None, "notification with a lone surrogate")
+    if choice == 24:
+        deep = b'{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"x":' + b"[" * 500 + b"]" * 500 + b"}}"
+        return _probe(deep, "none", None, "notification nested too deep")
     return _probe(b"   ", "none", None, "blank line")
 
 
