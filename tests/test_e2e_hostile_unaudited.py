@@ -113,3 +113,14 @@ async def test_calls_a_client_library_cannot_send_are_results_with_one_record(
     if request_id == 11:
         assert records[0]["args"]["command"] == "echo \\ud800 hi"  # the six characters, not a surrogate
     assert verify_files([raw.audit_path]).ok
+
+
+async def test_a_tier3_call_with_an_integer_beyond_64_bits_is_offered_for_confirmation(tmp_path: Path) -> None:
+    # Binding the call for its token, and showing it to the human, take integers of any length. The command
+    # is tier 3 and harmless even if it ran: the device does not exist.
+    async with sdk_client(tmp_path / "audit.jsonl", confirm_tier3="token") as connected:
+        command = "mkfs.ext4 /dev/relay-shell-no-such-device"
+        result = await connected.call_tool("shell_exec", {"command": command, "max_output": 2**70})
+    text = text_of(result)
+    assert text.startswith("[CONFIRM REQUIRED tier 3: ") and "1.180e+21" in text, text
+    assert len(records_for(tmp_path / "audit.jsonl", "shell_exec")) == 1
