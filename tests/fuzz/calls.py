@@ -250,7 +250,7 @@ class CallFactory:
         kinds = set(_types(spec))
         options = [
             ("string", "12"),
-            ("integer", 12),
+            ("integer", self.rng.choice([12, 2**70, -(2**64)])),
             ("number", 1.5),
             ("boolean", True),
             ("array", ["a", 1]),
