@@ -46,7 +46,8 @@ class Probe:
     """One message and what its answer must be.
 
     expect: "result" (a result with this id, not an error), "answer" (a result or an error with this id),
-    "error" (an error with this id), "null" (one error with id null), "null_or_id", "none" (no answer).
+    "error" (an error with this id), "null" (one error with id null), "null_or_id", "none" (no answer),
+    "none_or_null" (over HTTP, a refused notification may get an error without an id).
     audited: "once" (exactly one audit record for this id), "once_if_result", "at_most_once".
     """
 

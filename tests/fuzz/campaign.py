@@ -133,6 +133,10 @@ class Segment:
         try:
             if self.transport == "http" and not probe.line.strip():
                 probe.expect = "null"  # a POST is always answered: an empty body with a parse error
+            elif self.transport == "http" and probe.expect == "none":
+                # Streamable HTTP: a notification or response the server does not accept gets a 4xx whose body
+                # MAY be a JSON-RPC error without an id (an accepted one: 202, no body).
+                probe.expect = "none_or_null"
             self.report.by_kind[probe.kind] += 1
             self.report.calls += 1
             answers = await self.peer.exchange(probe.line, probe.key, probe.expect) if self.peer.alive() else None

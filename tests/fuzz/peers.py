@@ -321,7 +321,7 @@ class HttpPeer:
         answers = [message for message in messages if isinstance(message, dict) and "id" in message]
         if status >= 500:
             return [{"http_status": status, "id": None, "error": {"code": -32603, "message": f"HTTP {status}"}}]
-        if expect == "none":
+        if expect in ("none", "none_or_null"):
             return answers
         return answers or None
 
