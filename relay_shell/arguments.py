@@ -24,13 +24,15 @@ MIN_TIMEOUT = 0.1
 MIN_OUTPUT = 256
 
 
-def call_limits(settings: Settings, timeout: float, max_output: int | None, notes: list[str]) -> tuple[float, int]:
-    """The call's timeout and output budget, clamped to the configured ranges (a note says when)."""
+def call_limits(
+    settings: Settings, timeout: float, max_output: int | None, notes: list[str], output_name: str = "max_output"
+) -> tuple[float, int]:
+    """The call's timeout and output budget, clamped to the configured ranges (a note names the argument)."""
     timeout_value, note = clamp("timeout", timeout, MIN_TIMEOUT, settings.max_timeout)
     if note:
         notes.append(note)
     requested_output = settings.max_output if max_output is None else max_output
-    output_value, note = clamp("max_output", requested_output, MIN_OUTPUT, settings.max_output_hard)
+    output_value, note = clamp(output_name, requested_output, MIN_OUTPUT, settings.max_output_hard)
     if note:
         notes.append(note)
     return timeout_value, int(output_value)

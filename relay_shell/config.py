@@ -288,4 +288,9 @@ def clamp(name: str, value: float, low: float, high: float) -> tuple[float, str 
 
 
 def _number(value: float) -> str:
-    return str(int(value)) if float(value).is_integer() else f"{value:g}"
+    if isinstance(value, int):  # any length: JSON allows integers no float can hold (10**400)
+        digits = str(abs(value))
+        if len(digits) <= 20:
+            return str(value)
+        return f"{'-' if value < 0 else ''}{digits[0]}.{digits[1:4]}e+{len(digits) - 1}"
+    return str(int(value)) if value.is_integer() and abs(value) < 1e15 else f"{value:g}"

@@ -17,11 +17,14 @@ from urllib.parse import urlsplit
 from relay_shell.auth.setup import HttpAuth, is_loopback, issuer_of
 from relay_shell.auth.tokens import TokenFileVerifier
 from relay_shell.config import Settings
+from relay_shell.wire import ID_SCAN_BYTES, oversized, read_message
 
 if TYPE_CHECKING:
     from mcp.server.transport_security import TransportSecuritySettings
+    from starlette.applications import Starlette
     from starlette.requests import Request
     from starlette.responses import Response
+    from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
     from relay_shell.auth.oauth import OAuthProvider
     from relay_shell.server import Assembly
@@ -71,6 +74,7 @@ def serve_http(assembly: Assembly, settings: Settings, auth: HttpAuth) -> None:
         assembly.mcp.settings.auth = oauth_settings(auth.oauth)
         add_approval_route(assembly, auth.oauth, security)
     app = assembly.mcp.streamable_http_app(transport_security=security, host=settings.http_host)
+    guard_messages(app)
     config = uvicorn.Config(
         app, log_level="warning", timeout_graceful_shutdown=int(SHUTDOWN_GRACE), lifespan="on", access_log=False
     )
@@ -148,3 +152,76 @@ def add_approval_route(assembly: Assembly, oauth: OAuthProvider, security: Trans
         if refused is not None:
             return refused
         return await approval_endpoint(oauth, request)
+
+
+def guard_messages(app: Starlette, path: str = "/mcp") -> None:
+    """Put `MessageGuard` in front of the MCP endpoint, behind authentication (an unauthenticated request
+    gets its 401 from the SDK before its body is read)."""
+    for route in app.routes:
+        if getattr(route, "path", None) == path:
+            route.app = MessageGuard(route.app)  # type: ignore[attr-defined]
+
+
+class MessageGuard:
+    """Every POSTed message is read by `wire.read_message` before the SDK sees it (adr/0016): a body the SDK
+    could not read, or would read as something it is not, is answered here with the JSON-RPC error its id
+    deserves; a tool call holding lone surrogates reaches the tool gate rewritten; a body over the SDK's limit
+    is answered with its id (413) after reading it in bounded memory."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        from mcp.server.transport_security import DEFAULT_MAX_REQUEST_BODY_SIZE
+
+        self.app = app
+        self.max_body = DEFAULT_MAX_REQUEST_BODY_SIZE
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        user = scope.get("user")
+        if scope["type"] != "http" or scope["method"] != "POST" or (user is not None and not user.is_authenticated):
+            await self.app(scope, receive, send)
+            return
+        body = bytearray()
+        head = b""
+        tail = b""
+        size = 0
+        more = True
+        while more:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            chunk = message.get("body", b"")
+            more = message.get("more_body", False)
+            size += len(chunk)
+            if size <= self.max_body:
+                body += chunk
+                continue
+            # Over the limit: keep reading (the client is still sending) but keep only the ends.
+            head = head or bytes(body[:ID_SCAN_BYTES]) or chunk[:ID_SCAN_BYTES]
+            tail = (bytes(body[-ID_SCAN_BYTES:]) + chunk)[-ID_SCAN_BYTES:]
+            body.clear()
+        if size > self.max_body:
+            await _answer(send, 413, oversized(head, tail, size, self.max_body))
+            return
+        reading = read_message(bytes(body))
+        if reading.answer is not None:
+            await _answer(send, 400, reading.answer)
+            return
+        data = reading.data if reading.data is not None else bytes(body)  # unanswered: the SDK says 202/400
+        if len(data) != len(body):
+            headers = [(name, value) for name, value in scope["headers"] if name != b"content-length"]
+            scope = {**scope, "headers": [*headers, (b"content-length", str(len(data)).encode())]}
+        delivered = False
+
+        async def replay() -> Message:
+            nonlocal delivered
+            if not delivered:
+                delivered = True
+                return {"type": "http.request", "body": data, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+
+async def _answer(send: Send, status: int, body: bytes) -> None:
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})

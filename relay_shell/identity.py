@@ -25,6 +25,7 @@ from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.server.context import ServerRequestContext
 
 _owner_by_channel: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+_name_by_channel: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
 _channel_by_owner: dict[str, weakref.ref[Any]] = {}
 _OWNER_PREFIX = "client-"
 _PRINCIPAL_PREFIX = "principal:"
@@ -74,6 +75,19 @@ def _channel_of(request_context: ServerRequestContext[Any, Any]) -> Any:
     return dispatcher if dispatcher is not None else session._connection
 
 
+def declared_client(request_context: ServerRequestContext[Any, Any]) -> str | None:
+    """The name the client gave in its initialize (or its 2026-07-28 envelope); None before it did."""
+    params = request_context.session.client_params
+    return None if params is None or params.client_info is None else params.client_info.name[:64]
+
+
+def initialized(request_context: ServerRequestContext[Any, Any]) -> bool:
+    """Whether the connection may take requests: initialize done (or a 2026-07-28 connection, born ready).
+    The SDK's own gate reads the same fact (mcp 2.x keeps it on the connection, without a public accessor)."""
+    connection = request_context.session._connection
+    return bool(getattr(connection, "initialize_accepted", True))
+
+
 @dataclass(frozen=True)
 class Identity:
     request_id: str | None
@@ -90,7 +104,9 @@ def identify(request_context: ServerRequestContext[Any, Any] | None, transport: 
         # Authenticated over HTTP: the token's name from the token file, not what the client says it is.
         client_name = (access.claims or {}).get("relay_shell_name") or access.client_id  # OAuth: approver/client
     elif params is not None and params.client_info is not None:
-        # The client's self-declared name, kept as a label in the record (never in metrics).
-        client_name = params.client_info.name[:64]
+        # The client's self-declared name, kept as a label in the record (never in metrics). The first name
+        # a connection declares is its name for good: a 2026-07-28 client declares it on every request.
+        channel = _channel_of(request_context)
+        client_name = _name_by_channel.setdefault(channel, params.client_info.name[:64])
     request_id = request_context.request_id
     return Identity(request_id=None if request_id is None else str(request_id), client_id=f"{transport}:{client_name}")

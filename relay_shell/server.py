@@ -13,6 +13,8 @@ from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.tools import Tool
 from mcp.server.subscriptions import InMemorySubscriptionBus
+from mcp.shared.exceptions import MCPError
+from mcp_types import INVALID_PARAMS, INVALID_REQUEST
 from pydantic import ValidationError
 
 if TYPE_CHECKING:
@@ -26,7 +28,7 @@ from relay_shell.auth.setup import server_auth
 from relay_shell.config import Settings
 from relay_shell.confirm.elicitation import InputRequired
 from relay_shell.containment.units import Containment, scope_of, start_containment
-from relay_shell.identity import connected
+from relay_shell.identity import connected, declared_client, initialized
 from relay_shell.metrics import Metrics
 from relay_shell.policy.admission import Policy
 from relay_shell.results import schema_defaults
@@ -50,6 +52,7 @@ from relay_shell.surface.runbook_tools import runbook_tools
 from relay_shell.surface.session_tools import session_tools
 from relay_shell.surface.ssh_tools import ssh_tools
 from relay_shell.surface.workflows import PROMPTS
+from relay_shell.wire import LONE_SURROGATES
 
 
 @dataclass
@@ -144,6 +147,9 @@ def build_server(
     SCHEMA_CACHE.save()
     runner.known_tools = {tool.name for tool in tools}
     runner.result_defaults = {tool.name: schema_defaults(tool.output_schema) for tool in tools}
+    # A call naming no tool of ours still gets every field all results share (those of ToolResult).
+    shared = set.intersection(*(set(defaults) for defaults in runner.result_defaults.values()))
+    runner.result_defaults["unknown"] = {name: runner.result_defaults[tools[0].name][name] for name in shared}
     runner.argument_validators = {tool.name: tool.fn_metadata.validate_arguments for tool in tools}
     # One audit record for the tools whose annotations say they only read and touch nothing outside the server;
     # every other call gets a start record before it runs (adr/0014).
@@ -258,10 +264,24 @@ class ToolCallGate:
         self.in_flight = 0  # tool calls running now (bounded by MAX_CONCURRENT_CALLS)
 
     async def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+        if ctx.method == "initialize" and declared_client(ctx) is not None:
+            # The identity in every later record comes from the first initialize: a second one would rename
+            # the client mid-session. Refused before the SDK commits anything.
+            raise MCPError(
+                INVALID_REQUEST,
+                f"initialize: this connection is already initialized (client {declared_client(ctx)!r}); a client "
+                "initializes once per connection: open a new connection to start over",
+            )
         token = current_request.set(ctx)
         try:
             if ctx.method == "tools/call" and ctx.request_id is not None:
                 params = ctx.params or {}
+                if not initialized(ctx):
+                    # The SDK refuses every other request before initialize; a tool call is refused the same way,
+                    # with an audit record (it reached the server) naming no client, since none was declared.
+                    refusal = "NotInitialized: no tool runs before initialize; send initialize, then the call"
+                    await self.runner.reject(ctx, str(params.get("name")), params.get("arguments"), refusal)
+                    raise MCPError(INVALID_PARAMS, "Invalid request parameters: " + refusal)
                 limit = self.runner.settings.max_concurrent_calls
                 if self.in_flight >= limit:
                     # A bounded service: a clear refusal now beats an unbounded queue of commands.
@@ -298,6 +318,16 @@ class ToolCallGate:
             arguments = {}
         if not isinstance(arguments, dict):
             return "InvalidArgument: arguments must be an object of named arguments"
+        meta = params.get("_meta")
+        lone = meta.get(LONE_SURROGATES) if isinstance(meta, dict) else None
+        if lone:
+            # The transport wrote each lone surrogate as the text \udXXX (adr/0016): no program, file name or
+            # log line can take one, so the call is refused here, audited, naming the arguments.
+            names = ", ".join(str(name)[:64] for name in list(lone)[:10])
+            return (
+                f"InvalidArgument: {names}: holds a lone UTF-16 surrogate (recorded as \\udXXX), which is not "
+                "Unicode text and cannot reach a program; allowed: valid Unicode text"
+            )
         properties: dict[str, Any] = tool.parameters.get("properties", {})
         unknown = sorted(set(arguments) - set(properties))
         if unknown:

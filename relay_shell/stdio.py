@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
-import json
 import os
 import stat
 from collections.abc import AsyncIterator
@@ -21,12 +20,14 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
-import mcp_types as types
 from mcp.server.stdio import stdio_server
 from mcp.shared._context_streams import create_context_streams
 from mcp.shared.message import SessionMessage
 
+from relay_shell.wire import ID_SCAN_BYTES, oversized, read_message
+
 MAX_LINE = 256 * 1024 * 1024  # one JSON-RPC message; megabyte arguments are fine, a runaway line is not
+SKIP_CHUNK = 1024 * 1024  # a line over MAX_LINE is consumed this much at a time
 
 
 @asynccontextmanager
@@ -65,21 +66,20 @@ async def stdio_transport() -> AsyncIterator[tuple[Any, Any]]:
                     line = exc.partial  # the last line without a newline, or EOF
                     if not line:
                         return
-                except asyncio.LimitOverrunError:
-                    await read_stream_writer.send(ValueError(f"message longer than {MAX_LINE} bytes"))
-                    return
+                except asyncio.LimitOverrunError as exc:
+                    # A line longer than the transport reads: skip it in bounded memory, answer it, go on.
+                    answer = await _skip_line(reader, exc)
+                    if answer is None:
+                        return  # EOF inside the line: the client is gone
+                    writer.write(answer + b"\n")
+                    continue
                 if not line.strip():
                     continue
-                try:
-                    text = line.decode("utf-8", errors="replace")
-                    message = types.jsonrpc_message_adapter.validate_json(text, by_name=False)
-                except Exception as exc:
-                    await read_stream_writer.send(exc)
-                    refusal = _unreadable_request(text)
-                    if refusal is not None:  # answer it, or the client waits for a reply forever
-                        writer.write(refusal)
-                    continue
-                await read_stream_writer.send(SessionMessage(message))
+                reading = read_message(line)
+                if reading.answer is not None:  # answer it, or the client waits for a reply forever
+                    writer.write(reading.answer + b"\n")
+                if reading.message is not None:
+                    await read_stream_writer.send(SessionMessage(reading.message))
 
         async def stdout_writer() -> None:
             # A client that closed its end is a client that left: stop writing, the server shuts down on EOF.
@@ -102,25 +102,36 @@ async def stdio_transport() -> AsyncIterator[tuple[Any, Any]]:
         _restore(1, stdout_fd)
 
 
-def _unreadable_request(text: str) -> bytes | None:
-    """The JSON-RPC error for a line that is not a valid message: -32700 when it is not JSON at all (id
-    null), -32600 for a request the SDK cannot read (a lone surrogate, a wrong shape), with the request's id
-    when it has one. Notifications and responses get no answer, as JSON-RPC says."""
-    try:
-        parsed = json.loads(text)
-    except ValueError:
-        code, request_id, message = -32700, None, "Parse error: the line is not JSON"
-    else:
-        if not isinstance(parsed, dict) or "method" not in parsed or "id" not in parsed:
-            return None if isinstance(parsed, dict) else _error_line(-32600, None, "Invalid Request: not an object")
-        request_id = parsed["id"] if isinstance(parsed["id"], (str, int)) else None
-        code, message = -32600, "Invalid Request: the message does not match JSON-RPC/MCP (or holds a lone surrogate)"
-    return _error_line(code, request_id, message)
-
-
-def _error_line(code: int, request_id: str | int | None, message: str) -> bytes:
-    error = {"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}}
-    return json.dumps(error, ensure_ascii=True).encode() + b"\n"
+async def _skip_line(reader: asyncio.StreamReader, overrun: asyncio.LimitOverrunError) -> bytes | None:
+    """Consume a line longer than MAX_LINE in chunks, keeping only its first and last bytes (where a client
+    writes the id), and return the answer to it; None when the stream ends inside the line."""
+    head = b""
+    tail = b""
+    size = 0
+    while True:
+        found = "Separator is found" in str(overrun)  # asyncio says which, and how far it may consume
+        remaining = overrun.consumed
+        while remaining > 0:
+            chunk = await reader.read(min(remaining, SKIP_CHUNK))
+            if not chunk:
+                return None
+            remaining -= len(chunk)
+            size += len(chunk)
+            head = head or chunk[:ID_SCAN_BYTES]
+            tail = (tail + chunk)[-ID_SCAN_BYTES:]
+        if found:
+            await reader.readexactly(1)  # the newline
+            return oversized(head, tail, size, MAX_LINE)
+        try:
+            rest = await reader.readuntil(b"\n")
+        except asyncio.LimitOverrunError as again:
+            overrun = again
+            continue
+        except asyncio.IncompleteReadError:
+            return None
+        size += len(rest) - 1
+        tail = (tail + rest[:-1])[-ID_SCAN_BYTES:]
+        return oversized(head, tail, size, MAX_LINE)
 
 
 def _streamable(fd: int) -> bool:

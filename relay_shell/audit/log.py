@@ -35,6 +35,8 @@ from typing import Any
 
 import orjson
 
+from relay_shell.audit.record import MAX_RECORD_BYTES, bound_record, fit_record
+
 RECORD_VERSION = 1
 GENESIS = "0" * 64
 CONTINUE_TOOL = "audit:continue"
@@ -126,7 +128,8 @@ def read_last_line(path: Path, end: int | None = None) -> bytes | None:
 
 class AuditLog:
     """One open log file. The server writes from its event loop; a lock still keeps a record written from
-    another thread from taking the same chain link as one written meanwhile (os.write releases the GIL)."""
+    another thread (the SDK runs synchronous resource functions in worker threads) from taking the same chain
+    link as one written meanwhile (os.write releases the GIL)."""
 
     def __init__(self, path: Path, chain: bool = True, fsync: bool = False) -> None:
         self.path = path
@@ -257,7 +260,9 @@ class AuditLog:
         self.last_error = None
 
     def write(self, record: dict[str, Any]) -> None:
-        """Append one record (fields in `record`, chain fields added here). Raises AuditWriteError."""
+        """Append one record (fields in `record`, chain fields added here). Raises AuditWriteError.
+        Every field is bounded here, whoever wrote the record, and the line is at most MAX_RECORD_BYTES."""
+        record = bound_record(record)
         with self._lock:
             self._write(record)
 
@@ -303,9 +308,9 @@ class AuditLog:
         if self.chain_enabled:
             record["seq"] = self.seq + 1
             record["prev"] = self.prev
-            line = encode_line(record, self.prev)
-        else:
-            line = encode_line(record, None)
+        line = encode_line(record, self.prev if self.chain_enabled else None)
+        if len(line) > MAX_RECORD_BYTES:  # bounded fields, but many of them: the largest become digests
+            line = encode_line(fit_record(record, len(line)), self.prev if self.chain_enabled else None)
         line = prefix + line
         written = os.write(self.fd, line)
         if written != len(line):

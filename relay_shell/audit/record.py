@@ -1,17 +1,40 @@
-"""How call arguments appear in an audit record: redacted, and long strings kept as head + tail + length +
-SHA-256 so a payload cannot hide behind padding and the record stays small."""
+"""How values appear in an audit record: redacted, and bounded by one rule for every field (adr/0016).
+
+- a string longer than 1024 characters is kept as head + tail + length + SHA-256 (a payload cannot hide
+  behind padding, and the record stays small); a name (an object key: an argument name, an env name) the
+  same way, as one string;
+- a list or object of more than 65 entries keeps its first 64, then one entry saying how many were left out
+  and the SHA-256 of the whole (a 100,000-host list is 64 hosts and a digest);
+- nesting deeper than 16 levels is kept as the digest of what is below;
+- an integer beyond 64 bits is kept as its digits (the log's encoder, like most readers, stops at 64 bits);
+  a lone UTF-16 surrogate as the text `\\udXXX`.
+
+`bound_record` applies this to every field of a record (request ids, targets, reasons, arguments: whatever a
+writer put there), and `fit_record` makes a record that is still over `MAX_RECORD_BYTES` fit by replacing
+its largest fields with their length and digest. Digests are over the canonical JSON of the redacted value.
+"""
 
 from __future__ import annotations
 
 import hashlib
+import json
+import re
 from typing import Any
 
 from relay_shell.capture import CapturedText
 
 _INT64_MIN = -(2**63)
 _UINT64_MAX = 2**64 - 1
-LONG_STRING = 1024  # characters; longer argument strings are summarised
+LONG_STRING = 1024  # characters; longer strings (values and names) are summarised
 KEEP_CHARS = 256  # characters of head and of tail kept from a long string
+MAX_ENTRIES = 64  # entries of one list or object kept; the rest is one digest
+MAX_DEPTH = 16  # levels of nesting kept below a record field; deeper is one digest
+MAX_RECORD_BYTES = 64 * 1024  # one encoded record, chain fields and newline included
+# Fields that identify and chain a record: never replaced to make it fit (they are small by construction).
+_KEPT_FIELDS = frozenset({"v", "ts", "tool", "tier", "denied", "outcome", "seq", "prev", "chain", "phase", "call_id"})
+_SURROGATE = re.compile("[\ud800-\udfff]")
+# What this module writes in place of a value: bounding it again leaves it as it is.
+_SUMMARIES = ({"head", "tail", "len", "sha256"}, {"kept", "len", "sha256"}, {"omitted", "sha256_of_all"})
 
 
 def audit_arguments(arguments: dict[str, Any]) -> dict[str, Any]:
@@ -21,7 +44,9 @@ def audit_arguments(arguments: dict[str, Any]) -> dict[str, Any]:
 
     redacted = redact_value(arguments)
     assert isinstance(redacted, dict)
-    return {name: _summarise(value) for name, value in redacted.items()}
+    bounded = _bound(redacted, 1)  # depth 1: the arguments are one field of the record
+    assert isinstance(bounded, dict)
+    return bounded
 
 
 def redact_text(text: str) -> str:
@@ -30,23 +55,9 @@ def redact_text(text: str) -> str:
     return redact(text)
 
 
-def _summarise(value: Any) -> Any:
-    if isinstance(value, int) and not isinstance(value, bool) and not _INT64_MIN <= value <= _UINT64_MAX:
-        return str(value)  # JSON allows any integer; the log's encoder, like most readers, stops at 64 bits
-    if isinstance(value, str) and len(value) > LONG_STRING:
-        # The digest is over the redacted text: it proves what ran without becoming a guessing oracle for
-        # a secret inside it (an auditor holding the script redacts it the same way and compares).
-        return {
-            "head": value[:KEEP_CHARS],
-            "tail": value[-KEEP_CHARS:],
-            "len": len(value),
-            "sha256": hashlib.sha256(value.encode("utf-8", errors="surrogatepass")).hexdigest(),
-        }
-    if isinstance(value, dict):
-        return {key: _summarise(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_summarise(item) for item in value]
-    return value
+def bound_record(record: dict[str, Any]) -> dict[str, Any]:
+    """Every field of a record within the shared bound (already bounded values pass unchanged)."""
+    return {_bound_name(name): _bound(value, 1) for name, value in record.items()}
 
 
 def output_digests(returned_text: str, captured: CapturedText) -> dict[str, Any]:
@@ -59,3 +70,91 @@ def output_digests(returned_text: str, captured: CapturedText) -> dict[str, Any]
         "raw_sha256": captured.sha256,
         "raw_len": captured.produced_bytes,
     }
+
+
+def fit_record(record: dict[str, Any], encoded_size: int) -> dict[str, Any]:
+    """A record whose encoding (`encoded_size` bytes) is over MAX_RECORD_BYTES, made to fit: its largest
+    fields are replaced, largest first, by their length and digest, and `bounded` names them."""
+    sizes = sorted(
+        ((len(canonical_json(value)), name) for name, value in record.items() if name not in _KEPT_FIELDS),
+        reverse=True,
+    )
+    fitted = dict(record)
+    replaced: list[str] = []
+    for size, name in sizes:
+        if encoded_size <= MAX_RECORD_BYTES - 512:  # room for the `bounded` list and the chain fields
+            break
+        fitted[name] = {"len": size, "sha256": hashlib.sha256(canonical_json(record[name])).hexdigest()}
+        encoded_size -= size - 100
+        replaced.append(name)
+    fitted["bounded"] = replaced
+    return fitted
+
+
+def canonical_json(value: Any) -> bytes:
+    """Sorted-key JSON of any value a record or a call may hold: integers of any length, lone surrogates
+    (as escapes), keys that are not strings. For digests, never for the log line itself."""
+    return json.dumps(value, sort_keys=True, ensure_ascii=True, separators=(",", ":"), default=repr).encode()
+
+
+def _bound(value: Any, depth: int) -> Any:
+    if isinstance(value, str):
+        return value if len(value) <= LONG_STRING and value.isascii() else _bound_string(value)
+    if isinstance(value, bool) or value is None or isinstance(value, float):
+        return value
+    if isinstance(value, int):
+        return value if _INT64_MIN <= value <= _UINT64_MAX else str(value)
+    if isinstance(value, dict):
+        if depth >= MAX_DEPTH and value and value.keys() not in _SUMMARIES:
+            return _digest_of(value, "nested deeper than the record keeps")
+        entries = list(value.items())
+        cut = len(entries) > MAX_ENTRIES + 1  # 65 entries stay: a bounded value bounds to itself
+        kept = entries[:MAX_ENTRIES] if cut else entries
+        bounded = {_bound_name(str(name)): _bound(item, depth + 1) for name, item in kept}
+        if cut:
+            bounded["…"] = _omitted(value, len(entries) - MAX_ENTRIES)
+        return bounded
+    if isinstance(value, list | tuple):
+        if depth >= MAX_DEPTH and value:
+            return _digest_of(value, "nested deeper than the record keeps")
+        cut = len(value) > MAX_ENTRIES + 1
+        bounded_items = [_bound(item, depth + 1) for item in (value[:MAX_ENTRIES] if cut else value)]
+        if cut:
+            bounded_items.append(_omitted(value, len(value) - MAX_ENTRIES))
+        return bounded_items
+    return _bound_string(repr(value))
+
+
+def _bound_string(value: str) -> Any:
+    if len(value) <= LONG_STRING and value.isascii():  # nearly every field: nothing to do
+        return value
+    if _SURROGATE.search(value):
+        value = _SURROGATE.sub(lambda found: f"\\u{ord(found.group()):04x}", value)
+    if len(value) <= LONG_STRING:
+        return value
+    # The digest is over the redacted text: it proves what ran without becoming a guessing oracle for a
+    # secret inside it (an auditor holding the script redacts it the same way and compares).
+    return {
+        "head": value[:KEEP_CHARS],
+        "tail": value[-KEEP_CHARS:],
+        "len": len(value),
+        "sha256": hashlib.sha256(value.encode("utf-8")).hexdigest(),
+    }
+
+
+def _bound_name(name: str) -> str:
+    if len(name) <= LONG_STRING and name.isascii():
+        return name
+    bounded = _bound_string(name)
+    if isinstance(bounded, str):
+        return bounded
+    return f"{bounded['head']}…{bounded['tail']} ({bounded['len']} characters, sha256 {bounded['sha256']})"
+
+
+def _omitted(value: Any, count: int) -> dict[str, Any]:
+    return {"omitted": count, "sha256_of_all": hashlib.sha256(canonical_json(value)).hexdigest()}
+
+
+def _digest_of(value: Any, why: str) -> dict[str, Any]:
+    encoded = canonical_json(value)
+    return {"kept": why, "len": len(encoded), "sha256": hashlib.sha256(encoded).hexdigest()}

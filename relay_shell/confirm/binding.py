@@ -79,6 +79,8 @@ def _canonical(value: Any) -> Any:
     """A default the tool declares as `60` and a caller's `60` validated to `60.0` are the same value."""
     if isinstance(value, float) and value.is_integer():
         return int(value)
+    if isinstance(value, int) and not isinstance(value, bool) and not -(2**63) <= value < 2**64:
+        return f"int:{value}"  # JSON allows any integer; the encoder stops at 64 bits
     if isinstance(value, dict):
         return {key: _canonical(item) for key, item in value.items()}
     if isinstance(value, list | tuple):

@@ -5,12 +5,11 @@ as itself made visible. What does not fit a screen a human reads is not offered 
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 import unicodedata
 from typing import Any
-
-import orjson
 
 from relay_shell.errors import ToolError
 from relay_shell.plan import Plan
@@ -200,7 +199,8 @@ def _argument_text(name: str, value: Any) -> str:
         return value
     if isinstance(value, bool):
         return "true" if value else "false"
-    return orjson.dumps(value, default=repr).decode()
+    # Python's encoder: integers beyond 64 bits (which JSON allows) are shown too; orjson stops there.
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=repr)
 
 
 def tier3_reasons(plan: Plan) -> list[str]:

@@ -6,8 +6,7 @@ import hashlib
 import re
 from typing import Any
 
-import orjson
-
+from relay_shell.audit.record import canonical_json
 from relay_shell.capture import BoundedCapture
 from relay_shell.confirm.binding import token_digest
 from relay_shell.confirm.store import ConfirmationStore
@@ -29,7 +28,7 @@ def recorded_confirm_arguments(arguments: dict[str, Any]) -> dict[str, Any]:
         recorded["confirmation"] = token_digest(token)
     others = {name: value for name, value in arguments.items() if not (name == "token" and isinstance(value, str))}
     if others:
-        encoded = orjson.dumps(others, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS, default=repr)
+        encoded = canonical_json(others)  # any value a call may hold: integers beyond 64 bits included
         recorded["withheld"] = {
             "count": len(others),
             "names": sorted(name for name in others if name in CONFIRM_ARGUMENTS),

@@ -13,6 +13,7 @@ before the answer, so `\\n42\\n` and `^42$` match the answer as they would in th
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +23,7 @@ from relay_shell.sessions.ansi import strip_ansi, strip_escapes
 
 MAX_PATTERNS = 16
 MAX_PATTERN_LENGTH = 1024
+MAX_EXPANSION = 32768  # compiled steps of all `until` patterns together (see _expansion): a few MiB at most
 # The search looks at most this far back from the newest byte: enough for any prompt or answer line,
 # and it keeps each wake-up O(1) in the session's output volume.
 SEARCH_WINDOW = 32 * 1024
@@ -50,12 +52,19 @@ def compile_until(until: str | list[str] | None) -> Patterns:
     import regex  # on first use: it takes ~9 ms to import, which startup should not pay
 
     compiled = []
+    expansion = 0
     for index, pattern in enumerate(patterns):
         where = "until" if isinstance(until, str) else f"until[{index}]"
         if not pattern:
             raise ArgumentError(f"{where}: is empty (it would match at once); allowed: a non-empty regex")
         if len(pattern) > MAX_PATTERN_LENGTH:
             raise ArgumentError(f"{where}: is {len(pattern)} characters; allowed: at most {MAX_PATTERN_LENGTH}")
+        expansion += _expansion(pattern)
+        if expansion > MAX_EXPANSION:
+            raise ArgumentError(
+                f"{where}: {pattern[:80]!r} repeats too much (`regex` compiles counted repeats unrolled: ~{expansion} "
+                f"steps, each a few hundred bytes); allowed: at most {MAX_EXPANSION} in all, e.g. \\d{{1000}}"
+            )
         try:
             compiled.append(_compiled(pattern))
         except regex.error as exc:
@@ -72,6 +81,44 @@ def _compiled(pattern: str) -> Any:
     import regex
 
     return regex.compile(pattern, regex.MULTILINE)
+
+
+_QUANTIFIER = re.compile(r"\{(\d*)(?:,(\d*))?\}")
+
+
+def _expansion(pattern: str) -> int:
+    """Roughly how many steps `regex` compiles a pattern into: a counted repeat is unrolled to its minimum
+    count (`\\d{1000000}` takes ~270 MB), and nested ones multiply. Linear in the pattern."""
+    groups = [0]  # the cost so far of each open group, outermost first
+    last = 1  # the cost of the atom a following quantifier repeats
+    index = 0
+    while index < len(pattern):
+        char = pattern[index]
+        if char == "\\":
+            index += 2
+        elif char == "[":  # a character class is one step, whatever it holds
+            end = index + 1 + (pattern[index + 1 : index + 2] in ("]", "^"))
+            while end < len(pattern) and pattern[end] != "]":
+                end += 2 if pattern[end] == "\\" else 1
+            index = end + 1
+        elif char == "(":
+            groups.append(0)
+            index += 1
+            continue
+        elif char == ")" and len(groups) > 1:
+            last = groups.pop()
+            groups[-1] += last
+            index += 1
+            continue
+        elif char == "{" and (counted := _QUANTIFIER.match(pattern, index)):
+            groups[-1] += last * (max(int(counted.group(1) or 0), 1) - 1)
+            index = counted.end()
+            continue
+        else:
+            index += 1
+        groups[-1] += 1
+        last = 1
+    return sum(groups)
 
 
 def window_text(window: bytes) -> str:

@@ -490,10 +490,11 @@ def _read_result(
         what = f"waited {timeout:g}s"
     else:
         what = "output quiet"
+    context = [prefix] if prefix else []
     if spawned:
-        what = f"spawned {session.session_id} {session.terminal.where} | {what}"
-    if prefix:
-        what = f"{prefix} | {what}"
+        context.append(f"spawned {session.session_id} {session.terminal.where}")
+    # A timeout is an error result: its first line starts as every timeout's does ([TIMEOUT after Ns…]).
+    what = " | ".join([what, *context] if status == "timeout" else [*context, what])
     headline = f"[{what} | cursor {read.end}" + (f" | dropped {read.dropped} bytes" if read.dropped else "") + "]"
     fields: dict[str, Any] = {
         "session_id": session.session_id,
@@ -546,7 +547,7 @@ def wait_timeout_for(settings: Settings, timeout: float, notes: list[str]) -> fl
     value, note = clamp("timeout", timeout, 0.0, settings.max_timeout)
     if note:
         notes.append(note)
-    return value
+    return abs(value)  # -0.0 is in range, and would read "-0s"
 
 
 def _budget(settings: Settings, max_bytes: int | None, notes: list[str]) -> int:

@@ -75,9 +75,8 @@ def prepare_fanout(
             "(RELAY_SHELL_FANOUT_MAX_CONCURRENCY)"
         )
         concurrency = settings.fanout_max_concurrency
-    timeout_value, budget = call_limits(
-        settings, timeout, DEFAULT_PER_HOST_OUTPUT if max_output_per_host is None else max_output_per_host, notes
-    )
+    per_host = DEFAULT_PER_HOST_OUTPUT if max_output_per_host is None else max_output_per_host
+    timeout_value, budget = call_limits(settings, timeout, per_host, notes, "max_output_per_host")
     share = max(MIN_OUTPUT, settings.max_output_hard // len(names))
     if budget > share:
         # The whole result (every host's output, in text and structuredContent) stays within the hard cap.
@@ -216,7 +215,16 @@ def _fanout_execution(results: list[HostResult], budget: int, elapsed: float, ch
     return Execution(
         status=status,
         output=body.result(),
-        headline=headline,
-        error=None if status != "error" else f"NoHostReached: {summary}",
+        # An error or a refusal starts with its grammar line ([ERROR: …] / [DENIED …]); the per-host lines follow.
+        headline=headline if status in ("ok", "exit_nonzero") else None,
+        error=_no_host_error(status, what, len(results), summary, elapsed),
         fields={"hosts": [result.fields() for result in results], "summary": counts},
     )
+
+
+def _no_host_error(status: Outcome, what: str, hosts: int, summary: str, elapsed: float) -> str | None:
+    if status == "error":
+        return f"NoHostReached: {what} {hosts} hosts: {summary} | {elapsed:.1f}s"
+    if status == "denied":
+        return f"every host was refused ({what} {hosts} hosts: {summary})"
+    return None

@@ -104,11 +104,13 @@ def prepare_keyscan(
         body = BoundedCapture(ssh.settings.max_output_hard)
         body.feed(("\n".join(lines) + "\n").encode())
         reached = sum(1 for result in results if result["status"] == "ok")
+        summary = f"keyscan {len(results)} hosts: {reached} answered | known_hosts was not changed"
         return Execution(
             status="ok" if reached else "error",
             output=body.result(),
-            headline=f"[keyscan {len(results)} hosts: {reached} answered | known_hosts was not changed]",
-            error=None if reached else "NoHostReached: no host answered with a host key",
+            # No host answered: an error, whose first line is [ERROR: …] like every error's.
+            headline=f"[{summary}]" if reached else None,
+            error=None if reached else f"NoHostReached: {summary}",
             fields={"hosts": list(results)},
         )
 

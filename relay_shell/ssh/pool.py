@@ -358,6 +358,8 @@ def connect_error(endpoint: Endpoint, exc: Exception, decision: TrustDecision) -
         return ConnectFailed("Unreachable", "unreachable", f"{where}: {reason}")
     if isinstance(exc, asyncssh.DisconnectError):
         return ConnectFailed("ConnectionLost", "unreachable", f"{where}: the server disconnected ({exc.reason})")
+    if isinstance(exc, UnicodeError):  # the resolver cannot encode the name (IDNA): no connection was tried
+        return ConnectFailed("UnknownHost", "unreachable", f"{endpoint.name!r} is not a name a resolver takes ({exc})")
     if isinstance(exc, asyncssh.KeyImportError | asyncssh.KeyEncryptionError | ValueError):
         return ConnectFailed("KeyUnusable", "auth_failed", f"{where}: the key cannot be used ({exc})")
     if isinstance(exc, ToolError):

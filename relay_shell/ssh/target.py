@@ -95,8 +95,19 @@ def parse_host_spec(argument: str, value: str) -> HostSpec:
         host = text  # a name, or a bare IPv6 address
     if not host or not _HOST.fullmatch(host) or host.startswith("-"):
         raise ArgumentError(f"{argument}: host {host!r} in {value!r} is not a valid host name or address; {allowed}")
+    if ":" not in host and _as_ip(host) is None:
+        _check_labels(argument, host, value, allowed)
     port = None if port_text is None else parse_port(argument, port_text)
     return HostSpec(user=user, host=host, port=port)
+
+
+def _check_labels(argument: str, host: str, value: str, allowed: str) -> None:
+    """A host name no resolver can be asked for (a label over 63 characters, an empty label) is refused here,
+    naming it, rather than failing later inside the resolver as something else."""
+    for label in host.removesuffix(".").split("."):
+        if not label or len(label) > 63:
+            problem = "an empty label" if not label else f"a label of {len(label)} characters (at most 63)"
+            raise ArgumentError(f"{argument}: host {host[:80]!r} in {value[:100]!r} has {problem}; {allowed}")
 
 
 def parse_port(argument: str, value: str | int) -> int:
@@ -168,6 +179,13 @@ def resolve_route(
     then the defaults (the local user, port 22, the agent and default keys) — as `ssh` would do it."""
     if port is not None:
         port = parse_port("port", port)
+    if user is not None and not _USER.fullmatch(user):
+        # What `user@host` may name, the `user` argument may too: anything else fails later as something else
+        # (asyncssh refuses control characters as if the key were unusable).
+        raise ArgumentError(
+            f"user: {user[:80]!r} is not a valid user name; allowed: letters, digits, '_', '.', '-' (a "
+            "'DOMAIN\\user' or 'user@domain' login too), at most 63 characters"
+        )
     if known_hosts is not None and known_hosts not in KNOWN_HOSTS_MODES:
         raise ArgumentError(f"known_hosts: {known_hosts!r} is not a mode; allowed: {', '.join(KNOWN_HOSTS_MODES)}")
     if key_path is not None:
@@ -327,6 +345,8 @@ def _check_key(path: str, argument: str) -> str:
         stat = os.stat(expanded)
     except OSError:
         raise ArgumentError(f"{argument}: key file {path!r} does not exist; {allowed}") from None
+    except ValueError:  # a NUL byte (or text the OS cannot take): no file has that name
+        raise ArgumentError(f"{argument}: {path[:200]!r} is not a file name (it holds a NUL byte); {allowed}") from None
     if not S_ISREG(stat.st_mode):
         raise ArgumentError(f"{argument}: {path!r} is not a regular file; {allowed}")
     if stat.st_size > MAX_KEY_FILE:

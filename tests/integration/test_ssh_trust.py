@@ -75,7 +75,7 @@ async def test_readonly_mode_does_not_trust_new_host_keys(fleet: SshFleet, tmp_p
     async with connect(tmp_path / "audit.jsonl", ssh_config=str(fleet.ssh_config), policy_mode="readonly") as client:
         result = await client.call_tool("ssh_check", {"hosts": "h01,h02"})
         text = text_of(result)
-        assert text.startswith("[check 2 hosts: 2 hostkey_rejected"), text
+        assert text.startswith("[ERROR: NoHostReached: check 2 hosts: 2 hostkey_rejected"), text  # adr/0016
         assert "HostKeyUnknown" in text
     assert fleet.known_hosts.read_bytes() == b""
 

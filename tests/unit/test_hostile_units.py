@@ -1,0 +1,214 @@
+"""Hostile input, unit by unit (issue 21): reading one JSON-RPC message within bounds and answering what cannot
+be served (`wire`), the shared bound of audited fields and the record cap (`audit.record`), numbers no float
+holds in clamps, host names no resolver takes, and `until` patterns `regex` would unroll into gigabytes."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from pathlib import Path
+
+import orjson
+import pytest
+
+from relay_shell.audit.log import AuditLog
+from relay_shell.audit.record import MAX_RECORD_BYTES, audit_arguments, bound_record
+from relay_shell.audit.verify import verify_files
+from relay_shell.config import clamp
+from relay_shell.errors import ArgumentError
+from relay_shell.sessions.expect import compile_until
+from relay_shell.ssh.target import parse_host_spec
+from relay_shell.wire import LONE_SURROGATES, MAX_INTEGER_DIGITS, MAX_NESTING, oversized, read_message
+
+
+def answer_of(data: bytes) -> dict[str, object]:
+    reading = read_message(data)
+    assert reading.answer is not None and reading.message is None, reading
+    answer = json.loads(reading.answer)
+    assert isinstance(answer, dict)
+    return answer
+
+
+def call(request_id: str, arguments: str) -> bytes:
+    return (
+        f'{{"jsonrpc":"2.0","id":{request_id},"method":"tools/call",'
+        f'"params":{{"name":"shell_exec","arguments":{arguments}}}}}'
+    ).encode()
+
+
+@pytest.mark.parametrize("levels", [MAX_NESTING - 1, 1000, 100_000])
+def test_a_message_nested_too_deep_is_answered_with_its_id(levels: int) -> None:
+    # The message object, params and arguments are three containers around the value: the innermost of
+    # MAX_NESTING - 1 arrays sits inside MAX_NESTING + 1 containers.
+    answer = answer_of(call("5", '{"command":' + "[" * levels + "]" * levels + "}"))
+    assert answer["id"] == 5 and answer["error"]["code"] == -32600  # type: ignore[index]
+    assert f"nested deeper than {MAX_NESTING} levels" in answer["error"]["message"]  # type: ignore[index]
+
+
+def test_the_deepest_message_read_is_read_by_both_paths() -> None:
+    levels = MAX_NESTING - 2  # the innermost empty array sits inside MAX_NESTING containers
+    fast = read_message(call("5", '{"command":' + "[" * levels + "]" * levels + "}"))
+    slow = read_message(call("5", '{"command":' + "[" * levels + "]" * levels + ',"x":"\\ud800"}'))
+    assert fast.message is not None and slow.message is not None
+
+
+def test_the_id_of_a_message_too_deep_for_python_is_found_at_either_end() -> None:
+    deep = "[" * 50_000 + "]" * 50_000
+    first = b'{"jsonrpc":"2.0","id":"head-id","method":"tools/call","params":{"x":' + deep.encode() + b"}}"
+    last = b'{"method":"tools/call","params":{"x":' + deep.encode() + b'},"jsonrpc":"2.0","id":77}'
+    assert answer_of(first)["id"] == "head-id"
+    assert answer_of(last)["id"] == 77
+
+
+def test_unbalanced_brackets_get_an_error_with_id_null() -> None:
+    for data in (b"[" * 100_000, b'{"a":[' * 50_000, b"not json", b"\xef\xbb\xbf{}"):
+        answer = answer_of(data)
+        assert answer["id"] is None and answer["error"]["code"] in (-32700, -32600)  # type: ignore[index]
+
+
+@pytest.mark.parametrize("request_id", ["1.5", "1.0", "true", "false", '{"a":1}', "[1]", "null"])
+def test_an_id_that_is_no_string_or_integer_gets_invalid_request_with_id_null(request_id: str) -> None:
+    answer = answer_of(call(request_id, '{"command":"true"}'))
+    assert answer["id"] is None and answer["error"]["code"] == -32600  # type: ignore[index]
+    assert "not a string or an integer" in answer["error"]["message"]  # type: ignore[index]
+
+
+def test_an_integer_id_too_long_to_read_is_echoed_digit_for_digit() -> None:
+    digits = "7" * (MAX_INTEGER_DIGITS + 700)
+    reading = read_message(call(digits, '{"command":"true"}'))
+    assert reading.answer is not None and reading.answer.startswith(b'{"jsonrpc":"2.0","id":' + digits.encode() + b",")
+    assert b"-32600" in reading.answer
+
+
+def test_integer_ids_beyond_64_bits_and_the_longest_readable_are_served() -> None:
+    for request_id in (str(2**80), "7" * MAX_INTEGER_DIGITS):
+        reading = read_message(call(request_id, '{"command":"true"}'))
+        assert reading.message is not None and reading.answer is None
+
+
+def test_a_number_too_long_to_read_in_the_arguments_is_answered_with_the_id() -> None:
+    answer = answer_of(call('"x-1"', '{"command":"true","max_output":' + "1" * 5000 + "}"))
+    assert answer["id"] == "x-1" and "5000 digits at params.arguments.max_output" in answer["error"]["message"]  # type: ignore[index]
+
+
+def test_a_lone_surrogate_in_tool_arguments_reaches_the_gate_marked_and_escaped() -> None:
+    reading = read_message(call("9", '{"command":"echo \\ud800","env":{"X\\udc00":"1"}}'))
+    assert reading.message is not None and reading.data is not None
+    params = json.loads(reading.data)["params"]
+    assert params["arguments"]["command"] == "echo \\ud800"  # six characters, valid UTF-8
+    assert params["_meta"][LONE_SURROGATES] == ["command", "env"]
+    reading.data.decode("utf-8")  # surrogate-free
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b'{"jsonrpc":"2.0","id":9,"method":"ping\\ud800"}',
+        b'{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"x","_meta":{"progressToken":"\\ud800"}}}',
+        b'{"jsonrpc":"2.0","id":"\\ud800","method":"ping"}',
+    ],
+)
+def test_a_lone_surrogate_anywhere_else_is_an_invalid_request_with_the_id(data: bytes) -> None:
+    answer = answer_of(data)
+    assert answer["id"] in (9, "\ud800") and "lone UTF-16 surrogate" in answer["error"]["message"]  # type: ignore[index]
+
+
+def test_notifications_and_responses_are_never_answered() -> None:
+    for data in (
+        b'{"jsonrpc":"2.0","method":"notifications/bogus","params":5}',
+        b'{"jsonrpc":"2.0","id":7,"result":{}}',
+        b'{"jsonrpc":"2.0","id":7,"result":5}',
+        b'{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"\\ud800"}}',
+        b'{"jsonrpc":"2.0","method":"notifications/x","params":{"a":' + b"[" * 300 + b"]" * 300 + b"}}",
+        b'{"jsonrpc":"2.0","id":7,"result":{"a":"\\ud800"}}',
+    ):
+        assert read_message(data).answer is None
+
+
+def test_wrong_shapes_with_an_id_are_answered_with_it() -> None:
+    for data in (
+        b'{"jsonrpc":"1.0","id":7,"method":"ping"}',
+        b'{"id":7,"method":"ping"}',
+        b'{"jsonrpc":"2.0","id":7}',
+        b'{"jsonrpc":"2.0","id":7,"method":5}',
+        b'{"jsonrpc":"2.0","id":7,"method":"tools/call","params":[1]}',
+    ):
+        assert answer_of(data)["id"] == 7
+    assert answer_of(b'[{"jsonrpc":"2.0","id":7,"method":"ping"}]')["id"] is None  # a batch: MCP has none
+
+
+def test_an_oversized_message_is_answered_with_the_id_at_either_end() -> None:
+    head = b'{"jsonrpc":"2.0","id":42,"method":"tools/call","params":{"x":"aaaa'
+    assert json.loads(oversized(head, b'aaa"}}', 10**9, 256))["id"] == 42
+    tail = b'aaaa"}},"jsonrpc":"2.0","id":"ts-1"}\n'
+    assert json.loads(oversized(b'{"method":"tools/call","params":{"x":"aa', tail, 10**9, 256))["id"] == "ts-1"
+    assert json.loads(oversized(b"aaaa", b"aaaa", 10**9, 256))["id"] is None
+
+
+# -- the shared bound of audited fields ---------------------------------------------------------------------
+
+
+def test_every_audited_field_is_bounded_names_lists_and_nesting_included() -> None:
+    nested: object = "leaf"
+    for _ in range(40):
+        nested = {"a": nested}
+    arguments = {
+        "n" * 70_000: 1,
+        "env": {"E" * 1_048_576: "v", "LANG": "C"},
+        "hosts": ["127.0.0.2:1"] * 100_000,
+        "deep": nested,
+        "big": 10**400,
+        "text": "x\ud800" * 2000,
+    }
+    record = bound_record({"tool": "ssh_check", "args": audit_arguments(arguments), "request_id": "r" * 1_048_576})
+    encoded = orjson.dumps(record)  # a lone surrogate or a 400-digit integer would make orjson refuse
+    assert len(encoded) < MAX_RECORD_BYTES
+    args = record["args"]
+    long_name = next(name for name in args if name.startswith("nnn"))
+    assert "70000 characters, sha256 " + hashlib.sha256(b"n" * 70_000).hexdigest() in long_name
+    assert len(args["hosts"]) == 65 and args["hosts"][-1]["omitted"] == 100_000 - 64
+    assert args["big"] == str(10**400)
+    assert record["request_id"]["len"] == 1_048_576 and len(record["request_id"]["head"]) == 256
+    assert "\\ud800" in args["text"]["head"]
+    depth, value = 0, args["deep"]
+    while isinstance(value, dict) and "a" in value:
+        depth, value = depth + 1, value["a"]
+    assert depth < 20 and value["kept"] == "nested deeper than the record keeps"
+    assert bound_record(record) == record  # a bounded record bounds to itself (the log bounds what it is given)
+
+
+def test_a_record_over_64_kib_is_cut_to_fit_by_digesting_its_largest_fields(tmp_path: Path) -> None:
+    log = AuditLog(tmp_path / "audit.jsonl")
+    log.open()
+    many = {f"name-{index}-" + "n" * 1000: "v" * 1000 for index in range(64)}  # each within bounds, 128 KiB all
+    log.write({"v": 1, "ts": "t", "tool": "shell_exec", "args": many, "target": {"hosts": ["h"] * 64}})
+    line = (tmp_path / "audit.jsonl").read_bytes().splitlines()[-1]
+    record = orjson.loads(line)
+    assert len(line) <= MAX_RECORD_BYTES and record["bounded"] == ["args"] and record["args"]["len"] > 64 * 1024
+    assert verify_files([tmp_path / "audit.jsonl"]).ok
+
+
+# -- numbers, host names, patterns --------------------------------------------------------------------------
+
+
+def test_clamps_name_numbers_no_float_can_hold() -> None:
+    value, note = clamp("max_output", 10**400, 256, 1048576)
+    assert value == 1048576 and note == "max_output 1.000e+400 lowered to 1048576 (allowed 256 to 1048576)"
+    assert clamp("timeout", 1e308, 0.1, 10)[1] == "timeout 1e+308 lowered to 10 (allowed 0.1 to 10)"
+
+
+@pytest.mark.parametrize("host", ["a" * 64 + ".example", "a..b", ".example", "x." * 10 + "y" * 64])
+def test_a_host_name_no_resolver_takes_is_an_invalid_argument(host: str) -> None:
+    with pytest.raises(ArgumentError, match=r"hosts: host .* has (a label of \d+ characters|an empty label)"):
+        parse_host_spec("hosts", host)
+    assert parse_host_spec("hosts", "a" * 63 + ".example.").host == "a" * 63 + ".example."
+
+
+def test_until_patterns_that_regex_would_unroll_are_refused_at_once() -> None:
+    started = time.monotonic()
+    for pattern in (r"\d{1000000}", r"(?:\d{1000}){1000}", r"(a|b){100000}", [r"\d{20000}", r"\w{20000}"]):
+        with pytest.raises(ArgumentError, match="repeats too much"):
+            compile_until(pattern)
+    assert time.monotonic() - started < 1.0  # refused before compiling (each would take ~0.3 s and ~270 MB)
+    assert len(compile_until([r"^\$ $", r"\d{1000}", r"[{]{5}", r"x{,5}"])) == 4
