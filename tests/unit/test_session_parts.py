@@ -10,8 +10,8 @@ from relay_shell.errors import ArgumentError
 from relay_shell.sessions.ansi import strip_ansi
 from relay_shell.sessions.expect import compile_until, echo_skip, expected_echo, search, window_text
 from relay_shell.sessions.keys import KEYS, key_name
-from relay_shell.sessions.plans import typed_lines
 from relay_shell.sessions.ring import OutputRing
+from relay_shell.sessions.typed import typed_lines
 
 # -- ring --------------------------------------------------------------------------------------------------
 
