@@ -18,17 +18,15 @@ import os
 import socket
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import anyio
 import pytest
 from mcp import Client
 
-from tests.conftest import connect, fields, text_of
+from tests.conftest import fields, text_of
 from tests.e2e.ssh.forward_helpers import (
     HashingSink,
-    HttpServer,
     close,
     end_record,
     forward,
@@ -36,37 +34,10 @@ from tests.e2e.ssh.forward_helpers import (
     opened,
     send_through,
 )
-from tests.sshd import SshFleet
 
 pytestmark = [pytest.mark.anyio, pytest.mark.fleet(hosts=1)]
 
-BODY_BYTES = 256 * 1024 + 3
 GREETING = b"220 greeter ready\n"
-
-
-
-@pytest.fixture(scope="module")
-def www(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("early-www")
-    (root / "body.bin").write_bytes(os.urandom(BODY_BYTES))
-    return root
-
-
-@pytest.fixture(scope="module")
-def http_port(www: Path) -> Iterator[int]:
-    with HttpServer("127.0.0.1", www) as port:
-        yield port
-
-
-@pytest.fixture(scope="module")
-def audit_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("early-audit") / "audit.jsonl"
-
-
-@pytest.fixture(scope="module")
-async def client(fleet: SshFleet, audit_path: Path) -> AsyncIterator[Client]:
-    async with connect(audit_path, ssh_config=str(fleet.ssh_config)) as server:
-        yield server
 
 
 def ask_at_once(port: int, request: bytes, half_close: bool = False) -> bytes:
@@ -123,14 +94,14 @@ async def test_a_request_sent_at_once_through_a_local_forward_is_answered(
     client: Client, www: Path, http_port: int, audit_path: Path
 ) -> None:
     forward_id, port = opened(await forward(client, f"L:0:127.0.0.1:{http_port}"))
-    request = b"GET /body.bin HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n"
+    request = b"GET /payload.bin HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n"
     answers = []
     for _ in range(3):
         answers.append(await anyio.to_thread.run_sync(ask_at_once, port, request))
     for answer in answers:
         head, _, body = answer.partition(b"\r\n\r\n")
         assert head.startswith(b"HTTP/1.0 200"), head[:200]
-        assert hashlib.sha256(body).hexdigest() == hashlib.sha256((www / "body.bin").read_bytes()).hexdigest()
+        assert hashlib.sha256(body).hexdigest() == hashlib.sha256((www / "payload.bin").read_bytes()).hexdigest()
     await close(client, forward_id)
     end = end_record(audit_path, forward_id)
     # each byte counted once, as it was carried
