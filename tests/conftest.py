@@ -80,3 +80,21 @@ def read_records(audit_path: Path) -> list[dict[str, Any]]:
     if not audit_path.exists():
         return []
     return [orjson.loads(line) for line in audit_path.read_bytes().splitlines()]
+
+
+@pytest.fixture
+def log_path(tmp_path: Path) -> Path:
+    """An audit log of six chained records (the verify and `relay-shell audit` tests tamper with it)."""
+    from relay_shell.audit.log import AuditLog
+
+    path = tmp_path / "audit.jsonl"
+    log = AuditLog(path)
+    log.open()
+    for index in range(6):
+        log.write({"v": 1, "tool": "shell_exec", "outcome": "ok", "index": index, "args": {"command": f"echo {index}"}})
+    log.close()
+    return path
+
+
+def rewrite(path: Path, lines: list[bytes]) -> None:
+    path.write_bytes(b"".join(lines))

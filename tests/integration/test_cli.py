@@ -9,26 +9,9 @@ import time
 from pathlib import Path
 
 import orjson
-import pytest
 
 from relay_shell.audit.log import AuditLog
-
-
-@pytest.fixture
-def log_path(tmp_path: Path) -> Path:
-    """Six chained records, as in tests/unit/test_audit_verify.py."""
-    path = tmp_path / "audit.jsonl"
-    log = AuditLog(path)
-    log.open()
-    for index in range(6):
-        log.write({"v": 1, "tool": "shell_exec", "outcome": "ok", "index": index, "args": {"command": f"echo {index}"}})
-    log.close()
-    return path
-
-
-def rewrite(path: Path, lines: list[bytes]) -> None:
-    path.write_bytes(b"".join(lines))
-
+from tests.conftest import rewrite
 
 # -- configuration at startup ------------------------------------------------------------------------------
 

@@ -4,25 +4,9 @@ tests/integration/test_cli.py)."""
 from pathlib import Path
 
 import orjson
-import pytest
 
-from relay_shell.audit.log import AuditLog
 from relay_shell.audit.verify import verify_files
-
-
-@pytest.fixture
-def log_path(tmp_path: Path) -> Path:
-    path = tmp_path / "audit.jsonl"
-    log = AuditLog(path)
-    log.open()
-    for index in range(6):
-        log.write({"v": 1, "tool": "shell_exec", "outcome": "ok", "index": index, "args": {"command": f"echo {index}"}})
-    log.close()
-    return path
-
-
-def rewrite(path: Path, lines: list[bytes]) -> None:
-    path.write_bytes(b"".join(lines))
+from tests.conftest import rewrite
 
 
 def test_intact_log_verifies(log_path: Path) -> None:
