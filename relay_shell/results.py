@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
 from relay_shell.capture import CapturedText
 from relay_shell.plan import Execution, Outcome
-from relay_shell.policy.tiers import TIER_NAMES
+from relay_shell.tiers import TIER_NAMES
 
 
 def nullable(json_type: str, description: str) -> WithJsonSchema:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from relay_shell.plan import Subject
 from relay_shell.policy.classify import analyze
-from relay_shell.policy.tiers import TIER_NAMES
+from relay_shell.tiers import TIER_NAMES
 
 
 @dataclass(frozen=True)
