@@ -10,6 +10,7 @@ import anyio
 import pytest
 
 from relay_shell.local.process import ProcessOutcome, run_process
+from tests.procs import alive
 
 pytestmark = pytest.mark.anyio
 
@@ -32,14 +33,6 @@ async def run(
         kill_grace=0.5,
         progress=no_progress,
     )
-
-
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 async def test_exit_code_and_output() -> None:

@@ -9,6 +9,7 @@ import anyio
 import asyncssh
 import pytest
 
+from tests.procs import alive
 from tests.sshd import Blackhole, SshFleet, SshHost, refused_port
 
 
@@ -22,15 +23,6 @@ async def connect(fleet: SshFleet, host: SshHost, **options: object) -> asyncssh
         config=None,
         **options,
     )
-
-
-def alive(pid: int) -> bool:
-    """True while the process exists and is not a zombie."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_bytes()
-    except FileNotFoundError:
-        return False
-    return stat[stat.rindex(b")") + 2 :].split()[0] != b"Z"
 
 
 @pytest.mark.anyio

@@ -26,9 +26,8 @@ import anyio
 import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
-from mcp_types import CallToolResult
 
-from tests.conftest import server_env, text_of
+from tests.conftest import fields, server_env, text_of
 
 pytestmark = pytest.mark.anyio
 
@@ -186,11 +185,6 @@ def token() -> Iterator[str]:
     value = new_token()
     yield value
     end_strays(value)
-
-
-def fields(result: CallToolResult) -> dict[str, Any]:
-    assert result.structured_content is not None, text_of(result)
-    return result.structured_content
 
 
 async def server_pid(client: Client) -> int:
