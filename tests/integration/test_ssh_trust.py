@@ -19,7 +19,10 @@ pytestmark = pytest.mark.anyio
 
 
 @pytest.fixture
-def fleet(tmp_path: Path) -> Iterator[SshFleet]:
+def fresh_fleet(tmp_path: Path) -> Iterator[SshFleet]:
+    """Three sshd hosts on 127.0.0.50-52 (the spellings below are of these addresses), started for each test
+    and trusted by none: each test changes host keys or known_hosts and starts from an empty known_hosts, which
+    the shared `fleet` (one per module, all hosts trusted by default) cannot give."""
     with SshFleet(tmp_path / "fleet", 3, first_octet=50) as running:
         yield running
 
@@ -47,61 +50,63 @@ async def _run(fleet: SshFleet, host: str, jump: str | None = None, key: bool = 
         await pool.close_all()
 
 
-async def test_a_changed_key_is_refused_under_every_spelling(fleet: SshFleet) -> None:
-    first = fleet.hosts[0]
-    fleet.trust(first.alias)
-    fleet.rotate_host_key(first.alias)
-    before = fleet.known_hosts.read_bytes()
+async def test_a_changed_key_is_refused_under_every_spelling(fresh_fleet: SshFleet) -> None:
+    first = fresh_fleet.hosts[0]
+    fresh_fleet.trust(first.alias)
+    fresh_fleet.rotate_host_key(first.alias)
+    before = fresh_fleet.known_hosts.read_bytes()
     for spelling in ["h01", first.address, "0x7f000032", "2130706482", "127.50", f"[::ffff:{first.address}]"]:
         host = spelling if spelling == "h01" else f"root@{spelling}:{first.port}"
-        result = await _run(fleet, host)
+        result = await _run(fresh_fleet, host)
         assert result.startswith("HostKeyMismatch"), (spelling, result)
-    assert fleet.known_hosts.read_bytes() == before  # a changed key is never appended
+    assert fresh_fleet.known_hosts.read_bytes() == before  # a changed key is never appended
 
 
-async def test_a_changed_key_behind_a_jump_host_is_refused(fleet: SshFleet) -> None:
-    fleet.trust()
-    target = fleet.hosts[2]
-    fleet.rotate_host_key(target.alias)
-    before = fleet.known_hosts.read_bytes()
+async def test_a_changed_key_behind_a_jump_host_is_refused(fresh_fleet: SshFleet) -> None:
+    fresh_fleet.trust()
+    target = fresh_fleet.hosts[2]
+    fresh_fleet.rotate_host_key(target.alias)
+    before = fresh_fleet.known_hosts.read_bytes()
     for spelling in [target.address, "127.52", "2130706484"]:
-        result = await _run(fleet, f"root@{spelling}:{target.port}", jump="h02")
+        result = await _run(fresh_fleet, f"root@{spelling}:{target.port}", jump="h02")
         assert result.startswith("HostKeyMismatch"), (spelling, result)
-    assert await _run(fleet, "h01", jump="h02") == "reached\n"  # the jump itself works
-    assert fleet.known_hosts.read_bytes() == before
+    assert await _run(fresh_fleet, "h01", jump="h02") == "reached\n"  # the jump itself works
+    assert fresh_fleet.known_hosts.read_bytes() == before
 
 
-async def test_readonly_mode_does_not_trust_new_host_keys(fleet: SshFleet, tmp_path: Path) -> None:
-    async with connect(tmp_path / "audit.jsonl", ssh_config=str(fleet.ssh_config), policy_mode="readonly") as client:
+async def test_readonly_mode_does_not_trust_new_host_keys(fresh_fleet: SshFleet, tmp_path: Path) -> None:
+    async with connect(
+        tmp_path / "audit.jsonl", ssh_config=str(fresh_fleet.ssh_config), policy_mode="readonly"
+    ) as client:
         result = await client.call_tool("ssh_check", {"hosts": "h01,h02"})
         text = text_of(result)
         assert text.startswith("[ERROR: NoHostReached: check 2 hosts: 2 hostkey_rejected"), text  # adr/0016
         assert "HostKeyUnknown" in text
-    assert fleet.known_hosts.read_bytes() == b""
+    assert fresh_fleet.known_hosts.read_bytes() == b""
 
 
-async def test_revoked_keys_are_refused_under_every_spelling(fleet: SshFleet) -> None:
-    first = fleet.hosts[0]
+async def test_revoked_keys_are_refused_under_every_spelling(fresh_fleet: SshFleet) -> None:
+    first = fresh_fleet.hosts[0]
     key_line = first.host_key_line().split(" ", 1)[1]
     for revoked_as, dialed in [
         (f"[h01]:{first.port}", "h01"),  # revoked under the alias, dialed by the alias
         (f"[{first.address}]:{first.port}", f"root@127.50:{first.port}"),  # under the address, dialed in short form
         (f"[{first.address}]:{first.port}", "h01"),
     ]:
-        fleet.known_hosts.write_text(f"@revoked {revoked_as} {key_line}\n")
-        result = await _run(fleet, dialed, key=True)
+        fresh_fleet.known_hosts.write_text(f"@revoked {revoked_as} {key_line}\n")
+        result = await _run(fresh_fleet, dialed, key=True)
         assert result.startswith("HostKeyRevoked"), (revoked_as, dialed, result)
-        assert fleet.known_hosts.read_text() == f"@revoked {revoked_as} {key_line}\n"  # nothing appended
+        assert fresh_fleet.known_hosts.read_text() == f"@revoked {revoked_as} {key_line}\n"  # nothing appended
 
 
 async def test_the_same_key_under_another_spelling_is_trusted_and_other_ports_are_other_hosts(
-    fleet: SshFleet,
+    fresh_fleet: SshFleet,
 ) -> None:
-    first, second = fleet.hosts[0], fleet.hosts[1]
+    first, second = fresh_fleet.hosts[0], fresh_fleet.hosts[1]
     # h01's own key, recorded under its alias (as `ssh h01` with HostKeyAlias would): the same host.
-    fleet.known_hosts.write_text(f"[h01]:{first.port} {first.host_key_line().split(' ', 1)[1]}\n")
-    assert await _run(fleet, f"root@{first.address}:{first.port}", key=True) == "reached\n"
+    fresh_fleet.known_hosts.write_text(f"[h01]:{first.port} {first.host_key_line().split(' ', 1)[1]}\n")
+    assert await _run(fresh_fleet, f"root@{first.address}:{first.port}", key=True) == "reached\n"
     # A key recorded for port 22 of an address says nothing about another sshd on another port of it.
-    fleet.known_hosts.write_text(f"{second.address} {first.host_key_line().split(' ', 1)[1]}\n")
-    assert await _run(fleet, "h02") == "reached\n"
-    assert f"[{second.address}]:{second.port}" in fleet.known_hosts.read_text()  # trusted on first use
+    fresh_fleet.known_hosts.write_text(f"{second.address} {first.host_key_line().split(' ', 1)[1]}\n")
+    assert await _run(fresh_fleet, "h02") == "reached\n"
+    assert f"[{second.address}]:{second.port}" in fresh_fleet.known_hosts.read_text()  # trusted on first use
