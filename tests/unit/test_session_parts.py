@@ -8,7 +8,7 @@ import pytest
 
 from relay_shell.errors import ArgumentError
 from relay_shell.sessions.ansi import strip_ansi
-from relay_shell.sessions.expect import compile_until, echo_skip, expected_echo, search, window_text
+from relay_shell.sessions.expect import compile_until, echo_skip, expected_echo, find, search, window_text
 from relay_shell.sessions.keys import KEYS, key_name
 from relay_shell.sessions.ring import OutputRing
 from relay_shell.sessions.typed import typed_lines
@@ -140,6 +140,26 @@ def test_echo_is_skipped_and_a_partial_echo_waits() -> None:
     assert echo_skip("print('>>> ')\n>>> \n", echo) == len(echo)
     assert echo_skip("something else", echo) == 0
     assert expected_echo("\x03") is None
+
+
+def test_the_matcher_keeps_the_line_end_of_the_echo_and_skips_its_characters() -> None:
+    """Python's answer to a typed `print(6*7)` (tests/e2e/sessions/test_until_anchor.py types it for real)."""
+    window = b"print(6*7)\r\n42\r\n>>> "
+    echo = expected_echo("print(6*7)\r")
+    echo_only = [r"6\*7", r"^print\(", r"\)$"]  # found in the echo, never in the answer
+    answers = [r"\n42\r?\n", r"^42$", "42", r"42\r\n", r"\r\n42\r\n"]
+    matched = {until: find(compile_until(until), window, echo) for until in answers + echo_only}
+    assert {until: found.text for until, found in matched.items() if found is not None} == {
+        r"\n42\r?\n": "\n42\n",
+        r"^42$": "42",
+        "42": "42",
+        r"42\r\n": "42\r\n",  # against the stream with its CRs kept
+        r"\r\n42\r\n": "\r\n42\r\n",
+    }
+    # A CR-naming pattern still skips the echo (and its escape codes) in the stream with CRs kept.
+    coloured = b"\x1b[1mprint(6*7)\x1b[0m\r\n6*7\r\n"
+    assert find(compile_until(r"6\*7\r\n"), coloured, echo) is not None
+    assert find(compile_until(r"\(6\*7\)\r\n"), coloured, echo) is None
 
 
 # -- what the policy sees of typed input ------------------------------------------------------------------
