@@ -76,6 +76,21 @@ def fields(result: CallToolResult) -> dict[str, Any]:
     return result.structured_content
 
 
+def assert_error(result: CallToolResult, kind: str, *fragments: str) -> str:
+    """The call failed with `[ERROR: kind: …]`, in its text (which names every fragment) and in its structured
+    content (status error, the same message); returns the message after the kind."""
+    text = text_of(result)
+    assert result.is_error, text
+    assert text.startswith(f"[ERROR: {kind}: "), text
+    got = fields(result)
+    assert got["status"] == "error", got
+    assert text.startswith(f"[ERROR: {got['error']}]"), (got["error"], text)
+    for fragment in fragments:
+        assert fragment in text, (fragment, text)
+    message: str = got["error"].removeprefix(f"{kind}: ")
+    return message
+
+
 def read_records(audit_path: Path) -> list[dict[str, Any]]:
     if not audit_path.exists():
         return []

@@ -42,6 +42,25 @@ def pids() -> list[int]:
     return [int(entry) for entry in os.listdir("/proc") if entry.isdigit()]
 
 
+def server_pid(audit_path: Path) -> int:
+    """The relay-shell server under test: the child of this process running `python -m relay_shell` whose
+    environment names this audit log (exactly one)."""
+    wanted = f"RELAY_SHELL_AUDIT_PATH={audit_path}".encode()
+    found = []
+    for pid in pids():
+        stat = stat_fields(pid)
+        if stat is None or int(stat[1]) != os.getpid() or "relay_shell" not in cmdline(pid).split():
+            continue
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if wanted in environ:
+            found.append(pid)
+    assert len(found) == 1, f"relay-shell children of this process with audit log {audit_path}: {found}"
+    return found[0]
+
+
 async def gone(watched: list[int], within: float) -> list[int]:
     """Poll until none of these processes runs; returns those still running after `within` seconds."""
     deadline = time.monotonic() + within

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -54,24 +53,6 @@ def quoted_value(text: str, argument: str) -> str:
             break
         value_lines.append(line[2:])
     return "\n".join(value_lines)
-
-
-def server_pid(audit_path: Path) -> int:
-    """The relay-shell process whose environment names this audit log."""
-    wanted = f"RELAY_SHELL_AUDIT_PATH={audit_path}".encode()
-    found = []
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            argv = Path(f"/proc/{entry.name}/cmdline").read_bytes().split(b"\0")
-            environ = Path(f"/proc/{entry.name}/environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if b"relay_shell" in argv and wanted in environ:
-            found.append(int(entry.name))
-    assert len(found) == 1, found
-    return found[0]
 
 
 def children(pid: int) -> set[int]:

@@ -27,9 +27,9 @@ from tests.e2e.prompts.helpers import (
     invalid_params,
     prompt_text,
     quoted_value,
-    server_pid,
     user_data_section,
 )
+from tests.procs import server_pid
 
 pytestmark = pytest.mark.anyio
 

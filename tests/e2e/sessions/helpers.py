@@ -80,23 +80,6 @@ def survivors(pids: set[int], within: float) -> set[int]:
         time.sleep(0.02)
 
 
-def server_pid() -> int:
-    """Our direct child running relay_shell: the server under test."""
-    me = os.getpid()
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        found = stat_fields(int(entry))
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as handle:
-                cmdline = handle.read()
-        except OSError:
-            continue
-        if found is not None and int(found[1]) == me and b"relay_shell" in cmdline:
-            return int(entry)
-    raise AssertionError("no relay_shell child process")
-
-
 def run_in_terminal(argv: list[str]) -> tuple[int | None, str]:
     """Run a program on a fresh PTY (its controlling terminal) to the end: exit status and output."""
     process = PtyProcess.spawn(argv, dimensions=(40, 120))

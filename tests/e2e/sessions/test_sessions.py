@@ -25,7 +25,7 @@ from mcp_types import CallToolResult
 
 from relay_shell.audit.verify import verify_files
 from relay_shell.sessions.ansi import strip_ansi
-from tests.conftest import connect, fields, read_records, text_of
+from tests.conftest import assert_error, connect, fields, read_records, text_of
 from tests.e2e.sessions.helpers import (
     AT_PROMPT,
     PROMPT,
@@ -34,14 +34,13 @@ from tests.e2e.sessions.helpers import (
     plain,
     run_in,
     run_in_terminal,
-    server_pid,
     session_records,
     spawn,
     spawn_bash,
     survivors,
     wait_members,
 )
-from tests.procs import alive, comm
+from tests.procs import alive, comm, server_pid
 
 pytestmark = pytest.mark.anyio
 
@@ -296,48 +295,40 @@ async def test_curses_program_redraws_at_the_new_size_after_resize(tmp_path: Pat
 # -- 6. bad input ------------------------------------------------------------------------------------------
 
 
-def assert_error(result: CallToolResult, prefix: str, *words: str) -> None:
-    text = text_of(result)
-    assert result.is_error, text
-    assert text.startswith(f"[ERROR: {prefix}"), text
-    for word in words:
-        assert word in text, (word, text)
-
-
 async def test_bad_input_is_a_clear_error(tmp_path: Path) -> None:
     async with connect(tmp_path / "audit.jsonl", mode=MODE) as client:
         unknown = await call(client, "session_send", session_id="s-000000000000", data="ls")
-        assert_error(unknown, "UnknownSession: ", "s-000000000000")
+        assert_error(unknown, "UnknownSession", "s-000000000000")
         unknown_recv = await call(client, "session_recv", session_id="nonsense")
-        assert_error(unknown_recv, "UnknownSession: ", "nonsense")
+        assert_error(unknown_recv, "UnknownSession", "nonsense")
 
         closed_id = await spawn_bash(client)
         killed = await call(client, "session_kill", session_id=closed_id)
         assert not killed.is_error, text_of(killed)
-        assert_error(await call(client, "session_send", session_id=closed_id, data="ls"), "SessionClosed: ", closed_id)
-        assert_error(await call(client, "session_recv", session_id=closed_id), "SessionClosed: ", closed_id)
-        assert_error(await call(client, "session_kill", session_id=closed_id), "SessionClosed: ", closed_id)
+        assert_error(await call(client, "session_send", session_id=closed_id, data="ls"), "SessionClosed", closed_id)
+        assert_error(await call(client, "session_recv", session_id=closed_id), "SessionClosed", closed_id)
+        assert_error(await call(client, "session_kill", session_id=closed_id), "SessionClosed", closed_id)
 
         session_id = await spawn_bash(client)
         bad_regex = await call(client, "session_send", session_id=session_id, data="echo hi", until="(unclosed")
-        assert_error(bad_regex, "InvalidArgument: ", "until", "regex")
+        assert_error(bad_regex, "InvalidArgument", "until", "regex")
         bad_regex_recv = await call(client, "session_recv", session_id=session_id, until=["ok", "[z-a]"])
-        assert_error(bad_regex_recv, "InvalidArgument: ", "until[1]", "regex")
+        assert_error(bad_regex_recv, "InvalidArgument", "until[1]", "regex")
         huge = await call(client, "session_send", session_id=session_id, data="x" * (64 * 1024 + 1))
-        assert_error(huge, "InvalidArgument: ", "data", str(64 * 1024 + 1), str(64 * 1024))
+        assert_error(huge, "InvalidArgument", "data", str(64 * 1024 + 1), str(64 * 1024))
         bad_key = await call(client, "session_send", session_id=session_id, keys=["ctrl-c", "hyper-q"])
-        assert_error(bad_key, "InvalidArgument: ", "keys", "hyper-q", "pagedown", "ctrl-a")
+        assert_error(bad_key, "InvalidArgument", "keys", "hyper-q", "pagedown", "ctrl-a")
         bad_signal = await call(client, "session_kill", session_id=session_id, signal="SIGBOGUS")
-        assert_error(bad_signal, "InvalidArgument: ", "signal", "SIGBOGUS")
+        assert_error(bad_signal, "InvalidArgument", "signal", "SIGBOGUS")
         for cols, rows, named in ((0, 24, "cols: 0"), (100000, 24, "cols: 100000"), (80, 0, "rows: 0")):
             resized = await call(client, "session_resize", session_id=session_id, cols=cols, rows=rows)
-            assert_error(resized, "InvalidArgument: ", named, "out of range")
+            assert_error(resized, "InvalidArgument", named, "out of range")
         bad_spawn = await call(client, "shell_spawn", command="echo hi", cols=5)
-        assert_error(bad_spawn, "InvalidArgument: ", "cols: 5")
+        assert_error(bad_spawn, "InvalidArgument", "cols: 5")
         missing = await call(client, "shell_spawn", command=["/nonexistent/program"])
-        assert_error(missing, "InvalidArgument: ", "/nonexistent/program", "not found")
+        assert_error(missing, "InvalidArgument", "/nonexistent/program", "not found")
         beyond = await call(client, "session_recv", session_id=session_id, since=10**9)
-        assert_error(beyond, "InvalidArgument: ", "since")
+        assert_error(beyond, "InvalidArgument", "since")
 
         # None of the refused calls typed anything: the line is empty and the shell still answers.
         text = await run_in(client, session_id, "echo alive-$((2+2))")
@@ -586,7 +577,7 @@ async def sigterm_the_server(audit_path: Path, sessions: int) -> tuple[set[int],
         async with connect(audit_path, mode=MODE) as client:
             pids = await start_busy_sessions(client, sessions)
             assert len(pids) == 3 * sessions
-            server = server_pid()
+            server = server_pid(audit_path)
             os.kill(server, signal.SIGTERM)
             checked["left"] = survivors(pids, within=2.0)
             checked["server_left"] = survivors({server}, within=1.0)

@@ -74,13 +74,3 @@ async def ssh_connections(client: Client) -> int:
     result = await client.call_tool("server_info", {})
     assert not result.is_error, text_of(result)
     return int(fields(result)["info"]["ssh"]["connections_open"])
-
-
-def assert_error(result: CallToolResult, kind: str) -> str:
-    """The call failed with `[ERROR: kind: …]`; returns the message after the kind."""
-    text = text_of(result)
-    assert result.is_error, text
-    assert text.startswith(f"[ERROR: {kind}: "), text
-    assert fields(result)["status"] == "error"
-    assert fields(result)["error"].startswith(f"{kind}: ")
-    return fields(result)["error"].removeprefix(f"{kind}: ")

@@ -105,13 +105,6 @@ async def close(client: Client, forward_id: str) -> CallToolResult:
     return result
 
 
-def assert_error(result: CallToolResult, kind: str) -> str:
-    text = text_of(result)
-    assert result.is_error, text
-    assert text.startswith(f"[ERROR: {kind}: "), text
-    return text
-
-
 def fetch(url: str) -> bytes:
     with urllib.request.urlopen(url, timeout=20) as response:
         data: bytes = response.read()

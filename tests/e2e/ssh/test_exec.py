@@ -29,9 +29,8 @@ import pytest
 from mcp import Client
 from mcp_types import CallToolResult
 
-from tests.conftest import fields, text_of
+from tests.conftest import assert_error, fields, text_of
 from tests.e2e.ssh.exec_helpers import (
-    assert_error,
     fingerprint,
     host_key_fingerprint,
     last_record,

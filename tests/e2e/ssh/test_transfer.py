@@ -34,22 +34,21 @@ import anyio
 import pytest
 from mcp import Client
 
-from tests.conftest import connect, fields, read_records, text_of
+from tests.conftest import assert_error, connect, fields, read_records, text_of
 from tests.e2e.ssh.transfer_helpers import (
     ATIME,
     GIB,
     MTIME,
-    assert_error,
     assert_ok,
     download,
     make_file,
     records,
-    server_pid,
     sha256_file,
     status_kib,
     temporaries,
     upload,
 )
+from tests.procs import server_pid
 from tests.sshd import SshFleet
 
 pytestmark = pytest.mark.anyio

@@ -38,15 +38,6 @@ def assert_ok(result: CallToolResult) -> dict[str, Any]:
     return got
 
 
-def assert_error(result: CallToolResult, kind: str, *fragments: str) -> str:
-    text = text_of(result)
-    assert result.is_error, text
-    assert text.startswith(f"[ERROR: {kind}: "), text
-    for fragment in fragments:
-        assert fragment in text, (fragment, text)
-    return text
-
-
 def sha256_file(path: Path) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as source:
@@ -72,23 +63,6 @@ def temporaries(directory: Path) -> list[str]:
 def records(audit_path: Path, tool: str) -> list[dict[str, Any]]:
     """The record of each call of `tool` (its end record: a call that ran also has a start record before it)."""
     return [record for record in read_records(audit_path) if record["tool"] == tool and record.get("phase") != "start"]
-
-
-def server_pid(audit_path: Path) -> int:
-    """The relay-shell process started for this audit log (a child of this test process)."""
-    wanted = f"RELAY_SHELL_AUDIT_PATH={audit_path}".encode()
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat_line = Path(f"/proc/{entry.name}/stat").read_bytes()
-            environ = Path(f"/proc/{entry.name}/environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        parent = int(stat_line[stat_line.rindex(b")") + 2 :].split()[1])
-        if parent == os.getpid() and wanted in environ:
-            return int(entry.name)
-    raise AssertionError(f"no relay-shell child with audit log {audit_path}")
 
 
 def status_kib(pid: int, field: str) -> int:
