@@ -171,8 +171,10 @@ class Runner:
         except Exception as exc:
             logger.exception("executing %s failed", tool)
             execution = Execution(status="error", output=_empty(), error=f"Internal: {type(exc).__name__}: {exc}")
-        failed = self._open_gate(request_context, call, plan) if plan.opens_gate else None
-        if failed is not None and execution.status == "ok":
+        # The gate opens only on a briefing that was made and returned: a failed begin_session briefed no one.
+        opens = plan.opens_gate and execution.status == "ok"
+        failed = self._open_gate(request_context, call, plan) if opens else None
+        if failed is not None:
             execution = Execution(status="error", output=_empty(), error=failed)
         return self._finish(call, tier, execution.status, plan=plan, execution=execution)
 
@@ -198,23 +200,39 @@ class Runner:
 
     # -- context pulls -----------------------------------------------------------------------------------
 
-    def context_pull(self, request_context: ServerRequestContext[Any, Any] | None, label: str, text: str) -> str:
-        """The tier-0 helper for prompts/get and resources/read: cap, audit a digest record, count."""
+    def context_pull(
+        self,
+        request_context: ServerRequestContext[Any, Any] | None,
+        label: str,
+        text: str,
+        metric_label: str | None = None,
+    ) -> str:
+        """The tier-0 helper for prompts/get and resources/read: cap, audit a digest record, count. The record
+        is written under `label`; the counter under `metric_label` when given (a runbook prompt's record names
+        the runbook, its metric series is the bounded `prompt:runbook`: label values are the server's own)."""
         started = time.monotonic()
         identity = identify(request_context, self.transport)
-        capture = BoundedCapture(self.settings.max_output)
-        capture.feed(text.encode("utf-8"))
+        data = text.encode("utf-8")
+        cap = self.settings.max_output
+        # A text over the cap is cut so that it, the gap marker and the [TRUNCATED …] line together fit in it.
+        capture = BoundedCapture(cap if len(data) <= cap else cap - CUT_NOTE_ROOM)
+        capture.feed(data)
         captured = capture.result()
         body = captured.text + ("\n" + truncation_line(captured) if captured.truncated else "")
         record = self._record(label, 0, "ok", identity, audit_arguments(_raw_arguments(request_context)), started)
         record.update(call_id=self.new_call_id(), phase="end", **output_digests(body, captured))
-        self._write(record, label, 0, "ok", started)
+        self._write(record, metric_label or label, 0, "ok", started)
         if not self.audit_log.healthy and self.settings.audit_on_failure == "refuse":
             raise RuntimeError("audit log unavailable: " + (self.audit_log.last_error or "unknown error"))
         return body
 
     def context_refused(
-        self, request_context: ServerRequestContext[Any, Any] | None, label: str, outcome: Outcome, reason: str
+        self,
+        request_context: ServerRequestContext[Any, Any] | None,
+        label: str,
+        outcome: Outcome,
+        reason: str,
+        metric_label: str | None = None,
     ) -> None:
         """A context pull refused before anything was rendered (a prompt the policy mode hides, invalid
         prompt arguments): audited and counted like a refused call; the caller answers with a protocol error."""
@@ -223,7 +241,7 @@ class Runner:
         record = self._record(label, 0, outcome, identity, audit_arguments(_raw_arguments(request_context)), started)
         record.update(call_id=self.new_call_id(), phase="end", denied=outcome == "denied")
         record["reason"] = redact_text(reason)[:512]  # the reason may echo argument values
-        self._write(record, label, 0, outcome, started)
+        self._write(record, metric_label or label, 0, outcome, started)
 
     # -- lifecycle events --------------------------------------------------------------------------------
 
@@ -569,6 +587,9 @@ class _Call:
             self._audited = audit_arguments(self.arguments)
         return self._audited
 
+
+# Bytes a cut context pull keeps free for the gap marker ("\n…\n") and the [TRUNCATED …] line (about 100 bytes).
+CUT_NOTE_ROOM = 160
 
 # Records that are the server's own events, not tool calls: their labels may become metric labels.
 _EVENT_PREFIXES = ("prompt:", "resource:", "session:", "oauth:", "confirm:", "forward:", "server:", "gate:")
