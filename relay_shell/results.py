@@ -7,7 +7,7 @@ First line says what happened: `[exit N]`, `[signal NAME]`, `[TIMEOUT after Ns]`
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
@@ -159,13 +159,23 @@ class AuditTailResult(ToolResult):
     )
 
 
+class RunbookEntry(BaseModel):
+    """One runbook in a briefing: every field is always present, and no other."""
+
+    model_config = ConfigDict(defer_build=True, extra="forbid")
+
+    name: str = Field(description="the runbook (its prompt name; the resource relay-shell://runbooks/NAME)")
+    title: str = Field(description="its title")
+    priority: int = Field(description="1 to 10; 10 = a guardrail, always included")
+    score: int = Field(description="keyword matches × priority (0 for a guardrail nothing matched)")
+    shown: Literal["full", "summary", "name"] = Field(description="how it is in the text: full, summary or name")
+    bytes: int = Field(description="bytes of its part of the text")
+    sha256: str = Field(description="SHA-256 of the runbook file as loaded")
+
+
 class RunbookResult(ToolResult):
     keywords: list[str] = Field([], description="the keywords the runbooks were matched with")
-    runbooks: list[dict[str, Any]] = Field(
-        [],
-        description="the runbooks returned, best first: name, title, priority, score, shown (full, summary or "
-        "name), bytes (of its part of the text), sha256 (of the runbook file)",
-    )
+    runbooks: list[RunbookEntry] = Field([], description="the runbooks returned, best first")
     matched: int = Field(0, description="runbooks that matched, priority-10 ones included")
     omitted: int = Field(0, description="matching runbooks not even named, for want of bytes")
     total: int = Field(0, description="runbooks offered in this policy mode")
