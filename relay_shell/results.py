@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
-from relay_shell.capture import CapturedText
+from relay_shell.capture import BoundedCapture, CapturedText
 from relay_shell.plan import Execution, Outcome
 from relay_shell.policy.tiers import TIER_NAMES
 
@@ -204,6 +204,20 @@ def status_line(
     if exit_code is not None:
         return f"[exit {exit_code}]"
     return "[ok]"
+
+
+# Bytes a cut text keeps free for its gap marker ("\n…\n") and its [TRUNCATED …] line (about 100 bytes).
+CUT_NOTE_ROOM = 160
+
+
+def capped_text(text: str, cap: int) -> tuple[str, CapturedText]:
+    """A prompt's or resource's text within `cap` bytes: as it is, or cut to head and tail so that they, the gap
+    marker and the [TRUNCATED …] line together fit (the text is all such a read returns: no status line)."""
+    data = text.encode("utf-8")
+    capture = BoundedCapture(cap if len(data) <= cap else cap - CUT_NOTE_ROOM)
+    capture.feed(data)
+    captured = capture.result()
+    return captured.text + ("\n" + truncation_line(captured) if captured.truncated else ""), captured
 
 
 def truncation_line(captured: CapturedText) -> str:

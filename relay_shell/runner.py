@@ -49,10 +49,11 @@ from relay_shell.metrics import Metrics
 from relay_shell.plan import Execution, Outcome, Plan, Subject
 from relay_shell.policy.admission import Policy
 from relay_shell.progress import Progress
-from relay_shell.results import NO_DEFAULTS, render_text, status_line, structured_content, truncation_line
+from relay_shell.results import NO_DEFAULTS, capped_text, render_text, status_line, structured_content, truncation_line
 from relay_shell.runbooks.gate import BriefingGate, call_digest
 
 logger = logging.getLogger("relay_shell")
+RequestContext = ServerRequestContext[Any, Any] | None
 
 
 class Runner:
@@ -200,39 +201,22 @@ class Runner:
 
     # -- context pulls -----------------------------------------------------------------------------------
 
-    def context_pull(
-        self,
-        request_context: ServerRequestContext[Any, Any] | None,
-        label: str,
-        text: str,
-        metric_label: str | None = None,
-    ) -> str:
+    def context_pull(self, request_context: RequestContext, label: str, text: str, counted_as: str = "") -> str:
         """The tier-0 helper for prompts/get and resources/read: cap, audit a digest record, count. The record
-        is written under `label`; the counter under `metric_label` when given (a runbook prompt's record names
-        the runbook, its metric series is the bounded `prompt:runbook`: label values are the server's own)."""
+        is `label`; the counter `counted_as` when given (a runbook prompt's record names the runbook, its metric
+        series is the bounded `prompt:runbook`: label values are the server's own)."""
         started = time.monotonic()
         identity = identify(request_context, self.transport)
-        data = text.encode("utf-8")
-        cap = self.settings.max_output
-        # A text over the cap is cut so that it, the gap marker and the [TRUNCATED …] line together fit in it.
-        capture = BoundedCapture(cap if len(data) <= cap else cap - CUT_NOTE_ROOM)
-        capture.feed(data)
-        captured = capture.result()
-        body = captured.text + ("\n" + truncation_line(captured) if captured.truncated else "")
+        body, captured = capped_text(text, self.settings.max_output)
         record = self._record(label, 0, "ok", identity, audit_arguments(_raw_arguments(request_context)), started)
         record.update(call_id=self.new_call_id(), phase="end", **output_digests(body, captured))
-        self._write(record, metric_label or label, 0, "ok", started)
+        self._write(record, counted_as or label, 0, "ok", started)
         if not self.audit_log.healthy and self.settings.audit_on_failure == "refuse":
             raise RuntimeError("audit log unavailable: " + (self.audit_log.last_error or "unknown error"))
         return body
 
     def context_refused(
-        self,
-        request_context: ServerRequestContext[Any, Any] | None,
-        label: str,
-        outcome: Outcome,
-        reason: str,
-        metric_label: str | None = None,
+        self, request_context: RequestContext, label: str, outcome: Outcome, reason: str, counted_as: str = ""
     ) -> None:
         """A context pull refused before anything was rendered (a prompt the policy mode hides, invalid
         prompt arguments): audited and counted like a refused call; the caller answers with a protocol error."""
@@ -241,7 +225,7 @@ class Runner:
         record = self._record(label, 0, outcome, identity, audit_arguments(_raw_arguments(request_context)), started)
         record.update(call_id=self.new_call_id(), phase="end", denied=outcome == "denied")
         record["reason"] = redact_text(reason)[:512]  # the reason may echo argument values
-        self._write(record, metric_label or label, 0, outcome, started)
+        self._write(record, counted_as or label, 0, outcome, started)
 
     # -- lifecycle events --------------------------------------------------------------------------------
 
@@ -587,9 +571,6 @@ class _Call:
             self._audited = audit_arguments(self.arguments)
         return self._audited
 
-
-# Bytes a cut context pull keeps free for the gap marker ("\n…\n") and the [TRUNCATED …] line (about 100 bytes).
-CUT_NOTE_ROOM = 160
 
 # Records that are the server's own events, not tool calls: their labels may become metric labels.
 _EVENT_PREFIXES = ("prompt:", "resource:", "session:", "oauth:", "confirm:", "forward:", "server:", "gate:")

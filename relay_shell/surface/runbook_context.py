@@ -247,8 +247,8 @@ class RunbookContext:
     def _refuse(
         self, ctx: ServerRequestContext[Any, Any], label: str, outcome: Literal["denied", "error"], message: str
     ) -> NoReturn:
-        metric = PROMPT_METRIC if label.startswith("prompt:") else None  # every prompt refused here is a runbook
-        self.runner.context_refused(ctx, label, outcome, message, metric)
+        counted_as = PROMPT_METRIC if label.startswith("prompt:") else ""  # every prompt refused here is a runbook
+        self.runner.context_refused(ctx, label, outcome, message, counted_as)
         raise MCPError(INVALID_PARAMS, message)
 
     def resource_entries(self) -> list[dict[str, Any]]:
