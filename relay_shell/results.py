@@ -7,11 +7,11 @@ First line says what happened: `[exit N]`, `[signal NAME]`, `[TIMEOUT after Ns]`
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
-from relay_shell.capture import CapturedText
+from relay_shell.capture import BoundedCapture, CapturedText
 from relay_shell.plan import Execution, Outcome
 from relay_shell.tiers import TIER_NAMES
 
@@ -159,13 +159,23 @@ class AuditTailResult(ToolResult):
     )
 
 
+class RunbookEntry(BaseModel):
+    """One runbook in a briefing: every field is always present, and no other."""
+
+    model_config = ConfigDict(defer_build=True, extra="forbid")
+
+    name: str = Field(description="the runbook (its prompt name; the resource relay-shell://runbooks/NAME)")
+    title: str = Field(description="its title")
+    priority: int = Field(description="1 to 10; 10 = a guardrail, always included")
+    score: int = Field(description="keyword matches × priority (0 for a guardrail nothing matched)")
+    shown: Literal["full", "summary", "name"] = Field(description="how it is in the text: full, summary or name")
+    bytes: int = Field(description="bytes of its part of the text")
+    sha256: str = Field(description="SHA-256 of the runbook file as loaded")
+
+
 class RunbookResult(ToolResult):
     keywords: list[str] = Field([], description="the keywords the runbooks were matched with")
-    runbooks: list[dict[str, Any]] = Field(
-        [],
-        description="the runbooks returned, best first: name, title, priority, score, shown (full, summary or "
-        "name), bytes (of its part of the text), sha256 (of the runbook file)",
-    )
+    runbooks: list[RunbookEntry] = Field([], description="the runbooks returned, best first")
     matched: int = Field(0, description="runbooks that matched, priority-10 ones included")
     omitted: int = Field(0, description="matching runbooks not even named, for want of bytes")
     total: int = Field(0, description="runbooks offered in this policy mode")
@@ -194,6 +204,20 @@ def status_line(
     if exit_code is not None:
         return f"[exit {exit_code}]"
     return "[ok]"
+
+
+# Bytes a cut text keeps free for its gap marker ("\n…\n") and its [TRUNCATED …] line (about 100 bytes).
+CUT_NOTE_ROOM = 160
+
+
+def capped_text(text: str, cap: int) -> tuple[str, CapturedText]:
+    """A prompt's or resource's text within `cap` bytes: as it is, or cut to head and tail so that they, the gap
+    marker and the [TRUNCATED …] line together fit (the text is all such a read returns: no status line)."""
+    data = text.encode("utf-8")
+    capture = BoundedCapture(cap if len(data) <= cap else cap - CUT_NOTE_ROOM)
+    capture.feed(data)
+    captured = capture.result()
+    return captured.text + ("\n" + truncation_line(captured) if captured.truncated else ""), captured
 
 
 def truncation_line(captured: CapturedText) -> str:

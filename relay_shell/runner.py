@@ -49,10 +49,11 @@ from relay_shell.metrics import Metrics
 from relay_shell.plan import Execution, Outcome, Plan, Subject
 from relay_shell.policy.admission import Policy
 from relay_shell.progress import Progress
-from relay_shell.results import NO_DEFAULTS, render_text, status_line, structured_content, truncation_line
+from relay_shell.results import NO_DEFAULTS, capped_text, render_text, status_line, structured_content, truncation_line
 from relay_shell.runbooks.gate import BriefingGate, call_digest
 
 logger = logging.getLogger("relay_shell")
+RequestContext = ServerRequestContext[Any, Any] | None
 
 
 class Runner:
@@ -171,8 +172,10 @@ class Runner:
         except Exception as exc:
             logger.exception("executing %s failed", tool)
             execution = Execution(status="error", output=_empty(), error=f"Internal: {type(exc).__name__}: {exc}")
-        failed = self._open_gate(request_context, call, plan) if plan.opens_gate else None
-        if failed is not None and execution.status == "ok":
+        # The gate opens only on a briefing that was made and returned: a failed begin_session briefed no one.
+        opens = plan.opens_gate and execution.status == "ok"
+        failed = self._open_gate(request_context, call, plan) if opens else None
+        if failed is not None:
             execution = Execution(status="error", output=_empty(), error=failed)
         return self._finish(call, tier, execution.status, plan=plan, execution=execution)
 
@@ -198,23 +201,22 @@ class Runner:
 
     # -- context pulls -----------------------------------------------------------------------------------
 
-    def context_pull(self, request_context: ServerRequestContext[Any, Any] | None, label: str, text: str) -> str:
-        """The tier-0 helper for prompts/get and resources/read: cap, audit a digest record, count."""
+    def context_pull(self, request_context: RequestContext, label: str, text: str, counted_as: str = "") -> str:
+        """The tier-0 helper for prompts/get and resources/read: cap, audit a digest record, count. The record
+        is `label`; the counter `counted_as` when given (a runbook prompt's record names the runbook, its metric
+        series is the bounded `prompt:runbook`: label values are the server's own)."""
         started = time.monotonic()
         identity = identify(request_context, self.transport)
-        capture = BoundedCapture(self.settings.max_output)
-        capture.feed(text.encode("utf-8"))
-        captured = capture.result()
-        body = captured.text + ("\n" + truncation_line(captured) if captured.truncated else "")
+        body, captured = capped_text(text, self.settings.max_output)
         record = self._record(label, 0, "ok", identity, audit_arguments(_raw_arguments(request_context)), started)
         record.update(call_id=self.new_call_id(), phase="end", **output_digests(body, captured))
-        self._write(record, label, 0, "ok", started)
+        self._write(record, counted_as or label, 0, "ok", started)
         if not self.audit_log.healthy and self.settings.audit_on_failure == "refuse":
             raise RuntimeError("audit log unavailable: " + (self.audit_log.last_error or "unknown error"))
         return body
 
     def context_refused(
-        self, request_context: ServerRequestContext[Any, Any] | None, label: str, outcome: Outcome, reason: str
+        self, request_context: RequestContext, label: str, outcome: Outcome, reason: str, counted_as: str = ""
     ) -> None:
         """A context pull refused before anything was rendered (a prompt the policy mode hides, invalid
         prompt arguments): audited and counted like a refused call; the caller answers with a protocol error."""
@@ -223,7 +225,7 @@ class Runner:
         record = self._record(label, 0, outcome, identity, audit_arguments(_raw_arguments(request_context)), started)
         record.update(call_id=self.new_call_id(), phase="end", denied=outcome == "denied")
         record["reason"] = redact_text(reason)[:512]  # the reason may echo argument values
-        self._write(record, label, 0, outcome, started)
+        self._write(record, counted_as or label, 0, outcome, started)
 
     # -- lifecycle events --------------------------------------------------------------------------------
 

@@ -9,6 +9,7 @@ or out of range is a problem that keeps the file out and is reported, never gues
 from __future__ import annotations
 
 import re
+import reprlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -131,9 +132,9 @@ def parse_runbook(relpath: str, data: bytes, sha256: str) -> Runbook:
     body = text[body_start:]
     if not body.strip():
         raise RunbookProblem("body: is empty; a runbook needs text after its front matter")
-    unknown = [str(key) for key in meta if key not in FIELDS]
+    unknown = [key for key in meta if key not in FIELDS]
     if unknown:
-        raise RunbookProblem(f"front matter: unknown field {unknown[0][:64]!r}; allowed: {', '.join(FIELDS)}")
+        raise RunbookProblem(f"front matter: unknown field {_shown(unknown[0])}; allowed: {', '.join(FIELDS)}")
     chapters = chapters_of(body)
     name = meta.get("name", name_from_path(relpath))
     if not isinstance(name, str) or not NAME_PATTERN.match(name):
@@ -163,15 +164,33 @@ def load_front_matter(yaml_text: str) -> dict[str, Any]:
 
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present: ~10 times faster
     try:
-        meta = yaml.load(yaml_text, Loader=loader)  # a safe loader: plain data, never Python objects
+        anchored = _uses_anchors(yaml, yaml_text, loader)
+        meta = None if anchored else yaml.load(yaml_text, Loader=loader)  # safe: plain data, never Python objects
     except Exception as exc:  # YAMLError, and RecursionError for absurd nesting
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise RunbookProblem(f"front matter: not valid YAML ({first_line[:200]})") from None
+    if anchored:
+        raise RunbookProblem(
+            "front matter: YAML anchors and aliases (&name, *name) are not allowed; write each value out"
+        )
     if meta is None:
         return {}
     if not isinstance(meta, dict):
         raise RunbookProblem(f"front matter: must be a mapping of fields (got {type(meta).__name__})")
     return meta
+
+
+def _uses_anchors(yaml: Any, yaml_text: str, loader: Any) -> bool:
+    """Whether the YAML defines an anchor or uses an alias. Aliases make a few hundred bytes expand into gigabytes
+    (a "billion laughs": each level repeats the one before), and front matter has no use for them. Checked on the
+    parser's events, before anything is built: the events are as long as the text, whatever the aliases would
+    expand to. Text without `&` or `*` has neither, and skips the extra pass."""
+    if "&" not in yaml_text and "*" not in yaml_text:
+        return False
+    for event in yaml.parse(yaml_text, Loader=loader):
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
+            return True
+    return False
 
 
 def chapters_of(body: str) -> tuple[str, ...]:
@@ -279,9 +298,9 @@ def _arguments(meta: dict[str, Any]) -> tuple[RunbookArgument, ...]:
             raise RunbookProblem(
                 f"{where}: must be a mapping with name, description, required (got {_type_name(item)})"
             )
-        unknown = [str(key) for key in item if key not in ("name", "description", "required")]
+        unknown = [key for key in item if key not in ("name", "description", "required")]
         if unknown:
-            raise RunbookProblem(f"{where}: unknown field {unknown[0][:64]!r}; allowed: name, description, required")
+            raise RunbookProblem(f"{where}: unknown field {_shown(unknown[0])}; allowed: name, description, required")
         name = item.get("name")
         if not isinstance(name, str) or not ARGUMENT_PATTERN.match(name):
             raise RunbookProblem(
@@ -313,6 +332,18 @@ def _type_name(value: Any) -> str:
     return "nothing" if value is None else names.get(type(value), type(value).__name__)
 
 
+def _bounded_repr() -> reprlib.Repr:
+    shown = reprlib.Repr()  # Python 3.11's Repr takes no arguments: set its limits one by one
+    shown.maxlevel = 2
+    shown.maxlist = shown.maxtuple = shown.maxset = shown.maxfrozenset = shown.maxdict = 8
+    shown.maxstring = shown.maxother = shown.maxlong = 80
+    return shown
+
+
+BOUNDED_REPR = _bounded_repr()
+
+
 def _shown(value: Any) -> str:
-    """A value as a message quotes it: a string quoted, anything else as YAML read it, cut short."""
-    return repr(value[:80]) if isinstance(value, str) else str(value)[:80]
+    """A value as a message quotes it, cut short: bounded in depth, items and characters, so quoting a value
+    never costs more than the message it goes into (str() of a large structure would build all of it first)."""
+    return BOUNDED_REPR.repr(value)[:120]

@@ -13,6 +13,7 @@ scanned less often); the list_changed watcher scans in a worker thread. A lock k
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import stat
 import threading
@@ -22,6 +23,8 @@ from pathlib import Path
 
 from relay_shell.runbooks.cache import Signature, read_cache, write_cache
 from relay_shell.runbooks.document import Runbook, RunbookProblem, parse_runbook
+
+logger = logging.getLogger("relay_shell")
 
 POLL_INTERVAL = 0.5  # seconds: how stale a runbook may be when a request reads it (a small directory)
 SCAN_SHARE = 20  # a scan waits at least this many times as long as the last one took (≤ 5 % of the time)
@@ -205,6 +208,9 @@ def load_file(directory: Path, relpath: str, signature: Signature, max_bytes: in
         return parse_runbook(relpath, data, hashlib.sha256(data).hexdigest())
     except RunbookProblem as exc:
         return Problem(relpath, str(exc))
+    except Exception as exc:  # MemoryError, RecursionError, a parser bug: one file, never the server
+        logger.warning("runbook %s could not be parsed: %s", relpath, type(exc).__name__)
+        return Problem(relpath, f"could not be parsed ({type(exc).__name__}); not loaded")
 
 
 def read_regular_file(path: Path, max_bytes: int) -> bytes:

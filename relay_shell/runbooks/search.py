@@ -23,6 +23,7 @@ from relay_shell.runbooks.document import ALWAYS_INCLUDED, Runbook
 WORD = re.compile(r"[^\W_]+")
 SEPARATOR = " \x00 "  # between a field's items: no keyword (letters, digits, spaces) spans two tags or chapters
 OMITTED_RESERVE = 160  # bytes kept back for the "N more matches" line
+NAMES_LEAD = "\nAlso matching (names only): "
 Shown = Literal["full", "summary", "name"]
 
 
@@ -127,13 +128,20 @@ def compose(
 ) -> Briefing:
     """The text within max_bytes (UTF-8): full texts, then summaries, then names, then a count. Full texts and
     summaries leave room for naming the matches after them (up to a quarter of the budget), so a long runbook
-    does not crowd out the knowledge that the others exist."""
+    does not crowd out the knowledge that the others exist; room to name every priority-10 runbook after them is
+    kept whatever it takes. A guardrail is never left out: should the guardrails' names alone not fit in
+    max_bytes, they are all named and the text is that much longer (the output cap still applies)."""
     head = heading + "\n"
     tail = "\n" + closing + "\n"
     remaining = max_bytes - _size(head) - _size(tail) - OMITTED_RESERVE
     names_after = [0] * (len(hits) + 1)  # bytes to name hits[i:] (", name" each)
+    guards_after = [0] * (len(hits) + 1)  # bytes to name the priority-10 ones among hits[i:]
     for index in range(len(hits) - 1, -1, -1):
-        names_after[index] = names_after[index + 1] + _size(hits[index].runbook.name) + 2
+        named = _size(hits[index].runbook.name) + 2
+        names_after[index] = names_after[index + 1] + named
+        guard = hits[index].runbook.priority == ALWAYS_INCLUDED
+        guards_after[index] = guards_after[index + 1] + (named if guard else 0)
+    guards_after = [size + _size(NAMES_LEAD) if size else 0 for size in guards_after]  # and the line's lead
     names_cap = max_bytes // 4
     parts = [head]
     entries: list[Entry] = []
@@ -141,7 +149,7 @@ def compose(
     omitted = 0
     for position, hit in enumerate(hits):
         runbook = hit.runbook
-        room = remaining - min(names_after[position + 1], names_cap)
+        room = remaining - max(guards_after[position + 1], min(names_after[position + 1], names_cap))
         piece = ""
         if phase == "full":
             body = read_body(runbook) if _full_size_guess(runbook) <= room else None
@@ -158,8 +166,8 @@ def compose(
                 phase, piece = "name", ""
         if phase == "name":
             named = any(entry.shown == "name" for entry in entries)
-            piece = (", " if named else "\nAlso matching (names only): ") + runbook.name
-            if _size(piece) > remaining:
+            piece = (", " if named else NAMES_LEAD) + runbook.name
+            if _size(piece) > remaining - guards_after[position + 1] and runbook.priority != ALWAYS_INCLUDED:
                 omitted += 1
                 continue
         parts.append(piece)

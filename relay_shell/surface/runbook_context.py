@@ -40,6 +40,9 @@ RUNBOOK_PREFIX = "relay-shell://runbooks/"
 # letter), so no argument can collide with it.
 CONTEXT_KWARG = "_request_context"
 COMPLETED_ARGUMENTS: dict[str, CompletionSource] = {"host": "host", "hosts": "hosts"}
+# The metric series of every runbook prompt (its audit records name the runbook): runbook names are the operators',
+# any number of them over a server's life, and a metric label value must be one of a few the server chose.
+PROMPT_METRIC = "prompt:runbook"
 PROMPT_METHODS = frozenset({"prompts/list", "prompts/get", "completion/complete"})
 RESOURCE_METHODS = frozenset({"resources/list", "resources/read", "resources/templates/list"})
 RUNBOOK_USER_DATA = """\
@@ -176,7 +179,7 @@ class RunbookContext:
                 raise MCPError(INVALID_PARAMS, f"name: runbook {name!r} changed or went away; list the prompts again")
             text = render_runbook(runbook, body, arguments)
             try:
-                return self.runner.context_pull(context.request_context, f"prompt:{name}", text)
+                return self.runner.context_pull(context.request_context, f"prompt:{name}", text, PROMPT_METRIC)
             except RuntimeError as exc:  # the audit log failed: fail closed, say why
                 raise MCPError(INTERNAL_ERROR, f"prompt {name}: {exc}") from None
 
@@ -244,7 +247,8 @@ class RunbookContext:
     def _refuse(
         self, ctx: ServerRequestContext[Any, Any], label: str, outcome: Literal["denied", "error"], message: str
     ) -> NoReturn:
-        self.runner.context_refused(ctx, label, outcome, message)
+        counted_as = PROMPT_METRIC if label.startswith("prompt:") else ""  # every prompt refused here is a runbook
+        self.runner.context_refused(ctx, label, outcome, message, counted_as)
         raise MCPError(INVALID_PARAMS, message)
 
     def resource_entries(self) -> list[dict[str, Any]]:

@@ -1,22 +1,27 @@
 """Runbooks below the MCP surface, on real files: front matter checks, the directory scan (bounds, symlinks,
 reload by signature, the parse cache), keyword scoring and the byte budget, the instructions' index, the gate's
-memory. The end-to-end tests (tests/test_e2e_runbooks*.py) drive the same through real clients."""
+memory. The end-to-end tests (tests/e2e/runbooks/) drive the same through real clients."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import resource
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from relay_shell.runbooks import cache as cache_module
+from relay_shell.runbooks import library as library_module
 from relay_shell.runbooks.document import RunbookProblem, parse_runbook
 from relay_shell.runbooks.gate import BriefingGate, call_digest, call_words
 from relay_shell.runbooks.index import MAX_INDEX_BYTES, instructions_index
 from relay_shell.runbooks.library import RunbookLibrary
 from relay_shell.runbooks.retrieval import Retrieval
 from relay_shell.runbooks.search import Briefing, compose
+from tests.e2e.runbooks.helpers import ALIAS_BOMB, ANCHORS_REFUSED
 
 
 def runbook_text(body: str = "Some guidance. More text.\n", **front: object) -> str:
@@ -110,6 +115,67 @@ def test_bad_yaml_unclosed_front_matter_empty_body_and_bad_encoding_are_problems
     assert problem_of("---\n- a list\n---\nbody\n").startswith("front matter: must be a mapping")
     with pytest.raises(RunbookProblem, match="not UTF-8"):
         parse_runbook("x.md", b"---\ntitle: \xff\n---\nbody\n", "0" * 64)
+
+
+@contextlib.contextmanager
+def memory_limited(headroom: int) -> Iterator[None]:
+    """This process may grow by at most `headroom` bytes of address space meanwhile: a regression that builds
+    what an alias bomb expands to fails with MemoryError here, instead of taking a shared machine's memory."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    with open("/proc/self/statm") as statm:
+        in_use = int(statm.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    resource.setrlimit(resource.RLIMIT_AS, (in_use + headroom, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+
+def test_yaml_anchors_and_aliases_are_refused_before_anything_expands(tmp_path: Path) -> None:
+    books = tmp_path / "books"
+    books.mkdir()
+    (books / "bomb.md").write_text(ALIAS_BOMB)
+    (books / "fine.md").write_text(runbook_text(priority=10))
+    started = time.monotonic()
+    with memory_limited(256 * 1024 * 1024):
+        catalog = library(books).refresh()
+    assert time.monotonic() - started < 5
+    problems = {problem.path: problem.problem for problem in catalog.problems}
+    assert problems["bomb.md"].startswith(ANCHORS_REFUSED)
+    assert list(catalog.runbooks) == ["fine"]
+    assert problem_of(runbook_text(title="&x Disk", tags="[a, *x]")).startswith(ANCHORS_REFUSED)
+    assert problem_of("---\ntitle: &t Disk\n---\nbody\n").startswith(ANCHORS_REFUSED)  # an anchor alone too
+    assert parse(runbook_text(title="'R&D: *all* of it'")).title == "R&D: *all* of it"  # type: ignore[attr-defined]
+
+
+def test_a_quoted_value_in_a_problem_is_bounded() -> None:
+    problem = problem_of(runbook_text(priority="[" + ", ".join(["[1, [2, [3, [4]]]]"] * 5000) + "]"))
+    assert problem.startswith("priority: [[1, [...]], [1, [...]],") and len(problem) < 300
+    assert len(problem_of(runbook_text(name="x" * 100000))) < 300
+
+
+def test_a_parser_failure_of_any_kind_skips_the_file_and_is_reported(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Simulated: no file makes the parser itself raise once aliases are refused (out of memory, a bug), so the
+    parser is replaced for one file; the scan must survive it and say so."""
+    books = tmp_path / "books"
+    books.mkdir()
+    (books / "bad.md").write_text(runbook_text())
+    (books / "good.md").write_text(runbook_text())
+    real_parse = library_module.parse_runbook
+
+    def parse_failing(relpath: str, data: bytes, sha256: str) -> object:
+        if relpath == "bad.md":
+            raise MemoryError
+        return real_parse(relpath, data, sha256)
+
+    monkeypatch.setattr(library_module, "parse_runbook", parse_failing)
+    catalog = library(books).refresh()
+    assert list(catalog.runbooks) == ["good"]
+    assert [(problem.path, problem.problem) for problem in catalog.problems] == [
+        ("bad.md", "could not be parsed (MemoryError); not loaded")
+    ]
 
 
 # -- the directory -------------------------------------------------------------------------------------------
@@ -207,6 +273,57 @@ def test_the_parse_cache_serves_unchanged_files_and_never_a_changed_one(tmp_path
     assert library(books).refresh().runbooks["one"].summary == "edited"
 
 
+def forge_cache(books: Path, key: str, **changes: object) -> None:
+    """Rewrite one entry of the parse cache, its signature kept: the entry a running server would trust."""
+    signature, runbook = cache_module.read_cache(books)[key]
+    forged = type(runbook)(**{**runbook.__dict__, **changes})
+    cache_module.write_cache(books, {key: (signature, forged)})
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"priority": 11},
+        {"priority": 0},
+        {"modes": ("readonly", "root")},
+        {"modes": ()},
+        {"name": "../escape"},
+        {"relpath": "../outside/guard.md"},  # the body would be read from elsewhere
+        {"sha256": "not a digest"},
+    ],
+)
+def test_a_cache_entry_parsing_could_not_have_produced_is_ignored(tmp_path: Path, changes: dict[str, object]) -> None:
+    books = tmp_path / "books"
+    books.mkdir()
+    (books / "guard.md").write_text(runbook_text(priority=10, modes="[open]"))
+    library(books).refresh()
+    forge_cache(books, "guard.md", summary="from the cache", **changes)
+    assert cache_module.read_cache(books) == {}
+    runbook = library(books).refresh().runbooks["guard"]
+    assert (runbook.summary, runbook.priority, runbook.modes) == ("Some guidance.", 10, ("open",))
+
+
+def test_a_cache_file_others_could_have_written_is_ignored(tmp_path: Path) -> None:
+    books = tmp_path / "books"
+    books.mkdir()
+    (books / "one.md").write_text(runbook_text(priority=10))
+    library(books).refresh()
+    # A guardrail demoted: an entry parsing could have produced, so only who may write the file tells.
+    forge_cache(books, "one.md", priority=1)
+    path = cache_module.cache_file(books)
+    assert library(books).refresh().runbooks["one"].priority == 1  # the cache is this user's own: trusted
+    for mode in (0o620, 0o602):  # group- or other-writable
+        forge_cache(books, "one.md", priority=1)
+        path.chmod(mode)
+        assert cache_module.read_cache(books) == {}
+        assert library(books).refresh().runbooks["one"].priority == 10
+    forge_cache(books, "one.md", priority=1)
+    assert os.geteuid() == 0, "run as root (the test machine's user) to give the cache file another owner"
+    os.chown(path, 65534, 65534)  # nobody's
+    assert cache_module.read_cache(books) == {}
+    assert library(books).refresh().runbooks["one"].priority == 10
+
+
 # -- search and budget ---------------------------------------------------------------------------------------
 
 
@@ -269,6 +386,39 @@ def test_the_budget_degrades_full_text_to_summaries_to_names_to_a_count(tmp_path
     assert {"full", "summary", "name"} <= {entry.shown for entry in big.entries}
     priorities = [entry.priority for entry in big.entries]
     assert priorities == sorted(priorities, reverse=True)  # equal matches: higher priority first
+
+
+def test_every_guardrail_is_named_however_many_there_are(tmp_path: Path) -> None:
+    books = tmp_path / "books"
+    books.mkdir()
+    for index in range(50):
+        body = f"# Rule {index}\n\n" + "Never do this without asking first. " * 10 + "\n"
+        (books / f"rule-{index:02d}.md").write_text(runbook_text(body, priority=10))
+    for index in range(20):
+        (books / f"disk{index:02d}.md").write_text(runbook_text("Check the disk.\n", tags="[disk]", priority=9))
+    retrieval = Retrieval(library(books), "open")
+    for keywords in (["disk"], ["zebra"]):
+        briefing = retrieval.search(keywords, 1024)
+        shown = {entry.name for entry in briefing.entries}
+        guards = {f"rule-{index:02d}" for index in range(50)}
+        assert guards <= shown, sorted(guards - shown)
+        assert all(name in briefing.text for name in guards)
+        assert len(briefing.text.encode()) <= 1024
+        assert len(briefing.entries) + briefing.omitted == briefing.matched
+
+
+def test_guardrails_whose_names_alone_overflow_the_budget_are_all_named() -> None:
+    """More guardrails than a budget can name: none is dropped, the text is longer than asked for."""
+    from relay_shell.runbooks.search import Hit
+
+    guards = [
+        parse(runbook_text(name=f"guardrail-with-a-long-name-{index:03d}", priority=10), f"g{index}.md")
+        for index in range(60)
+    ]
+    hits = [Hit(runbook, 0, 0) for runbook in guards]  # type: ignore[arg-type]
+    briefing = compose(hits, 60, 1024, "heading", "closing", lambda runbook: None)
+    assert len(briefing.entries) == 60 and briefing.omitted == 0
+    assert all(runbook.name in briefing.text for runbook in guards)  # type: ignore[attr-defined]
 
 
 def test_compose_skips_a_body_that_changed_under_it() -> None:

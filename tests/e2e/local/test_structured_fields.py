@@ -34,7 +34,11 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 async def client(workdir: Path, fleet: SshFleet) -> AsyncIterator[Client]:
-    async with connect(workdir / "audit.jsonl", ssh_config=str(fleet.ssh_config)) as server:
+    runbooks = workdir / "runbooks"  # one runbook: runbook_search's entries are checked against their schema too
+    runbooks.mkdir()
+    (runbooks / "guard.md").write_text("---\npriority: 10\n---\nA guardrail: every briefing names it.\n")
+    settings = {"ssh_config": str(fleet.ssh_config), "runbook_dir": str(runbooks)}
+    async with connect(workdir / "audit.jsonl", **settings) as server:
         yield server
 
 
@@ -121,8 +125,11 @@ async def test_every_tool_returns_every_field_of_its_output_schema(client: Clien
     await call("audit_tail", {"lines": 0}, error=True)
     await call("operation_confirm", {"token": "not-a-token"}, error=True)
 
-    # Runbooks (no RUNBOOK_DIR here: the answers say none are configured).
-    await call("runbook_search", {"tags": ["postgres"]})
+    # Runbooks: every field of an entry, as its schema declares.
+    entry_schema = schemas["runbook_search"]["$defs"]["RunbookEntry"]
+    assert set(entry_schema["required"]) == set(entry_schema["properties"])
+    found = await call("runbook_search", {"tags": ["postgres"]})
+    assert [set(entry) for entry in found["runbooks"]] == [set(entry_schema["properties"])]
     await call("runbook_search", {"tags": []}, error=True)
     await call("begin_session", {"tags": ["postgres"]})
 

@@ -24,6 +24,26 @@ GUARDS = ("guard-primary-db", "guard-change-freeze")  # priority 10
 LOADED = 39  # 40 files, one broken
 
 
+# A "billion laughs" in YAML front matter: 423 bytes whose aliases expand to 9**9 strings (gigabytes) if anything
+# builds the value, here the priority an error message would quote.
+ALIAS_BOMB = """\
+---
+a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]
+b: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]
+c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b]
+d: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c]
+e: &e [*d, *d, *d, *d, *d, *d, *d, *d, *d]
+f: &f [*e, *e, *e, *e, *e, *e, *e, *e, *e]
+g: &g [*f, *f, *f, *f, *f, *f, *f, *f, *f]
+h: &h [*g, *g, *g, *g, *g, *g, *g, *g, *g]
+i: &i [*h, *h, *h, *h, *h, *h, *h, *h, *h]
+priority: *i
+---
+Boom.
+"""
+ANCHORS_REFUSED = "front matter: YAML anchors and aliases (&name, *name) are not allowed"
+
+
 def write(path: Path, text: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(textwrap.dedent(text).lstrip())

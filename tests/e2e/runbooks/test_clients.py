@@ -1,6 +1,6 @@
 """Runbooks with independent clients: the MCP Inspector CLI lists and gets a runbook prompt; the official
 TypeScript SDK client, connected over stdio, receives `notifications/prompts/list_changed` when a runbook is added
-and then sees the new prompt."""
+and then sees the new prompt, and validates runbook_search's result against its outputSchema."""
 
 from __future__ import annotations
 
@@ -89,7 +89,10 @@ clearTimeout(timer);
 const after = (await client.listPrompts()).prompts;
 const added = after.find((prompt) => prompt.name === "from-typescript");
 const fetched = await client.getPrompt({{ name: "from-typescript" }});
+await client.listTools();  // the SDK compiles each tool's outputSchema, and checks every later result against it
+const found = await client.callTool({{ name: "runbook_search", arguments: {{ tags: ["typescript"] }} }});
 console.log(JSON.stringify({{
+  searched: found.structuredContent.runbooks,
   listChanged: capabilities.prompts.listChanged,
   before: before.includes("from-typescript"),
   description: added && added.description,
@@ -117,3 +120,5 @@ def test_the_typescript_sdk_client_receives_prompts_list_changed(tmp_path: Path)
     assert answer["listChanged"] is True and answer["before"] is False
     assert answer["description"] == "Added while TypeScript listened."
     assert answer["text"].endswith("Body.\n")
+    # runbook_search's result, validated by the SDK against the typed entries of its outputSchema
+    assert [(entry["name"], entry["shown"]) for entry in answer["searched"]] == [("from-typescript", "full")]

@@ -15,6 +15,10 @@ import jsonschema
 import pytest
 from mcp import Client
 
+from relay_shell.audit.log import AuditLog
+from relay_shell.config import Settings
+from relay_shell.runbooks.retrieval import Retrieval
+from relay_shell.server import build_server
 from tests.conftest import read_records, text_of
 from tests.e2e.runbooks.helpers import GUARDS, runbook_client, sha256_of, write_corpus
 
@@ -41,7 +45,8 @@ async def test_the_first_call_is_briefed_instead_of_run_and_the_repeat_runs(
     gated: Client, audit_path: Path, corpus: Path, tmp_path: Path
 ) -> None:
     marker = tmp_path / "marker"
-    command = f"systemctl restart postgresql --dry-run >/dev/null 2>&1; touch {marker}"
+    # Only echoed: the words (restart, postgresql) select the runbook; nothing is restarted on the test machine.
+    command = f"echo systemctl restart postgresql; touch {marker}"
     first = await gated.call_tool("shell_exec", {"command": command})
     assert first.is_error
     text = text_of(first)
@@ -63,7 +68,7 @@ async def test_the_first_call_is_briefed_instead_of_run_and_the_repeat_runs(
     assert shown["guard-primary-db"] == sha256_of(corpus / "guards" / "primary.md")
 
     second = await gated.call_tool("shell_exec", {"command": command})
-    assert not second.is_error and text_of(second) == "[exit 0]"
+    assert not second.is_error and text_of(second) == "[exit 0]\nsystemctl restart postgresql\n"
     assert marker.exists()
     # A different call is still briefed first: the gate opens per call, or for the session with begin_session.
     other = await gated.call_tool("shell_exec", {"command": f"touch {tmp_path}/other"})
@@ -119,7 +124,7 @@ async def test_begin_session_opens_the_gate_and_another_client_stays_gated(
 
 
 async def test_begin_session_opens_the_gate_for_a_2026_client(tmp_path: Path, corpus: Path) -> None:
-    """The other era (each request its own message). Two clients of one server: tests/test_e2e_runbooks_http.py."""
+    """The other era (each request its own message). Two clients of one server: test_http.py."""
     async with runbook_client(tmp_path / "audit.jsonl", corpus, "auto", gate="briefing") as modern:
         opened = await modern.call_tool("begin_session", {"tags": ["deploy"]})
         assert (opened.structured_content or {})["gate"] == "open"
@@ -147,3 +152,35 @@ async def test_without_the_gate_nothing_is_held(tmp_path: Path, corpus: Path) ->
         assert (briefing.structured_content or {})["gate"] == "off"
         assert "gate:open" not in {record["tool"] for record in read_records(tmp_path / "audit.jsonl")}
         assert json.dumps((await client.call_tool("server_info", {})).structured_content)
+
+
+async def test_a_begin_session_whose_briefing_failed_leaves_the_gate_shut(
+    tmp_path: Path, corpus: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Simulated fault: no runbook directory makes a briefing fail once the server runs (unreadable files are
+    skipped, changed ones re-read), so the briefing is replaced by one that raises, in an in-process server with a
+    real client. The failed begin_session must not open the gate."""
+
+    def failing_briefing(self: Retrieval, keywords: list[str], max_bytes: int) -> None:
+        raise RuntimeError("briefing failed")
+
+    monkeypatch.setattr(Retrieval, "session_briefing", failing_briefing)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    audit_path = tmp_path / "audit.jsonl"
+    audit_log = AuditLog(audit_path, chain=True, fsync=False)
+    audit_log.open()
+    assembly = build_server(Settings(audit_path=audit_path, runbook_dir=corpus, gate="briefing"), audit_log)
+    try:
+        async with Client(assembly.mcp, mode="legacy") as client:
+            failed = await client.call_tool("begin_session", {"tags": ["postgres", "replica"]})
+            assert failed.is_error and text_of(failed).startswith("[ERROR: Internal: RuntimeError")
+            info = (await client.call_tool("server_info", {})).structured_content
+            assert info is not None and info["info"]["gate"]["this_session"] == "closed"
+            marker = tmp_path / "marker"
+            held = await client.call_tool("shell_exec", {"command": f"touch {marker}"})
+            assert text_of(held).startswith("[GATED:") and not marker.exists()
+    finally:
+        await assembly.shutdown()
+        audit_log.close()
+    labels = [record["tool"] for record in read_records(audit_path)]
+    assert "gate:open" not in labels and labels.count("gate:brief") == 1

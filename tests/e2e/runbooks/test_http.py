@@ -1,6 +1,7 @@
 """Runbooks over streamable HTTP: a real relay-shell HTTP process with the 40-file corpus, the SDK client in both
 protocol eras: prompts, resources, search, live reload with list_changed notifications (the 2025-11-25 client on
-its standalone stream, the 2026-07-28 client on its listen stream), and per-session briefing gates."""
+its standalone stream, the 2026-07-28 client on its listen stream), the readonly mode hiding a mode-restricted
+runbook, and per-session briefing gates."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp.shared.exceptions import MCPError
+from mcp_types import INVALID_PARAMS
 
 from tests.conftest import read_records, text_of
 from tests.e2e.http.server import TOKENS, HttpServer, client, start, stop, write_token_file
@@ -71,6 +74,46 @@ async def test_prompts_resources_and_search_over_http_in_both_eras(server: HttpS
     assert labels.count("prompt:db-failover") == 2 and labels.count("runbook_search") == 2
     calls = [record for record in read_records(server.audit_path) if record["tool"] != "server:start"]
     assert {record["client_id"] for record in calls} == {"http:alice"}
+
+
+async def test_a_mode_restricted_runbook_is_hidden_in_readonly_over_http(
+    tmp_path: Path, corpus: Path, private_cache: None
+) -> None:
+    running = start(
+        tmp_path,
+        runbook_dir=str(corpus),
+        policy_mode="readonly",
+        token_file=str(write_token_file(tmp_path / "tokens", TOKENS)),
+    )
+    try:
+        for mode in ("legacy", "auto"):
+            async with client(running, TOKENS["alice"], mode=mode) as alice:
+                listed = {prompt.name for prompt in (await alice.list_prompts()).prompts}
+                assert "deploy-rollout" not in listed and "db-failover" in listed
+                resources = {str(resource.uri) for resource in (await alice.list_resources()).resources}
+                assert "relay-shell://runbooks/deploy-rollout" not in resources
+                assert "relay-shell://runbooks/db-failover" in resources
+                with pytest.raises(MCPError) as prompt_refused:
+                    await alice.get_prompt("deploy-rollout")
+                assert prompt_refused.value.code == INVALID_PARAMS
+                assert "not offered in policy mode readonly" in prompt_refused.value.message
+                with pytest.raises(MCPError) as resource_refused:
+                    await alice.read_resource("relay-shell://runbooks/deploy-rollout")
+                assert resource_refused.value.code == INVALID_PARAMS
+                assert resource_refused.value.message.startswith(
+                    "uri: runbook 'deploy-rollout' is not offered in policy mode readonly"
+                )
+                found = await alice.call_tool("runbook_search", {"tags": ["rollout", "release"]})
+                assert "deploy-rollout" not in [item["name"] for item in (found.structured_content or {})["runbooks"]]
+                assert "Canary first" not in text_of(found)
+                index = json.loads((await alice.read_resource("relay-shell://runbooks")).contents[0].text)  # type: ignore[union-attr]
+                assert index["hidden_in_this_mode"] == 1
+                assert "deploy-rollout" not in {item["name"] for item in index["runbooks"]}
+    finally:
+        stop(running)
+    refused = [record for record in read_records(running.audit_path) if record["outcome"] == "denied"]
+    assert [record["tool"] for record in refused] == ["prompt:deploy-rollout", "resource:runbooks"] * 2
+    assert {record["client_id"] for record in refused} == {"http:alice"}
 
 
 async def test_list_changed_reaches_a_2025_client_over_http(server: HttpServer, corpus: Path) -> None:

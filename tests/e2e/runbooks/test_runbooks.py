@@ -1,8 +1,9 @@
 """Runbooks end to end over stdio: a real relay-shell process with a runbook directory of 40 files written here
 (priorities 1 to 10, arguments, host scopes, a mode-restricted runbook, one broken file), driven by the SDK
 client in both protocol eras: prompts, resources, runbook_search, completion, live reload with list_changed
-notifications, the readonly mode, and bad input. HTTP, the gate and the independent clients have their own files
-(test_e2e_runbooks_http.py, test_e2e_runbook_gate.py, test_e2e_runbooks_clients.py), which reuse the corpus here.
+notifications, the readonly mode, and bad input (an alias bomb among them). HTTP, the gate, the other clients and
+the output cap have their own files here (test_http.py, test_gate.py, test_clients.py, test_output_cap.py), which
+reuse the corpus of helpers.py.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from mcp_types import INVALID_PARAMS, PromptReference
 
 from tests.conftest import read_records, text_of
 from tests.e2e.runbooks.helpers import (
+    ALIAS_BOMB,
+    ANCHORS_REFUSED,
     GUARDS,
     LOADED,
     WAIT,
@@ -360,6 +363,33 @@ async def test_bad_files_are_reported_not_served(tmp_path: Path) -> None:
         assert "SECRET" not in text_of(found)
         info = (await connected.call_tool("server_info", {})).structured_content
         assert info is not None and info["info"]["runbooks"]["problem_count"] == 4
+
+
+async def test_an_alias_bomb_is_reported_at_start_and_while_serving(tmp_path: Path) -> None:
+    """423 bytes of YAML aliases that expand to gigabytes: the server starts, the file is reported and skipped,
+    the others load; the same file added while serving is reported at the next reload, and the server answers."""
+    books = tmp_path / "books"
+    write(books / "fine.md", "---\ntags: [fine]\npriority: 10\n---\nFine.\n")
+    write(books / "bomb.md", ALIAS_BOMB)
+    notifications = Notifications()
+    async with runbook_client(tmp_path / "audit.jsonl", books, "legacy", notifications) as connected:
+        prompts = {prompt.name for prompt in (await connected.list_prompts()).prompts}
+        assert "fine" in prompts and "bomb" not in prompts
+        index = json.loads((await connected.read_resource("relay-shell://runbooks")).contents[0].text)  # type: ignore[union-attr]
+        assert {item["file"]: item["problem"] for item in index["not_loaded"]}["bomb.md"].startswith(ANCHORS_REFUSED)
+
+        write(books / "later" / "bomb.md", ALIAS_BOMB)
+        write(books / "added.md", "---\ntags: [added]\n---\nAdded while serving.\n")
+        await notifications.wait(2)
+        prompts = {prompt.name for prompt in (await connected.list_prompts()).prompts}
+        assert "added" in prompts and "fine" in prompts
+        info = (await connected.call_tool("server_info", {})).structured_content
+        assert info is not None
+        problems = {item["file"]: item["problem"] for item in info["info"]["runbooks"]["problems"]}
+        assert set(problems) == {"bomb.md", "later/bomb.md"}
+        assert all(problem.startswith(ANCHORS_REFUSED) for problem in problems.values())
+        found = await connected.call_tool("runbook_search", {"tags": ["added"]})
+        assert [item["name"] for item in (found.structured_content or {})["runbooks"]] == ["fine", "added"]
 
 
 # -- live reload ------------------------------------------------------------------------------------------------
