@@ -3,7 +3,7 @@
 A speed bump, not a boundary: a program can always construct at run time a command that no text
 classifier sees. What we can see we classify conservatively: wrappers (`sudo`, `env`, `nice`, `timeout`,
 `xargs`, `flock`, `watch`, `su -c`, …) are stripped, quotes removed, paths reduced to basenames, loop bodies,
-`sh -c` / `eval` strings, `$(…)` contents, `find -exec` and `xargs` commands, `ssh HOST CMD`'s remote
+`sh -c` / `eval` strings, `$(…)` contents, `find -exec`, `fd -x` and `xargs` commands, `ssh HOST CMD`'s remote
 command and the filters of `git filter-branch` classified recursively (to a bounded depth), and dynamic execution
 we cannot resolve (`$X` as a command word, `curl … | sh`) is tier 2. stdin and the env overlay are classified as
 the text that reaches the program: shell text for programs that run it, SQL for database clients.
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from relay_shell.plan import Subject
 from relay_shell.policy.calls import Context, is_device, is_protected
-from relay_shell.policy.programs import find_selection
+from relay_shell.policy.programs import fd_selection, find_selection
 from relay_shell.policy.rules import program_verdict
 from relay_shell.policy.shell_tokens import Command, tokenize
 from relay_shell.policy.sql import mongo_tier, redis_tier, sql_tier
@@ -368,7 +368,12 @@ def command_findings(command: Command, depth: int, env: Env = _NO_ENV, context: 
         findings += command_findings(_command(list(argv)), depth + 1, env)
     if program == "find":
         selection, _delete, execs, _writes = find_selection(words)
-        for exec_words in execs:
+    elif program in ("fd", "fdfind"):
+        selection, execs = fd_selection(words)
+    else:
+        execs = []
+    for exec_words in execs:
+        if exec_words:
             findings += command_findings(_command(exec_words), depth + 1, env, Context(False, True, selection))
     return findings
 
