@@ -123,6 +123,8 @@ def _step(program: str, words: list[str], index: int, result: Unwrapped) -> int 
         return None
     if program in ("sudo", "doas") and index + 1 < len(words) and words[index + 1] in _SUDO_ONLY_OPTIONS:
         return None
+    if program == "command" and index + 1 < len(words) and words[index + 1] in ("-v", "-V"):
+        return None  # `command -v rm` says where rm is; it runs nothing
     result.escalated = result.escalated or program in ESCALATION
     result.via_xargs = result.via_xargs or program in ("xargs", "parallel")
     inline_options = _INLINE_OPTIONS.get(program, frozenset())
@@ -134,8 +136,8 @@ def _step(program: str, words: list[str], index: int, result: Unwrapped) -> int 
         if word == "--":
             position += 1
             break
-        if program == "env" and ASSIGNMENT_WORD.fullmatch(word):
-            position += 1
+        if program == "env" and (word == "-" or ASSIGNMENT_WORD.fullmatch(word)):
+            position += 1  # `env - cmd` is `env -i cmd`
             continue
         if program == "nice" and re.fullmatch(r"-\d+", word):
             position += 1

@@ -200,6 +200,7 @@ WRAPPED = [
     "sudo -iu bob {}",
     "sudo --user=bob {}",
     "env -iS '{}'",
+    "env - {}",
     "env --split-string='{}'",
     "nsenter -t 1 -r {}",
     "nsenter --target=1 --mount {}",
@@ -293,6 +294,7 @@ def test_a_wrapper_that_only_prints_is_no_shell() -> None:
     assert tier("script --help") == 0
     assert tier("firejail --list") == 0
     assert tier("env") == 0
+    assert tier("command -v rm") == 0
 
 
 def nested(command: str, prefix: str = "bash -c") -> str:
