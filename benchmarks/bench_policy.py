@@ -6,8 +6,10 @@ them) with every label-3 miss listed, false alarms (label 0 rated >= 2, guarded 
 confusion matrix. Then the throughput over the whole corpus (29,496 tldr-pages commands, read from
 ../shared/corpus/tldr-commands.jsonl or RELAY_SHELL_BENCH_CORPUS) and the slowest single command.
 
-Targets (issue 17): no label-3 command rated <= 1; misses <= 3%; false alarms <= 3%; exact >= 85%;
->= 20,000 commands/s; no command over 5 ms.
+Targets (issue 17), which decide the exit status: on the labelled set, no label-3 command rated <= 1, misses <= 3%,
+false alarms <= 3%, exact >= 85%; over the corpus, >= 20,000 commands/s and no command over 5 ms. The fresh set is
+printed and reported against the same figures for information, never gated: it measures how well the rules carry
+over to commands nobody looked at while tuning, and a gate there would invite tuning against it.
 
 Usage: .venv/bin/python -m benchmarks.bench_policy [--list-misses] [--list-false-alarms] [--list-wrong] [--no-fresh]
 """
@@ -107,7 +109,9 @@ def score(items: list[Labelled]) -> Scores:
     return scores
 
 
-def report(name: str, scores: Scores, list_misses: bool, list_false_alarms: bool, list_wrong: bool) -> bool:
+def report(
+    name: str, scores: Scores, list_misses: bool, list_false_alarms: bool, list_wrong: bool, gated: bool = True
+) -> bool:
     print(f"== {name}: {scores.total} commands")
     print(f"exact tier      {scores.exact_rate:7.1%}  ({scores.exact}/{scores.total})  target >= {EXACT_TARGET:.0%}")
     print(
@@ -141,7 +145,10 @@ def report(name: str, scores: Scores, list_misses: bool, list_false_alarms: bool
         and scores.false_alarm_rate <= FALSE_ALARM_TARGET
         and scores.exact_rate >= EXACT_TARGET
     )
-    print(f"{name}: {'PASS' if ok else 'FAIL'}")
+    if gated:
+        print(f"{name}: {'PASS' if ok else 'FAIL'}")
+    else:
+        print(f"{name}: {'meets' if ok else 'below'} the targets (reported, not gated)")
     return ok
 
 
@@ -191,10 +198,12 @@ def main(argv: list[str] | None = None) -> bool:
     flags = set(argv if argv is not None else sys.argv[1:])
     listing = ("--list-misses" in flags, "--list-false-alarms" in flags, "--list-wrong" in flags)
     labelled_ok = report("labelled set", score(load_labels(LABELLED)), *listing)
-    # --no-fresh while tuning: the held-out set is only looked at to check the result, never to tune it.
-    fresh_ok = "--no-fresh" in flags or report("fresh set (held out)", score(load_labels(FRESH)), False, False, False)
+    # --no-fresh while tuning: the held-out set is only looked at to check the result, never to tune it; its
+    # figures are reported, and only the labelled set's targets and the speed decide the exit status.
+    if "--no-fresh" not in flags:
+        report("fresh set (held out)", score(load_labels(FRESH)), False, False, False, gated=False)
     speed_ok = speed()
-    return labelled_ok and fresh_ok and speed_ok
+    return labelled_ok and speed_ok
 
 
 if __name__ == "__main__":

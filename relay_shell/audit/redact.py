@@ -229,7 +229,7 @@ def _redact_authorization_headers(text: str) -> str:
 # the run's start, so the total is linear. The name is then judged in Python and the value is matched
 # only for secret names: for other names the loop resumes right after the name, never scanning a value
 # (`--from-literal=password=x` still finds `password=x`).
-_SECRET_STEMS = ("pass", "pw", "secret", "token", "key", "cred", "auth", "sig")
+_SECRET_STEMS = ("pass", "pw", "secret", "token", "key", "cred", "auth", "sig", "bearer")
 # One C-level scan instead of a Python loop over the stems: most texts mention none of them.
 _ANY_SECRET_STEM = compile_pattern("|".join(re.escape(stem) for stem in sorted(_SECRET_STEMS)))
 _SECRET_NAME_CANDIDATE = compile_pattern(r"(?<![\w.-])(?=[\w.-]*?(?i:" + "|".join(_SECRET_STEMS) + r"))[\w.-]++")

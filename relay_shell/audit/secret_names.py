@@ -17,9 +17,12 @@ _SECRET_WORD = re.compile(
     r"[_.-]?key"
 )
 # Short words that name a secret only as a whole segment of the name: MYSQL_PWD, DB_PASS, --pw, `auth`
-# (docker config.json), `sig` (Azure SAS), openssl's -passin/-passout. As substrings they are everywhere,
-# and even as a whole name they are weak evidence (`auth: handle expiry` is a commit message).
-_WEAK_SECRET_SEGMENTS = frozenset({"pwd", "pw", "pass", "passin", "passout", "auth", "sig", "signature", "creds"})
+# (docker config.json), `sig` (Azure SAS), openssl's -passin/-passout, curl's --oauth2-bearer. As substrings
+# they are everywhere, and even as a whole name they are weak evidence (`auth: handle expiry` is a commit
+# message, `the bearer: a courier` prose).
+_WEAK_SECRET_SEGMENTS = frozenset(
+    {"pwd", "pw", "pass", "passin", "passout", "auth", "sig", "signature", "creds", "bearer"}
+)
 # A segment ending in "pass" is a password (SSHPASS, storepass, keypass, requirepass), except these words.
 _PASS_WORDS = frozenset({"bypass", "compass", "encompass", "overpass", "underpass", "trespass", "surpass"})
 # A name ending like this names *where* a secret is or what kind it is, not the secret itself:

@@ -91,6 +91,62 @@ class Call:
         return None
 
 
+Option = tuple[str, str | None]  # a name (`-o`, `--output`) and its value (None for a flag or a missing value)
+
+
+def parse_options(
+    words: list[str], position: int, value_options: frozenset[str], optional: frozenset[str] = frozenset()
+) -> tuple[list[Option], int]:
+    """The options in words[position] with their values, and the position of the word after them, read as getopt
+    reads them: `--name=value`; `--name value` when the name takes a value; `-abc` as the flags -a -b -c, where
+    the first letter that takes a value takes the rest of the word (`-ubob`, `-qccmd`) or else the next word
+    (`-qc cmd`, `-lu bob`), and a letter in `optional` takes the rest of the word only. Linear in the word."""
+    word = words[position]
+    following = words[position + 1] if position + 1 < len(words) else None
+    if word.startswith("--"):
+        name, equals, value = word.partition("=")
+        if equals:
+            return [(name, value)], position + 1
+        if name in value_options:
+            return [(name, following)], position + 2
+        return [(name, None)], position + 1
+    found: list[Option] = []
+    for offset in range(1, len(word)):
+        name = "-" + word[offset]
+        rest = word[offset + 1 :]
+        if name in value_options:
+            if rest:
+                found.append((name, rest))
+                return found, position + 1
+            found.append((name, following))
+            return found, position + 2
+        if name in optional:
+            found.append((name, rest or None))
+            return found, position + 1
+        found.append((name, None))
+    return found, position + 1
+
+
+def read_options(words: list[str], value_options: frozenset[str]) -> tuple[list[Option], list[str]]:
+    """Every option (with its value) and every operand of a command line whose options may come anywhere
+    (GNU getopt permutes them); `--` ends the options. words[0] is the program."""
+    options: list[Option] = []
+    operands: list[str] = []
+    position = 1
+    while position < len(words):
+        word = words[position]
+        if word == "--":
+            operands += words[position + 1 :]
+            break
+        if word.startswith("-") and word != "-":
+            found, position = parse_options(words, position, value_options)
+            options += found
+            continue
+        operands.append(word)
+        position += 1
+    return options, operands
+
+
 def verdict(tier: int, reason: str) -> Verdict:
     return Verdict(tier, reason)
 

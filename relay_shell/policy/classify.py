@@ -3,13 +3,15 @@
 A speed bump, not a boundary: a program can always construct at run time a command that no text
 classifier sees. What we can see we classify conservatively: wrappers (`sudo`, `env`, `nice`, `timeout`,
 `xargs`, `flock`, `watch`, `su -c`, …) are stripped, quotes removed, paths reduced to basenames, loop bodies,
-`sh -c` / `eval` strings, `$(…)` contents, `find -exec` and `xargs` commands, `ssh HOST CMD`'s remote command and
-the filters of `git filter-branch` classified recursively (to a bounded depth), and dynamic execution we cannot
-resolve (`$X` as a command word, `curl … | sh`) is tier 2. stdin and the env overlay are classified as the text
-that reaches the program: shell text for programs that run it, SQL for database clients.
+`sh -c` / `eval` strings, `$(…)` contents, `find -exec`, `fd -x` and `xargs` commands, `ssh HOST CMD`'s remote
+command and the filters of `git filter-branch` classified recursively (to a bounded depth), and dynamic execution
+we cannot resolve (`$X` as a command word, `curl … | sh`) is tier 2. stdin and the env overlay are classified as
+the text that reaches the program: shell text for programs that run it, SQL for database clients.
 
 Linear time: the shell tokenizer is one pass over the text with an index that only moves forward; nested
 text (`$(…)`, `sh -c '…'`) is re-read at most MAX_DEPTH times. No regex here can backtrack on input size.
+Text nested deeper than that, or under more wrappers than wrappers.MAX_WRAPPERS, is tier 3: what it runs was
+not looked at, and the classifier fails towards caution (confirmation in open mode, refusal in guarded mode).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from dataclasses import dataclass
 
 from relay_shell.plan import Subject
 from relay_shell.policy.calls import Context, is_device, is_protected
-from relay_shell.policy.programs import find_selection
+from relay_shell.policy.programs import fd_selection, find_selection
 from relay_shell.policy.rules import program_verdict
 from relay_shell.policy.shell_tokens import Command, tokenize
 from relay_shell.policy.sql import mongo_tier, redis_tier, sql_tier
@@ -65,6 +67,8 @@ class Finding:
 
 
 _EDITED_LINE = "a line edited with control keys before Enter: what it became cannot be known"
+_TOO_DEEP = "nested too deeply to classify: treated as irreversible"
+_SHELL_SESSION = "starts a shell that reads its commands from stdin"
 _NO_ENV: Env = {}
 
 
@@ -167,23 +171,25 @@ def _stdin_of_text(text: str, stdin: str, env: Env) -> list[Finding]:
     return findings
 
 
-def stdin_findings(words: list[str], stdin: str, env: Env) -> list[Finding]:
+def stdin_findings(words: list[str], stdin: str, env: Env, depth: int = 0) -> list[Finding]:
     """stdin is code for programs that read their commands from it: shells and `at` without a script, `ssh HOST`
-    and `su` without a command, interpreters without a script, database clients (SQL), redis-cli, mongosh."""
+    without a command, wrappers given no command that start a shell (`su`, `runuser -u USER`, `sudo -i`,
+    `script FILE`, `chroot DIR`, `nsenter …`, `unshare`), interpreters without a script, database clients (SQL),
+    redis-cli, mongosh."""
     unwrapped = unwrap(words, [False] * len(words))
     stripped = unwrapped.words
     if not stripped:
-        return shell_findings(stdin, 1, env) if unwrapped.shell_session else []
+        return shell_findings(stdin, depth + 1, env) if unwrapped.shell_session else []
     program = basename(stripped[0])
     operands = [word for word in stripped[1:] if not word.startswith("-")]
     if program in SHELLS and (not operands or "-s" in stripped) and "-c" not in stripped:
-        return shell_findings(stdin, 1, env)
+        return shell_findings(stdin, depth + 1, env)
     if program in STDIN_SHELLS and "-f" not in stripped:
-        return shell_findings(stdin, 1, env)
+        return shell_findings(stdin, depth + 1, env)
     if program == "ssh" and len(operands) <= 1:
-        return shell_findings(stdin, 1, env)
+        return shell_findings(stdin, depth + 1, env)
     if program == "crontab" and (not operands or operands == ["-"]) and len(stripped) <= 2:
-        return _crontab_findings(stdin, env)
+        return _crontab_findings(stdin, env, depth)
     if program in DB_CLIENTS:
         return [Finding(stdin[:200], *sql_tier(stdin))]
     if program in ("redis-cli", "valkey-cli") and not operands:
@@ -191,17 +197,19 @@ def stdin_findings(words: list[str], stdin: str, env: Env) -> list[Finding]:
     if program in ("mongo", "mongosh"):
         return [Finding(stdin[:200], *mongo_tier(stdin))]
     if _is_interpreter(program) and (not operands or operands == ["-"]):
-        return python_findings(stdin) if program.startswith("python") else [Finding(program, 2, "script on stdin")]
+        if program.startswith("python"):
+            return python_findings(stdin, depth)
+        return [Finding(program, 2, "script on stdin")]
     return []
 
 
-def _crontab_findings(text: str, env: Env) -> list[Finding]:
+def _crontab_findings(text: str, env: Env, depth: int) -> list[Finding]:
     """A crontab read from stdin: each line's command (after the five time fields) will run."""
     findings = []
     for line in text.splitlines():
         fields = line.split(None, 5)
         if len(fields) == 6 and not line.lstrip().startswith("#"):
-            findings += shell_findings(fields[5], 1, env)
+            findings += shell_findings(fields[5], depth + 1, env)
     return findings
 
 
@@ -222,7 +230,7 @@ def _strip_reserved(words: list[str]) -> list[str]:
 
 def shell_findings(text: str, depth: int, env: Env = _NO_ENV) -> list[Finding]:
     if depth > MAX_DEPTH:
-        return [Finding(text[:200], 2, "too deeply nested to classify")]
+        return [Finding(text[:200], 3, _TOO_DEEP)]
     findings: list[Finding] = []
     if _has_fork_bomb(text):
         findings.append(Finding("fork bomb", 3, "fork bomb"))
@@ -294,6 +302,8 @@ def _unsubstituted(text: str, substituted: dict[str, str]) -> str:
 
 
 def command_findings(command: Command, depth: int, env: Env = _NO_ENV, context: Context | None = None) -> list[Finding]:
+    if depth > MAX_DEPTH:  # argv a program runs (kubectl exec … kubectl exec …) nests like shell text
+        return [Finding(" ".join(command.words)[:200], 3, _TOO_DEEP)]
     findings: list[Finding] = redirect_findings(command.redirects)
     raw_words = _strip_reserved(command.words)
     offset = len(command.words) - len(raw_words)
@@ -309,9 +319,13 @@ def command_findings(command: Command, depth: int, env: Env = _NO_ENV, context: 
     for text in unwrapped.inline:
         findings += shell_findings(text, depth + 1, env)
     words, dynamic = unwrapped.words, unwrapped.dynamic
+    if unwrapped.too_deep:
+        findings.append(Finding(" ".join(command.words)[:200], 3, _TOO_DEEP))
     if not words:
         if unwrapped.escalated:
             findings.append(Finding(" ".join(command.words[:3]), 2, "privilege escalation"))
+        if unwrapped.shell_session and not unwrapped.escalated:
+            findings.append(Finding(" ".join(command.words[:3]), 1, _SHELL_SESSION))
         if not command.words and any(op in (">", ">|") for op, _ in command.redirects):
             findings.append(Finding(command.redirects[0][1], 2, "empties a file"))
         return findings or ([Finding("", 1, "redirection only")] if command.redirects else [])
@@ -354,7 +368,12 @@ def command_findings(command: Command, depth: int, env: Env = _NO_ENV, context: 
         findings += command_findings(_command(list(argv)), depth + 1, env)
     if program == "find":
         selection, _delete, execs, _writes = find_selection(words)
-        for exec_words in execs:
+    elif program in ("fd", "fdfind"):
+        selection, execs = fd_selection(words)
+    else:
+        execs = []
+    for exec_words in execs:
+        if exec_words:
             findings += command_findings(_command(exec_words), depth + 1, env, Context(False, True, selection))
     return findings
 
@@ -383,7 +402,7 @@ def _interpreter(program: str, words: list[str], depth: int, env: Env) -> tuple[
     if program.startswith("python"):
         for index, word in enumerate(words[1:-1], start=1):
             if word == "-c":
-                return 1, "python code", python_findings(words[index + 1])
+                return 1, "python code", python_findings(words[index + 1], depth)
             if word == "-m":
                 module = words[index + 1]
                 if module in ("pip", "pip3"):
@@ -412,7 +431,7 @@ def _heredoc_findings(program: str, command: Command, depth: int, env: Env) -> l
         if program in SHELLS or program in STDIN_SHELLS or program == "ssh":
             findings += shell_findings(body, depth + 1, env)
         else:
-            findings += stdin_findings(command.words, body, env)
+            findings += stdin_findings(command.words, body, env, depth)
     if program in DB_CLIENTS and any(operator == "<" for operator, _ in command.redirects):
         findings.append(Finding(" ".join(command.words[:3]), 2, f"{program} runs SQL from a file"))
     return findings
@@ -470,12 +489,12 @@ def _has_fork_bomb(text: str) -> bool:
     return False
 
 
-def python_findings(script: str) -> list[Finding]:
+def python_findings(script: str, depth: int = 0) -> list[Finding]:
     findings = [Finding("python script", 1, "python script")]
     if any(marker in script for marker in PYTHON_STATEFUL):
         findings.append(Finding("python script", 2, "python script changes files, processes or runs commands"))
     if PYTHON_ROOT_RMTREE.search(script):
         findings.append(Finding("python rmtree", 3, "python deletes / or a system directory"))
     for match in PYTHON_SHELL_CALL.finditer(script):
-        findings += shell_findings(match.group("body"), 1)
+        findings += shell_findings(match.group("body"), depth + 1)
     return findings

@@ -18,10 +18,12 @@ from relay_shell.policy.calls import (
     is_protected,
     is_rootish,
     names_files,
+    parse_options,
     trimmed,
     verdict,
 )
 from relay_shell.policy.vocabulary import CRITICAL_FILES, SYSTEM_DIRS, USER_CONFIG
+from relay_shell.policy.vocabulary import words as word_set
 
 # -- deleting --------------------------------------------------------------------------------------------------
 
@@ -115,6 +117,56 @@ def find_selection(words: list[str]) -> tuple[Selection, bool, list[list[str]], 
         negate_next = False
     selection = Selection(tuple(paths), files_only, dirs_only, name_filter, extension_filter, negated, empty)
     return selection, delete, execs, writes
+
+
+_FD_VALUES = word_set(
+    "-e --extension -t --type -E --exclude -d --max-depth --min-depth --exact-depth -S --size --changed-within"
+    " --changed-before --newer --older -o --owner -j --threads --max-results -c --color --search-path"
+    " --base-directory --path-separator --batch-size --format --ignore-file --hyperlink -x --exec -X"
+    " --exec-batch"
+)
+_FD_EXEC = frozenset(["-x", "--exec", "-X", "--exec-batch"])
+_FD_KINDS = {"f": "file", "d": "directory", "e": "empty"}
+
+
+def fd_selection(arguments: list[str]) -> tuple[Selection, list[list[str]]]:
+    """What `fd [PATTERN] [PATH…]` selects and the commands of its -x/--exec and -X/--exec-batch (each up to `;`
+    or the end): the same selection a find expression gives, for the deletions it drives."""
+    kinds: set[str] = set()
+    extensions = excludes = False
+    operands: list[str] = []
+    execs: list[list[str]] = []
+    position = 1
+    while position < len(arguments):
+        word = arguments[position]
+        if not word.startswith("-") or word == "-":
+            operands.append(word)
+            position += 1
+            continue
+        options, position = parse_options(arguments, position, _FD_VALUES)
+        for name, value in options:
+            if name in _FD_EXEC:
+                end = position
+                while end < len(arguments) and arguments[end] != ";":
+                    end += 1
+                execs.append(([value] if value is not None else []) + arguments[position:end])
+                position = end + 1
+            if name in ("-t", "--type"):
+                kinds.add(_FD_KINDS.get((value or "")[:1], "other"))
+            extensions = extensions or name in ("-e", "--extension")
+            excludes = excludes or name in ("-E", "--exclude")
+    pattern = operands[0] if operands else ""
+    named = extensions or pattern not in ("", ".", "^", ".*")
+    selection = Selection(
+        paths=tuple(operands[1:]) or (".",),
+        files_only=kinds == {"file"},
+        dirs_only=kinds == {"directory"},
+        name_filter=named,
+        extension_filter=extensions or bool(re.search(r"\.[A-Za-z0-9]{1,10}\$?$", pattern)),
+        negated_filter=excludes and not named,
+        empty_only=kinds == {"empty"},
+    )
+    return selection, execs
 
 
 def _find(call: Call) -> Verdict:

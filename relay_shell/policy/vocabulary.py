@@ -116,8 +116,12 @@ WRAPPERS: dict[str, frozenset[str]] = {
     "proxychains": words("-f"),
     "proxychains4": words("-f"),
     "firejail": frozenset(),
-    "unshare": words("-S -G -R -w --setuid --setgid --root --wd --map-user --map-group"),
-    "nsenter": words("-t -S -G -r -w --target --setuid --setgid --root --wd"),
+    "unshare": words(
+        "-S -G -R -w --setuid --setgid --root --wd --map-user --map-group --map-users --map-groups --propagation"
+        " --setgroups --monotonic --boottime"
+    ),
+    # nsenter -r/-w/--root/--wd take a directory only attached (-r/srv, --root=/srv): wrappers.py
+    "nsenter": words("-t -S -G --target --setuid --setgid"),
     "systemd-inhibit": words("--what --who --why --mode"),
     "systemd-run": words("-u -p -E -M -H --unit --property --setenv --description --slice --machine --host --uid"),
     "faketime": words("-f"),
@@ -130,7 +134,7 @@ WRAPPERS: dict[str, frozenset[str]] = {
     "parallel": words("-j -S --jobs --sshlogin --joblog --results --delay --timeout -a --arg-file"),
 }
 # Wrappers whose first operand is not the command: `chrt -f 99 cmd`, `taskset -c 0-3 cmd`, `flock /lock cmd`,
-# `chroot /srv/root cmd`, `timeout 10 cmd`, `faketime 'yesterday' cmd`.
+# `chroot /srv/root cmd`, `timeout 10 cmd`, `faketime 'yesterday' cmd`. (flock -c and sg: wrappers.py.)
 WRAPPER_OPERANDS: dict[str, tuple[frozenset[str], int]] = {
     "chrt": (words("-T -P -D --sched-runtime --sched-period --sched-deadline"), 1),
     "taskset": (frozenset(), 1),
@@ -138,7 +142,6 @@ WRAPPER_OPERANDS: dict[str, tuple[frozenset[str], int]] = {
     "chroot": (words("--userspec --groups"), 1),
     "timeout": (words("-s -k --signal --kill-after"), 1),
     "faketime": (words("-f"), 1),
-    "sg": (frozenset(), 1),
 }
 # Code run by a shell at each prompt, by pagers and tools started inside a session, or loaded into programs.
 CODE_INJECTION_ENV = words(

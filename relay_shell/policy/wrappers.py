@@ -1,7 +1,11 @@
 """Wrappers: programs that run another command with the same effect (`sudo`, `env`, `nice`, `timeout`, `xargs`,
 `flock`, `chroot`, `nsenter`, `watch`, `script -c`, `su -c`, `runuser`, `busybox`, …). The classifier looks
 through them to the command they run; some of them run shell text given as one argument, which is handed back
-to be classified as shell text.
+to be classified as shell text. Options are read as getopt reads them (calls.parse_options): `--name=value`,
+`--name value`, flags bundled in one word, and the first letter of a bundle that takes a value takes the rest of
+the word or the next word (`script -qc 'cmd'`, `runuser -lu bob`, `su --command='cmd'`). A wrapper given no
+command that starts a shell (`script out.log`, `chroot /mnt`, `nsenter -t 1 -m`, `su`) is a shell session: its
+commands come from stdin, which is classified as shell text.
 """
 
 from __future__ import annotations
@@ -9,9 +13,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from relay_shell.policy.calls import parse_options
 from relay_shell.policy.vocabulary import ASSIGNMENT_WORD, ESCALATION, WRAPPER_OPERANDS, WRAPPERS
+from relay_shell.policy.vocabulary import words as word_set
 
-MAX_WRAPPERS = 32  # wrappers nest (sudo env nice …); bounded
+MAX_WRAPPERS = 32  # wrappers nest (sudo env nice …); bounded, and more than this is too deep to look through
 
 
 @dataclass
@@ -21,7 +27,8 @@ class Unwrapped:
     escalated: bool = False  # sudo, doas, su, runuser, pkexec: the command runs with more privileges
     via_xargs: bool = False  # xargs, parallel: the arguments arrive on stdin
     inline: list[str] = field(default_factory=list)  # shell text a wrapper runs (su -c 'cmd', watch 'cmd')
-    shell_session: bool = False  # an interactive shell (sudo -i, su -): reads commands from stdin
+    shell_session: bool = False  # a shell that reads its commands from stdin (sudo -i, su, script, chroot DIR)
+    too_deep: bool = False  # more than MAX_WRAPPERS wrappers: what they run was not looked at
 
 
 def basename(word: str) -> str:
@@ -29,28 +36,64 @@ def basename(word: str) -> str:
     return stripped.rsplit("/", 1)[-1] if "/" in stripped else word
 
 
-_WATCH_VALUE_OPTIONS = frozenset(["-n", "--interval", "-q", "--equexit"])
-_SU_VALUE_OPTIONS = frozenset(["-s", "--shell", "-g", "--group", "-G", "--supp-group", "-w", "--whitelist-environment"])
-_SCRIPT_VALUE_OPTIONS = frozenset(["-E", "--echo", "-I", "--log-in", "-O", "--log-out", "-B", "--log-io", "-T", "-t"])
-_AST_GREP = frozenset(["run", "scan", "test", "new", "lsp", "completions", "help"])
-_SUDO_ONLY_OPTIONS = frozenset(["-l", "-v", "-k", "-K", "--list", "--validate", "--reset-timestamp", "-V", "--version"])
+_WATCH_VALUE_OPTIONS = word_set("-n --interval -q --equexit")
+# su and runuser (util-linux): -c/--command/--session-command run shell text; runuser -u/--user runs an argv.
+_SU_COMMAND_OPTIONS = word_set("-c --command --session-command")
+_SU_VALUE_OPTIONS = word_set(
+    "-c --command --session-command -s --shell -g --group -G --supp-group -w --whitelist-environment -u --user"
+)
+# script (util-linux); -t/--timing take their file only attached (-tFILE, --timing=FILE).
+_SCRIPT_VALUE_OPTIONS = word_set(
+    "-c --command -E --echo -I --log-in -O --log-out -B --log-io -T --log-timing -m --logging-format -o --output-limit"
+)
+_SCRIPT_OPTIONAL = word_set("-t")
+_FLOCK_COMMAND_OPTIONS = word_set("-c --command")
+# Shell text given as an option's value: `env -S 'cmd'`, `kdesu -c 'cmd'`.
+_INLINE_OPTIONS = {"env": word_set("-S --split-string"), "kdesu": word_set("-c")}
+# Options whose value may only be attached (`-m/proc/1/ns/mnt`, `-i{}`): the next word is not theirs.
+_OPTIONAL_VALUES = {
+    "nsenter": word_set("-m -u -i -n -p -U -C -T -r -w"),
+    "unshare": word_set("-m -u -i -n -p -U -C -T"),
+    "xargs": word_set("-i -e -l"),
+}
+_SUDO_SHELL_OPTIONS = word_set("-i -s --login --shell")
+# Wrappers that, given no command, start a shell reading stdin (chroot runs `$SHELL -i`, nsenter and unshare
+# `$SHELL`, pkexec and run0 the target user's shell); su, runuser, sg and script are handled where they are parsed.
+_SHELL_WITHOUT_COMMAND = word_set("chroot nsenter unshare firejail pkexec run0")
+# firejail options that act on running sandboxes (or print) instead of starting one.
+_FIREJAIL_QUERIES = ("--list", "--tree", "--top", "--netstats", "--shutdown", "--join", "--ls", "--get", "--put")
+_AST_GREP = word_set("run scan test new lsp completions help")
+_SUDO_ONLY_OPTIONS = word_set("-l -v -k -K --list --validate --reset-timestamp -V --version")
 
 
 def unwrap(words: list[str], dynamic: list[bool]) -> Unwrapped:
     """Strip wrappers from a simple command; what is left is the command they run."""
     result = Unwrapped(words, dynamic)
     index = 0
-    for _ in range(MAX_WRAPPERS):
+    for count in range(MAX_WRAPPERS + 1):
         if index >= len(words):
             break
         program = basename(words[index])
         step = _step(program, words, index, result)
         if step is None:
             break
+        if count == MAX_WRAPPERS:
+            result.too_deep = True  # fail towards caution: the command under them was never looked at
+            break
+        if step >= len(words) and program in _SHELL_WITHOUT_COMMAND and not _firejail_query(program, words[index:]):
+            result.shell_session = True
         index = step
     result.words = words[index:]
     result.dynamic = dynamic[index:]
     return result
+
+
+def _firejail_query(program: str, words: list[str]) -> bool:
+    return program == "firejail" and any(word.startswith(_FIREJAIL_QUERIES) for word in words)
+
+
+def _is_option(word: str) -> bool:
+    return word.startswith("-") and word != "-"
 
 
 def _step(program: str, words: list[str], index: int, result: Unwrapped) -> int | None:
@@ -58,102 +101,177 @@ def _step(program: str, words: list[str], index: int, result: Unwrapped) -> int 
     if program in ("busybox", "toybox"):
         following = words[index + 1] if index + 1 < len(words) else "-"
         return None if following.startswith("-") else index + 1
-    if (
-        program == "sg"
-        and index + 1 < len(words)
-        and (words[index + 1] in _AST_GREP or words[index + 1].startswith("-"))
-    ):
-        return None  # ast-grep's `sg run --pattern …`, not `sg GROUP cmd`
-    if program in ("su", "runuser", "sg", "script", "sudoedit"):
-        return _inline_wrapper(program, words, index, result)
+    if program == "sudoedit":
+        return None
+    if program == "sg":
+        return _sg(words, index, result)
+    if program in ("su", "runuser"):
+        return _switch_user(program, words, index, result)
+    if program == "script":
+        return _script(words, index, result)
     if program == "watch":
         return _watch(words, index, result)
+    if program == "flock":
+        return _flock(words, index, result)
     if program in WRAPPER_OPERANDS:
         value_options, operands = WRAPPER_OPERANDS[program]
-        position = _skip_options(words, index + 1, value_options)
-        if program == "flock" and position + 1 < len(words) and words[position + 1] in ("-c", "--command"):
-            if position + 2 < len(words):
-                result.inline.append(words[position + 2])
-            return len(words)
-        if program in ("taskset", "chrt") and any(word in ("-p", "--pid") for word in words[index + 1 : position]):
+        names, position = _skip_options(words, index + 1, value_options)
+        if program in ("taskset", "chrt") and names & {"-p", "--pid"}:
             return None  # changes a running process: no command
         return position + operands
     if program not in WRAPPERS:
         return None
     if program in ("sudo", "doas") and index + 1 < len(words) and words[index + 1] in _SUDO_ONLY_OPTIONS:
         return None
+    if program == "command" and index + 1 < len(words) and words[index + 1] in ("-v", "-V"):
+        return None  # `command -v rm` says where rm is; it runs nothing
     result.escalated = result.escalated or program in ESCALATION
     result.via_xargs = result.via_xargs or program in ("xargs", "parallel")
+    inline_options = _INLINE_OPTIONS.get(program, frozenset())
+    value_options = WRAPPERS[program] | inline_options
+    optional = _OPTIONAL_VALUES.get(program, frozenset())
     position = index + 1
     while position < len(words):
         word = words[position]
         if word == "--":
             position += 1
             break
-        if program == "env" and ASSIGNMENT_WORD.fullmatch(word):
-            position += 1
+        if program == "env" and (word == "-" or ASSIGNMENT_WORD.fullmatch(word)):
+            position += 1  # `env - cmd` is `env -i cmd`
             continue
-        if program == "env" and word in ("-S", "--split-string") and position + 1 < len(words):
-            result.inline.append(words[position + 1])
-            return len(words)
         if program == "nice" and re.fullmatch(r"-\d+", word):
             position += 1
             continue
-        if program == "sudo" and word in ("-i", "-s", "--login", "--shell"):
-            result.shell_session = True
-        if not word.startswith("-") or word == "-":
+        if not _is_option(word):
             break
-        position += 2 if word in WRAPPERS[program] else 1
+        options, position = parse_options(words, position, value_options, optional)
+        for name, value in options:
+            if name in inline_options:
+                if value is not None:
+                    result.inline.append(value)
+                return len(words)
+            if program in ("sudo", "doas") and name in _SUDO_SHELL_OPTIONS:
+                result.shell_session = True
     if program == "parallel" and ":::" in words[position:]:
         return position  # the command is before `:::`, the arguments after: classified together
     return position
 
 
-def _skip_options(words: list[str], position: int, value_options: frozenset[str]) -> int:
-    while position < len(words) and words[position].startswith("-") and words[position] != "-":
+def _skip_options(words: list[str], position: int, value_options: frozenset[str]) -> tuple[set[str], int]:
+    """The option names from words[position] on, and where the first operand is (after a `--`)."""
+    names: set[str] = set()
+    while position < len(words) and _is_option(words[position]):
         if words[position] == "--":
-            return position + 1
-        position += 2 if words[position] in value_options else 1
-    return position
+            return names, position + 1
+        options, position = parse_options(words, position, value_options)
+        names.update(name for name, _value in options)
+    return names, position
 
 
-def _inline_wrapper(program: str, words: list[str], index: int, result: Unwrapped) -> int | None:
-    """su [-] [user] [-c cmd]; runuser -u user [--] cmd, or runuser user -c cmd; sg group [-c] cmd; script -c cmd.
-    Without a command, su and runuser start a shell that reads stdin."""
-    if program == "sudoedit":
-        return None
-    value_options = _SCRIPT_VALUE_OPTIONS if program == "script" else _SU_VALUE_OPTIONS
+def _switch_user(program: str, words: list[str], index: int, result: Unwrapped) -> int:
+    """su [options] [-] [user [shell arguments]], runuser the same, or runuser [options] -u user [[--] command].
+    Options may come after the user (getopt permutes); after `--` the words are the shell's own arguments, where
+    `-c` runs the next word too. With no command either way, the user's shell reads its commands from stdin."""
+    result.escalated = True
     position = index + 1
+    user_option = False  # runuser -u: what follows the options is an argv, not shell arguments
     operands = 0
     while position < len(words):
         word = words[position]
-        if word in ("-c", "--command", "--session-command"):
-            result.escalated = result.escalated or program in ESCALATION
-            if position + 1 < len(words):
-                result.inline.append(words[position + 1])
-            return len(words)
-        if program == "runuser" and word in ("-u", "--user"):
-            result.escalated = True
-            following = _skip_options(words, position + 2, value_options)
-            return following
         if word == "--":
             position += 1
             break
-        if word.startswith("-") and word != "-":
-            position += 2 if word in value_options else 1
+        if _is_option(word):
+            options, position = parse_options(words, position, _SU_VALUE_OPTIONS)
+            for name, value in options:
+                if name in _SU_COMMAND_OPTIONS:
+                    if value is not None:
+                        result.inline.append(value)
+                    return len(words)
+                user_option = user_option or (program == "runuser" and name in ("-u", "--user"))
             continue
-        operands += 1
+        if user_option:
+            return position  # runuser -u bob cmd …
+        if word != "-":
+            operands += 1  # the user, then arguments for the user's shell
         position += 1
-        if program == "sg" and operands == 1 and position < len(words):
-            rest = words[position:]
-            rest = rest[1:2] if rest[0] == "-c" else rest
-            result.inline.append(" ".join(rest))  # sg runs the rest through /bin/sh -c
+    if user_option:
+        if position >= len(words):
+            result.shell_session = True
+        return position
+    shell_arguments = words[position:]
+    for offset, word in enumerate(shell_arguments):
+        if word.startswith("-") and not word.startswith("--") and "c" in word[1:]:
+            if offset + 1 < len(shell_arguments):
+                result.inline.append(shell_arguments[offset + 1])
             return len(words)
-    if program == "script":
-        return None  # records an interactive shell: rated as itself
-    result.escalated = result.escalated or program in ESCALATION
+    if operands <= 1 and not shell_arguments:
+        result.shell_session = True
+    return len(words)
+
+
+def _script(words: list[str], index: int, result: Unwrapped) -> int | None:
+    """script [options] [file]: -c/--command runs shell text; without it, script records an interactive shell,
+    which reads its commands from stdin. Options may follow the file (getopt permutes)."""
+    position = index + 1
+    while position < len(words):
+        word = words[position]
+        if word == "--":
+            break  # the rest is the file
+        if not _is_option(word):
+            position += 1
+            continue
+        options, position = parse_options(words, position, _SCRIPT_VALUE_OPTIONS, _SCRIPT_OPTIONAL)
+        for name, value in options:
+            if name in ("-h", "--help", "-V", "--version"):
+                return None  # prints help: rated as itself
+            if name in ("-c", "--command"):
+                if value is not None:
+                    result.inline.append(value)
+                return len(words)
     result.shell_session = True
     return len(words)
+
+
+def _sg(words: list[str], index: int, result: Unwrapped) -> int | None:
+    """sg [-] group [[-c] command]: the command runs through /bin/sh -c; with only a group, a shell reads stdin."""
+    following = words[index + 1] if index + 1 < len(words) else ""
+    if following in _AST_GREP or (following.startswith("-") and following != "-"):
+        return None  # ast-grep's `sg run --pattern …`, not `sg GROUP cmd`
+    position = index + 2 if following == "-" else index + 1
+    rest = words[position + 1 :]  # after the group
+    if not rest:
+        result.shell_session = True
+        return len(words)
+    rest = rest[1:2] if rest[0] == "-c" else rest
+    result.inline.append(" ".join(rest))  # sg runs the rest through /bin/sh -c
+    return len(words)
+
+
+def _flock(words: list[str], index: int, result: Unwrapped) -> int:
+    """flock [options] FILE (-c TEXT | COMMAND …). -c/--command is shell text wherever it is written (before the
+    file flock itself refuses it; classified all the same)."""
+    value_options = WRAPPER_OPERANDS["flock"][0] | _FLOCK_COMMAND_OPTIONS
+    position = index + 1
+    while position < len(words) and _is_option(words[position]):
+        if words[position] == "--":
+            position += 1
+            break
+        options, position = parse_options(words, position, value_options)
+        for name, value in options:
+            if name in _FLOCK_COMMAND_OPTIONS:
+                if value is not None:
+                    result.inline.append(value)
+                return len(words)
+    command = position + 1  # after the lock file
+    if command < len(words) and _is_option(words[command]) and words[command] != "--":
+        options, _after = parse_options(words, command, _FLOCK_COMMAND_OPTIONS)
+        for name, value in options:
+            if name in _FLOCK_COMMAND_OPTIONS:
+                if value is not None:
+                    result.inline.append(value)
+                return len(words)
+    return command
 
 
 def _watch(words: list[str], index: int, result: Unwrapped) -> int:
@@ -161,9 +279,11 @@ def _watch(words: list[str], index: int, result: Unwrapped) -> int:
     position = index + 1
     execs = False
     while position < len(words) and words[position].startswith("-"):
-        word = words[position]
-        execs = execs or word in ("-x", "--exec")
-        position += 2 if word in _WATCH_VALUE_OPTIONS else 1
+        if words[position] == "--":
+            position += 1
+            break
+        options, position = parse_options(words, position, _WATCH_VALUE_OPTIONS)
+        execs = execs or any(name in ("-x", "--exec") for name, _value in options)
     if execs:
         return position
     if position < len(words):

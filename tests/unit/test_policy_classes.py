@@ -1,6 +1,8 @@
 """The classes of misses and false alarms of issue 17, each with its spellings: recursive and bulk deletion,
 commands hidden in loops, xargs, stdin and the env overlay, infrastructure tools, read-only commands rated too
-high, Windows text. Plus the safety shape: every wrapper is seen through, and classification stays linear."""
+high, Windows text, read-only programs that write when told to. Plus the safety shape: every wrapper is seen through in
+every getopt spelling, a wrapper given no command is a shell reading stdin, nesting deeper than the classifier
+reads is tier 3, and classification stays linear."""
 
 from __future__ import annotations
 
@@ -175,10 +177,41 @@ WRAPPED = [
     "watch -n 5 {}",
     "watch '{}'",
     "script -c '{}' session.log",
+    # getopt spellings: `--name=value`, a bundle whose last letter takes the value, options after the operand
+    "script --command='{}' out.log",
+    "script -qc '{}' /dev/null",
+    "script -eqc '{}' /dev/null",
+    "script out.log -c '{}'",
     "su -c '{}'",
     "su - root -c '{}'",
+    "su -lc '{}'",
+    "su --command='{}'",
+    "su --session-command '{}' bob",
+    "su bob -- -c '{}'",
     "runuser -u bob -- {}",
+    "runuser -u bob {}",
+    "runuser -lu bob -- {}",
+    "runuser --user=bob -- {}",
+    "runuser -ubob -- {}",
     "runuser bob -c '{}'",
+    "flock --command '{}' /l",
+    "flock /l --command '{}'",
+    "flock -w 5 /l -c '{}'",
+    "sudo -iu bob {}",
+    "sudo --user=bob {}",
+    "env -iS '{}'",
+    "env - {}",
+    "env --split-string='{}'",
+    "nsenter -t 1 -r {}",
+    "nsenter --target=1 --mount {}",
+    "unshare --propagation private -m {}",
+    "sg docker '{}'",
+    "sg - docker -c '{}'",
+    "kdesu -c '{}'",
+    "xargs -0I {{}} {}",
+    "ionice -c3 -n7 {}",
+    "timeout --signal=KILL 10 {}",
+    "fd -X {}",
     "busybox {}",
     "xargs {}",
     "nohup {}",
@@ -227,6 +260,116 @@ def test_every_wrapper_is_seen_through(wrapper: str) -> None:
         .decide(Subject(command=wrapper.format("rm -rf /srv/data")))
         .denied
     )
+
+
+WITHOUT_A_COMMAND = [
+    "script out.log",
+    "script -q /dev/null",
+    "nsenter -t 1 -m",
+    "chroot /mnt",
+    "unshare -m",
+    "su",
+    "su - bob",
+    "runuser -u bob",
+    "runuser -l bob",
+    "sudo -i",
+    "sudo -iu bob",
+    "sg docker",
+]
+
+
+@pytest.mark.parametrize("wrapper", WITHOUT_A_COMMAND)
+def test_a_wrapper_given_no_command_runs_a_shell_whose_stdin_is_classified(wrapper: str) -> None:
+    # Interactive, so at least 1 (readonly refuses it); what the shell reads is classified as shell text.
+    assert tier(wrapper) >= 1
+    assert Policy("readonly").decide(Subject(command=wrapper)).denied
+    assert tier(wrapper, stdin="rm -rf /srv/data\n") == 3
+    assert tier(wrapper, stdin="ls -la\n") == tier(wrapper)
+    # deny patterns see the canonical form of what the shell reads
+    hidden = Subject(command=wrapper, stdin="sudo /bin/rm  -rf '/srv/data'\n")
+    assert Policy("open", deny=[r"^rm -rf /srv/data$"]).decide(hidden).denied
+
+
+def test_a_wrapper_that_only_prints_is_no_shell() -> None:
+    assert tier("script --help") == 0
+    assert tier("firejail --list") == 0
+    assert tier("env") == 0
+    assert tier("command -v rm") == 0
+
+
+def nested(command: str, prefix: str = "bash -c") -> str:
+    """`prefix "command"`, with command quoted for the double quotes it sits in."""
+    for char in ("\\", '"', "$", "`"):
+        command = command.replace(char, "\\" + char)
+    return f'{prefix} "{command}"'
+
+
+def test_bash_c_at_any_depth_fails_towards_caution() -> None:
+    command = "rm -rf /srv/data"
+    for _level in range(10):
+        command = nested(command)
+    assert tier(command) == 3  # deeper than the classifier reads: tier 3, not 2
+    harmless = "ls"
+    for _level in range(10):
+        harmless = nested(harmless)
+    assert tier(harmless) == 3  # what it runs was not looked at
+
+
+def test_a_chain_of_ten_wrappers_is_seen_through_or_fails_towards_caution() -> None:
+    inline = ["su -c", "script -qc", "flock /l -c", "watch", "sh -c", "runuser bob -c", "sudo sh -c", "env -S", "eval"]
+    command = "rm -rf /srv/data"
+    for prefix in [*inline, "ssh host"]:
+        command = nested(command, prefix)
+    assert tier(command) == 3
+    plain = "sudo env A=1 nice -n 5 ionice -c3 timeout 10 stdbuf -oL chroot /mnt nsenter -t 1 -m setsid nohup"
+    assert len(plain.split(" ")) > 10 and tier(f"{plain} rm -rf /srv/data") == 3
+    assert Policy("open", deny=[r"^rm -rf /srv/data$"]).decide(Subject(command=f"{plain} rm -rf /srv/data")).denied
+    assert tier("nice " * 40 + "ls") == 3  # more wrappers than are looked through
+    assert tier("kubectl exec pod -- " * 3000 + "ls") == 3  # argv a program runs nests too
+
+
+WRITERS = {
+    "sort -o sorted.txt in.txt": 1,
+    "sort --output=sorted.txt in.txt": 1,
+    "sort -osorted.txt in.txt": 1,
+    "sort -u -o sorted.txt in.txt": 1,
+    "sort -uo sorted.txt in.txt": 1,
+    "sort -o in.txt in.txt": 2,  # rewrites its input without a backup, as sed -i does
+    "sort -o /etc/passwd /etc/passwd": 3,
+    "sort in.txt": 0,
+    "sort -t, -k2 in.csv": 0,
+    "sort -to in.txt": 0,  # -t takes "o" as the separator
+    "sort -o - in.txt": 0,
+    "shuf -o out.txt in.txt": 1,
+    "uniq in.txt out.txt": 1,
+    "uniq -c in.txt out.txt": 1,
+    "uniq in.txt out.txt -c": 1,
+    "uniq -f 1 in.txt": 0,
+    "uniq -c in.txt": 0,
+    "less -o session.log in.txt": 1,
+    "less -O session.log in.txt": 1,
+    "less -osession.log in.txt": 1,
+    "less --log-file=session.log in.txt": 1,
+    "less -So session.log in.txt": 1,
+    "less -S in.txt": 0,
+    "tree -o listing.txt": 1,
+    "xxd in.bin out.hex": 1,
+    "xxd -cols 8 in.bin": 0,
+    "sdiff -o merged a b": 1,
+    "yq -i '.a = 1' f.yaml": 2,
+    "mlr -I --csv sort -f a f.csv": 2,
+    "fd -e pyc -x rm": 2,
+    "fd -t f -x rm -rf": 2,
+    "fd -x rm -rf": 3,
+    "fd . /srv -X rm -rf": 3,
+    "fd -x echo": 0,
+}
+
+
+@pytest.mark.parametrize(("command", "expected"), WRITERS.items())
+def test_read_only_programs_that_write_when_told_to(command: str, expected: int) -> None:
+    assert tier(command) == expected
+    assert Policy("readonly").decide(Subject(command=command)).denied == (expected > 0)
 
 
 def test_stdin_is_classified_as_the_text_that_reaches_the_program() -> None:

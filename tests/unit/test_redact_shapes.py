@@ -88,6 +88,9 @@ SECRETS: list[tuple[str, str]] = [
     ("sshpass -p sshS3cret ssh -p 2222 host", "sshS3cret"),
     ("redis-cli -a redisPw0rd ping", "redisPw0rd"),
     ("curl -u alice:curlS3cret https://x", "curlS3cret"),
+    ("curl --oauth2-bearer oauthT0ken" + HEX + " https://api", "oauthT0ken" + HEX),
+    ("curl --oauth2-bearer=oauthT0ken" + HEX + " https://api", "oauthT0ken" + HEX),
+    ("app --bearer bearerT0ken", "bearerT0ken"),
     ("docker login -u me -p dockerS3cret registry", "dockerS3cret"),
     ("app --password flagS3cret --verbose", "flagS3cret"),
     ("app --token=flagT0ken", "flagT0ken"),
@@ -150,6 +153,8 @@ LOOK_ALIKES = [
     "app --no-password --ask-pass",
     "export TOKEN_URL=https://auth.example.com/token",
     "the bearer of this letter",
+    "bearer: the courier who brought it",
+    "curl --oauth2-bearer-file /run/secrets/t https://api",
     "Authorization header missing in the request",
     "echo $PASSWORD",
     "PWD=/tmp OLDPWD=/home/bob",
@@ -189,6 +194,11 @@ def test_an_env_overlay_key_that_is_a_token_is_redacted_and_no_entry_is_lost() -
     env = redacted["env"]
     assert GITHUB not in str(env) and "npm_" + ALNUM not in str(env)
     assert len(env) == 3 and env["PLAIN"] == "2"
+
+
+def test_an_oauth2_bearer_in_an_argv_is_redacted() -> None:
+    argv = redact_value({"argv": ["curl", "--oauth2-bearer", "oauthT0ken" + HEX, "https://api"]})
+    assert argv == {"argv": ["curl", "--oauth2-bearer", "[REDACTED]", "https://api"]}
 
 
 def test_the_names_around_the_secret_stay() -> None:

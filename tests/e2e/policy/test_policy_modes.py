@@ -96,3 +96,37 @@ async def test_destructive_variants_are_tier_3(tmp_path: Path) -> None:
         ):
             result = await client.call_tool("shell_exec", {"command": command})
             assert text_of(result).startswith("[DENIED tier 3 (irreversible)"), command
+
+
+async def test_readonly_refuses_read_only_tools_that_write_and_wrapper_spellings(tmp_path: Path) -> None:
+    # Tools that print (tier 0) but write a file when told to, and wrappers in getopt spellings or given no
+    # command: each is refused and nothing is written; the same tools without the option run.
+    audit_path = tmp_path / "audit.jsonl"
+    source = tmp_path / "in.txt"
+    source.write_text("b\na\na\n")
+    tree = tmp_path / "tree"
+    (tree / "sub").mkdir(parents=True)
+    out = tmp_path / "out"
+    refused: list[tuple[dict[str, str], int]] = [
+        ({"command": f"sort -o {out}-sort {source}"}, 1),
+        ({"command": f"sort --output={out}-sort-long {source}"}, 1),
+        ({"command": f"sort -uo {out}-sort-bundled {source}"}, 1),
+        ({"command": f"uniq {source} {out}-uniq"}, 1),
+        ({"command": f"cat {source} | less -o {out}-less"}, 1),
+        ({"command": f"cat {source} | less -O {out}-less-upper"}, 1),
+        ({"command": f"cat {source} | less --log-file={out}-less-long"}, 1),
+        ({"command": f"script --command='rm -rf {tree}' {out}-script"}, 3),
+        ({"command": f"script -qc 'rm -rf {tree}' /dev/null"}, 3),
+        ({"command": f"script -q {out}-typescript", "stdin": f"rm -rf {tree}\n"}, 3),
+        ({"command": f"flock --command 'rm -rf {tree}' {out}-lock"}, 3),
+    ]
+    async with connect(audit_path, policy_mode="readonly") as client:
+        for arguments, tier in refused:
+            result = await client.call_tool("shell_exec", arguments)
+            assert text_of(result).startswith(f"[DENIED tier {tier} "), (arguments, text_of(result))
+        printed = await client.call_tool("shell_exec", {"command": f"sort {source} | uniq -c"})
+        assert text_of(printed).startswith("[exit 0]") and "2 a" in text_of(printed), text_of(printed)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["audit.jsonl", "in.txt", "tree"], "a refused call ran"
+    assert (tree / "sub").is_dir()
+    denied = [record for record in read_records(audit_path) if record.get("denied")]
+    assert len(denied) == len(refused)
