@@ -174,9 +174,12 @@ class Segment:
         await _still_serving(self.peer, request_id, self.era, self.report)
 
     async def finish(self, last: bool = False) -> None:
+        # A server already dead here was counted when it was found dead (mid-run, or by still_serving).
+        counted = not self.peer.alive()
         code = await self.peer.close()
         if last and self.transport == "stdio" and code != 0:
             self.report.fail("server exited", f"exit status {code} when its stdin closed")
+            self.report.server_exits += 0 if counted else 1
         check_log(self.audit_path, self.sent, self.report, self.server_dir, {CLIENT})
 
 
