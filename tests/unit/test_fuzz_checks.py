@@ -192,7 +192,9 @@ def append_chained(path: Path, fields: dict[str, Any]) -> None:
 
 def log_violations(path: Path, sent_ids: list[int]) -> Report:
     report = Report()
-    sent = [(call_probe(request_id), answer(request_id)) for request_id in sent_ids]
+    sent: list[tuple[Probe, dict[str, Any] | None]] = [
+        (call_probe(request_id), answer(request_id)) for request_id in sent_ids
+    ]
     check_log(path, sent, report, REPO, {CLIENT})
     return report
 

@@ -110,4 +110,3 @@ async def test_a_1_mib_request_id_is_kept_as_a_summary(tmp_path: Path) -> None:
     assert verified.ok, verified.message
     (record,) = [record for record in read_records(tmp_path / "audit.jsonl") if record["tool"] == "server_info"]
     assert record["request_id"] == summary_of(request_id)
-
