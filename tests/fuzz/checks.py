@@ -82,9 +82,14 @@ class Report:
         self.records += other.records
         self.server_exits += other.server_exits
 
+    def tool_calls(self) -> int:
+        """The generated tool calls among the messages sent (the others: context requests, malformed messages)."""
+        return sum(count for kind, count in self.by_kind.items() if kind.startswith("tool:"))
+
     def summary(self) -> str:
         lines = [
-            f"{self.calls} messages, {self.records} audit records, largest record {self.largest_record} bytes, "
+            f"{self.calls} messages ({self.tool_calls()} tool calls), {self.records} audit records, "
+            f"largest record {self.largest_record} bytes, "
             f"server exits {self.server_exits}, RSS {self.rss_start_kib // 1024} -> {self.rss_end_kib // 1024} MiB"
         ]
         for invariant, count in sorted(self.violations.items()):
