@@ -228,7 +228,7 @@ _IN_PLACE = {
 }
 
 
-def _in_place(call: Call) -> Verdict:
+def in_place(call: Call) -> Verdict:
     """sed -i / perl -i: in place without a backup suffix is 2; with one (-i.bak, BSD `-i .bak`) it is 1."""
     pattern = _IN_PLACE[call.program]
     in_place = backup = False
@@ -251,12 +251,6 @@ def _in_place(call: Call) -> Verdict:
     if backup and not call.context.bulk:
         return verdict(1, "edits files in place, keeping a backup")
     return verdict(2, "edits files in place without a backup")
-
-
-def _awk(call: Call) -> Verdict:
-    if call.value("-i", "--include") == "inplace":
-        return verdict(2, "awk edits files in place")
-    return verdict(1, "awk program runs commands") if "system(" in " ".join(call.words) else READ
 
 
 def _tee(call: Call) -> Verdict:
@@ -481,11 +475,7 @@ RULES: dict[str, Callable[[Call], Verdict]] = {
     "setfacl": _permissions,
     "chattr": _permissions,
     "chcon": _permissions,
-    "sed": _in_place,
-    "gsed": _in_place,
-    "perl": _in_place,
-    "awk": _awk,
-    "gawk": _awk,
+    "perl": in_place,
     "tee": _tee,
     "gzip": _compress,
     "gunzip": _compress,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from relay_shell.policy import devops, disks, network, outputs, packages, programs, sql, vcs, verbs
+from relay_shell.policy import devops, disks, network, outputs, packages, programs, scripts, sql, vcs, verbs
 from relay_shell.policy.calls import Call, Context, Verdict, verdict
 from relay_shell.policy.vocabulary import (
     ESCALATION,
@@ -31,6 +31,7 @@ RULES: dict[str, Callable[[Call], Verdict]] = {
     **sql.RULES,
     **verbs.RULES,
     **outputs.RULES,
+    **scripts.RULES,
 }
 
 

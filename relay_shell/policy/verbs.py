@@ -174,6 +174,8 @@ def _copy_tier(call: Call, destination: str) -> Verdict:
 
 
 def _aws(call: Call) -> Verdict:
+    if not call.subcommand:
+        return verdict(0, "aws prints its usage")  # no service named: nothing runs (and nothing to index below)
     if call.subcommand == "s3":
         return _s3(call)
     if call.subcommand in ("configure", "sso") and len(call.operands) > 1 and call.operands[1] in ("list", "get"):

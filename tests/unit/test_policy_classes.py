@@ -363,6 +363,122 @@ WRITERS = {
     "fd -x rm -rf": 3,
     "fd . /srv -X rm -rf": 3,
     "fd -x echo": 0,
+    # the rest of the read-only vocabulary: options that write a file (1, or onto an input 2, a system file 2-3)
+    "nmap -oN scan.txt 10.0.0.1": 1,
+    "nmap -sC -sV -oA top-ports host1": 1,
+    "nmap -oX /etc/hosts host1": 3,
+    "nmap -oX - host1": 0,
+    "nmap --resume scan.gnmap": 1,
+    "nmap -p 80,443 host1": 0,
+    "info -o coreutils.txt coreutils": 1,
+    "dmidecode --dump-bin dmi.bin": 1,
+    "ss -D diag.bin": 1,
+    "file -C -m magic": 1,
+    "xmllint --output out.xml in.xml": 1,
+    "tree -R -H . -o index.html": 1,
+    "atop -w raw.log 10": 1,
+    "ncdu -o scan.json /srv": 1,
+    "ncdu -o - /srv": 0,
+    "lshw -dump hw.db": 1,
+    "lshw -short": 0,
+    "hwinfo --all --log hw.txt": 1,
+    "sar -o data.bin 2 5": 1,
+    "sar -o 2 5": 2,  # no file name: the daily file under /var/log/sa
+    "sar -u ALL 2": 0,
+    "dstat --output out.csv": 1,
+    "sslscan --xml=out.xml example.com": 1,
+    "testssl --logfile out.log example.com": 1,
+    "testssl --json example.com": 1,
+    "whatweb --log-json=out.json example.com": 1,
+    "httpx -u example.com -ss": 1,
+    "tlsx -u db1.example.com -ss": 0,  # -ss is "self-signed" there
+    "dnsx -d domains.txt -w words.txt -o out.txt": 1,
+    "gau example.com --o urls.txt": 1,
+    "flake8 --output-file=lint.txt .": 1,
+    "mypy --junit-xml j.xml src": 1,
+    "bandit -r . -o report.json": 1,
+    "trivy image -o report.json alpine": 1,
+    "syft nginx -o spdx-json=sbom.json": 1,
+    "syft nginx -o spdx-json": 0,
+    "semgrep --json-output=r.json .": 1,
+    "feh -m -o montage.png images": 1,
+    "mplayer -dumpstream -dumpfile out.mp4 http://example.com/s": 1,
+    "mpv --o=out.mkv in.mp4": 1,
+    "ffprobe -report in.mp4": 1,
+    "mediainfo --LogFile=log.txt in.mp4": 1,
+    "pg_waldump --save-fullpage=pages seg": 1,
+    "csvclean data.csv": 1,
+    "csvclean -n data.csv": 0,
+    "mlr --icsv cat then tee out.csv in.csv": 1,
+    "mlr --icsv put 'tee > $a.\".csv\", $*' in.csv": 1,
+    "xsv index data.csv": 1,
+    "sed -n 'w out.txt' in.txt": 1,
+    "sed 's/a/b/w changed.txt' in.txt": 1,
+    "sed -n '1~2w in.txt' in.txt": 2,
+    "sed 's/a/b/;w /etc/passwd' in.txt": 3,
+    "sed 's/a/b/w /dev/stdout' in.txt": 0,
+    "sed 's/world/w/' in.txt": 0,
+    "sed --sandbox 's/a/b/w x' in.txt": 0,
+    "sed -f edit.sed in.txt": 1,  # a script file's commands cannot be seen
+    "history -w": 1,
+    "tldr -u": 1,
+    "fastfetch --gen-config": 1,
+    "screenfetch -s": 1,
+    # ... that change something
+    "ss -K dst 192.168.1.20": 2,
+    "ss -tK": 2,
+    "ss -tulpn": 0,
+    "vnstat --remove -i eth0 --force": 2,
+    "vnstat --add -i eth0": 2,
+    "vnstat -tr 30": 0,
+    "lastlog -C -u alice": 2,
+    "sensors -s": 2,
+    "systemd-analyze set-log-level debug": 2,
+    "systemd-analyze log-level debug": 2,
+    "systemd-analyze log-level": 0,
+    "nmap --script smb-brute host1": 2,
+    "nmap --script vuln host1": 2,
+    "nmap --script 'default and not intrusive' host1": 0,
+    "nmap --script ./mine.nse host1": 1,
+    "nmap --script-updatedb": 2,
+    "glances -w": 2,
+    "inxi -U": 2,
+    "httpx -up": 2,
+    "mypy --install-types": 2,
+    "pip-audit --fix": 2,
+    "tflint --fix": 2,
+    "semgrep --autofix -c p/python .": 2,
+    "ansible-lint --fix": 2,
+    "jsonlint -i f.json": 2,
+    "xq -i '.a' f.xml": 2,
+    "pg_amcheck --install-missing appdb": 2,
+    "trivy server": 2,
+    "vlc -I http movie.mp4": 2,
+    "fc -s": 2,  # re-runs a command from the history, which cannot be classified
+    "fc -l": 0,
+    # ... and commands they run: classified like a find -exec command
+    "sort --compress-program=./squash in.txt": 1,
+    "sort --compress-program=gzip in.txt": 0,  # a compressor run as a filter
+    "rg --pre 'rm -rf /srv/data' pattern": 3,
+    "ugrep --filter='pdf:rm -rf /srv/data' x": 3,
+    "man -P 'rm -rf /srv/data' ls": 3,
+    "bat --pager 'rm -rf /srv/data' f": 3,
+    "sdiff --diff-program='rm notes.txt' a b": 2,
+    "feh --action ';[Delete]rm %F' images": 2,
+    "sed '1e rm -rf /srv/data' in.txt": 3,
+    "sed 's/.*/rm -rf &/e' in.txt": 2,  # runs its input's lines: cannot classify
+    "dc -e '!rm -rf /srv/data'": 3,
+    "dc -e '1 2 !<a p'": 0,
+    "awk 'BEGIN { system(\"rm -rf /srv/data\") }'": 3,
+    "awk '{ print | \"sh\" }' cmds.txt": 2,
+    "mlr -n put 'end { system(\"rm -rf /srv/data\") }'": 3,
+    "trap 'rm -rf /srv/data' EXIT": 3,
+    "trap 'echo done' EXIT": 0,
+    "trap - INT": 0,
+    "bind -x '\"\\C-e\": rm -rf /srv/data'": 3,
+    "complete -C 'rm -rf /srv/data' ls": 3,
+    ". ./env.sh": 1,
+    "kubectl completion fish | source": 1,
 }
 
 
@@ -370,6 +486,11 @@ WRITERS = {
 def test_read_only_programs_that_write_when_told_to(command: str, expected: int) -> None:
     assert tier(command) == expected
     assert Policy("readonly").decide(Subject(command=command)).denied == (expected > 0)
+
+
+def test_aws_without_a_service_is_classified_not_an_error() -> None:
+    # It raised ValueError (the service's position was looked up in the words) and failed the whole call.
+    assert tier("aws") == 0 and tier("aws --debug") == 0 and tier("sudo aws") == 2
 
 
 def test_stdin_is_classified_as_the_text_that_reaches_the_program() -> None:
@@ -431,6 +552,10 @@ def test_unknown_programs_stay_tier_1_unless_evidence_says_more() -> None:
         "psql -c '" + "DROP TABLE t; -- ;" * 50_000 + "'",
         "ls -t | tail -n +6 | " * 25_000 + "xargs rm",
         "echo " + "/s " * 300_000,
+        "sed '" + "s/a/b/w x\\" * 100_000 + "' f",  # the sed script parser
+        "awk '" + '"' + "x" * 900_000 + "'",  # an unterminated string literal
+        "mlr put '" + 'tee > "' * 100_000 + "'",
+        "nmap --script '" + "not (" * 150_000 + "'",
     ],
 )
 def test_megabyte_inputs_stay_linear(pathological: str) -> None:

@@ -99,8 +99,9 @@ async def test_destructive_variants_are_tier_3(tmp_path: Path) -> None:
 
 
 async def test_readonly_refuses_read_only_tools_that_write_and_wrapper_spellings(tmp_path: Path) -> None:
-    # Tools that print (tier 0) but write a file when told to, and wrappers in getopt spellings or given no
-    # command: each is refused and nothing is written; the same tools without the option run.
+    # Tools that print (tier 0) but write a file, run a command or close sockets when told to, and wrappers in
+    # getopt spellings or given no command: each is refused and nothing is written; the same tools without the
+    # option run.
     audit_path = tmp_path / "audit.jsonl"
     source = tmp_path / "in.txt"
     source.write_text("b\na\na\n")
@@ -115,6 +116,14 @@ async def test_readonly_refuses_read_only_tools_that_write_and_wrapper_spellings
         ({"command": f"cat {source} | less -o {out}-less"}, 1),
         ({"command": f"cat {source} | less -O {out}-less-upper"}, 1),
         ({"command": f"cat {source} | less --log-file={out}-less-long"}, 1),
+        ({"command": f"sed -n 'w {out}-sed' {source}"}, 1),
+        ({"command": f"sed '1e touch {out}-sed-e' {source}"}, 1),
+        ({"command": f"ss -t -D {out}-ss"}, 1),
+        ({"command": f"history -w {out}-history"}, 1),
+        ({"command": f"trap 'touch {out}-trap' EXIT; echo hi"}, 1),
+        ({"command": f"man -P 'touch {out}-man' ls"}, 1),
+        ({"command": f"sort --compress-program=./squash -o {out}-compressed {source}"}, 1),
+        ({"command": "ss -K dst 192.0.2.1"}, 2),
         ({"command": f"script --command='rm -rf {tree}' {out}-script"}, 3),
         ({"command": f"script -qc 'rm -rf {tree}' /dev/null"}, 3),
         ({"command": f"script -q {out}-typescript", "stdin": f"rm -rf {tree}\n"}, 3),
