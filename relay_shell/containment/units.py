@@ -291,8 +291,9 @@ class Containment:
         """cgroup mode: the processes that left their unit for the instance directory itself (any cgroup of a
         delegated subtree is writable by the server's uid, so a command of the same uid can move itself there),
         with whatever runs below them. Not the server; not a leftover adopted at startup (moved there on
-        purpose); not the server's own helpers (a ProxyCommand: a child of the server carrying the server's
-        marker); not a process whose marker names a unit still running (that unit's end takes it)."""
+        purpose); not the server's own helpers (a ProxyCommand and what it starts: they carry the server's
+        marker, which no unit's process inherits); not a process whose marker names a unit still running (that
+        unit's end takes it)."""
         if self.tree is None:
             return set()
         me = os.getpid()
@@ -306,7 +307,7 @@ class Containment:
             if entry is None or entry.state == "Z" or self.adopted.get(pid) == entry.starttime:
                 continue
             marker = proc.read_marker(pid)
-            if (marker == self.server_marker and entry.ppid == me) or marker in running_markers:
+            if marker == self.server_marker or marker in running_markers:
                 continue
             found.add(pid)
         if not found:

@@ -1,7 +1,8 @@
 """End to end, the harder escapes: processes that move themselves out of their unit's cgroup (a same-uid command
 may write to any cgroup.procs of the delegated subtree), a fork loop that keeps making processes while its unit
-is ended, and the time a unit takes to end (adr/0015 states the bound: 2 × KILL_GRACE after the end begins).
-Helpers and the two containments are those of test_containment.py.
+is ended, and the time a unit takes to end (adr/0015 states the bound: 2 × KILL_GRACE after the end begins);
+and the one process outside every unit that is no escape, a ProxyCommand of the server's SSH pool. Helpers and
+the two containments are those of test_containment.py.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from tests.e2e.containment.test_containment import (
     survivors,
     wait_running,
 )
+from tests.sshd import SshFleet
 
 pytestmark = pytest.mark.anyio
 
@@ -133,3 +135,45 @@ async def test_a_unit_ends_within_twice_the_kill_grace(tmp_path: Path, mode: str
     finally:
         end_strays(in_call)
         end_strays(in_session)
+
+
+def proxy_config(fleet: SshFleet, path: Path) -> Path:
+    """An ssh_config whose host `viaproxy` is h01 reached through a ProxyCommand (`ssh -W` through h02)."""
+    target = fleet.host("h01")
+    proxy = f"ssh -F {fleet.ssh_config} -o BatchMode=yes -W %h:%p h02"
+    path.write_text(
+        f"Host viaproxy\n    HostName {target.address}\n    Port {target.port}\n    User root\n"
+        f"    IdentityFile {fleet.client_key}\n    ProxyCommand {proxy}\n\n"
+        + fleet.ssh_config.read_text()
+    )
+    return path
+
+
+def proxy_helpers(fleet: SshFleet) -> set[int]:
+    """The ProxyCommand processes running (`ssh -F <the fleet's ssh_config> … -W`)."""
+    return {pid for pid, cmdline in with_text(str(fleet.ssh_config)).items() if " -W " in cmdline}
+
+
+@pytest.mark.fleet(hosts=2)
+async def test_a_proxycommand_helper_is_no_stray(tmp_path: Path, cgroup_parent: Path, fleet: SshFleet) -> None:
+    """cgroup mode: the ProxyCommand asyncssh starts for a pooled connection sits in the instance directory
+    outside every unit, like a stray — but it is the server's own (its marker): a call's timeout, which ends
+    the strays, leaves it and its connection alone."""
+    token = new_token()
+    config = proxy_config(fleet, tmp_path / "proxied_ssh_config")
+    try:
+        async with contained(tmp_path / "audit.jsonl", "cgroup", cgroup_parent, ssh_config=str(config)) as client:
+            first = await client.call_tool("ssh_exec", {"host": "viaproxy", "command": "echo one"})
+            assert text_of(first) == "[exit 0]\none\n", text_of(first)
+            helpers = proxy_helpers(fleet)
+            assert len(helpers) == 1, helpers
+            arguments = {"command": escapes(token) + moved_out(token + "9", 1) + "sleep 300", "timeout": 2}
+            result = await call_while_running(client, "shell_exec", arguments, {token: 3})
+            assert text_of(result).startswith("[TIMEOUT after 2s]"), text_of(result)
+            assert survivors(token) == {}
+            assert proxy_helpers(fleet) == helpers, "a call's end took the server's ProxyCommand for a stray"
+            second = await client.call_tool("ssh_exec", {"host": "viaproxy", "command": "echo two"})
+            assert text_of(second) == "[exit 0]\ntwo\n", text_of(second)
+            assert proxy_helpers(fleet) == helpers, "the pooled connection through the ProxyCommand was lost"
+    finally:
+        end_strays(token)
