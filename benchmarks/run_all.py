@@ -10,6 +10,7 @@ import anyio
 from benchmarks import (
     bench_audit,
     bench_big_output,
+    bench_containment,
     bench_exec_latency,
     bench_http,
     bench_policy,
@@ -33,6 +34,7 @@ def main() -> int:
         "redact": bench_redact.main(),
         "startup": bench_startup.main(),
         "exec_latency": anyio.run(bench_exec_latency.main),
+        "containment": anyio.run(bench_containment.main),
         "big_output": anyio.run(bench_big_output.main),
         "strip_ansi": bench_strip_ansi.main(),
         "session_repl": anyio.run(bench_session_repl.main),

@@ -238,12 +238,12 @@ class Runner:
         self._write(record, label, 0, "ok", started)
 
     def server_started(self, fields: dict[str, Any]) -> None:
-        """This process's first record, `server:start`: its pid and version, and what the previous process left
-        behind (the calls it left interrupted, and what containment found of them; audit/interrupted.py)."""
+        """This process's first record, `server:start`: its pid, version and call_id tag, and what the previous
+        process left behind (the calls it left interrupted, what containment found of them; audit/interrupted.py)."""
         self.interrupted_at_start = int(fields.get("interrupted_count", 0))
         started = time.monotonic()
         record = self._record("server:start", 0, "ok", Identity(request_id=None, client_id="server"), {}, started)
-        record.update(pid=os.getpid(), version=__version__, **fields)
+        record.update(pid=os.getpid(), version=__version__, call_tag=self._call_tag, **fields)
         self._write(record, "server:start", 0, "ok", started)
 
     def admit_later(
@@ -456,6 +456,10 @@ class Runner:
         text = render_text(first, notes, body, trailer)
 
         label = record_label or tool  # a gated call's record is the gate's event (gate:brief)
+        if plan is not None and plan.recorded_arguments is not None:
+            # Set while executing (a send that found the terminal reading with echo off only when it typed):
+            # the end record withholds the input too. The start record, on disk already, could not (adr/0014).
+            call.record_as(plan.recorded_arguments)
         record = self._record(label, tier, outcome, call.identity, call.audited_arguments(), call.started)
         record.update(call_id=call.call_id, phase=phase, **output_digests(text, captured))
         record["denied"] = outcome == "denied"
@@ -566,10 +570,16 @@ class _Call:
     _audited: dict[str, Any] | None = None
 
     def audited_arguments(self) -> dict[str, Any]:
-        """The arguments redacted and summarised, once for both records (arguments are final by then)."""
+        """The arguments redacted and summarised, once for both records (unless `record_as` replaced them)."""
         if self._audited is None:
             self._audited = audit_arguments(self.arguments)
         return self._audited
+
+    def record_as(self, arguments: dict[str, Any]) -> None:
+        """What the records still to be written keep of the arguments from now on."""
+        if arguments is not self.arguments:
+            self.arguments = arguments
+            self._audited = None
 
 
 # Records that are the server's own events, not tool calls: their labels may become metric labels.

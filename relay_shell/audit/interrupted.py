@@ -2,8 +2,9 @@
 
 At start-up, before it serves, the server reads its log backwards from the end to the previous process's own
 `server:start` record (or the top of the file, at most MAX_SCAN_BYTES) and lists every `start` record no `end`
-record follows. The runner writes them into this process's `server:start` record (adr/0014), so the log itself
-says which calls the previous process was running when it died.
+record follows — of that process only, when its record names its `call_tag` (the prefix of its call ids). The
+runner writes them into this process's `server:start` record (adr/0014), so the log itself says which calls
+the previous process was running when it died.
 
 The record also says what containment found of the previous process's units (`leftover_processes`: the
 processes still carrying their marker and whether they were ended); this module only reads the log.
@@ -54,8 +55,13 @@ def find_interrupted(path: Path) -> PreviousRun:
     interrupted: list[InterruptedCall] = []
     scanned = 0
     for raw, scanned in _lines_backwards(path):
-        if _SERVER_START in raw and _parse(raw).get("tool") == SERVER_START_TOOL:
+        if _SERVER_START in raw and (started := _parse(raw)).get("tool") == SERVER_START_TOOL:
             interrupted.reverse()
+            tag = started.get("call_tag")
+            if isinstance(tag, str):
+                # Only that process's calls: another server writing the same log (against the one-server-per-log
+                # rule) may have calls in flight, which were not interrupted.
+                interrupted = [call for call in interrupted if call.call_id.startswith(f"{tag}-")]
             return PreviousRun(interrupted, scanned, True)
         if _PHASE not in raw:
             continue

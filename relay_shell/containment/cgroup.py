@@ -24,9 +24,9 @@ names are therefore not the unit's: each is labelled with it in an extended attr
 (`user.relay_shell.unit`, Linux 5.7+), and the marker of the processes inside says it too.
 
 Threaded cgroups have no cgroup.kill (it is for whole domains): a unit is ended by freezing it (frozen
-processes cannot fork) and SIGKILLing every process listed, until it is empty. Only units are ever killed,
-never the instance directory as a whole: what merely runs there (the server, and whatever its embedding
-process started) is not a unit's.
+processes cannot fork) and SIGKILLing every process listed, until it is empty. The instance directory is never
+killed as a whole (the server runs there); what else sits in it is either the server's own helper or a process
+that moved itself out of its unit, and containment/units.py tells them apart (`Containment.strays`).
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ import contextlib
 import errno
 import itertools
 import os
+import re
 import signal
 import threading
 import time
@@ -42,6 +43,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 INSTANCE_PREFIX = "relay-shell-"
+# relay-shell-<scope: 12 hex digits>-<instance: pid-starttime> (units.py scope_of, instance_of_this_process)
+_INSTANCE_NAME = re.compile(re.escape(INSTANCE_PREFIX) + r"([0-9a-f]{12})-([0-9]+-[0-9]+)")
 TIDY_DELAY = 0.02  # seconds the filler thread lets a call finish before it makes the next spares
 UNIT_ATTRIBUTE = "user.relay_shell.unit"  # on a unit's cgroup: the unit's name (call-<id>, session-<id>)
 
@@ -266,23 +269,35 @@ class CgroupTree:
             raise
         return True
 
-    def instances(self) -> list[Path]:
-        """Every server instance directory in the own cgroup, this one's included."""
+    def instances(self) -> list[tuple[Path, str, str]]:
+        """Every server instance directory in the own cgroup, this one's included, with its scope and instance.
+        Only names exactly as start_containment makes them: another cgroup that merely starts with the prefix
+        (an operator's `relay-shell-test`) is no instance, and must never be taken for a dead one and emptied."""
+        found = []
         with contextlib.suppress(OSError):
-            return [path for path in self.place.own.iterdir() if path.name.startswith(INSTANCE_PREFIX)]
-        return []
+            for path in self.place.own.iterdir():
+                named = _INSTANCE_NAME.fullmatch(path.name)
+                if named is not None and path.is_dir():
+                    found.append((path, named[1], named[2]))
+        return found
 
 
 def pids_in(path: Path) -> set[int]:
     """The processes with a thread in this cgroup or below (a threaded cgroup lists threads, not processes)."""
     pids: set[int] = set()
     for directory in [path, *_subdirectories(path)]:
-        try:
-            listed = (directory / "cgroup.threads").read_text().split()
-        except OSError:
-            continue
-        for tid in listed:
-            pids.add(_thread_group(int(tid)))
+        pids |= pids_directly_in(directory)
+    return pids
+
+
+def pids_directly_in(path: Path) -> set[int]:
+    """The processes with a thread in this cgroup itself, not below it (the instance directory: the server and
+    what sits there outside every unit)."""
+    try:
+        listed = (path / "cgroup.threads").read_text().split()
+    except OSError:
+        return set()
+    pids = {_thread_group(int(tid)) for tid in listed}
     pids.discard(0)
     return pids
 

@@ -7,6 +7,8 @@ Which ones end (adr/0015):
   never returned nor recorded;
 - a session: ended — its terminal died with the server, nobody can reach it;
 - the dead server's own helpers (marker unit `server`): ended;
+- a process sitting in a dead server's instance cgroup itself, outside every unit, that no marker of this
+  scope names (it moved itself out of its unit and dropped the marker): ended, as `stray`;
 - a call that ended normally and left a background job running on purpose: kept, and adopted by this
   server (it runs on, and ends when this server stops, like this server's own background jobs);
 - when the caller cannot say which calls were interrupted (`interrupted_call_ids` None), every leftover is
@@ -28,10 +30,11 @@ from pathlib import Path
 from typing import Any
 
 from relay_shell.containment import proc
-from relay_shell.containment.cgroup import INSTANCE_PREFIX, pids_in, unit_name_of
+from relay_shell.containment.cgroup import pids_directly_in, pids_in, unit_name_of
 from relay_shell.containment.units import Containment, instance_alive
 
 END_WITHIN = 2.0  # seconds to end the leftovers at startup (SIGKILL, repeated until none runs)
+STRAY_UNIT = "stray"  # a process in a dead instance's own cgroup that no marker attributes to a unit
 
 
 @dataclass
@@ -79,8 +82,7 @@ def find_leftovers(containment: Containment, interrupted_call_ids: Collection[st
         leftover.pids.append(pid)
     unit_directories: dict[tuple[str, str], Path] = {}
     if containment.tree is not None:
-        for directory in containment.tree.instances():
-            scope, _, instance = directory.name.removeprefix(INSTANCE_PREFIX).partition("-")
+        for directory, scope, instance in containment.tree.instances():
             if directory == containment.tree.directory or instance_alive(instance):
                 continue
             if scope != containment.scope:
@@ -96,6 +98,16 @@ def find_leftovers(containment: Containment, interrupted_call_ids: Collection[st
                 leftover = found.setdefault(key, Leftover(instance, key[1], [], False, ""))
                 leftover.cgroup = str(unit_directory)
                 leftover.pids.extend(pid for pid in pids if pid not in leftover.pids)
+            # Outside every unit, in the instance directory itself: a process that left its unit (a same-uid
+            # command may write to any cgroup.procs of the delegated subtree). One with a marker of this scope
+            # was found by it above (an adopted job of an older server, or one that kept its marker).
+            for pid in pids_directly_in(directory):
+                named = proc.read_marker(pid)
+                if pid == os.getpid() or (named is not None and named.startswith(f"{containment.scope}:")):
+                    continue
+                leftover = found.setdefault((instance, STRAY_UNIT), Leftover(instance, STRAY_UNIT, [], False, ""))
+                leftover.cgroup = str(directory)
+                leftover.pids.append(pid)
     for leftover in found.values():
         # Below a marked process: what dropped the marker (env -i) but stayed in its tree.
         below = proc.descendants(table, leftover.pids) - {os.getpid()}
@@ -109,8 +121,7 @@ def find_leftovers(containment: Containment, interrupted_call_ids: Collection[st
         if not leftover.ended:
             _adopt(leftover, unit_directories.get((leftover.instance, leftover.unit)), containment)
     if containment.tree is not None:
-        for directory in containment.tree.instances():
-            _, _, instance = directory.name.removeprefix(INSTANCE_PREFIX).partition("-")
+        for directory, _, instance in containment.tree.instances():
             if directory != containment.tree.directory and not instance_alive(instance):
                 containment.tree.remove(directory)
     return running
@@ -127,6 +138,8 @@ def _unit_by_marker(pids: Collection[int], scope: str, instance: str) -> str | N
 def _decide(leftover: Leftover, interrupted_call_ids: Collection[str] | None) -> tuple[bool, str]:
     if leftover.unit == "server":
         return True, "started by the server itself, which is gone"
+    if leftover.unit == STRAY_UNIT:
+        return True, "it left its unit for the dead server's own cgroup and carries no marker: an escape"
     if leftover.unit.startswith("session-"):
         return True, "a terminal session of a server that is gone: nobody can reach it"
     if not leftover.unit.startswith("call-"):

@@ -3,7 +3,9 @@ whole, whatever it does to its process group or session (setsid, double fork, no
 
 Two kinds of unit, chosen at startup (`RELAY_SHELL_CONTAINMENT`, adr/0015):
 
-- **cgroup**: a threaded cgroup v2 per unit (containment/cgroup.py), frozen and killed as a whole.
+- **cgroup**: a threaded cgroup v2 per unit (containment/cgroup.py), frozen and killed as a whole. The server
+  is a child subreaper here too (it costs one prctl): an orphan stays its descendant even after it left its
+  unit's cgroup, so the server's stop still finds it.
 - **subreaper**: where no cgroup is ours to manage, the server is a child subreaper (orphans of its
   descendants are re-parented to it, never to init) and every unit's processes carry a marker in their
   environment, `RELAY_SHELL_UNIT=<scope>:<instance>:<unit>`, read back from /proc/PID/environ. A unit is
@@ -15,9 +17,10 @@ the next start finds what its predecessor left (containment/leftovers.py). `off`
 groups of before (for measurements).
 
 A unit is opened per call or session; its first process is started inside `spawning()`; its owner ends it
-with `send()` (TERM, HUP, … to every member, escapes included), a grace, then `kill()`; `release()` after a
-normal end keeps a unit whose background jobs still run (`sh -c` semantics) until they end or the server
-stops (`shutdown()`).
+with `send()` (TERM, HUP, … to every member, escapes included), a grace, then `kill()` (SIGSTOP to every
+member until none is left running, then SIGKILL: a stopped process cannot fork, so a fork loop cannot outrun
+the sweeps); `release()` after a normal end keeps a unit whose background jobs still run (`sh -c` semantics)
+until they end or the server stops (`shutdown()`).
 """
 
 from __future__ import annotations
@@ -31,14 +34,22 @@ import re
 import secrets
 import signal
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from relay_shell.containment import proc
-from relay_shell.containment.cgroup import INSTANCE_PREFIX, CgroupError, CgroupTree, locate, pids_in, populated
+from relay_shell.containment.cgroup import (
+    INSTANCE_PREFIX,
+    CgroupError,
+    CgroupTree,
+    locate,
+    pids_directly_in,
+    pids_in,
+    populated,
+)
 from relay_shell.containment.proc import MARKER_VARIABLE
 
 Mode = Literal["cgroup", "subreaper", "off"]
@@ -46,6 +57,7 @@ Setting = Literal["auto", "cgroup", "subreaper", "off"]
 _PR_SET_CHILD_SUBREAPER = 36
 _SAFE_ID = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 POLL = 0.01  # seconds between checks while a unit is being ended
+_STOPPED_STATES = ("T", "t")  # stopped by a signal, or by a tracer: it cannot fork until continued
 MAINTAIN_INTERVAL = 1.0
 SPARE_UNITS = 16  # unit cgroups made ahead (cgroup mode): a burst of calls within TIDY_DELAY uses them
 
@@ -152,7 +164,8 @@ class Unit:
         return members
 
     async def kill(self, grace: float) -> None:
-        """SIGKILL every process of the unit, escapes included, until none runs (or `grace` passed)."""
+        """SIGKILL every process of the unit, escapes included, until none runs (or `grace` passed). In cgroup
+        mode the processes that moved themselves out of every unit into the instance directory go too."""
         deadline = time.monotonic() + grace
         tree = self.containment.tree
         if tree is not None and self.cgroup is not None:
@@ -161,9 +174,11 @@ class Unit:
                 await asyncio.sleep(POLL / 2)
                 tree.kill(self.cgroup)  # what was still starting: frozen or not, it goes now
         # Every mode: processes outside the cgroup (moved out by their owner) or outside any cgroup
-        # (subreaper mode): sweep until a sweep finds none. Forks racing the sweep are found by the next one.
+        # (subreaper mode). Stopped first, so that nothing forks while the SIGKILL sweeps run.
+        frozen = [self.cgroup] if self.cgroup is not None and self.containment.can_freeze else []
+        await stop_all(lambda: self.members() | self.containment.strays(), frozen, deadline)
         while True:
-            members = self.members()
+            members = self.members() | self.containment.strays()
             for pid in members:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, signal.SIGKILL)
@@ -200,6 +215,8 @@ class Containment:
         self.leaders: set[int] = set()
         self.zombies_seen: set[int] = set()  # zombie children not ours to wait for, seen at the last tick
         self.adopted: dict[int, int] = {}  # leftovers kept at startup (pid -> start time), ended at shutdown
+        self.subreaper = False  # orphans of the server's descendants are re-parented to it (set by start_containment)
+        self.can_freeze = tree is not None and tree.can_freeze
         if mode != "off":
             # Once, before any thread runs: later changes only replace this entry's value, so the environ
             # array is never reallocated under a thread reading it.
@@ -246,27 +263,57 @@ class Containment:
                     self.units.pop(unit.name, None)
                     if unit.cgroup is not None:
                         self.tree.discard(unit.cgroup)
-        if self.mode == "subreaper" or os.getpid() == 1:  # only then do orphans come to the server
+        if self.subreaper or os.getpid() == 1:  # only then do orphans come to the server
             self.reap(set())
 
     # -- stopping ----------------------------------------------------------------------------------------
 
     def instance_members(self) -> set[int]:
         """Every running process of this server's units (lingering background jobs included) and adopted
-        leftovers, and in subreaper mode every descendant of the server (orphans that dropped their marker are
-        re-parented to it). Not what merely shares the instance's own cgroup: units are its subdirectories."""
+        leftovers; as a subreaper, every descendant of the server (orphans that dropped their marker and left
+        their unit are re-parented to it); in cgroup mode, everything in the instance directory but the server
+        (helpers too: the SSH connections, and with them any ProxyCommand, are closed before this runs)."""
         table = proc.scan()
         marked = proc.markers(table, self.instance_prefix)
         roots = {pid for pid, marker in marked.items() if marker != self.server_marker}
         roots.update(pid for pid, start in self.adopted.items() if pid in table and table[pid].starttime == start)
         if self.tree is not None:
+            roots.update(pids_directly_in(self.tree.directory))
             for unit_directory in _unit_directories(self.tree.directory):
                 roots.update(pids_in(unit_directory))
-        if self.mode == "subreaper":
+        if self.subreaper:
             roots.update(proc.own_children())
         found = proc.descendants(table, roots)
         found.discard(os.getpid())
         return {pid for pid in found if table[pid].state != "Z"}
+
+    def strays(self) -> set[int]:
+        """cgroup mode: the processes that left their unit for the instance directory itself (any cgroup of a
+        delegated subtree is writable by the server's uid, so a command of the same uid can move itself there),
+        with whatever runs below them. Not the server; not a leftover adopted at startup (moved there on
+        purpose); not the server's own helpers (a ProxyCommand and what it starts: they carry the server's
+        marker, which no unit's process inherits); not a process whose marker names a unit still running (that
+        unit's end takes it)."""
+        if self.tree is None:
+            return set()
+        me = os.getpid()
+        listed = pids_directly_in(self.tree.directory) - {me}
+        if not listed:
+            return set()  # the usual case: one read of cgroup.threads
+        running_markers = {unit.marker for unit in self.units.values() if not unit.released}
+        found = set()
+        for pid in listed:
+            entry = proc.read_entry(pid)
+            if entry is None or entry.state == "Z" or self.adopted.get(pid) == entry.starttime:
+                continue
+            marker = proc.read_marker(pid)
+            if marker == self.server_marker or marker in running_markers:
+                continue
+            found.add(pid)
+        if not found:
+            return found
+        table = proc.scan()
+        return {pid for pid in proc.descendants(table, found) if table[pid].state != "Z"} - {me}
 
     async def shutdown(self, grace: float) -> None:
         """The server stops: TERM every process of every unit (background jobs too), up to `grace`, then KILL
@@ -288,6 +335,9 @@ class Containment:
             for unit_directory in _unit_directories(self.tree.directory):
                 self.tree.kill(unit_directory)  # frozen: nothing forks any more
         deadline = time.monotonic() + max(grace, 1.0)
+        # What no freezer holds (subreaper mode, strays): stopped first, so a fork loop cannot outrun the sweeps.
+        frozen = _unit_directories(self.tree.directory) if self.tree is not None and self.can_freeze else []
+        await stop_all(self.instance_members, frozen, deadline)
         while True:
             members = self.instance_members()
             for pid in members:
@@ -358,7 +408,13 @@ def start_containment(setting: Setting, scope: str) -> Containment:
                 raise ContainmentUnavailable(f"no cgroup v2 this server may manage: {cgroup_problem}") from None
         else:
             chosen = "asked for" if setting == "cgroup" else "auto"
-            return Containment("cgroup", f"{chosen}: a threaded cgroup v2 per unit under {tree.directory}", scope, tree)
+            reason = f"{chosen}: a threaded cgroup v2 per unit under {tree.directory}"
+            problem = become_subreaper()
+            if problem is not None:  # the cgroup still holds every unit; only orphans that left it go to init
+                reason += f" (not a child subreaper: {problem})"
+            containment = Containment("cgroup", reason, scope, tree)
+            containment.subreaper = problem is None
+            return containment
     problem = become_subreaper()
     if problem is not None:
         raise ContainmentUnavailable(f"cannot become a child subreaper: {problem}")
@@ -366,7 +422,9 @@ def start_containment(setting: Setting, scope: str) -> Containment:
         reason = "asked for: child subreaper + RELAY_SHELL_UNIT marker"
     else:
         reason = f"auto: no cgroup ({cgroup_problem}); child subreaper + RELAY_SHELL_UNIT marker"
-    return Containment("subreaper", reason, scope)
+    containment = Containment("subreaper", reason, scope)
+    containment.subreaper = True
+    return containment
 
 
 def _unit_directories(directory: Path) -> list[Path]:
@@ -379,6 +437,34 @@ def _kill_method(containment: Containment) -> str:
     if containment.tree is not None:
         return "freeze + SIGKILL per process" if containment.tree.can_freeze else "SIGKILL per process"
     return "SIGKILL per process" if containment.mode != "off" else "process group"
+
+
+async def stop_all(find: Callable[[], set[int]], frozen: list[Path], deadline: float) -> None:
+    """SIGSTOP every process `find` returns, find again, stop the new ones, until a search finds nothing new
+    after every process of the search before was seen stopped: then none can have forked since (a stopped
+    process cannot fork), and the SIGKILL sweeps that follow cannot be outrun by a fork loop. Processes in the
+    `frozen` cgroups count as stopped (frozen, they show as sleeping and a SIGSTOP waits for the thaw). One that
+    cannot stop in time (uninterruptible sleep) only ends this at `deadline`; the SIGKILL sweeps still follow."""
+    stopped: set[int] = set()
+    settled = False  # every process of the last search was seen stopped (or gone) after that search
+    while time.monotonic() < deadline:
+        found = find()
+        fresh = found - stopped
+        if not fresh and settled:
+            return
+        for pid in fresh:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGSTOP)
+        stopped |= fresh
+        in_frozen = set().union(*(pids_in(path) for path in frozen))
+        settled = all(pid in in_frozen or _stopped_or_gone(pid) for pid in found)
+        if not settled:
+            await asyncio.sleep(POLL / 5)
+
+
+def _stopped_or_gone(pid: int) -> bool:
+    entry = proc.read_entry(pid)
+    return entry is None or entry.state in _STOPPED_STATES or entry.state == "Z"
 
 
 def become_subreaper() -> str | None:

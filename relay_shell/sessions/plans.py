@@ -206,8 +206,9 @@ def prepare_send(
                 )
             if secret is not None:
                 await _await_password_prompt(session)
-            # Sampled again just before writing: a program may have turned echo off since the call began.
-            if data and session.terminal.password_mode():
+            # Sampled again just before writing: a program may have turned echo off since the call was prepared.
+            # The start record is written by now; the end record withholds the input (adr/0014).
+            if data and plan.recorded_arguments is None and session.terminal.password_mode():
                 plan.recorded_arguments = withheld_input(call_arguments, session)
             session.last_activity = time.monotonic()
             match_from = session.ring.end

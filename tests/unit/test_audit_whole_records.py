@@ -123,6 +123,20 @@ def test_start_up_finds_only_what_the_previous_process_left_interrupted(tmp_path
     assert fields["leftover_processes"] == [{"call_id": "e-3", "pids": [123], "ended": True}]
 
 
+def test_start_up_names_only_calls_of_the_previous_process_by_its_call_tag(tmp_path: Path) -> None:
+    """A second server writing the same log (against the rule) has calls in flight: not interrupted ones."""
+    path = tmp_path / "audit.jsonl"
+    log = AuditLog(path)
+    log.open()
+    log.write({"v": 1, "tool": "server:start", "call_tag": "aaaa", "interrupted": []})
+    call(log, "aaaa-1", "start")  # the previous process dies during aaaa-1
+    call(log, "bbbb-7", "start")  # another live server's call, still running
+    call(log, "aaaa-2", "start")
+    call(log, "aaaa-2", "end")
+    log.close()
+    assert [call.call_id for call in find_interrupted(path).interrupted] == ["aaaa-1"]
+
+
 def test_the_restart_record_names_at_most_a_thousand_calls_and_counts_all(tmp_path: Path) -> None:
     path = tmp_path / "audit.jsonl"
     lines = [

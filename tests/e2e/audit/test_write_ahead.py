@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -50,20 +51,6 @@ def small_fs(tmp_path: Path) -> Iterator[Path]:
         yield mount_point
     finally:
         subprocess.run(["umount", "-l", str(mount_point)], check=False)
-
-
-@pytest.fixture
-def chattr() -> Iterator[Any]:
-    """`chattr +FLAG PATH` for the test (i: immutable, a: append-only), undone whatever happens."""
-    made: list[tuple[str, Path]] = []
-
-    def set_flag(flag: str, path: Path) -> None:
-        made.append((flag, path))
-        subprocess.run(["chattr", f"+{flag}", str(path)], check=True)
-
-    yield set_flag
-    for flag, path in made:
-        subprocess.run(["chattr", f"-{flag}", str(path)], check=False)
 
 
 def fill_up(directory: Path) -> Path:
@@ -167,11 +154,23 @@ def read_records_lenient(audit_path: Path) -> list[dict[str, Any]]:
     return records
 
 
+def scrape(port: int, name: str) -> float:
+    """One unlabelled sample from the server's /metrics listener."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        exposition = response.read().decode()
+    (value,) = [line.split()[1] for line in exposition.splitlines() if line.startswith(name + " ")]
+    return float(value)
+
+
 async def test_an_immutable_log_refuses_the_call_and_recovers_when_writable(tmp_path: Path, chattr: Any) -> None:
     audit_path = tmp_path / "logs" / "audit.jsonl"
     marker = tmp_path / "ran"
-    async with connect(audit_path) as client:
+    async with connect(audit_path, metrics_addr="127.0.0.1:0") as client:
         assert text_of(await client.call_tool("shell_exec", {"command": "echo before"})) == "[exit 0]\nbefore\n"
+        info = await client.call_tool("server_info", {})
+        assert info.structured_content is not None
+        port = info.structured_content["info"]["metrics"]["listen_port"]
+        assert scrape(port, "relay_shell_audit_refused_calls_total") == 0.0
         chattr("i", audit_path)
         for _ in range(2):  # the write fails on the open file, then reopening it fails: both refuse
             refused = await client.call_tool("shell_exec", {"command": f"touch {marker}"})
@@ -179,6 +178,8 @@ async def test_an_immutable_log_refuses_the_call_and_recovers_when_writable(tmp_
             assert text_of(refused).startswith("[ERROR: AuditUnavailable: "), text_of(refused)
             assert "Operation not permitted" in text_of(refused)
             assert not marker.exists()
+        assert scrape(port, "relay_shell_audit_refused_calls_total") == 2.0
+        assert scrape(port, "relay_shell_audit_degraded") == 1.0
         subprocess.run(["chattr", "-i", str(audit_path)], check=True)
         again = await client.call_tool("shell_exec", {"command": f"touch {marker} && echo after"})
         assert text_of(again) == "[exit 0]\nafter\n" and marker.exists()

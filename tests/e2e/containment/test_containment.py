@@ -2,8 +2,10 @@
 
 Each workload starts three processes that leave their process group and session — a `setsid` grandchild, a
 double-forked daemon and a `nohup` job — each a `sleep` with a unique duration so /proc finds it. They are
-counted before (all three run) and after the event that must end them: a timeout, an MCP cancellation,
-session_kill, session reaping, the client disconnecting, SIGTERM of the server. Every test runs under both
+counted before (all three run, while the call is still in flight) and after the event that must end them: a
+timeout, an MCP cancellation, session_kill, session reaping, the client disconnecting, SIGTERM of the server.
+The timeout and session_kill tests add an escape that also drops the unit's marker: only cgroup membership
+finds it (under the subreaper it runs on until the server stops, as adr/0015 says). Every test runs under both
 containments: the subreaper fallback (as CI runs it, forced with RELAY_SHELL_CONTAINMENT=subreaper) and a
 cgroup2 subtree this test creates and starts the server in (as a systemd unit with Delegate=yes would; needs
 root — on a machine where it cannot be made the test fails and says why, it does not skip).
@@ -26,6 +28,7 @@ import anyio
 import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
+from mcp_types import CallToolResult
 
 from tests.conftest import fields, server_env, text_of
 
@@ -34,7 +37,7 @@ pytestmark = pytest.mark.anyio
 MODES = ["subreaper", "cgroup"]
 KILL_GRACE = 1.0
 SLACK = 5.0  # on top of the kill grace, for a loaded machine: never a timing assertion
-ESCAPE_KINDS = {"1": "setsid grandchild", "2": "double-forked daemon", "3": "nohup job"}
+ESCAPE_KINDS = {"1": "setsid grandchild", "2": "double-forked daemon", "3": "nohup job", "4": "unmarked escape"}
 PROMPT = "READY> "
 
 
@@ -54,6 +57,22 @@ def escapes(token: str) -> str:
         f"os.execvp('sleep', ['sleep', '{token}2'])"
     )
     return f'(setsid sleep {token}1 &); python3 -c "{daemon}"; (setsid nohup sleep {token}3 >/dev/null 2>&1 &); '
+
+
+def unmarked_escape(token: str) -> str:
+    """Shell text: a `setsid` escape that also drops the unit's marker (`sleep <token>4`), re-parented away from
+    the command's tree at once. Nothing but its cgroup says which unit it belongs to."""
+    return f"env -u RELAY_SHELL_UNIT setsid sh -c 'sleep {token}4 &'; "
+
+
+def moved_out(token: str, levels: int) -> str:
+    """Shell text: `sleep <token>` that drops the unit's marker, leaves the command's session and (at once, as
+    its subshell exits) its process tree, and moves itself `levels` cgroups up from its unit (1: the server
+    instance's own directory; 2: the cgroup the server was started in), as any process of the server's uid may
+    in a delegated subtree."""
+    up = "/.." * levels
+    target = f'"{cgroup2_mount()}$(sed -n s/^0:://p /proc/self/cgroup){up}/cgroup.procs"'
+    return f"(env -u RELAY_SHELL_UNIT setsid sh -c 'echo $$ > {target} && exec sleep {token}' &); "
 
 
 def running(token: str) -> dict[int, str]:
@@ -95,6 +114,27 @@ def survivors(token: str, within: float = KILL_GRACE + SLACK) -> dict[int, str]:
         time.sleep(0.02)
 
 
+async def call_while_running(
+    client: Client, tool: str, arguments: dict[str, Any], tokens: dict[str, int]
+) -> CallToolResult:
+    """Make the call and return its result, after checking that the workload (`tokens`: how many processes of
+    each) was running while the call was still in flight: so what is counted afterwards was really ended."""
+    results: list[CallToolResult] = []
+
+    async def call() -> None:
+        results.append(await client.call_tool(tool, arguments))
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(call)
+        try:
+            for token, count in tokens.items():
+                await anyio.to_thread.run_sync(lambda token=token, count=count: wait_running(token, count))
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; the call: {text_of(results[0]) if results else 'still running'}") from None
+        assert not results, f"the call ended before its workload was seen running: {text_of(results[0])}"
+    return results[0]
+
+
 def end_strays(token: str) -> None:
     """After a failed test: leave nothing running (by pid, only this test's processes)."""
     for pid in running(token):
@@ -114,16 +154,12 @@ def cgroup2_mount() -> Path:
     pytest.fail("this machine has no cgroup2 mount: the cgroup containment cannot be tested here")
 
 
-@pytest.fixture(name="cgroup_parent")
-def cgroup_parent_fixture() -> Iterator[Path]:
-    yield from cgroup_subtree()
-
-
 def cgroup_subtree() -> Iterator[Path]:
     """A fresh cgroup2 subtree to start a server in, as a delegated cgroup; removed afterwards."""
     if os.geteuid() != 0:
         pytest.fail("not root: cannot create a cgroup2 subtree, so the cgroup containment is NOT tested here")
-    directory = cgroup2_mount() / f"relay-shell-test-{secrets.token_hex(4)}"
+    # Not named like a server instance's directory (relay-shell-…): nothing of any server may take it for one.
+    directory = cgroup2_mount() / f"rs-containment-test-{secrets.token_hex(4)}"
     try:
         directory.mkdir()
     except OSError as exc:
@@ -149,7 +185,7 @@ def _remove_tree(directory: Path) -> list[str]:
 
 
 def server_params(audit_path: Path, mode: str, cgroup: Path | None, **settings: str) -> StdioServerParameters:
-    env = server_env(audit_path, containment=mode, kill_grace=str(KILL_GRACE), **settings)
+    env = server_env(audit_path, **{"containment": mode, "kill_grace": str(KILL_GRACE), **settings})
     if mode != "cgroup":
         return StdioServerParameters(command=sys.executable, args=["-m", "relay_shell"], env=env)
     assert cgroup is not None, "the cgroup mode needs the cgroup_parent fixture"
@@ -169,24 +205,6 @@ async def contained(audit_path: Path, mode: str, cgroup: Path | None, **settings
         yield client
 
 
-@pytest.fixture(params=MODES)
-def mode(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
-@pytest.fixture
-def cgroup(mode: str, request: pytest.FixtureRequest) -> Path | None:
-    """The cgroup subtree the server starts in, for the cgroup mode."""
-    return request.getfixturevalue("cgroup_parent") if mode == "cgroup" else None
-
-
-@pytest.fixture
-def token() -> Iterator[str]:
-    value = new_token()
-    yield value
-    end_strays(value)
-
-
 async def server_pid(client: Client) -> int:
     """The server's pid, as its own command sees it (the shell's parent)."""
     result = await client.call_tool("shell_exec", {"command": "echo $PPID"})
@@ -201,10 +219,11 @@ async def spawn_shell(client: Client) -> str:
     return str(fields(result)["session_id"])
 
 
-async def start_in_session(client: Client, session_id: str, token: str) -> None:
+async def start_in_session(client: Client, session_id: str, token: str, more: str = "") -> None:
+    """Type the workload (and `more` shell text) into the session's shell; it ends with a long `sleep`."""
     result = await client.call_tool(
         "session_send",
-        {"session_id": session_id, "data": escapes(token) + "sleep 3000", "until": "(?!)", "timeout": 0.5},
+        {"session_id": session_id, "data": escapes(token) + more + "sleep 3000", "until": "(?!)", "timeout": 0.5},
     )
     assert "[ERROR" not in text_of(result), text_of(result)
 
@@ -213,14 +232,25 @@ async def start_in_session(client: Client, session_id: str, token: str) -> None:
 
 
 async def test_timeout_ends_every_escape(tmp_path: Path, mode: str, cgroup: Path | None, token: str) -> None:
-    async with contained(tmp_path / "audit.jsonl", mode, cgroup) as client:
-        result = await client.call_tool("shell_exec", {"command": escapes(token) + "sleep 300", "timeout": 2})
-        assert text_of(result).startswith("[TIMEOUT after 2s]"), text_of(result)
-        # All three ran (they are days long): the count below can only be 0 because they were ended.
-        assert survivors(token) == {}
-        started = await client.call_tool("shell_exec", {"command": escapes(token) + "sleep 300", "timeout": 5})
-        assert text_of(started).startswith("[TIMEOUT")
-        assert survivors(token) == {}
+    unmarked = new_token()
+    try:
+        async with contained(tmp_path / "audit.jsonl", mode, cgroup) as client:
+            for number, timeout in enumerate((2, 5), start=1):
+                command = escapes(token) + unmarked_escape(unmarked) + "sleep 300"
+                arguments = {"command": command, "timeout": timeout}
+                # Under the subreaper the unmarked escapes of both calls run; a cgroup ends each with its call.
+                expected = {token: 3, unmarked: number if mode == "subreaper" else 1}
+                result = await call_while_running(client, "shell_exec", arguments, expected)
+                assert text_of(result).startswith(f"[TIMEOUT after {timeout}s]"), text_of(result)
+                # All ran while the call was in flight (they are days long): 0 only because they were ended.
+                assert survivors(token) == {}
+                if mode == "cgroup":
+                    assert survivors(unmarked) == {}, "the cgroup holds the escape that dropped its marker"
+                else:  # nothing ties it to its call any more: it runs until the server stops (adr/0015)
+                    assert len(running(unmarked)) == number
+        assert survivors(unmarked) == {}, "the server's stop ends every descendant, unmarked ones included"
+    finally:
+        end_strays(unmarked)
 
 
 async def test_workload_really_escapes_its_process_group(
@@ -273,13 +303,22 @@ async def test_cancellation_ends_every_escape(tmp_path: Path, mode: str, cgroup:
 
 
 async def test_session_kill_ends_every_escape(tmp_path: Path, mode: str, cgroup: Path | None, token: str) -> None:
-    async with contained(tmp_path / "audit.jsonl", mode, cgroup) as client:
-        session_id = await spawn_shell(client)
-        await start_in_session(client, session_id, token)
-        assert len(wait_running(token)) == 3
-        killed = await client.call_tool("session_kill", {"session_id": session_id})
-        assert not killed.is_error, text_of(killed)
-        assert survivors(token) == {}
+    unmarked = new_token()
+    try:
+        async with contained(tmp_path / "audit.jsonl", mode, cgroup) as client:
+            session_id = await spawn_shell(client)
+            await start_in_session(client, session_id, token, unmarked_escape(unmarked))
+            assert len(wait_running(token)) == 3 and len(wait_running(unmarked, 1)) == 1
+            killed = await client.call_tool("session_kill", {"session_id": session_id})
+            assert not killed.is_error, text_of(killed)
+            assert survivors(token) == {}
+            if mode == "cgroup":
+                assert survivors(unmarked) == {}, "the cgroup holds the escape that dropped its marker"
+            else:  # nothing ties it to its session any more: it runs until the server stops (adr/0015)
+                assert len(running(unmarked)) == 1
+        assert survivors(unmarked) == {}, "the server's stop ends every descendant, unmarked ones included"
+    finally:
+        end_strays(unmarked)
 
 
 async def test_session_reaping_ends_every_escape(tmp_path: Path, mode: str, cgroup: Path | None, token: str) -> None:

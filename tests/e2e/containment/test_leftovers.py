@@ -12,7 +12,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
@@ -21,16 +20,15 @@ import pytest
 from relay_shell.containment import proc
 from relay_shell.containment.cgroup import INSTANCE_PREFIX, CgroupPlace, CgroupTree
 from relay_shell.containment.leftovers import find_leftovers
-from relay_shell.containment.units import Containment, scope_of
+from relay_shell.containment.units import Containment, instance_of_this_process, scope_of
 from tests.conftest import read_records, text_of
 from tests.e2e.containment.test_containment import (
     KILL_GRACE,
-    MODES,
     call_quietly,
     cgroup2_mount,
-    cgroup_subtree,
     contained,
     end_strays,
+    moved_out,
     new_token,
     running,
     server_pid,
@@ -41,21 +39,6 @@ from tests.e2e.containment.test_containment import (
 )
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture(name="cgroup_parent")
-def cgroup_parent_fixture() -> Iterator[Path]:
-    yield from cgroup_subtree()
-
-
-@pytest.fixture(name="mode", params=MODES)
-def mode_fixture(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
-@pytest.fixture(name="cgroup")
-def cgroup_fixture(mode: str, request: pytest.FixtureRequest) -> Path | None:
-    return request.getfixturevalue("cgroup_parent") if mode == "cgroup" else None
 
 
 def kill_9(pid: int) -> None:
@@ -166,11 +149,12 @@ async def test_leftovers_of_a_killed_server_ended_or_kept(tmp_path: Path, monkey
 async def test_adopted_leftovers_in_a_cgroup_end_when_the_server_stops(
     tmp_path: Path, cgroup_parent: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """cgroup mode: the dead server's instance cgroup is found; its interrupted call is ended, the kept job is
-    moved into the new instance's cgroup, the dead instance's cgroups are removed, and the new instance's
-    shutdown ends the adopted job."""
+    """cgroup mode: the dead server's instance cgroup is found; its interrupted call is ended, and so is a process
+    that left its unit for the instance's own cgroup and dropped its marker (a `stray`: nothing says it was left
+    running on purpose); the kept job is moved into the new instance's cgroup, the dead instance's cgroups are
+    removed, and the new instance's shutdown ends the adopted job."""
     audit_path = tmp_path / "audit.jsonl"
-    interrupted, job = new_token(), new_token()
+    interrupted, job, stray = new_token(), new_token(), new_token()
     unit_file = tmp_path / "unit"
     killed: list[int] = []
     try:
@@ -180,9 +164,11 @@ async def test_adopted_leftovers_in_a_cgroup_end_when_the_server_stops(
                 # This job drops the marker: only its cgroup still says where it belongs.
                 dropped = f"env -u RELAY_SHELL_UNIT setsid sleep {job}1 & echo ok"
                 assert text_of(await client.call_tool("shell_exec", {"command": dropped})) == "[exit 0]\nok\n"
+                moved = moved_out(stray, 1) + "echo ok"
+                assert text_of(await client.call_tool("shell_exec", {"command": moved})) == "[exit 0]\nok\n"
                 command = f'echo "$RELAY_SHELL_UNIT" > {unit_file}; sleep {interrupted}1'
                 group.start_soon(call_quietly, client, "shell_exec", {"command": command})
-                for token in (interrupted, job):
+                for token in (interrupted, job, stray):
                     await anyio.to_thread.run_sync(lambda token=token: wait_running(token, count=1))
                 kill_9(server)
                 killed.append(server)
@@ -195,18 +181,18 @@ async def test_adopted_leftovers_in_a_cgroup_end_when_the_server_stops(
         # The new instance's cgroup tree, made by hand: setup() would move this test process between cgroups.
         monkeypatch.setenv("RELAY_SHELL_UNIT", "")
         scope = scope_of(audit_path)
-        tree = CgroupTree(
-            CgroupPlace(mount=cgroup2_mount(), own=cgroup_parent), f"{INSTANCE_PREFIX}{scope}-test-{os.getpid()}"
-        )
+        name = f"{INSTANCE_PREFIX}{scope}-{instance_of_this_process()}"  # a live instance: this test process
+        tree = CgroupTree(CgroupPlace(mount=cgroup2_mount(), own=cgroup_parent), name)
         tree.directory.mkdir()
         tree.can_freeze = True
         containment = Containment("cgroup", "test", scope, tree)
         found = find_leftovers(containment, interrupted_call_ids={interrupted_call})
-        assert {(leftover.unit.startswith("call-"), leftover.ended) for leftover in found} == {
-            (True, True),
-            (True, False),
+        assert {(leftover.unit.split("-")[0], leftover.ended) for leftover in found} == {
+            ("call", True),
+            ("call", False),
+            ("stray", True),
         }, found
-        assert survivors(interrupted) == {}
+        assert survivors(interrupted) == {} and survivors(stray) == {}
         job_pids = set(running(job))
         assert len(job_pids) == 1
         in_instance = set((tree.directory / "cgroup.procs").read_text().split())
@@ -217,7 +203,7 @@ async def test_adopted_leftovers_in_a_cgroup_end_when_the_server_stops(
         assert survivors(job) == {}
         assert not tree.directory.exists()
     finally:
-        for token in (interrupted, job):
+        for token in (interrupted, job, stray):
             end_strays(token)
 
 
@@ -247,3 +233,26 @@ async def test_a_live_servers_units_are_never_leftovers(monkeypatch: pytest.Monk
         child.kill()
         child.wait()
         unit.release()
+
+
+async def test_a_cgroup_merely_named_like_an_instance_is_left_alone(
+    tmp_path: Path, cgroup_parent: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only `relay-shell-<scope>-<pid>-<start time>` is a server instance's directory: an operator's cgroup named
+    `relay-shell-test` (with empty cgroups below it) next to the server's is neither ended nor emptied."""
+    monkeypatch.setenv("RELAY_SHELL_UNIT", "")
+    foreign = cgroup_parent / f"{INSTANCE_PREFIX}test-{secrets.token_hex(3)}"
+    (foreign / "spare").mkdir(parents=True)
+    try:
+        scope = scope_of(tmp_path / "audit.jsonl")
+        name = f"{INSTANCE_PREFIX}{scope}-{instance_of_this_process()}"
+        tree = CgroupTree(CgroupPlace(mount=cgroup2_mount(), own=cgroup_parent), name)
+        tree.directory.mkdir()
+        containment = Containment("cgroup", "test", scope, tree)
+        assert [path for path, _, _ in tree.instances()] == [tree.directory]
+        assert find_leftovers(containment, interrupted_call_ids=None) == []
+        assert (foreign / "spare").is_dir(), "a cgroup that is no instance was emptied"
+        tree.remove(tree.directory)
+    finally:
+        (foreign / "spare").rmdir()
+        foreign.rmdir()

@@ -1,0 +1,67 @@
+"""A terminal that turns echo off after a session_send was prepared but before it types (a password prompt
+appearing at that instant): the input is typed, and the call's end record withholds it (adr/0014). The start
+record, written before the terminal changed, keeps what the call sent.
+
+A real program would turn echo off in that window only by chance (it is microseconds wide: no await separates
+preparing, the start record and the write), so the test makes the change itself at that moment: the real
+preparation runs, then the test turns ECHO off on the session's real PTY. Nothing else is replaced.
+"""
+
+from __future__ import annotations
+
+import termios
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp import Client
+
+from relay_shell.audit.log import AuditLog
+from relay_shell.config import Settings
+from relay_shell.plan import Plan
+from relay_shell.server import build_server
+from relay_shell.sessions.registry import SessionRegistry
+from relay_shell.surface import session_tools
+from tests.conftest import fields, read_records, text_of
+
+pytestmark = pytest.mark.anyio
+
+READ_A_LINE = "python3 -c \"import sys; print('ready'); line = sys.stdin.readline(); print('got', len(line))\""
+
+
+async def test_echo_turned_off_after_preparing_withholds_the_input_from_the_end_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    prepare_send = session_tools.prepare_send
+
+    def prepared_then_echo_off(settings: Settings, registry: SessionRegistry, owner: str, **arguments: Any) -> Plan:
+        plan = prepare_send(settings, registry, owner, **arguments)
+        descriptor = registry.sessions[arguments["session_id"]].terminal.fd
+        attributes = termios.tcgetattr(descriptor)
+        attributes[3] &= ~termios.ECHO
+        termios.tcsetattr(descriptor, termios.TCSANOW, attributes)
+        return plan
+
+    monkeypatch.setattr(session_tools, "prepare_send", prepared_then_echo_off)
+    audit_path = tmp_path / "audit.jsonl"
+    audit_log = AuditLog(audit_path)
+    audit_log.open()
+    assembly = build_server(Settings(audit_path=audit_path), audit_log)
+    try:
+        async with Client(assembly.mcp, mode="legacy") as client:
+            spawned = await client.call_tool("shell_spawn", {"command": READ_A_LINE, "until": "ready", "timeout": 10})
+            session_id = fields(spawned)["session_id"]
+            sent = await client.call_tool(
+                "session_send", {"session_id": session_id, "data": "hunter2", "until": "got", "timeout": 10}
+            )
+            assert not sent.is_error, text_of(sent)
+            assert "got 8" in text_of(sent) and "hunter2" not in text_of(sent)  # typed, and not echoed
+    finally:
+        await assembly.shutdown()
+        audit_log.close()
+    records = [record for record in read_records(audit_path) if record["tool"] == "session_send"]
+    assert [record["phase"] for record in records] == ["start", "end"]
+    start, end = records
+    assert start["call_id"] == end["call_id"]
+    assert start["args"]["data"] == "hunter2"  # on disk before the terminal changed: the documented limit
+    assert end["args"]["data"] == "[withheld: 7 characters typed with terminal echo off]", end["args"]
