@@ -457,8 +457,7 @@ class Runner:
 
         label = record_label or tool  # a gated call's record is the gate's event (gate:brief)
         if plan is not None and plan.recorded_arguments is not None:
-            # Set while executing (a send that found the terminal reading with echo off only when it typed):
-            # the end record withholds the input too. The start record, on disk already, could not (adr/0014).
+            # A send that found echo off only as it typed: the end record withholds the input (adr/0014).
             call.record_as(plan.recorded_arguments)
         record = self._record(label, tier, outcome, call.identity, call.audited_arguments(), call.started)
         record.update(call_id=call.call_id, phase=phase, **output_digests(text, captured))
