@@ -81,7 +81,9 @@ def prepare_spawn(
     patterns = compile_until(until)
     wait_timeout = wait_timeout_for(settings, timeout, notes)
     work_dir = check_cwd(cwd)
-    overlay = {"TERM": TERM, **(env or {})}
+    # COLUMNS/LINES inherited from the server's own environment (a server started from a terminal, a test
+    # runner) would override the PTY's size for curses and readline: the terminal's size is the PTY's.
+    overlay = {"TERM": TERM, "COLUMNS": None, "LINES": None, **(env or {})}
     terminal_env = child_env(overlay)  # the one-shot pager defaults included, unless the overlay changes them
     assert terminal_env is not None
     subject = Subject(

@@ -269,7 +269,13 @@ def redraw_text(result: CallToolResult) -> str:
     return strip_ansi(text_of(result).encode()).decode().replace("\r", "\n")
 
 
-async def test_curses_program_redraws_at_the_new_size_after_resize(tmp_path: Path) -> None:
+async def test_curses_program_redraws_at_the_new_size_after_resize(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A server started from a terminal (or by a test runner's worker) often has COLUMNS/LINES in its own
+    # environment: the session's size must still be the PTY's, never those.
+    monkeypatch.setenv("COLUMNS", "80")
+    monkeypatch.setenv("LINES", "24")
     script = tmp_path / "size.py"
     script.write_text(CURSES_SIZE)
     audit_path = tmp_path / "audit.jsonl"
