@@ -50,7 +50,7 @@ def with_text(token: str) -> dict[int, str]:
         except OSError:
             continue
         if token.encode() in cmdline and stat[stat.rfind(b")") + 2 :][:1] != b"Z":
-            found[int(entry)] = cmdline.replace(b"\0", b" ").decode(errors="replace")[:80]
+            found[int(entry)] = cmdline.replace(b"\0", b" ").decode(errors="replace")
     return found
 
 
