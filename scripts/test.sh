@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install everything the test suite needs (system packages when run as root, the Python environment,
 # the MCP Inspector CLI) and run the whole suite: lint, type check, pytest.
-# PYTHON picks the interpreter (default python3) and VENV its environment (default .venv); arguments go to pytest.
+# PYTHON picks the interpreter (default python3), VENV its environment (default .venv), TEST_WORKERS the pytest
+# workers (default 2; 0 runs in this process); arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
@@ -44,4 +45,6 @@ export RELAY_SHELL_TEST_INSPECTOR="$PWD/$inspector"
 "$VENV/bin/python" -c 'import sys; print("scripts/test.sh: Python", sys.version.split()[0], "at", sys.executable)'
 "$VENV/bin/ruff" check relay_shell tests benchmarks
 "$VENV/bin/mypy" relay_shell
-"$VENV/bin/python" -m pytest -q "$@"
+# Two workers, a test file each at a time (a file's module fixtures, such as its sshd fleet, stay in one worker):
+# most tests wait on processes, PTYs and sshd, so two workers halve the wall time on two cores (adr/0018).
+"$VENV/bin/python" -m pytest -q -n "${TEST_WORKERS:-2}" --dist loadfile "$@"
