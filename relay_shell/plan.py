@@ -85,6 +85,9 @@ class Plan:
     # Input to a session: the session's state a tier-3 confirmation is bound to (inputs written, output
     # produced: any since voids it) and what the human is shown about where the input goes.
     confirm_state: dict[str, Any] | None = None
+    # What computes `confirm_state` (it reads the session's recent output), called only when a confirmation is
+    # bound: in the same turn of the event loop as prepare, so the session cannot have changed in between.
+    confirm_state_of: Callable[[], dict[str, Any]] | None = None
     # Further fields of the call's audit record (a briefing: the runbooks it returned and their digests); set
     # by prepare or by execute.
     record_fields: dict[str, Any] | None = None

@@ -278,6 +278,8 @@ class Runner:
         written while the call waits for the human (the question, the answer) are `phase: "confirm"`; the
         call's start record follows once it is confirmed."""
         owner = owner_of(request_context)
+        if plan.confirm_state is None and plan.confirm_state_of is not None:
+            plan.confirm_state = plan.confirm_state_of()  # no await since prepare: the state prepare saw
         try:
             arguments = self._call_arguments(call.tool, request_context)
             binding = bind_call(call.tool, arguments, plan, owner, call.identity.client_id, reason)

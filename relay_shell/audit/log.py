@@ -29,7 +29,7 @@ import hashlib
 import os
 import stat
 import threading
-from datetime import UTC, datetime
+import time
 from pathlib import Path
 from typing import Any
 
@@ -53,8 +53,19 @@ class AuditWriteError(Exception):
     """The record could not be written; the message says why (path and OS error)."""
 
 
+_second_stamp: tuple[int, str] = (-1, "")  # the last second formatted, and its text
+
+
 def utc_timestamp() -> str:
-    return datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+    """`2026-01-31T12:00:00.123456Z`. Every record has one (two per call): the date and time of the second
+    is formatted once per second, only the microseconds per record."""
+    global _second_stamp
+    seconds, nanoseconds = divmod(time.time_ns(), 1_000_000_000)
+    second, text = _second_stamp
+    if second != seconds:
+        text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds))
+        _second_stamp = (seconds, text)
+    return f"{text}.{nanoseconds // 1000:06d}Z"
 
 
 def chain_hash(prev: str, canonical: bytes) -> str:
@@ -298,7 +309,7 @@ class AuditLog:
             self.size = info.st_size
             self._start_file(reason="rotated by rename")
             return
-        size = os.fstat(self.fd).st_size
+        size = path_info.st_size  # the path names our file: its size is the descriptor's, no second look
         if size < self.size:
             self.size = size
             self._start_file(reason="rotated by copy-truncate")

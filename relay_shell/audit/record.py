@@ -57,7 +57,20 @@ def redact_text(text: str) -> str:
 
 def bound_record(record: dict[str, Any]) -> dict[str, Any]:
     """Every field of a record within the shared bound (already bounded values pass unchanged)."""
-    return {_bound_name(name): _bound(value, 1) for name, value in record.items()}
+    bounded = {}
+    for name, value in record.items():
+        # Nearly every field is a short ASCII name with a short ASCII string or a number, checked inline: this
+        # runs for both records of every call.
+        if not (len(name) <= LONG_STRING and name.isascii()):
+            name = _bound_name(name)
+        kind = type(value)
+        if kind is str and len(value) <= LONG_STRING and value.isascii():
+            bounded[name] = value
+        elif (kind is int and _INT64_MIN <= value <= _UINT64_MAX) or kind is bool or value is None:
+            bounded[name] = value
+        else:
+            bounded[name] = _bound(value, 1)
+    return bounded
 
 
 def output_digests(returned_text: str, captured: CapturedText) -> dict[str, Any]:

@@ -229,7 +229,7 @@ def prepare_send(
         return _read_result(session, None, budget, strip_ansi_codes, result, bool(patterns), wait_timeout)
 
     plan = Plan(subject=subject, execute=execute, notes=notes, timeout=wait_timeout, session_id=session_id)
-    plan.confirm_state = confirm_state(session, version)
+    plan.confirm_state_of = lambda: confirm_state(session, version)
     if password_prompt and data:
         plan.recorded_arguments = withheld_input(call_arguments, session)
     return plan
