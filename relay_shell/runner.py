@@ -278,8 +278,6 @@ class Runner:
         written while the call waits for the human (the question, the answer) are `phase: "confirm"`; the
         call's start record follows once it is confirmed."""
         owner = owner_of(request_context)
-        if plan.confirm_state is None and plan.confirm_state_of is not None:
-            plan.confirm_state = plan.confirm_state_of()  # no await since prepare: the state prepare saw
         try:
             arguments = self._call_arguments(call.tool, request_context)
             binding = bind_call(call.tool, arguments, plan, owner, call.identity.client_id, reason)
@@ -407,8 +405,8 @@ class Runner:
         record.update({key: value for key, value in known.items() if value})
         if plan.confirmation is not None:
             record["confirmation"] = plan.confirmation
-        try:
-            self.audit_log.write(record)
+        try:  # admitted without waiting for a human: the same turn of the event loop as `_audit_unavailable`
+            self.audit_log.write(record, rotation_checked=decision == "admitted")
         except AuditWriteError as exc:
             print(f"relay-shell: audit write failed: {exc}", file=sys.stderr)
             return self._refusal(exc)

@@ -270,18 +270,21 @@ class AuditLog:
             raise AuditWriteError(self.last_error) from exc
         self.last_error = None
 
-    def write(self, record: dict[str, Any]) -> None:
+    def write(self, record: dict[str, Any], rotation_checked: bool = False) -> None:
         """Append one record (fields in `record`, chain fields added here). Raises AuditWriteError.
-        Every field is bounded here, whoever wrote the record, and the line is at most MAX_RECORD_BYTES."""
+        Every field is bounded here, whoever wrote the record, and the line is at most MAX_RECORD_BYTES.
+        `rotation_checked`: the caller's `ensure_open` ran in this same turn of the event loop (a call's start
+        record), so the file is not looked up again: a rotation since then is one that happened just after
+        this write, and the next write follows it."""
         record = bound_record(record)
         with self._lock:
-            self._write(record)
+            self._write(record, rotation_checked)
 
-    def _write(self, record: dict[str, Any]) -> None:
+    def _write(self, record: dict[str, Any], rotation_checked: bool = False) -> None:
         try:
             if self.fd is None or self.last_error is not None:
                 self._open_file()  # after a failure: reopen, repair a torn tail, resume the chain from disk
-            else:
+            elif not rotation_checked:
                 self._follow_rotation()
             self._append(record)
         except OSError as exc:

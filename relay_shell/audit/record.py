@@ -37,6 +37,11 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 _SUMMARIES = ({"head", "tail", "len", "sha256"}, {"kept", "len", "sha256"}, {"omitted", "sha256_of_all"})
 
 
+class BoundedArguments(dict[str, Any]):
+    """Arguments as `audit_arguments` made them (redacted and bounded): a record's `args` field that
+    `bound_record` need not walk again, for both records of a call. JSON writes it as the dict it is."""
+
+
 def audit_arguments(arguments: dict[str, Any]) -> dict[str, Any]:
     # Imported at the first record, not at startup: compiling the redaction patterns takes ~9 ms, which a
     # client waiting for `initialize` should not wait for.
@@ -46,7 +51,7 @@ def audit_arguments(arguments: dict[str, Any]) -> dict[str, Any]:
     assert isinstance(redacted, dict)
     bounded = _bound(redacted, 1)  # depth 1: the arguments are one field of the record
     assert isinstance(bounded, dict)
-    return bounded
+    return BoundedArguments(bounded)
 
 
 def redact_text(text: str) -> str:
@@ -63,14 +68,19 @@ def bound_record(record: dict[str, Any]) -> dict[str, Any]:
         # runs for both records of every call.
         if not (len(name) <= LONG_STRING and name.isascii()):
             name = _bound_name(name)
-        kind = type(value)
-        if kind is str and len(value) <= LONG_STRING and value.isascii():
-            bounded[name] = value
-        elif (kind is int and _INT64_MIN <= value <= _UINT64_MAX) or kind is bool or value is None:
-            bounded[name] = value
-        else:
-            bounded[name] = _bound(value, 1)
+        bounded[name] = value if _plain(value) else _bound(value, 1)
     return bounded
+
+
+def _plain(value: Any) -> bool:
+    """Within the bound as it is: a short ASCII string, a 64-bit integer, a boolean, null, or arguments that
+    `audit_arguments` bounded when it made them."""
+    kind = type(value)
+    if kind is str:
+        return len(value) <= LONG_STRING and value.isascii()
+    if kind is int:
+        return _INT64_MIN <= value <= _UINT64_MAX
+    return kind is bool or value is None or kind is BoundedArguments
 
 
 def output_digests(returned_text: str, captured: CapturedText) -> dict[str, Any]:

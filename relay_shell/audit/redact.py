@@ -463,10 +463,29 @@ def _redact_tool_options(text: str) -> str:
 # --------------------------------------------------------------------------------------------------------------
 
 
+# Short texts that redaction left as they were (argument names, session ids, `until` patterns: the same few on
+# every call): redacting them again gives them again, so the dozen passes are skipped. Only texts the log
+# writes in clear anyway are kept here, never one a pass changed (a secret is not kept in memory for this).
+_UNCHANGED: dict[str, None] = {}
+_UNCHANGED_MAX_TEXT = 256  # characters
+_UNCHANGED_MAX_ENTRIES = 4096  # then it starts over: bounded memory, whatever the calls
+
+
 def redact(text: str) -> str:
     """Return text with secrets replaced by [REDACTED], keeping the key/flag names so an auditor
     sees which secret was passed (e.g. 'DB_PASSWORD=[REDACTED]', '--token [REDACTED]',
     'Authorization: Bearer [REDACTED]', 'https://user:[REDACTED]@host/', '[REDACTED PRIVATE KEY]')."""
+    if text in _UNCHANGED:
+        return text
+    redacted = _redact_all(text)
+    if redacted == text and len(text) <= _UNCHANGED_MAX_TEXT:
+        if len(_UNCHANGED) >= _UNCHANGED_MAX_ENTRIES:
+            _UNCHANGED.clear()
+        _UNCHANGED[text] = None
+    return redacted
+
+
+def _redact_all(text: str) -> str:
     text = _redact_private_keys(text)
     text = _redact_url_credentials(text)
     text = redact_path_credentials(text)

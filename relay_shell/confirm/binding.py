@@ -55,6 +55,8 @@ class CallBinding:
 def bind_call(tool: str, arguments: dict[str, Any], plan: Plan, owner: str, client_id: str, reason: str) -> CallBinding:
     """The exact call: a later call matches only if every one of these is the same. Raises ToolError
     `ConfirmTooLong` when what the call sends is too much to show a human: such a call is never offered."""
+    if plan.confirm_state is None and plan.confirm_state_of is not None:
+        plan.confirm_state = plan.confirm_state_of()  # bound before the call's first await: what prepare saw
     cwd = arguments.get("cwd")
     # The directory the command would really run in: a symlink re-pointed since the confirmation is another
     # directory. Tools without a cwd argument (SSH, sessions) bind their target or session instead.
