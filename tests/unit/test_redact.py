@@ -403,3 +403,23 @@ def test_linear_time_on_adversarial_input(unit: str) -> None:
     assert big_time < 2.0, f"{unit!r}: {big_time:.2f}s for 1 MiB"
     # The floor keeps timer noise on very fast inputs from looking like growth.
     assert big_time / max(small_time, 1e-3) < 20, f"{unit!r}: {small_time:.4f}s -> {big_time:.4f}s"
+
+
+def test_texts_left_unchanged_are_remembered_and_secrets_are_not() -> None:
+    # The per-call shortcut (issue 15 item 5): a short text redaction left as it was is not redacted again, and
+    # a text a pass changed (a secret) is never kept in memory for it. Both give what the full passes give.
+    from relay_shell.audit import redact as module
+
+    plain = "session_id s-0123456789ab ^>>> "
+    secret = f"export GITHUB_TOKEN={GITHUB_CLASSIC}"
+    assert redact(plain) == plain
+    assert plain in module._UNCHANGED
+    assert redact(plain) == module._redact_all(plain) == plain
+    redacted = redact(secret)
+    assert GITHUB_CLASSIC not in redacted and redacted == module._redact_all(secret)
+    assert secret not in module._UNCHANGED and redacted not in module._UNCHANGED
+    long_plain = "x " * 200  # over the remembered length: redacted in full every time
+    assert redact(long_plain) == long_plain and long_plain not in module._UNCHANGED
+    for index in range(module._UNCHANGED_MAX_ENTRIES + 10):  # bounded, whatever the calls
+        redact(f"plain text {index}")
+    assert len(module._UNCHANGED) <= module._UNCHANGED_MAX_ENTRIES
