@@ -78,7 +78,6 @@ def serve(check_only: bool) -> int:
         print(f"relay-shell: warning: {exc}; serving degraded (AUDIT_ON_FAILURE=continue)", file=sys.stderr)
 
     from relay_shell.auth.setup import HttpAuth
-    from relay_shell.server import build_server
 
     http_auth = HttpAuth()
     if settings.transport == "http":
@@ -89,13 +88,18 @@ def serve(check_only: bool) -> int:
         except ConfigError as exc:
             print(f"relay-shell: configuration error: {exc}", file=sys.stderr)
             return EXIT_CONFIG
-    raise_open_files_limit()  # before build_server: the port forwards' connection budget is derived from it
+    from relay_shell.containment.units import ContainmentStart, ContainmentUnavailable, scope_of
+
+    # Its cgroup setup waits in the kernel (~10 ms) in a thread while the server's modules are imported; the
+    # containment is complete (result()) before anything below runs a process or looks for leftovers.
+    containment_start = ContainmentStart(settings.containment, scope_of(settings.audit_path))
     from relay_shell.audit.interrupted import find_interrupted, restart_fields
     from relay_shell.containment.leftovers import find_leftovers
-    from relay_shell.containment.units import ContainmentUnavailable, scope_of, start_containment
+    from relay_shell.server import build_server
 
+    raise_open_files_limit()  # before build_server: the port forwards' connection budget is derived from it
     try:
-        containment = start_containment(settings.containment, scope_of(settings.audit_path))
+        containment = containment_start.result()
     except ContainmentUnavailable as exc:
         print(
             f"relay-shell: configuration error: RELAY_SHELL_CONTAINMENT={settings.containment}: {exc}; allowed: "

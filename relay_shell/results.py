@@ -1,4 +1,5 @@
-"""Typed tool results (the outputSchema of every tool) and the text grammar a model reads.
+"""The text grammar a model reads, and the structured content of every result (the models behind each tool's
+outputSchema are in result_models.py, loaded on first use through this module).
 
 First line says what happened: `[exit N]`, `[signal NAME]`, `[TIMEOUT after Ns]`, `[DENIED tier N (NAME): why]`,
 `[CONFIRM REQUIRED tier 3: why]`, `[GATED: why]`, `[ERROR: Kind: message]`; notes (clamped arguments) follow as
@@ -7,181 +8,39 @@ First line says what happened: `[exit N]`, `[signal NAME]`, `[TIMEOUT after Ns]`
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
-
-from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
+from typing import TYPE_CHECKING, Any
 
 from relay_shell.capture import BoundedCapture, CapturedText
 from relay_shell.plan import Execution, Outcome
 from relay_shell.tiers import TIER_NAMES
 
-
-def nullable(json_type: str, description: str) -> WithJsonSchema:
-    """`{"type": [T, "null"]}` instead of pydantic's anyOf: same meaning, and clients validate every result
-    against the schema, where anyOf costs them several times more."""
-    return WithJsonSchema({"type": [json_type, "null"], "description": description})
-
-
-def _every_field_required(schema: dict[str, Any]) -> None:
-    # Every result carries every field (its default when the call has no value for it), so the schema says
-    # so: a client may read `result["timed_out"]` without a fallback.
-    schema["required"] = list(schema["properties"])
-
-
-class ToolResult(BaseModel):
-    """Fields every tool returns; tools add their own below. Every field is in every structuredContent, at its
-    declared default (null, false, 0, []) when the call has no value for it, and required in the schema."""
-
-    # These models only describe results (their JSON schema, built once and cached): nothing validates with
-    # them on a call, so pydantic need not build their validators when the server starts.
-    model_config = ConfigDict(defer_build=True, json_schema_extra=_every_field_required)
-
-    status: Outcome = Field(
-        description="what happened: ok, exit_nonzero, timeout, denied, error, confirm_required, cancelled, gated"
-    )
-    tier: int = Field(description="policy tier of the call: 0 observe, 1 reversible, 2 stateful, 3 irreversible")
-    exit_code: Annotated[int | None, nullable("integer", "exit status when the command exited")] = None
-    signal: Annotated[str | None, nullable("string", "signal name when the command was killed by a signal")] = None
-    timed_out: bool = Field(False, description="true when the timeout killed the command")
-    truncated: bool = Field(False, description="true when output was cut to head + tail")
-    output: str = Field(description="the (possibly truncated) output text")
-    output_bytes: int = Field(description="bytes the command produced in total, before any cut")
-    output_sha256: str = Field(description="SHA-256 of every byte produced (audit raw_sha256)")
-    duration_ms: int = Field(description="wall time of the call in milliseconds")
-    notes: list[str] = Field([], description="adjustments made, e.g. a clamped timeout")
-    error: Annotated[str | None, nullable("string", "error or denial message when status is error or denied")] = None
-    confirm_token: Annotated[
-        str | None,
-        nullable("string", "status confirm_required: after the human agrees, pass to operation_confirm, then repeat"),
-    ] = None
-    confirm_ttl: Annotated[
-        float | None, nullable("number", "status confirm_required: seconds to confirm and repeat the identical call")
-    ] = None
+if TYPE_CHECKING:
+    from relay_shell.result_models import AuditTailResult as AuditTailResult
+    from relay_shell.result_models import ConfirmResult as ConfirmResult
+    from relay_shell.result_models import ExecResult as ExecResult
+    from relay_shell.result_models import FanoutResult as FanoutResult
+    from relay_shell.result_models import ForwardListResult as ForwardListResult
+    from relay_shell.result_models import ForwardResult as ForwardResult
+    from relay_shell.result_models import InventoryResult as InventoryResult
+    from relay_shell.result_models import KeyscanResult as KeyscanResult
+    from relay_shell.result_models import RunbookEntry as RunbookEntry
+    from relay_shell.result_models import RunbookResult as RunbookResult
+    from relay_shell.result_models import ServerInfoResult as ServerInfoResult
+    from relay_shell.result_models import SessionListResult as SessionListResult
+    from relay_shell.result_models import SessionResult as SessionResult
+    from relay_shell.result_models import SshExecResult as SshExecResult
+    from relay_shell.result_models import ToolResult as ToolResult
+    from relay_shell.result_models import TransferResult as TransferResult
 
 
-class ExecResult(ToolResult):
-    stderr: Annotated[str | None, nullable("string", "stderr when merge_stderr=false")] = None
-    stderr_bytes: Annotated[int | None, nullable("integer", "bytes written to stderr when merge_stderr=false")] = None
+def __getattr__(name: str) -> Any:
+    """The result models (relay_shell/result_models.py), loaded on first use: tools name them in their return
+    annotations as `results.ExecResult`, which Python evaluates only when a schema or an argument model is built."""
+    if name.endswith(("Result", "Entry")):
+        from relay_shell import result_models
 
-
-class SessionResult(ToolResult):
-    session_id: Annotated[str | None, nullable("string", "the session the call acted on")] = None
-    cursor: Annotated[
-        int | None, nullable("integer", "offset after the last byte returned: pass as `since` to re-read")
-    ] = None
-    since: Annotated[int | None, nullable("integer", "offset of the first byte returned")] = None
-    dropped: int = Field(0, description="bytes missed: overwritten in the ring before they were read")
-    wait: Annotated[str | None, nullable("string", "why the wait ended: match, quiet, timeout or eof")] = None
-    match_index: Annotated[int | None, nullable("integer", "index of the `until` pattern that matched")] = None
-    match_text: Annotated[str | None, nullable("string", "the text the pattern matched")] = None
-    state: Annotated[str | None, nullable("string", "running, exited or closed")] = None
-    pid: Annotated[int | None, nullable("integer", "process id of the session's program (shell_spawn)")] = None
-
-
-class SessionListResult(ToolResult):
-    sessions: list[dict[str, Any]] = Field([], description="your sessions with their state")
-
-
-class SshExecResult(ExecResult):
-    host: Annotated[str | None, nullable("string", "the host as named in the call")] = None
-    host_key: Annotated[str | None, nullable("string", "SHA-256 fingerprint of the host key the server presented")] = (
-        None
-    )
-
-
-class FanoutResult(ToolResult):
-    hosts: list[dict[str, Any]] = Field(
-        [], description="per host: host, status, exit_code, duration_ms, output, output_bytes, output_sha256, error"
-    )
-    summary: Annotated[dict[str, Any] | None, nullable("object", "hosts counted by status")] = None
-
-
-class KeyscanResult(ToolResult):
-    hosts: list[dict[str, Any]] = Field([], description="per host: status and keys (type, fingerprint, known_hosts)")
-
-
-class TransferResult(ToolResult):
-    host: Annotated[str | None, nullable("string", "the host as named in the call")] = None
-    host_key: Annotated[str | None, nullable("string", "SHA-256 fingerprint of the host key the server presented")] = (
-        None
-    )
-    files: list[dict[str, Any]] = Field(
-        [], description="what arrived (first 1000): path (destination), bytes and sha256, or link for a symlink"
-    )
-    failed: list[dict[str, Any]] = Field(
-        [], description="what did not arrive (first 1000): path (source) and error, including entries never started"
-    )
-    files_done: int = Field(0, description="regular files that arrived complete")
-    bytes_done: int = Field(0, description="bytes of the files that arrived complete")
-    files_total: int = Field(0, description="regular files the call set out to transfer")
-    bytes_total: int = Field(0, description="bytes of those files as scanned before the transfer")
-    partial: bool = Field(False, description="true when not everything arrived (timeout, errors, size limit)")
-
-
-class ForwardResult(ToolResult):
-    forward_id: Annotated[str | None, nullable("string", "the forward: pass to ssh_forward_close")] = None
-    listen_port: Annotated[int | None, nullable("integer", "the port the listener got (the chosen one for port 0)")] = (
-        None
-    )
-    forward: Annotated[
-        dict[str, Any] | None,
-        nullable(
-            "object",
-            "spec, host, via, listen, listen_on, destination, bytes_to_destination, bytes_from_destination, "
-            "connections, open_connections, failed_connections, refused_connections, age_s",
-        ),
-    ] = None
-
-
-class ForwardListResult(ToolResult):
-    forwards: list[dict[str, Any]] = Field([], description="your open forwards, each as `forward` in ssh_forward")
-
-
-class InventoryResult(ToolResult):
-    inventory: Annotated[dict[str, Any] | None, nullable("object", "hosts, groups, problems, files")] = None
-
-
-class ServerInfoResult(ToolResult):
-    info: Annotated[dict[str, Any] | None, nullable("object", "version, transport, policy, limits, audit state")] = None
-
-
-class ConfirmResult(ToolResult):
-    expires_in: Annotated[
-        float | None, nullable("number", "seconds left to repeat the identical call, which then runs once")
-    ] = None
-
-
-class AuditTailResult(ToolResult):
-    records: list[dict[str, Any]] = Field(
-        [],
-        description="audit records, oldest first; a call that ran has a `phase: start` and a `phase: end` record "
-        "with one `call_id`",
-    )
-
-
-class RunbookEntry(BaseModel):
-    """One runbook in a briefing: every field is always present, and no other."""
-
-    model_config = ConfigDict(defer_build=True, extra="forbid")
-
-    name: str = Field(description="the runbook (its prompt name; the resource relay-shell://runbooks/NAME)")
-    title: str = Field(description="its title")
-    priority: int = Field(description="1 to 10; 10 = a guardrail, always included")
-    score: int = Field(description="keyword matches × priority (0 for a guardrail nothing matched)")
-    shown: Literal["full", "summary", "name"] = Field(description="how it is in the text: full, summary or name")
-    bytes: int = Field(description="bytes of its part of the text")
-    sha256: str = Field(description="SHA-256 of the runbook file as loaded")
-
-
-class RunbookResult(ToolResult):
-    keywords: list[str] = Field([], description="the keywords the runbooks were matched with")
-    runbooks: list[RunbookEntry] = Field([], description="the runbooks returned, best first")
-    matched: int = Field(0, description="runbooks that matched, priority-10 ones included")
-    omitted: int = Field(0, description="matching runbooks not even named, for want of bytes")
-    total: int = Field(0, description="runbooks offered in this policy mode")
-    gate: Annotated[
-        str | None, nullable("string", "begin_session: the briefing gate of this session (open, or off)")
-    ] = None
+        return getattr(result_models, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def status_line(

@@ -40,8 +40,8 @@ INVALID_REQUEST = -32600
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _JSON_ID = rb'(-?(?:0|[1-9][0-9]{0,4299})|"(?:[^"\\\x00-\x1f]|\\.){0,1024}")'
-_LEADING_ID = re.compile(rb'\s*\{\s*(?:"(?:jsonrpc|method)"\s*:\s*"[^"\\]{0,64}"\s*,\s*){0,2}"id"\s*:\s*' + _JSON_ID)
-_TRAILING_ID = re.compile(rb',\s*"id"\s*:\s*' + _JSON_ID + rb"\s*\}\s*$")
+_LEADING_ID = rb'\s*\{\s*(?:"(?:jsonrpc|method)"\s*:\s*"[^"\\]{0,64}"\s*,\s*){0,2}"id"\s*:\s*' + _JSON_ID
+_TRAILING_ID = rb',\s*"id"\s*:\s*' + _JSON_ID + rb"\s*\}\s*$"
 
 
 @dataclass(frozen=True)
@@ -93,7 +93,8 @@ def oversized(head: bytes, tail: bytes, size: int, limit: int) -> bytes:
 
 
 def _visible_id(head: bytes, tail: bytes) -> bytes:
-    found = _LEADING_ID.match(head[:ID_SCAN_BYTES]) or _TRAILING_ID.search(tail[-ID_SCAN_BYTES:])
+    # re's cache compiles the two patterns on the first unreadable message, not at every server start.
+    found = re.match(_LEADING_ID, head[:ID_SCAN_BYTES]) or re.search(_TRAILING_ID, tail[-ID_SCAN_BYTES:])
     return found.group(1) if found else b"null"
 
 

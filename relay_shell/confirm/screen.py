@@ -13,7 +13,6 @@ from typing import Any
 
 from relay_shell.errors import ToolError
 from relay_shell.plan import Plan
-from relay_shell.policy.classify import analyze
 
 MAX_SHOWN_CHARS = 4000  # of the summary; more is not read, so a longer call cannot be confirmed
 MAX_SHOWN_LINES = 80
@@ -208,6 +207,8 @@ def tier3_reasons(plan: Plan) -> list[str]:
     human sees each irreversible part, not only the first."""
     subjects = [plan.subject]
     subjects += [subject for name, subject in (plan.host_subjects or {}).items() if name not in plan.denied_hosts]
+    from relay_shell.policy.classify import analyze  # loaded on first use (policy/admission.py says why)
+
     reasons: list[str] = []
     for subject in subjects:
         for finding in analyze(subject):

@@ -33,6 +33,7 @@ import os
 import re
 import secrets
 import signal
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -392,21 +393,51 @@ class Containment:
 def start_containment(setting: Setting, scope: str) -> Containment:
     """Choose the containment: `auto` takes a cgroup where the server may manage one, else the subreaper;
     ContainmentUnavailable when the one asked for explicitly cannot work (with the reason)."""
-    if setting == "off":
-        return Containment("off", "RELAY_SHELL_CONTAINMENT=off: process groups only", scope)
-    cgroup_problem = None
-    if setting in ("auto", "cgroup"):
+    return ContainmentStart(setting, scope).result()
+
+
+class ContainmentStart:
+    """start_containment in two halves. The cgroup tree's setup runs in a thread from the moment this is made:
+    moving the server into its instance directory (cgroup.procs) waits in the kernel for an RCU grace period
+    (~10 ms, containment/cgroup.py), time the server spends importing meanwhile (cli.serve). `result()` waits
+    for it and finishes on the calling thread (the marker in the environment, the filler thread, the
+    subreaper), so the server runs nothing before its containment is in place: no child is spawned before."""
+
+    def __init__(self, setting: Setting, scope: str) -> None:
+        self.setting = setting
+        self.scope = scope
+        self.tree: CgroupTree | None = None
+        self.cgroup_problem: str | None = None
+        self.failure: BaseException | None = None  # an unexpected error of the thread, raised by result()
+        self.thread: threading.Thread | None = None
+        if setting in ("auto", "cgroup"):
+            self.thread = threading.Thread(target=self._prepare_tree, name="relay-shell-containment", daemon=True)
+            self.thread.start()
+
+    def _prepare_tree(self) -> None:
         try:
-            place = locate()
-            tree = CgroupTree(place, f"{INSTANCE_PREFIX}{scope}-{instance_of_this_process()}")
+            tree = CgroupTree(locate(), f"{INSTANCE_PREFIX}{self.scope}-{instance_of_this_process()}")
             tree.setup()
-            tree.start_filler(SPARE_UNITS)
+            tree.spare_target = SPARE_UNITS  # the first spares, made here too (start_filler keeps them)
             tree.tidy()
+            self.tree = tree
         except (CgroupError, OSError) as exc:
-            cgroup_problem = str(exc)
-            if setting == "cgroup":
-                raise ContainmentUnavailable(f"no cgroup v2 this server may manage: {cgroup_problem}") from None
-        else:
+            self.cgroup_problem = str(exc)
+        except BaseException as exc:  # handed to result(), which raises it on the calling thread
+            self.failure = exc
+
+    def result(self) -> Containment:
+        if self.thread is not None:
+            self.thread.join()
+        if self.failure is not None:
+            raise self.failure
+        setting, scope, tree = self.setting, self.scope, self.tree
+        if setting == "off":
+            return Containment("off", "RELAY_SHELL_CONTAINMENT=off: process groups only", scope)
+        if setting == "cgroup" and tree is None:
+            raise ContainmentUnavailable(f"no cgroup v2 this server may manage: {self.cgroup_problem}")
+        if tree is not None:
+            tree.start_filler(SPARE_UNITS)
             chosen = "asked for" if setting == "cgroup" else "auto"
             reason = f"{chosen}: a threaded cgroup v2 per unit under {tree.directory}"
             problem = become_subreaper()
@@ -415,16 +446,16 @@ def start_containment(setting: Setting, scope: str) -> Containment:
             containment = Containment("cgroup", reason, scope, tree)
             containment.subreaper = problem is None
             return containment
-    problem = become_subreaper()
-    if problem is not None:
-        raise ContainmentUnavailable(f"cannot become a child subreaper: {problem}")
-    if setting == "subreaper":
-        reason = "asked for: child subreaper + RELAY_SHELL_UNIT marker"
-    else:
-        reason = f"auto: no cgroup ({cgroup_problem}); child subreaper + RELAY_SHELL_UNIT marker"
-    containment = Containment("subreaper", reason, scope)
-    containment.subreaper = True
-    return containment
+        problem = become_subreaper()
+        if problem is not None:
+            raise ContainmentUnavailable(f"cannot become a child subreaper: {problem}")
+        if setting == "subreaper":
+            reason = "asked for: child subreaper + RELAY_SHELL_UNIT marker"
+        else:
+            reason = f"auto: no cgroup ({self.cgroup_problem}); child subreaper + RELAY_SHELL_UNIT marker"
+        containment = Containment("subreaper", reason, scope)
+        containment.subreaper = True
+        return containment
 
 
 def _unit_directories(directory: Path) -> list[Path]:

@@ -7,7 +7,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from relay_shell.plan import Subject
-from relay_shell.policy.classify import analyze
 from relay_shell.tiers import TIER_NAMES
 
 
@@ -29,6 +28,10 @@ class Policy:
         self.allow = [_compile(pattern) for pattern in allow]
 
     def decide(self, subject: Subject) -> Decision:
+        # The classifier (its tables and every rule module, ~10 ms to import) loads on the first call, not at
+        # every server start.
+        from relay_shell.policy.classify import analyze
+
         findings = analyze(subject)
         tier = max((finding.tier for finding in findings), default=0)
         canonical = tuple(finding.canonical for finding in findings if finding.canonical)

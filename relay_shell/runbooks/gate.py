@@ -16,13 +16,15 @@ import re
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from relay_shell.capture import BoundedCapture
 from relay_shell.plan import Execution, Plan
-from relay_shell.runbooks.search import Briefing
+
+if TYPE_CHECKING:
+    from relay_shell.runbooks.search import Briefing
 
 logger = logging.getLogger("relay_shell")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -14,7 +14,9 @@ from relay_shell.config import Settings, clamp
 from relay_shell.errors import ArgumentError
 from relay_shell.plan import Execution, Plan, ProgressFn, Subject
 from relay_shell.runbooks.retrieval import Retrieval
-from relay_shell.runbooks.search import Briefing
+
+if TYPE_CHECKING:
+    from relay_shell.runbooks.search import Briefing
 
 MAX_KEYWORDS = 64
 MAX_KEYWORD_CHARS = 64

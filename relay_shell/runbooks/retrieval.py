@@ -5,10 +5,13 @@ briefing says so."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
 from relay_shell.runbooks.document import Runbook
 from relay_shell.runbooks.library import Catalog, RunbookLibrary
-from relay_shell.runbooks.search import Briefing, SearchIndex, compose, make_query
+
+if TYPE_CHECKING:
+    from relay_shell.runbooks.search import Briefing, SearchIndex
 
 EMPTY = Catalog(generation=0, runbooks={}, problems=(), files=0)
 CLOSING = (
@@ -49,6 +52,9 @@ class Retrieval:
         return self.library.read_text(runbook) if self.library is not None else None
 
     def brief(self, keywords: Iterable[str], max_bytes: int, heading: str, hosts: Iterable[str] = ()) -> Briefing:
+        # The search module loads with the first briefing, not at every server start.
+        from relay_shell.runbooks.search import SearchIndex, compose, make_query
+
         catalog = self.catalog()
         if self._index is None or self._index[0] != catalog.generation:
             self._index = (catalog.generation, SearchIndex(self.visible(catalog)))

@@ -22,7 +22,6 @@ from relay_shell.capture import BoundedCapture
 from relay_shell.config import Settings, clamp
 from relay_shell.errors import ArgumentError, ToolError
 from relay_shell.plan import Execution, Outcome, Plan, ProgressFn, Subject
-from relay_shell.policy.classify import classify
 from relay_shell.sessions.ansi import strip_ansi
 from relay_shell.sessions.expect import Patterns, compile_until, expected_echo
 from relay_shell.sessions.keys import KEYS, key_name
@@ -270,6 +269,8 @@ def withheld_input(arguments: dict[str, Any], session: Session) -> dict[str, Any
     if not isinstance(data, str) or data == "" or session.pending_input:
         return None
     line = data.removesuffix("\n").removesuffix("\r")
+    from relay_shell.policy.classify import classify  # loaded on first use (policy/admission.py says why)
+
     if any(ord(char) < 32 or ord(char) == 127 for char in line) or classify(Subject(typed=line)).tier >= 2:
         return None
     return {**arguments, "data": f"[withheld: {len(data)} characters typed with terminal echo off]"}

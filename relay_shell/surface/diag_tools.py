@@ -10,10 +10,10 @@ from mcp.server.mcpserver.tools import Tool
 from mcp_types import CallToolResult
 from pydantic import Field
 
+from relay_shell import results
 from relay_shell.confirm.tool import prepare_confirm, recorded_confirm_arguments
 from relay_shell.diagnostics import prepare_audit_tail, prepare_server_info
 from relay_shell.identity import owner_of
-from relay_shell.results import AuditTailResult, ConfirmResult, ServerInfoResult
 from relay_shell.runner import Runner
 from relay_shell.surface.build import make_tool
 
@@ -30,7 +30,7 @@ def diag_tools(
     settings = runner.settings
     audit_log = runner.audit_log
 
-    async def server_info(ctx: Context) -> Annotated[CallToolResult, ServerInfoResult]:
+    async def server_info(ctx: Context) -> Annotated[CallToolResult, results.ServerInfoResult]:
         """Describe this server: version, transport, policy mode, effective limits (default and maximum
         output, maximum timeout), audit log path and health, terminal sessions (open, limits), metrics
         listener, process containment (cgroup or subreaper and why, background jobs still running), the team's
@@ -60,7 +60,7 @@ def diag_tools(
         call_id: Annotated[
             str | None, Field(description="only the records of this call (its start and end), e.g. 3f9a1b2c4d5e-17")
         ] = None,
-    ) -> Annotated[CallToolResult, AuditTailResult]:
+    ) -> Annotated[CallToolResult, results.AuditTailResult]:
         """Return the most recent audit records (oldest first), optionally filtered. Records hold redacted
         arguments, outcome, tier and digests of output, never the output itself. A call that runs anything has
         two records with the same `call_id`: `phase: "start"` (written before it ran: tier, decision, arguments,
@@ -75,7 +75,7 @@ def diag_tools(
     async def operation_confirm(
         token: Annotated[str, Field(description="the token of a [CONFIRM REQUIRED …] result, copied exactly")],
         ctx: Context,
-    ) -> Annotated[CallToolResult, ConfirmResult]:
+    ) -> Annotated[CallToolResult, results.ConfirmResult]:
         """Confirm one irreversible (tier 3) call that returned `[CONFIRM REQUIRED tier 3: …]`, after the human
         explicitly agreed to it. Never call this on your own judgement: ask the human first, showing what the
         call does and where. Then repeat the identical call (same tool, arguments, directory, host) before the

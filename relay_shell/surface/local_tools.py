@@ -9,9 +9,9 @@ from mcp.server.mcpserver.tools import Tool
 from mcp_types import CallToolResult
 from pydantic import Field
 
+from relay_shell import results
 from relay_shell.containment.units import Containment
 from relay_shell.local.plans import prepare_exec, prepare_script
-from relay_shell.results import ExecResult
 from relay_shell.runner import Runner
 from relay_shell.surface.build import make_tool
 
@@ -48,7 +48,7 @@ def local_tools(runner: Runner, containment: Containment | None = None) -> list[
         env: Env = None,
         merge_stderr: Annotated[bool, Field(description="interleave stderr into output (false: separate)")] = True,
         use_shell: Annotated[bool, Field(description="run via /bin/sh -c (false: exec argv directly)")] = True,
-    ) -> Annotated[CallToolResult, ExecResult]:
+    ) -> Annotated[CallToolResult, results.ExecResult]:
         """Run one command on this host and return its exit status and output.
 
         Use for single commands and pipelines; use shell_script for multi-step logic. The command gets no
@@ -84,7 +84,7 @@ def local_tools(runner: Runner, containment: Containment | None = None) -> list[
         max_output: MaxOutput = None,
         cwd: Cwd = None,
         env: Env = None,
-    ) -> Annotated[CallToolResult, ExecResult]:
+    ) -> Annotated[CallToolResult, results.ExecResult]:
         """Run a multi-line script with bash (default), sh or python and return its exit status and output.
 
         Prefer this over long `&&` chains: loops, conditionals, heredocs and functions work as written, and

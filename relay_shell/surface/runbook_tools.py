@@ -9,7 +9,7 @@ from mcp.server.mcpserver.tools import Tool
 from mcp_types import CallToolResult
 from pydantic import Field
 
-from relay_shell.results import RunbookResult
+from relay_shell import results
 from relay_shell.runbooks.plans import (
     DEFAULT_BYTES,
     MAX_KEYWORDS,
@@ -43,7 +43,7 @@ def runbook_tools(runner: Runner, retrieval: Retrieval) -> list[Tool]:
         max_bytes: Annotated[
             int, Field(description=f"size of the answer in bytes, 1024 to the output limit (default {DEFAULT_BYTES})")
         ] = DEFAULT_BYTES,
-    ) -> Annotated[CallToolResult, RunbookResult]:
+    ) -> Annotated[CallToolResult, results.RunbookResult]:
         """Find the team's runbooks (operator rules and procedures) that apply to a task. Each keyword is
         matched against runbook names, titles, summaries, tags and chapter headings; score = matches ×
         priority, and priority-10 runbooks (guardrails) are always included. The answer gives the full text of
@@ -65,7 +65,7 @@ def runbook_tools(runner: Runner, retrieval: Retrieval) -> list[Tool]:
                 max_length=MAX_KEYWORDS,
             ),
         ],
-    ) -> Annotated[CallToolResult, RunbookResult]:
+    ) -> Annotated[CallToolResult, results.RunbookResult]:
         """Start a task: returns the team's runbooks that apply to it (as runbook_search does for these keywords,
         priority-10 guardrails included) and, when the server's briefing gate is on, opens it for this MCP
         session, so calls run at once instead of first answering [GATED: …] with runbooks."""

@@ -9,8 +9,8 @@ from mcp.server.mcpserver.tools import Tool
 from mcp_types import CallToolResult
 from pydantic import Field
 
+from relay_shell import results
 from relay_shell.identity import identify, owner_of
-from relay_shell.results import SessionListResult, SessionResult
 from relay_shell.runner import Runner
 from relay_shell.sessions.plans import (
     prepare_kill,
@@ -60,7 +60,7 @@ def session_tools(runner: Runner, registry: SessionRegistry) -> list[Tool]:
         env: Env = None,
         until: Until = None,
         timeout: WaitTimeout = 2.0,
-    ) -> Annotated[CallToolResult, SessionResult]:
+    ) -> Annotated[CallToolResult, results.SessionResult]:
         """Start an interactive program (shell, REPL, TUI, installer, anything that needs a terminal) in a
         PTY session and return its session_id with its first output.
 
@@ -112,7 +112,7 @@ def session_tools(runner: Runner, registry: SessionRegistry) -> list[Tool]:
         timeout: WaitTimeout = 10.0,
         max_bytes: MaxBytes = None,
         strip_ansi: StripAnsi = False,
-    ) -> Annotated[CallToolResult, SessionResult]:
+    ) -> Annotated[CallToolResult, results.SessionResult]:
         """Type into a session and return what it printed, in one call.
 
         Give `until` a regex for what marks the end of the answer (usually the next prompt, e.g.
@@ -152,7 +152,7 @@ def session_tools(runner: Runner, registry: SessionRegistry) -> list[Tool]:
             int | None,
             Field(description="cursor to read from (a `cursor` from an earlier result); default: after the last read"),
         ] = None,
-    ) -> Annotated[CallToolResult, SessionResult]:
+    ) -> Annotated[CallToolResult, results.SessionResult]:
         """Read a session's new output: everything after your last read (or after `since`).
 
         With `until`, wait (up to `timeout`) until a regex matches the new output; without it, return
@@ -178,7 +178,7 @@ def session_tools(runner: Runner, registry: SessionRegistry) -> list[Tool]:
 
     async def session_resize(
         session_id: SessionId, cols: Cols, rows: Rows, ctx: Context
-    ) -> Annotated[CallToolResult, SessionResult]:
+    ) -> Annotated[CallToolResult, results.SessionResult]:
         """Change a session's terminal size; the program gets SIGWINCH and redraws. Returns the redraw (output
         until it goes quiet, up to a second), so the next session_send sees only its own answer."""
         return await runner.run(
@@ -202,7 +202,7 @@ def session_tools(runner: Runner, registry: SessionRegistry) -> list[Tool]:
                 "remove it; false: only signal the foreground job and keep the session"
             ),
         ] = True,
-    ) -> Annotated[CallToolResult, SessionResult]:
+    ) -> Annotated[CallToolResult, results.SessionResult]:
         """Signal or close a session. close=true (default) ends every process in it and removes it;
         close=false delivers `signal` to the foreground job only (like a key such as Ctrl-C would)."""
         return await runner.run(
@@ -218,7 +218,7 @@ def session_tools(runner: Runner, registry: SessionRegistry) -> list[Tool]:
             ),
         )
 
-    async def session_list(ctx: Context) -> Annotated[CallToolResult, SessionListResult]:
+    async def session_list(ctx: Context) -> Annotated[CallToolResult, results.SessionListResult]:
         """List your sessions: id, command, size, age, idle time, cursor, unread and dropped bytes, state and
         exit status."""
         return await runner.run(

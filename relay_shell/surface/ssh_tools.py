@@ -10,18 +10,9 @@ from mcp.server.mcpserver.tools import Tool
 from mcp_types import CallToolResult
 from pydantic import Field
 
+from relay_shell import results
 from relay_shell.identity import identify, owner_of
 from relay_shell.plan import Plan, Subject
-from relay_shell.results import (
-    FanoutResult,
-    ForwardListResult,
-    ForwardResult,
-    InventoryResult,
-    KeyscanResult,
-    SessionResult,
-    SshExecResult,
-    TransferResult,
-)
 from relay_shell.runner import Runner
 from relay_shell.sessions.registry import SessionRegistry
 from relay_shell.ssh.access import SshAccess
@@ -82,7 +73,7 @@ def ssh_tools(runner: Runner, registry: SessionRegistry, access: SshAccess) -> l
         key_path: KeyPath = None,
         known_hosts: KnownHosts = None,
         jump: Jump = None,
-    ) -> Annotated[CallToolResult, SshExecResult]:
+    ) -> Annotated[CallToolResult, results.SshExecResult]:
         """Run one command on one SSH host and return its exit status and output (the shell_exec of a remote
         host). Connections are pooled, so repeated calls to a host are fast.
 
@@ -126,7 +117,7 @@ def ssh_tools(runner: Runner, registry: SessionRegistry, access: SshAccess) -> l
         key_path: KeyPath = None,
         known_hosts: KnownHosts = None,
         jump: Jump = None,
-    ) -> Annotated[CallToolResult, SessionResult]:
+    ) -> Annotated[CallToolResult, results.SessionResult]:
         """Start an interactive terminal session on an SSH host and return its session_id with the first output.
 
         The session works exactly like a local one: drive it with session_send(until=…), read with
@@ -164,7 +155,7 @@ def ssh_tools(runner: Runner, registry: SessionRegistry, access: SshAccess) -> l
         key_path: KeyPath = None,
         known_hosts: KnownHosts = None,
         jump: Jump = None,
-    ) -> Annotated[CallToolResult, FanoutResult]:
+    ) -> Annotated[CallToolResult, results.FanoutResult]:
         """Check that hosts are reachable: connect, log in and run `true` on each (default: every inventory host).
 
         Per host: ok, unreachable (down, refused, timed out connecting), auth_failed, hostkey_rejected, denied
@@ -201,7 +192,7 @@ def ssh_tools(runner: Runner, registry: SessionRegistry, access: SshAccess) -> l
         key_path: KeyPath = None,
         known_hosts: KnownHosts = None,
         jump: Jump = None,
-    ) -> Annotated[CallToolResult, FanoutResult]:
+    ) -> Annotated[CallToolResult, results.FanoutResult]:
         """Run one command on many hosts at once and return every host's result.
 
         The first line counts hosts by status — ok, failed (non-zero exit), unreachable, timeout, denied,
@@ -234,7 +225,7 @@ def ssh_tools(runner: Runner, registry: SessionRegistry, access: SshAccess) -> l
             Field(description="host key types, e.g. ssh-ed25519, ecdsa-sha2-nistp256, rsa-sha2-512; default: all"),
         ] = None,
         timeout: Annotated[float, Field(description="seconds per host", allow_inf_nan=False)] = 10,
-    ) -> Annotated[CallToolResult, KeyscanResult]:
+    ) -> Annotated[CallToolResult, results.KeyscanResult]:
         """Fetch hosts' public host keys with their SHA-256 fingerprints and whether known_hosts already has them
         (known, changed, unknown). It never writes known_hosts: compare the fingerprints with a trusted source
         before adding them."""
@@ -246,7 +237,7 @@ def ssh_tools(runner: Runner, registry: SessionRegistry, access: SshAccess) -> l
 
         return await runner.run(ctx.request_context, "ssh_keyscan", prepare)
 
-    async def ssh_hosts(ctx: Context) -> Annotated[CallToolResult, InventoryResult]:
+    async def ssh_hosts(ctx: Context) -> Annotated[CallToolResult, results.InventoryResult]:
         """List the SSH inventory: every host with its address, port, user, jump host and groups, from
         ~/.ssh/config and the inventory file (JSON, YAML or Ansible). Use the names or @group in other tools."""
 
@@ -272,7 +263,7 @@ def ssh_tools(runner: Runner, registry: SessionRegistry, access: SshAccess) -> l
         key_path: KeyPath = None,
         known_hosts: KnownHosts = None,
         jump: Jump = None,
-    ) -> Annotated[CallToolResult, TransferResult]:
+    ) -> Annotated[CallToolResult, results.TransferResult]:
         """Copy a file or a directory tree from this machine to an SSH host over SFTP, keeping mode bits and
         modification times. remote_path is the copy's own path: `local_path=/tmp/app.tar, remote_path=/srv/app.tar`
         (a directory already at remote_path is refused, not written into). With recursive=true a tree is merged
@@ -313,7 +304,7 @@ def ssh_tools(runner: Runner, registry: SessionRegistry, access: SshAccess) -> l
         key_path: KeyPath = None,
         known_hosts: KnownHosts = None,
         jump: Jump = None,
-    ) -> Annotated[CallToolResult, TransferResult]:
+    ) -> Annotated[CallToolResult, results.TransferResult]:
         """Copy a file or a directory tree from an SSH host to this machine over SFTP, keeping mode bits and
         modification times. local_path is the copy's own path: `remote_path=/var/log/syslog,
         local_path=/tmp/web01-syslog` (a directory already at local_path is refused, not written into). With
@@ -363,7 +354,7 @@ def ssh_tools(runner: Runner, registry: SessionRegistry, access: SshAccess) -> l
         key_path: KeyPath = None,
         known_hosts: KnownHosts = None,
         jump: Jump = None,
-    ) -> Annotated[CallToolResult, ForwardResult]:
+    ) -> Annotated[CallToolResult, results.ForwardResult]:
         """Open an SSH port forward, like `ssh -L`, `ssh -R` or `ssh -D`. It stays open until ssh_forward_close,
         until you disconnect, until it has carried no connection for the operator's idle timeout (an hour by
         default), or until the SSH connection is lost. Use it to reach a service that only the SSH host can reach
@@ -404,7 +395,7 @@ def ssh_tools(runner: Runner, registry: SessionRegistry, access: SshAccess) -> l
 
         return await runner.run(request_context, "ssh_forward", prepare)
 
-    async def ssh_forward_list(ctx: Context) -> Annotated[CallToolResult, ForwardListResult]:
+    async def ssh_forward_list(ctx: Context) -> Annotated[CallToolResult, results.ForwardListResult]:
         """List your open port forwards: id, spec with the actual port, where it listens, the destination, bytes
         moved each way and connections (open, failed, refused)."""
         request_context = ctx.request_context
@@ -419,7 +410,7 @@ def ssh_tools(runner: Runner, registry: SessionRegistry, access: SshAccess) -> l
     async def ssh_forward_close(
         forward_id: Annotated[str, Field(description="the forward to close, as ssh_forward returned it (f-…)")],
         ctx: Context,
-    ) -> Annotated[CallToolResult, ForwardResult]:
+    ) -> Annotated[CallToolResult, results.ForwardResult]:
         """Close one of your port forwards: its listener stops and the connections it carries end. The result
         has what it carried in total."""
         request_context = ctx.request_context

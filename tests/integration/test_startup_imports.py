@@ -92,7 +92,48 @@ def test_a_stdio_server_starts_lists_its_tools_and_runs_a_command_without_asyncs
         process.stdin.close()  # end of input: the server shuts down and the probe writes what it loaded
     loaded = result_of(result_path, process)
     assert "relay_shell.ssh.access" in loaded["relay_shell"]  # the SSH side was assembled, lazily
+    assert "relay_shell.policy.classify" in loaded["relay_shell"]  # the call loaded the classifier
     assert loaded["asyncssh"] == [], "startup imported asyncssh (ssh/access.py: it belongs to the first SSH call)"
+
+
+# Loaded on first use, not by a start that answers initialize (bench_startup: the start within 1.15x of a bare
+# MCPServer): the policy classifier with its rule modules and tables (the first call), the result models (a tool's
+# first call, or tools/list on a cold schema cache), the runbook search (the first briefing).
+LAZY_AT_START = ("relay_shell.policy.classify", "relay_shell.result_models", "relay_shell.runbooks.search")
+INITIALIZE_ONLY = """
+import json, sys
+import relay_shell.cli
+code = relay_shell.cli.main(sys.argv[2:])
+ours = sorted(name for name in sys.modules if name.startswith("relay_shell"))
+with open(sys.argv[1], "w") as result:
+    json.dump({"exit": code, "relay_shell": ours}, result)
+"""
+
+
+def test_a_start_that_only_answers_initialize_loads_no_classifier_result_models_or_runbook_search(
+    tmp_path: Path,
+) -> None:
+    environment = server_env(tmp_path / "audit.jsonl")
+    hello = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "probe", "version": "1"}}
+    for round_number in range(2):  # the first start may build the schema cache (which needs the result models)
+        result_path = tmp_path / f"loaded-{round_number}.json"
+        process = subprocess.Popen(
+            [sys.executable, "-c", INITIALIZE_ONLY, str(result_path)],
+            env=environment,
+            cwd=REPO_ROOT,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        try:
+            send(process, {"id": 1, "method": "initialize", "params": hello})
+            assert "result" in answer(process, 1)
+        finally:
+            assert process.stdin is not None
+            process.stdin.close()
+        loaded = result_of(result_path, process)
+    assert "relay_shell.server" in loaded["relay_shell"]  # the probe did start the whole server
+    assert [name for name in LAZY_AT_START if name in loaded["relay_shell"]] == []
 
 
 def test_an_http_server_starts_and_serves_without_asyncssh(tmp_path: Path) -> None:
