@@ -465,7 +465,8 @@ def _redact_tool_options(text: str) -> str:
 
 # Short texts that redaction left as they were (argument names, session ids, `until` patterns: the same few on
 # every call): redacting them again gives them again, so the dozen passes are skipped. Only texts the log
-# writes in clear anyway are kept here, never one a pass changed (a secret is not kept in memory for this).
+# writes in clear anyway are kept here, never one a pass changed, nor an argv item masked for its position
+# (`_redact_argv` takes those out again): a secret is not kept in memory for this.
 _UNCHANGED: dict[str, None] = {}
 _UNCHANGED_MAX_TEXT = 256  # characters
 _UNCHANGED_MAX_ENTRIES = 4096  # then it starts over: bounded memory, whatever the calls
@@ -566,6 +567,8 @@ def _redact_argv(items: list[object]) -> list[object]:
         masked = REDACTED if kind == _WHOLE else _mask_user_password(word)
         if masked is not None:
             redacted[target] = prefix + masked
+            # redact() saw the bare value as plain text and remembered it: a secret is not kept in memory.
+            _UNCHANGED.pop(prefix + word, None)
         if tool in _WRAPPERS:
             secret_options = {}  # sshpass's -p is done; a -p in the wrapped command is its own (ssh: a port)
     return redacted

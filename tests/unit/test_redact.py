@@ -423,3 +423,8 @@ def test_texts_left_unchanged_are_remembered_and_secrets_are_not() -> None:
     for index in range(module._UNCHANGED_MAX_ENTRIES + 10):  # bounded, whatever the calls
         redact(f"plain text {index}")
     assert len(module._UNCHANGED) <= module._UNCHANGED_MAX_ENTRIES
+    # A value that is a secret only by its place in an argv looks plain on its own: it is not kept either.
+    masked = module.redact_value(["mysql", "-u", "root", "-p", "hunter2-argv", "-pattached-pw", "db"])
+    assert masked == ["mysql", "-u", "root", "-p", "[REDACTED]", "-p[REDACTED]", "db"]
+    assert "hunter2-argv" not in module._UNCHANGED and "-pattached-pw" not in module._UNCHANGED
+    assert "root" in module._UNCHANGED
