@@ -405,8 +405,8 @@ class Runner:
         record.update({key: value for key, value in known.items() if value})
         if plan.confirmation is not None:
             record["confirmation"] = plan.confirmation
-        try:  # admitted without waiting for a human: the same turn of the event loop as `_audit_unavailable`
-            self.audit_log.write(record, rotation_checked=decision == "admitted")
+        try:
+            self.audit_log.write(record)
         except AuditWriteError as exc:
             print(f"relay-shell: audit write failed: {exc}", file=sys.stderr)
             return self._refusal(exc)

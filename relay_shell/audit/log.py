@@ -270,21 +270,18 @@ class AuditLog:
             raise AuditWriteError(self.last_error) from exc
         self.last_error = None
 
-    def write(self, record: dict[str, Any], rotation_checked: bool = False) -> None:
+    def write(self, record: dict[str, Any]) -> None:
         """Append one record (fields in `record`, chain fields added here). Raises AuditWriteError.
-        Every field is bounded here, whoever wrote the record, and the line is at most MAX_RECORD_BYTES.
-        `rotation_checked`: the caller's `ensure_open` ran in this same turn of the event loop (a call's start
-        record), so the file is not looked up again: a rotation since then is one that happened just after
-        this write, and the next write follows it."""
+        Every field is bounded here, whoever wrote the record, and the line is at most MAX_RECORD_BYTES."""
         record = bound_record(record)
         with self._lock:
-            self._write(record, rotation_checked)
+            self._write(record)
 
-    def _write(self, record: dict[str, Any], rotation_checked: bool = False) -> None:
+    def _write(self, record: dict[str, Any]) -> None:
         try:
             if self.fd is None or self.last_error is not None:
                 self._open_file()  # after a failure: reopen, repair a torn tail, resume the chain from disk
-            elif not rotation_checked:
+            else:
                 self._follow_rotation()
             self._append(record)
         except OSError as exc:

@@ -83,6 +83,22 @@ def test_rotation_by_copy_truncate_continues_the_chain(log_path: Path) -> None:
     assert verify_files([copy, log_path]).ok
 
 
+def test_a_copy_truncate_after_the_open_check_is_followed_by_the_next_record(log_path: Path) -> None:
+    # A call's open check (ensure_open) comes before it is prepared and classified, which can take milliseconds;
+    # a copy-truncate in that time must not put its start record at the head of the new file.
+    log = AuditLog(log_path)
+    log.open()
+    write_records(log, 3)
+    log.ensure_open()
+    copy = log_path.with_name("audit.jsonl.1")
+    shutil.copyfile(log_path, copy)
+    with open(log_path, "r+b") as handle:
+        handle.truncate(0)
+    log.write({"v": 1, "tool": "shell_exec", "phase": "start"})
+    assert orjson.loads(lines_of(log_path)[0])["reason"] == "rotated by copy-truncate"
+    assert verify_files([copy, log_path]).ok
+
+
 def test_rotated_files_in_wrong_order_fail(log_path: Path) -> None:
     log = AuditLog(log_path)
     log.open()
