@@ -47,7 +47,8 @@ def runbook_tools(runner: Runner, retrieval: Retrieval) -> list[Tool]:
         """Find the team's runbooks (operator rules and procedures) that apply to a task. Each keyword is
         matched against runbook names, titles, summaries, tags and chapter headings; score = matches ×
         priority, and priority-10 runbooks (guardrails) are always included. The answer gives the full text of
-        the best matches, then name + summary, then names, within max_bytes. Search before acting, and again
+        the best matches, then name + summary, then names, within max_bytes (every priority-10 runbook is at
+        least named, even past it). Search before acting, and again
         whenever the task moves to another system or step."""
         return await runner.run(
             ctx.request_context,
