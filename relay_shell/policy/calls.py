@@ -94,22 +94,45 @@ class Call:
 Option = tuple[str, str | None]  # a name (`-o`, `--output`) and its value (None for a flag or a missing value)
 
 
+def long_names(*groups: frozenset[str]) -> frozenset[str]:
+    """The long option names (`--output`) among option tables: what an abbreviation may stand for."""
+    return frozenset(name for group in groups for name in group if name.startswith("--"))
+
+
+def _resolved(name: str, known: frozenset[str]) -> tuple[str, ...]:
+    """What getopt_long reads `--name` as: the name itself when known, else every known long option it is a
+    prefix of (`--out` is `--output`). Where it is the prefix of several, each is returned and the caller's
+    worst reading wins: getopt rejects an ambiguous abbreviation, so over-classifying it costs nothing."""
+    if not known or name in known or len(name) < 3:
+        return (name,)
+    matches = tuple(sorted(option for option in known if option.startswith(name)))
+    return matches or (name,)
+
+
 def parse_options(
-    words: list[str], position: int, value_options: frozenset[str], optional: frozenset[str] = frozenset()
+    words: list[str],
+    position: int,
+    value_options: frozenset[str],
+    optional: frozenset[str] = frozenset(),
+    known: frozenset[str] = frozenset(),
 ) -> tuple[list[Option], int]:
     """The options in words[position] with their values, and the position of the word after them, read as getopt
     reads them: `--name=value`; `--name value` when the name takes a value; `-abc` as the flags -a -b -c, where
     the first letter that takes a value takes the rest of the word (`-ubob`, `-qccmd`) or else the next word
-    (`-qc cmd`, `-lu bob`), and a letter in `optional` takes the rest of the word only. Linear in the word."""
+    (`-qc cmd`, `-lu bob`), and a letter in `optional` takes the rest of the word only (a long name in `optional`
+    only `=value`). `known` holds the long names of a program that accepts abbreviations (getopt_long, argp,
+    argparse): `--out=F` is read as `--output=F`, and takes the next word when `--output` takes a value. Empty
+    for programs that do not (Go's flag package, clap). Linear in the word."""
     word = words[position]
     following = words[position + 1] if position + 1 < len(words) else None
     if word.startswith("--"):
         name, equals, value = word.partition("=")
+        names = _resolved(name, known) if name not in value_options and name not in optional else (name,)
         if equals:
-            return [(name, value)], position + 1
-        if name in value_options:
-            return [(name, following)], position + 2
-        return [(name, None)], position + 1
+            return [(resolved, value) for resolved in names], position + 1
+        if any(resolved in value_options for resolved in names):
+            return [(resolved, following) for resolved in names], position + 2
+        return [(resolved, None) for resolved in names], position + 1
     found: list[Option] = []
     for offset in range(1, len(word)):
         name = "-" + word[offset]
@@ -127,9 +150,16 @@ def parse_options(
     return found, position + 1
 
 
-def read_options(words: list[str], value_options: frozenset[str]) -> tuple[list[Option], list[str]]:
-    """Every option (with its value) and every operand of a command line whose options may come anywhere
-    (GNU getopt permutes them); `--` ends the options. words[0] is the program."""
+def read_options(
+    words: list[str],
+    value_options: frozenset[str],
+    optional: frozenset[str] = frozenset(),
+    known: frozenset[str] = frozenset(),
+    permute: bool = True,
+) -> tuple[list[Option], list[str]]:
+    """Every option (with its value, as parse_options reads it) and every operand of a command line; words[0]
+    is the program. With `permute` options may come anywhere (GNU getopt permutes them); without it the first
+    operand ends the options and it and everything after it are the operands. `--` ends the options."""
     options: list[Option] = []
     operands: list[str] = []
     position = 1
@@ -139,9 +169,12 @@ def read_options(words: list[str], value_options: frozenset[str]) -> tuple[list[
             operands += words[position + 1 :]
             break
         if word.startswith("-") and word != "-":
-            found, position = parse_options(words, position, value_options)
+            found, position = parse_options(words, position, value_options, optional, known)
             options += found
             continue
+        if not permute:
+            operands += words[position:]
+            break
         operands.append(word)
         position += 1
     return options, operands

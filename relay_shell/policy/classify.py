@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from relay_shell.plan import Subject
 from relay_shell.policy.calls import Context, is_device, is_protected
 from relay_shell.policy.programs import fd_selection, find_selection
-from relay_shell.policy.rules import program_verdict
+from relay_shell.policy.rules import known_program, program_verdict
+from relay_shell.policy.scripts import dc_commands, dc_reads_stdin
 from relay_shell.policy.shell_tokens import Command, tokenize
 from relay_shell.policy.sql import mongo_tier, redis_tier, sql_tier
 from relay_shell.policy.vocabulary import (
@@ -196,6 +197,8 @@ def stdin_findings(words: list[str], stdin: str, env: Env, depth: int = 0) -> li
         return [Finding(stdin[:200], *redis_tier(stdin))]
     if program in ("mongo", "mongosh"):
         return [Finding(stdin[:200], *mongo_tier(stdin))]
+    if program == "dc" and dc_reads_stdin(stripped):
+        return [finding for command in dc_commands(stdin) for finding in shell_findings(command, depth + 1, env)]
     if _is_interpreter(program) and (not operands or operands == ["-"]):
         if program.startswith("python"):
             return python_findings(stdin, depth)
@@ -253,10 +256,24 @@ def shell_findings(text: str, depth: int, env: Env = _NO_ENV) -> list[Finding]:
         if loop_depth:
             context = Context(context.via_xargs, True, context.selection, context.all_but, every_entry)
         findings += command_findings(command, depth, env, context)
+        if command.piped_into and any(word == "dc" or word.endswith("/dc") for word in command.words):
+            findings += _dc_pipe_findings(command.words, previous, depth, env)
         previous = command.words
     for inner in nested:
         findings += shell_findings(inner, depth + 1, env)
     return findings
+
+
+def _dc_pipe_findings(words: list[str], previous: list[str], depth: int, env: Env) -> list[Finding]:
+    """dc reading its program from a pipe: the `!` commands of an upstream echo/printf text are classified; input
+    that cannot be seen is a program of unknown effect (1)."""
+    unwrapped = unwrap(words, [False] * len(words)).words
+    if not unwrapped or basename(unwrapped[0]) != "dc" or not dc_reads_stdin(unwrapped):
+        return []
+    if previous and basename(previous[0]) in ("echo", "printf"):
+        text = " ".join(previous[1:])
+        return [finding for command in dc_commands(text) for finding in shell_findings(command, depth + 1, env)]
+    return [Finding(" ".join(words[:3]), 1, "dc runs a program from its input, which cannot be seen")]
 
 
 def _upstream(upstream: Context, raw: list[str]) -> Context:
@@ -318,6 +335,11 @@ def command_findings(command: Command, depth: int, env: Env = _NO_ENV, context: 
     unwrapped = unwrap(words, dynamic)
     for text in unwrapped.inline:
         findings += shell_findings(text, depth + 1, env)
+    possible = unwrapped.possible_command
+    if possible and known_program(basename(possible[0])) and not _names_a_program(unwrapped.words):
+        # A word a wrapper's option took as its value names a program, and what is left names none (the option
+        # may take no value after all): the word is classified as the command too.
+        findings += command_findings(_command(possible), depth + 1, env, context)
     words, dynamic = unwrapped.words, unwrapped.dynamic
     if unwrapped.too_deep:
         findings.append(Finding(" ".join(command.words)[:200], 3, _TOO_DEEP))
@@ -376,6 +398,10 @@ def command_findings(command: Command, depth: int, env: Env = _NO_ENV, context: 
         if exec_words:
             findings += command_findings(_command(exec_words), depth + 1, env, Context(False, True, selection))
     return findings
+
+
+def _names_a_program(words: list[str]) -> bool:
+    return bool(words) and known_program(basename(words[0]))
 
 
 def _inline_script(program: str, words: list[str]) -> str | None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from relay_shell.policy.calls import long_names
 from relay_shell.policy.vocabulary import words
 
 
@@ -22,6 +23,13 @@ class Spec:
     runs: frozenset[str] = frozenset()  # options whose value is a command line the program runs
     verbs: Mapping[str, tuple[int, str]] = field(default_factory=dict)  # sub-commands ("db update") that act
     single_dash: bool = False  # Go-style options: `-name value` is one option, not the bundle -n -a -m -e
+    # The long names an abbreviation may stand for (getopt_long, argp and argparse read `--out=F` as
+    # `--output=F`): every long name above, unless the options are Go-style.
+    known: frozenset[str] = field(init=False)
+
+    def __post_init__(self) -> None:
+        names = long_names(self.values, self.outputs, frozenset(self.acts), self.runs)
+        object.__setattr__(self, "known", frozenset() if self.single_dash else names)
 
 
 def _acts(tier: int, what: str, names: str) -> dict[str, tuple[int, str]]:

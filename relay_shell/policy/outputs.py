@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from relay_shell.policy.calls import READ, Call, Option, Verdict, parse_options, read_options, verdict
+from relay_shell.policy.calls import READ, Call, Option, Verdict, long_names, read_options, verdict
 from relay_shell.policy.network import listener
 from relay_shell.policy.output_options import SPECS, Spec
 from relay_shell.policy.programs import writes_onto
@@ -71,7 +71,7 @@ def spec_verdict(call: Call, spec: Spec) -> Verdict:
     if spec.single_dash:
         options, operands = single_dash_options(call.words, spec.values)
     else:
-        options, operands = read_options(call.words, spec.values)
+        options, operands = read_options(call.words, spec.values, frozenset(), spec.known)
     found = [READ]
     commands: list[str] = []
     for name, value in options:
@@ -115,6 +115,7 @@ def _specified(call: Call) -> Verdict:
 
 
 _UNIQ_VALUES = words("-f --skip-fields -s --skip-chars -w --check-chars")
+_UNIQ_KNOWN = long_names(_UNIQ_VALUES)
 # xxd's long options have one dash (-cols 8); a value may also be attached (-c8).
 _XXD_VALUES = words("-c -cols -g -groupsize -l -len -o -offset -s -seek -n -name")
 _YQ_VALUES = words("-o --output-format -p --input-format -I --indent --expression --from-file --front-matter")
@@ -122,7 +123,7 @@ _YQ_VALUES = words("-o --output-format -p --input-format -I --indent --expressio
 
 def _uniq(call: Call) -> Verdict:
     """uniq [OPTION]... [INPUT [OUTPUT]]: a second operand is the file the result is written to."""
-    _options, operands = read_options(call.words, _UNIQ_VALUES)
+    _options, operands = read_options(call.words, _UNIQ_VALUES, frozenset(), _UNIQ_KNOWN)
     return written("uniq", operands[1], operands[:1]) if len(operands) >= 2 else READ
 
 
@@ -133,15 +134,10 @@ def _xxd(call: Call) -> Verdict:
 
 
 def _yq(call: Call) -> Verdict:
-    """yq -i / xq -i (--inplace, --in-place) edit their files in place."""
-    position = 1
-    while position < len(call.words):
-        if not call.words[position].startswith("-") or call.words[position] in ("-", "--"):
-            position += 1
-            continue
-        options, position = parse_options(call.words, position, _YQ_VALUES)
-        if any(name in ("-i", "--inplace", "--in-place") for name, _value in options):
-            return verdict(2, f"{call.program} edits files in place without a backup")
+    """yq -i / xq -i (--inplace, --in-place) edit their files in place. (Go flags: no abbreviations.)"""
+    options, _operands = read_options(call.words, _YQ_VALUES)
+    if any(name in ("-i", "--inplace", "--in-place") for name, _value in options):
+        return verdict(2, f"{call.program} edits files in place without a backup")
     return READ
 
 

@@ -234,9 +234,10 @@ def in_place(call: Call) -> Verdict:
     in_place = backup = False
     words = call.words
     for index, word in enumerate(words[1:], start=1):
-        if word.startswith("--in-place"):
+        name, equals, suffix = word.partition("=")
+        if len(name) >= 3 and "--in-place".startswith(name):  # getopt_long reads `--in`, `--in-pl=.bak` as it
             in_place = True
-            backup = backup or len(word) > len("--in-place=")
+            backup = backup or bool(equals and suffix)
             continue
         match = pattern.match(word)
         if match is None:

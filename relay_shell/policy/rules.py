@@ -18,6 +18,8 @@ from relay_shell.policy.vocabulary import (
     SHELLS,
     STATEFUL,
     TASK_RUNNERS,
+    WRAPPER_OPERANDS,
+    WRAPPERS,
 )
 from relay_shell.policy.windows import is_windows_style, windows_verdict
 
@@ -68,3 +70,21 @@ def program_verdict(program: str, words: list[str], context: Context) -> Verdict
     if verbs.is_dry_run(words):
         return verdict(0, f"{program} dry run")
     return verbs.cli_verdict(call, verdict(1, f"{program}: not known to be read-only"))
+
+
+def known_program(program: str) -> bool:
+    """Whether a rule or the vocabulary knows the name: a word an option swallowed may be a command then."""
+    return (
+        program in RULES
+        or program in IRREVERSIBLE
+        or program in NETWORK_LISTENERS
+        or program in ESCALATION
+        or program in STATEFUL
+        or program in READ_ONLY
+        or program in SHELLS
+        or program in INTERPRETERS
+        or program in TASK_RUNNERS
+        or program in WRAPPERS
+        or program in WRAPPER_OPERANDS
+        or program.startswith(("mkfs", "mke2fs", "mkswap"))
+    )

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from relay_shell.policy.calls import READ, Call, Option, Verdict, parse_options, read_options, verdict
+from relay_shell.policy.calls import READ, Call, Verdict, long_names, read_options, verdict
 from relay_shell.policy.outputs import commands_in_code, written
 from relay_shell.policy.programs import in_place
 from relay_shell.policy.vocabulary import words
@@ -19,6 +19,8 @@ from relay_shell.policy.vocabulary import words
 # -- sed ------------------------------------------------------------------------------------------------------------
 
 _SED_VALUES = words("-e --expression -f --file -l --line-length")
+_SED_OPTIONAL = words("-i --in-place")
+_SED_KNOWN = long_names(_SED_VALUES, _SED_OPTIONAL, words("--sandbox"))
 _SED_SINGLE = frozenset("=dDgGhHnNpPxzF")
 
 
@@ -111,21 +113,7 @@ def sed_actions(script: str) -> tuple[list[str], list[str], bool]:
 def _sed(call: Call) -> Verdict:
     """sed: in place (programs.in_place), and what its script writes or runs. A script file (-f) cannot be seen:
     tier 1 as a script of unknown effect; --sandbox turns off e, r and w."""
-    options: list[Option] = []
-    operands: list[str] = []
-    position = 1
-    arguments = call.words
-    while position < len(arguments):
-        word = arguments[position]
-        if word == "--":
-            operands += arguments[position + 1 :]
-            break
-        if word.startswith("-") and word != "-":
-            found, position = parse_options(arguments, position, _SED_VALUES, frozenset(["-i"]))
-            options += found
-            continue
-        operands.append(word)
-        position += 1
+    options, operands = read_options(call.words, _SED_VALUES, _SED_OPTIONAL, _SED_KNOWN)
     names = {name for name, _value in options}
     scripts = [value or "" for name, value in options if name in ("-e", "--expression")]
     if not scripts and not names & {"-f", "--file"} and operands:
@@ -151,12 +139,25 @@ def _sed(call: Call) -> Verdict:
 # dc's `!` runs the rest of the line as a command, except `!<`, `!=`, `!>` (negated comparisons).
 _DC_COMMAND = re.compile(r"!(?![<=>])([^\n]*)")
 _DC_VALUES = words("-e --expression -f --file")
+_DC_KNOWN = long_names(_DC_VALUES)
+
+
+def dc_commands(program: str) -> list[str]:
+    """The commands a dc program runs with `!`."""
+    return [match.group(1) for match in _DC_COMMAND.finditer(program) if match.group(1)]
+
+
+def dc_reads_stdin(words: list[str]) -> bool:
+    """dc reads its program from stdin when given no -e, -f or file, or the file `-`."""
+    options, files = read_options(words, _DC_VALUES, frozenset(), _DC_KNOWN)
+    sources = [value for name, value in options if name in _DC_VALUES]
+    return "-" in files or "-" in sources or not (files or sources)
 
 
 def _dc(call: Call) -> Verdict:
-    options, _files = read_options(call.words, _DC_VALUES)
+    options, _files = read_options(call.words, _DC_VALUES, frozenset(), _DC_KNOWN)
     expressions = [value for name, value in options if name in ("-e", "--expression") and value]
-    commands = [match.group(1) for text in expressions for match in _DC_COMMAND.finditer(text) if match.group(1)]
+    commands = [command for text in expressions for command in dc_commands(text)]
     return Verdict(0, "dc runs a command", shell=tuple(commands)) if commands else READ
 
 

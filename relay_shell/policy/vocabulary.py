@@ -89,16 +89,21 @@ POWER = words("shutdown reboot halt poweroff")
 ESCALATION = words("sudo doas pkexec su run0 gksudo gksu kdesu kdesudo sudoedit runuser")
 
 # Wrapper command -> options that take a separate value (so the value is not mistaken for the command). The
-# wrapped command runs with the same effect, so the classifier looks through them.
+# wrapped command runs with the same effect, so the classifier looks through them. Options whose value may only
+# be attached (`--block-signal[=SIG]`, `-i[R]`) are wrappers._OPTIONAL_VALUES; checked against --help where the
+# program is installed.
 WRAPPERS: dict[str, frozenset[str]] = {
-    "sudo": words("-u -g -h -p -C -D -r -t -U -T --user --group --host --prompt --chdir --role --type"),
+    "sudo": words(
+        "-u -g -h -p -C -D -r -R -t -U -T --user --group --host --prompt --chdir --role --type --chroot --close-from"
+        " --command-timeout --other-user"
+    ),
     "doas": words("-u -C"),
     "pkexec": words("--user"),
     "run0": words("-u --user -g --group -D --chdir --description --slice --unit --property --setenv"),
     "gksudo": words("-u --user -m --message -D --description"),
     "gksu": words("-u --user -m --message -D --description"),
-    "kdesu": words("-u -c"),
-    "env": words("-u --unset -C --chdir -S --split-string --block-signal --default-signal --ignore-signal"),
+    "kdesu": words("-u -c -p -f -i --attach"),
+    "env": words("-u --unset -C --chdir -S --split-string"),
     "nice": words("-n --adjustment"),
     "ionice": words("-c -n -p -P -u --class --classdata --pid --pgid --uid"),
     "nohup": frozenset(),
@@ -121,15 +126,23 @@ WRAPPERS: dict[str, frozenset[str]] = {
         " --setgroups --monotonic --boottime"
     ),
     # nsenter -r/-w/--root/--wd take a directory only attached (-r/srv, --root=/srv): wrappers.py
-    "nsenter": words("-t -S -G --target --setuid --setgid"),
+    "nsenter": words("-t -S -G -W --target --setuid --setgid --wdns"),
     "systemd-inhibit": words("--what --who --why --mode"),
-    "systemd-run": words("-u -p -E -M -H --unit --property --setenv --description --slice --machine --host --uid"),
-    "faketime": words("-f"),
-    "strace": words("-e -o -p -s -u -E -a -b -I -O -S -P -X"),
-    "ltrace": words("-e -o -p -s -u -a -n -L -x"),
+    "systemd-run": words(
+        "-u -p -E -M -H --unit --property --setenv --description --slice --machine --host --uid --gid --nice"
+        " --service-type --working-directory --path-property --socket-property --timer-property --on-active"
+        " --on-boot --on-startup --on-unit-active --on-unit-inactive --on-calendar"
+    ),
+    "strace": words(
+        "-e -o -p -s -u -E -a -b -I -O -S -P -X -U --output --attach --user --env --trace --trace-path"
+        " --string-limit --signal --status --columns --detach-on --interruptible --summary-sort-by"
+        " --summary-columns --const-print-style --summary-syscall-overhead"
+    ),
+    "ltrace": words("-e -o -p -s -u -a -n -x -w -A -F -D -l --output --library --indent"),
     "valgrind": frozenset(),
     "xargs": words(
-        "-I -J -n -P -d -L -s -a -E --max-args --max-procs --delimiter --arg-file --max-lines --max-chars --eof"
+        "-I -J -n -P -d -L -s -a -E --max-args --max-procs --delimiter --arg-file --max-lines --max-chars"
+        " --process-slot-var"
     ),
     "parallel": words("-j -S --jobs --sshlogin --joblog --results --delay --timeout -a --arg-file"),
 }
@@ -141,7 +154,7 @@ WRAPPER_OPERANDS: dict[str, tuple[frozenset[str], int]] = {
     "flock": (words("-w --timeout -E --conflict-exit-code"), 1),
     "chroot": (words("--userspec --groups"), 1),
     "timeout": (words("-s -k --signal --kill-after"), 1),
-    "faketime": (words("-f"), 1),
+    "faketime": (words("-p --date-prog"), 1),  # -f (the advanced format) and -m are flags
 }
 # Code run by a shell at each prompt, by pagers and tools started inside a session, or loaded into programs.
 CODE_INJECTION_ENV = words(

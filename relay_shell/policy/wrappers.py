@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from relay_shell.policy.calls import parse_options
+from relay_shell.policy.calls import long_names, parse_options, read_options
 from relay_shell.policy.vocabulary import ASSIGNMENT_WORD, ESCALATION, WRAPPER_OPERANDS, WRAPPERS
 from relay_shell.policy.vocabulary import words as word_set
 
@@ -29,6 +29,10 @@ class Unwrapped:
     inline: list[str] = field(default_factory=list)  # shell text a wrapper runs (su -c 'cmd', watch 'cmd')
     shell_session: bool = False  # a shell that reads its commands from stdin (sudo -i, su, script, chroot DIR)
     too_deep: bool = False  # more than MAX_WRAPPERS wrappers: what they run was not looked at
+    # The words from one that an option took as its value, when that word may be the command after all (a
+    # value option listed by mistake, an exact flag name that is also the prefix of a value option): classified
+    # as a command too. Over-classifying is safe; one per unwrap keeps nesting linear.
+    possible_command: list[str] = field(default_factory=list)
 
 
 def basename(word: str) -> str:
@@ -37,6 +41,7 @@ def basename(word: str) -> str:
 
 
 _WATCH_VALUE_OPTIONS = word_set("-n --interval -q --equexit")
+_WATCH_KNOWN = long_names(_WATCH_VALUE_OPTIONS, word_set("--exec --differences"))
 # su and runuser (util-linux): -c/--command/--session-command run shell text; runuser -u/--user runs an argv.
 _SU_COMMAND_OPTIONS = word_set("-c --command --session-command")
 _SU_VALUE_OPTIONS = word_set(
@@ -46,15 +51,25 @@ _SU_VALUE_OPTIONS = word_set(
 _SCRIPT_VALUE_OPTIONS = word_set(
     "-c --command -E --echo -I --log-in -O --log-out -B --log-io -T --log-timing -m --logging-format -o --output-limit"
 )
-_SCRIPT_OPTIONAL = word_set("-t")
+_SCRIPT_OPTIONAL = word_set("-t --timing")
+_SCRIPT_KNOWN = long_names(_SCRIPT_VALUE_OPTIONS, _SCRIPT_OPTIONAL, word_set("--help --version"))
+_SU_KNOWN = long_names(_SU_VALUE_OPTIONS)
 _FLOCK_COMMAND_OPTIONS = word_set("-c --command")
 # Shell text given as an option's value: `env -S 'cmd'`, `kdesu -c 'cmd'`.
 _INLINE_OPTIONS = {"env": word_set("-S --split-string"), "kdesu": word_set("-c")}
-# Options whose value may only be attached (`-m/proc/1/ns/mnt`, `-i{}`): the next word is not theirs.
+# Options whose value may only be attached (`-m/proc/1/ns/mnt`, `-i{}`, `--block-signal=INT`): the next word
+# is not theirs (checked with each program's --help).
 _OPTIONAL_VALUES = {
-    "nsenter": word_set("-m -u -i -n -p -U -C -T -r -w"),
-    "unshare": word_set("-m -u -i -n -p -U -C -T"),
-    "xargs": word_set("-i -e -l"),
+    "nsenter": word_set(
+        "-m -u -i -n -p -U -C -T -r -w --mount --uts --ipc --net --pid --user --cgroup --time --root --wd"
+    ),
+    "unshare": word_set(
+        "-m -u -i -n -p -U -C -T --mount --uts --ipc --net --pid --user --cgroup --time --kill-child --mount-proc"
+    ),
+    "xargs": word_set("-i -e -l --replace --eof"),
+    "env": word_set("--block-signal --default-signal --ignore-signal"),
+    "sudo": word_set("--preserve-env"),
+    "strace": word_set("--daemonize --relative-timestamps --absolute-timestamps --syscall-times --decode-fds"),
 }
 _SUDO_SHELL_OPTIONS = word_set("-i -s --login --shell")
 # Wrappers that, given no command, start a shell reading stdin (chroot runs `$SHELL -i`, nsenter and unshare
@@ -64,6 +79,22 @@ _SHELL_WITHOUT_COMMAND = word_set("chroot nsenter unshare firejail pkexec run0")
 _FIREJAIL_QUERIES = ("--list", "--tree", "--top", "--netstats", "--shutdown", "--join", "--ls", "--get", "--put")
 _AST_GREP = word_set("run scan test new lsp completions help")
 _SUDO_ONLY_OPTIONS = word_set("-l -v -k -K --list --validate --reset-timestamp -V --version")
+# Every long name a wrapper's abbreviations may stand for (getopt_long reads `--us` as `--user`).
+_KNOWN = {
+    program: long_names(
+        values,
+        _INLINE_OPTIONS.get(program, frozenset()),
+        _OPTIONAL_VALUES.get(program, frozenset()),
+        _SUDO_SHELL_OPTIONS | _SUDO_ONLY_OPTIONS if program == "sudo" else frozenset(),
+    )
+    for program, values in WRAPPERS.items()
+}
+_OPERAND_KNOWN = {
+    program: long_names(values, word_set("--pid")) for program, (values, _operands) in WRAPPER_OPERANDS.items()
+}
+_FLOCK_KNOWN = long_names(WRAPPER_OPERANDS["flock"][0], _FLOCK_COMMAND_OPTIONS)
+# A word an option took as its value that may be a command word after all: a name or a path, not a number.
+_COMMAND_LIKE = re.compile(r"(?:[./~]|[A-Za-z_])[A-Za-z0-9_./+-]{0,254}")
 
 
 def unwrap(words: list[str], dynamic: list[bool]) -> Unwrapped:
@@ -115,7 +146,7 @@ def _step(program: str, words: list[str], index: int, result: Unwrapped) -> int 
         return _flock(words, index, result)
     if program in WRAPPER_OPERANDS:
         value_options, operands = WRAPPER_OPERANDS[program]
-        names, position = _skip_options(words, index + 1, value_options)
+        names, position = _skip_options(words, index + 1, value_options, _OPERAND_KNOWN[program], result)
         if program in ("taskset", "chrt") and names & {"-p", "--pid"}:
             return None  # changes a running process: no command
         return position + operands
@@ -144,7 +175,9 @@ def _step(program: str, words: list[str], index: int, result: Unwrapped) -> int 
             continue
         if not _is_option(word):
             break
-        options, position = parse_options(words, position, value_options, optional)
+        start = position
+        options, position = parse_options(words, position, value_options, optional, _KNOWN[program])
+        _note_swallowed(words, start, position, result)
         for name, value in options:
             if name in inline_options:
                 if value is not None:
@@ -157,13 +190,25 @@ def _step(program: str, words: list[str], index: int, result: Unwrapped) -> int 
     return position
 
 
-def _skip_options(words: list[str], position: int, value_options: frozenset[str]) -> tuple[set[str], int]:
+def _note_swallowed(words: list[str], start: int, position: int, result: Unwrapped) -> None:
+    """When the option at words[start] took the next word as its value, keep that word and the rest as a possible
+    command (the first one only)."""
+    swallowed = words[position - 1]
+    if position - start == 2 and not result.possible_command and _COMMAND_LIKE.fullmatch(swallowed):
+        result.possible_command = words[position - 1 :]
+
+
+def _skip_options(
+    words: list[str], position: int, value_options: frozenset[str], known: frozenset[str], result: Unwrapped
+) -> tuple[set[str], int]:
     """The option names from words[position] on, and where the first operand is (after a `--`)."""
     names: set[str] = set()
     while position < len(words) and _is_option(words[position]):
         if words[position] == "--":
             return names, position + 1
-        options, position = parse_options(words, position, value_options)
+        start = position
+        options, position = parse_options(words, position, value_options, frozenset(), known)
+        _note_swallowed(words, start, position, result)
         names.update(name for name, _value in options)
     return names, position
 
@@ -182,7 +227,7 @@ def _switch_user(program: str, words: list[str], index: int, result: Unwrapped) 
             position += 1
             break
         if _is_option(word):
-            options, position = parse_options(words, position, _SU_VALUE_OPTIONS)
+            options, position = parse_options(words, position, _SU_VALUE_OPTIONS, frozenset(), _SU_KNOWN)
             for name, value in options:
                 if name in _SU_COMMAND_OPTIONS:
                     if value is not None:
@@ -221,7 +266,7 @@ def _script(words: list[str], index: int, result: Unwrapped) -> int | None:
         if not _is_option(word):
             position += 1
             continue
-        options, position = parse_options(words, position, _SCRIPT_VALUE_OPTIONS, _SCRIPT_OPTIONAL)
+        options, position = parse_options(words, position, _SCRIPT_VALUE_OPTIONS, _SCRIPT_OPTIONAL, _SCRIPT_KNOWN)
         for name, value in options:
             if name in ("-h", "--help", "-V", "--version"):
                 return None  # prints help: rated as itself
@@ -252,25 +297,15 @@ def _flock(words: list[str], index: int, result: Unwrapped) -> int:
     """flock [options] FILE (-c TEXT | COMMAND …). -c/--command is shell text wherever it is written (before the
     file flock itself refuses it; classified all the same)."""
     value_options = WRAPPER_OPERANDS["flock"][0] | _FLOCK_COMMAND_OPTIONS
-    position = index + 1
-    while position < len(words) and _is_option(words[position]):
-        if words[position] == "--":
-            position += 1
-            break
-        options, position = parse_options(words, position, value_options)
-        for name, value in options:
-            if name in _FLOCK_COMMAND_OPTIONS:
-                if value is not None:
-                    result.inline.append(value)
-                return len(words)
-    command = position + 1  # after the lock file
+    options, operands = read_options(words[index:], value_options, frozenset(), _FLOCK_KNOWN, permute=False)
+    command = len(words) - len(operands) + 1  # after the lock file
     if command < len(words) and _is_option(words[command]) and words[command] != "--":
-        options, _after = parse_options(words, command, _FLOCK_COMMAND_OPTIONS)
-        for name, value in options:
-            if name in _FLOCK_COMMAND_OPTIONS:
-                if value is not None:
-                    result.inline.append(value)
-                return len(words)
+        options += parse_options(words, command, _FLOCK_COMMAND_OPTIONS, frozenset(), _FLOCK_KNOWN)[0]
+    for name, value in options:
+        if name in _FLOCK_COMMAND_OPTIONS:
+            if value is not None:
+                result.inline.append(value)
+            return len(words)
     return command
 
 
@@ -282,7 +317,7 @@ def _watch(words: list[str], index: int, result: Unwrapped) -> int:
         if words[position] == "--":
             position += 1
             break
-        options, position = parse_options(words, position, _WATCH_VALUE_OPTIONS)
+        options, position = parse_options(words, position, _WATCH_VALUE_OPTIONS, frozenset(), _WATCH_KNOWN)
         execs = execs or any(name in ("-x", "--exec") for name, _value in options)
     if execs:
         return position

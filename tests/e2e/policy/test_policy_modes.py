@@ -139,3 +139,45 @@ async def test_readonly_refuses_read_only_tools_that_write_and_wrapper_spellings
     assert (tree / "sub").is_dir()
     denied = [record for record in read_records(audit_path) if record.get("denied")]
     assert len(denied) == len(refused)
+
+
+async def test_abbreviated_options_and_swallowed_commands_are_refused_and_nothing_runs(tmp_path: Path) -> None:
+    # getopt_long reads any unambiguous prefix of a long option (`--sp` is env's --split-string); env's signal
+    # options take only `=SIG`, so the next word is the command; dc runs `!cmd` from its stdin (final review
+    # F1-F3). readonly refuses the tier-1 spellings, guarded the tier-3 ones; nothing is written or deleted.
+    audit_path = tmp_path / "audit.jsonl"
+    source = tmp_path / "in.txt"
+    source.write_text("b\na\n")
+    tree = tmp_path / "tree"
+    (tree / "sub").mkdir(parents=True)
+    out = tmp_path / "out"
+    readonly: list[tuple[dict[str, str], int]] = [
+        ({"command": f"env --sp='touch {out}-env'"}, 1),
+        ({"command": f"sed --e='1e touch {out}-sed' {source}"}, 1),
+        ({"command": f"sort --out={out}-sort {source}"}, 1),
+        ({"command": f"sort --o {out}-sort-o {source}"}, 1),
+        ({"command": f"shuf --out={out}-shuf {source}"}, 1),
+        ({"command": f"man --pag='touch {out}-man' ls"}, 1),
+        ({"command": f"dc --exp='!touch {out}-dc'"}, 1),
+        ({"command": f"echo '!touch {out}-dc-pipe' | dc"}, 1),
+        ({"command": "dc", "stdin": f"!touch {out}-dc-stdin\n"}, 1),
+    ]
+    guarded: list[tuple[dict[str, str], int]] = [
+        ({"command": f"env --block-signal sh -c 'rm -rf {tree}'"}, 3),
+        ({"command": f"env --ignore-signal rm -rf {tree}"}, 3),
+        ({"command": f"faketime -f +1d rm -rf {tree}"}, 3),
+        ({"command": f"script --com='rm -rf {tree}' /dev/null"}, 3),
+        ({"command": f"echo '!rm -rf {tree}' | dc"}, 3),
+        ({"command": f"dc <<< '!rm -rf {tree}'"}, 3),
+    ]
+    for mode, refused in (("readonly", readonly), ("guarded", guarded)):
+        async with connect(audit_path, policy_mode=mode) as client:
+            for arguments, tier in refused:
+                result = await client.call_tool("shell_exec", arguments)
+                assert text_of(result).startswith(f"[DENIED tier {tier} "), (mode, arguments, text_of(result))
+            printed = await client.call_tool("shell_exec", {"command": f"sort --rev {source}"})
+            assert text_of(printed) == "[exit 0]\nb\na\n", text_of(printed)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["audit.jsonl", "in.txt", "tree"], "a refused call ran"
+    assert (tree / "sub").is_dir()
+    denied = [record for record in read_records(audit_path) if record.get("denied")]
+    assert len(denied) == len(readonly) + len(guarded)
