@@ -93,11 +93,15 @@ def serve(check_only: bool) -> int:
     # Its cgroup setup waits in the kernel (~10 ms) in a thread while the server's modules are imported; the
     # containment is complete (result()) before anything below runs a process or looks for leftovers.
     containment_start = ContainmentStart(settings.containment, scope_of(settings.audit_path))
-    from relay_shell.audit.interrupted import find_interrupted, restart_fields
-    from relay_shell.containment.leftovers import find_leftovers
-    from relay_shell.server import build_server
+    try:
+        from relay_shell.audit.interrupted import find_interrupted, restart_fields
+        from relay_shell.containment.leftovers import find_leftovers
+        from relay_shell.server import build_server
 
-    raise_open_files_limit()  # before build_server: the port forwards' connection budget is derived from it
+        raise_open_files_limit()  # before build_server: the port forwards' connection budget is derived from it
+    except BaseException:
+        containment_start.cancel()  # the thread may have moved this process into a new instance directory
+        raise
     try:
         containment = containment_start.result()
     except ContainmentUnavailable as exc:

@@ -126,7 +126,7 @@ def build_server(
         connected=connected,
         idle_timeout=settings.forward_idle_timeout,
     )
-    ssh = SshAccess(settings, forwards)
+    ssh = SshAccess(settings, forwards, on_helper=containment.helper_started)
     metrics.ssh_connections_open.set_function(ssh.connections)
     retrieval = runbook_retrieval(settings, runner, ssh)
     assembly: Assembly

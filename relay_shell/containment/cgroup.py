@@ -47,6 +47,8 @@ INSTANCE_PREFIX = "relay-shell-"
 _INSTANCE_NAME = re.compile(re.escape(INSTANCE_PREFIX) + r"([0-9a-f]{12})-([0-9]+-[0-9]+)")
 TIDY_DELAY = 0.02  # seconds the filler thread lets a call finish before it makes the next spares
 UNIT_ATTRIBUTE = "user.relay_shell.unit"  # on a unit's cgroup: the unit's name (call-<id>, session-<id>)
+# On an instance directory: the leftovers its server adopted at startup, `<pid>-<start time>` separated by spaces
+ADOPTED_ATTRIBUTE = "user.relay_shell.adopted"
 
 
 class CgroupError(Exception):
@@ -331,6 +333,28 @@ def unit_name_of(path: Path) -> str | None:
         return os.getxattr(path, UNIT_ATTRIBUTE).decode(errors="replace")
     except OSError:
         return None
+
+
+def label_adopted(path: Path, adopted: dict[int, int]) -> None:
+    """Record on an instance directory which processes in it its server adopted (before 5.7 cgroupfs has no
+    user xattrs: then none is recorded, and a later start takes an unmarked one for a stray)."""
+    value = " ".join(f"{pid}-{start}" for pid, start in sorted(adopted.items()))
+    with contextlib.suppress(OSError):
+        os.setxattr(path, ADOPTED_ATTRIBUTE, value.encode())
+
+
+def adopted_of(path: Path) -> dict[int, int]:
+    """What `label_adopted` recorded: pid -> start time."""
+    try:
+        value = os.getxattr(path, ADOPTED_ATTRIBUTE).decode(errors="replace")
+    except OSError:
+        return {}
+    adopted = {}
+    for item in value.split():
+        pid_text, _, start_text = item.partition("-")
+        if pid_text.isdigit() and start_text.isdigit():
+            adopted[int(pid_text)] = int(start_text)
+    return adopted
 
 
 def populated(path: Path) -> bool:

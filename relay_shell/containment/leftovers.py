@@ -8,7 +8,10 @@ Which ones end (adr/0015):
 - a session: ended — its terminal died with the server, nobody can reach it;
 - the dead server's own helpers (marker unit `server`): ended;
 - a process sitting in a dead server's instance cgroup itself, outside every unit, that no marker of this
-  scope names (it moved itself out of its unit and dropped the marker): ended, as `stray`;
+  scope names (it moved itself out of its unit and dropped the marker): ended, as `stray`; unless the dead
+  server had adopted it (or what it descends from) at its own start, as its instance cgroup records: then it is
+  kept and adopted again, as `adopted` (a background job left on purpose stays kept across any number of
+  restarts);
 - a call that ended normally and left a background job running on purpose: kept, and adopted by this
   server (it runs on, and ends when this server stops, like this server's own background jobs);
 - when the caller cannot say which calls were interrupted (`interrupted_call_ids` None), every leftover is
@@ -30,11 +33,13 @@ from pathlib import Path
 from typing import Any
 
 from relay_shell.containment import proc
-from relay_shell.containment.cgroup import pids_directly_in, pids_in, unit_name_of
+from relay_shell.containment.cgroup import adopted_of, label_adopted, pids_directly_in, pids_in, unit_name_of
 from relay_shell.containment.units import Containment, instance_alive
 
 END_WITHIN = 2.0  # seconds to end the leftovers at startup (SIGKILL, repeated until none runs)
 STRAY_UNIT = "stray"  # a process in a dead instance's own cgroup that no marker attributes to a unit
+ADOPTED_UNIT = "adopted"  # one there that the dead server had adopted (or a process below it)
+_ANCESTRY_DEPTH = 64
 
 
 @dataclass
@@ -99,13 +104,16 @@ def find_leftovers(containment: Containment, interrupted_call_ids: Collection[st
                 leftover.cgroup = str(unit_directory)
                 leftover.pids.extend(pid for pid in pids if pid not in leftover.pids)
             # Outside every unit, in the instance directory itself: a process that left its unit (a same-uid
-            # command may write to any cgroup.procs of the delegated subtree). One with a marker of this scope
-            # was found by it above (an adopted job of an older server, or one that kept its marker).
+            # command may write to any cgroup.procs of the delegated subtree), or a leftover the dead server had
+            # adopted (it records them on its directory). One with a marker of this scope was found by it above
+            # (an adopted job of an older server, or one that kept its marker).
+            adopted = adopted_of(directory)
             for pid in pids_directly_in(directory):
                 named = proc.read_marker(pid)
                 if pid == os.getpid() or (named is not None and named.startswith(f"{containment.scope}:")):
                     continue
-                leftover = found.setdefault((instance, STRAY_UNIT), Leftover(instance, STRAY_UNIT, [], False, ""))
+                unit = ADOPTED_UNIT if _descends_from(table, pid, adopted) else STRAY_UNIT
+                leftover = found.setdefault((instance, unit), Leftover(instance, unit, [], False, ""))
                 leftover.cgroup = str(directory)
                 leftover.pids.append(pid)
     for leftover in found.values():
@@ -135,6 +143,18 @@ def _unit_by_marker(pids: Collection[int], scope: str, instance: str) -> str | N
     return None
 
 
+def _descends_from(table: dict[int, proc.ProcessEntry], pid: int, processes: dict[int, int]) -> bool:
+    """`pid`, or a process it descends from, is one of `processes` (pid -> start time)."""
+    entry = table.get(pid)
+    for _ in range(_ANCESTRY_DEPTH):
+        if entry is None or entry.pid <= 1:
+            return False
+        if processes.get(entry.pid) == entry.starttime:
+            return True
+        entry = table.get(entry.ppid)
+    return False
+
+
 def _decide(leftover: Leftover, interrupted_call_ids: Collection[str] | None) -> tuple[bool, str]:
     if leftover.unit == "server":
         return True, "started by the server itself, which is gone"
@@ -142,10 +162,12 @@ def _decide(leftover: Leftover, interrupted_call_ids: Collection[str] | None) ->
         return True, "it left its unit for the dead server's own cgroup and carries no marker: an escape"
     if leftover.unit.startswith("session-"):
         return True, "a terminal session of a server that is gone: nobody can reach it"
-    if not leftover.unit.startswith("call-"):
-        return True, "nothing says which call it belongs to (no label, no marker); ended to be safe"
     if interrupted_call_ids is None:
         return True, "the audit log cannot say whether its call ended; ended to be safe"
+    if leftover.unit == ADOPTED_UNIT:
+        return False, "a background job kept (adopted) by the server that is gone, and so kept again; adopted"
+    if not leftover.unit.startswith("call-"):
+        return True, "nothing says which call it belongs to (no label, no marker); ended to be safe"
     if leftover.call_id is not None and leftover.call_id in interrupted_call_ids:
         return True, "its call was interrupted (start record, no end record)"
     return False, "a background job its call left running on purpose (the call ended normally); adopted"
@@ -181,7 +203,7 @@ def _end(leftovers: list[Leftover], unit_directories: dict[tuple[str, str], Path
 def _adopt(leftover: Leftover, directory: Path | None, containment: Containment) -> None:
     """Kept leftovers end when this server stops: the server remembers them (pid and start time) and, in cgroup
     mode, moves them into its instance directory (its units are threaded cgroups, which take no process from
-    another server's tree)."""
+    another server's tree) and records them there (`label_adopted`)."""
     containment.adopted.update(leftover.start_times)
     tree = containment.tree
     if tree is None:
@@ -189,6 +211,8 @@ def _adopt(leftover: Leftover, directory: Path | None, containment: Containment)
     for pid in leftover.pids:
         with contextlib.suppress(OSError):
             (tree.directory / "cgroup.procs").write_text(str(pid))
+    # Should this server die too, the next start must not take an unmarked one of them for a stray.
+    label_adopted(tree.directory, containment.adopted)
     if directory is not None:
         tree.remove(directory)
 

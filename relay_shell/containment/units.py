@@ -58,8 +58,11 @@ Setting = Literal["auto", "cgroup", "subreaper", "off"]
 _PR_SET_CHILD_SUBREAPER = 36
 _SAFE_ID = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 POLL = 0.01  # seconds between checks while a unit is being ended
-_STOPPED_STATES = ("T", "t")  # stopped by a signal, or by a tracer: it cannot fork until continued
+# Stopped by a signal or a tracer (it cannot fork until continued), a zombie, or in uninterruptible sleep after
+# the SIGSTOP was sent (the signal is handled before it returns to user space; a fork under way is restarted).
+_SETTLED_STATES = ("T", "t", "Z", "D")
 MAINTAIN_INTERVAL = 1.0
+_ANCESTRY_DEPTH = 64  # parents looked at to tell a stray from the server's own helper (deeper: a stray)
 SPARE_UNITS = 16  # unit cgroups made ahead (cgroup mode): a burst of calls within TIDY_DELAY uses them
 
 
@@ -169,13 +172,15 @@ class Unit:
         mode the processes that moved themselves out of every unit into the instance directory go too."""
         deadline = time.monotonic() + grace
         tree = self.containment.tree
-        if tree is not None and self.cgroup is not None:
+        if tree is not None and self.cgroup is not None and self.containment.can_freeze:
             tree.kill(self.cgroup)
             while populated(self.cgroup) and time.monotonic() < deadline:
                 await asyncio.sleep(POLL / 2)
                 tree.kill(self.cgroup)  # what was still starting: frozen or not, it goes now
         # Every mode: processes outside the cgroup (moved out by their owner) or outside any cgroup
-        # (subreaper mode). Stopped first, so that nothing forks while the SIGKILL sweeps run.
+        # (subreaper mode), and without a freezer the cgroup's own. Stopped first, so that nothing forks while
+        # the SIGKILL sweeps run (without a freezer, a fork loop in the cgroup could otherwise keep it populated
+        # until the deadline).
         frozen = [self.cgroup] if self.cgroup is not None and self.containment.can_freeze else []
         await stop_all(lambda: self.members() | self.containment.strays(), frozen, deadline)
         while True:
@@ -216,6 +221,7 @@ class Containment:
         self.leaders: set[int] = set()
         self.zombies_seen: set[int] = set()  # zombie children not ours to wait for, seen at the last tick
         self.adopted: dict[int, int] = {}  # leftovers kept at startup (pid -> start time), ended at shutdown
+        self.helpers: dict[int, int] = {}  # processes the server started for itself outside units (pid -> start)
         self.subreaper = False  # orphans of the server's descendants are re-parented to it (set by start_containment)
         self.can_freeze = tree is not None and tree.can_freeze
         if mode != "off":
@@ -291,10 +297,9 @@ class Containment:
     def strays(self) -> set[int]:
         """cgroup mode: the processes that left their unit for the instance directory itself (any cgroup of a
         delegated subtree is writable by the server's uid, so a command of the same uid can move itself there),
-        with whatever runs below them. Not the server; not a leftover adopted at startup (moved there on
-        purpose); not the server's own helpers (a ProxyCommand and what it starts: they carry the server's
-        marker, which no unit's process inherits); not a process whose marker names a unit still running (that
-        unit's end takes it)."""
+        with whatever runs below them. Not the server; not a process whose marker names a unit still running
+        (that unit's end takes it); not one of the server's own (`_servers_own`: its helpers, adopted leftovers,
+        and what those started)."""
         if self.tree is None:
             return set()
         me = os.getpid()
@@ -305,7 +310,7 @@ class Containment:
         found = set()
         for pid in listed:
             entry = proc.read_entry(pid)
-            if entry is None or entry.state == "Z" or self.adopted.get(pid) == entry.starttime:
+            if entry is None or entry.state == "Z" or self._servers_own(entry):
                 continue
             marker = proc.read_marker(pid)
             if marker == self.server_marker or marker in running_markers:
@@ -315,6 +320,31 @@ class Containment:
             return found
         table = proc.scan()
         return {pid for pid in proc.descendants(table, found) if table[pid].state != "Z"} - {me}
+
+    def helper_started(self, pid: int) -> None:
+        """The server started `pid` outside every unit for itself (an ssh_config ProxyCommand, told by the SSH
+        pool as soon as it runs): never a stray, nor what it starts. Entries of ended helpers are dropped here."""
+        self.helpers = {known: start for known, start in self.helpers.items() if proc.live(known, start)}
+        start = proc.starttime_of(pid)
+        if start is not None:
+            self.helpers[pid] = start
+
+    def _servers_own(self, entry: proc.ProcessEntry) -> bool:
+        """The process, or one it descends from, is the server's own: a helper it started (`helper_started`)
+        or a leftover it adopted at startup. The marker is no proof of a helper: one run through `sudo` or
+        `env -i`, or another uid's, has none or shows none. Nor is the parent: an escape re-parented to the
+        server (a child subreaper) has the server as its parent too, so the walk stops at the server."""
+        me = os.getpid()
+        for _ in range(_ANCESTRY_DEPTH):
+            if entry.pid == me or entry.pid <= 1:
+                return False
+            if self.helpers.get(entry.pid) == entry.starttime or self.adopted.get(entry.pid) == entry.starttime:
+                return True
+            parent = proc.read_entry(entry.ppid)
+            if parent is None:
+                return False
+            entry = parent
+        return False
 
     async def shutdown(self, grace: float) -> None:
         """The server stops: TERM every process of every unit (background jobs too), up to `grace`, then KILL
@@ -426,6 +456,17 @@ class ContainmentStart:
         except BaseException as exc:  # handed to result(), which raises it on the calling thread
             self.failure = exc
 
+    def cancel(self) -> None:
+        """The server will not serve (it failed before `result()`): undo what the thread made — back to the
+        server's own cgroup, the spares and the instance directory removed."""
+        if self.thread is not None:
+            self.thread.join()
+        if self.tree is not None:
+            with contextlib.suppress(OSError):  # the failure that brought us here is the one to report
+                self.tree.step_out()  # also removes the spares
+                self.tree.remove(self.tree.directory)
+            self.tree = None
+
     def result(self) -> Containment:
         if self.thread is not None:
             self.thread.join()
@@ -472,30 +513,40 @@ def _kill_method(containment: Containment) -> str:
 
 async def stop_all(find: Callable[[], set[int]], frozen: list[Path], deadline: float) -> None:
     """SIGSTOP every process `find` returns, find again, stop the new ones, until a search finds nothing new
-    after every process of the search before was seen stopped: then none can have forked since (a stopped
-    process cannot fork), and the SIGKILL sweeps that follow cannot be outrun by a fork loop. Processes in the
-    `frozen` cgroups count as stopped (frozen, they show as sleeping and a SIGSTOP waits for the thaw). One that
-    cannot stop in time (uninterruptible sleep) only ends this at `deadline`; the SIGKILL sweeps still follow."""
+    after every process of the search before was seen settled: then none can have forked since, and the
+    SIGKILL sweeps that follow cannot be outrun by a fork loop. Settled: stopped (T), gone, in a `frozen` cgroup
+    (frozen, they show as sleeping and a SIGSTOP waits for the thaw), in uninterruptible sleep with the SIGSTOP
+    pending (D: it is handled before the process runs a user instruction again, so it cannot fork first), or
+    refusing the SIGSTOP (another uid's process: the server can neither stop nor kill it, and waiting for it
+    would only spin). Between searches it sleeps at least as long as the search took, so the event loop is
+    never held more than half the time, whatever the size of the process table."""
     stopped: set[int] = set()
-    settled = False  # every process of the last search was seen stopped (or gone) after that search
+    unstoppable: set[int] = set()  # SIGSTOP raised PermissionError
+    settled = False  # every process of the last search was seen settled after that search
     while time.monotonic() < deadline:
+        began = time.monotonic()
         found = find()
         fresh = found - stopped
         if not fresh and settled:
             return
         for pid in fresh:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
+            try:
                 os.kill(pid, signal.SIGSTOP)
+            except ProcessLookupError:
+                pass
+            except PermissionError:
+                unstoppable.add(pid)
         stopped |= fresh
         in_frozen = set().union(*(pids_in(path) for path in frozen))
-        settled = all(pid in in_frozen or _stopped_or_gone(pid) for pid in found)
+        settled = all(pid in unstoppable or pid in in_frozen or _stopped_or_gone(pid) for pid in found)
         if not settled:
-            await asyncio.sleep(POLL / 5)
+            await asyncio.sleep(max(POLL, time.monotonic() - began))
 
 
 def _stopped_or_gone(pid: int) -> bool:
+    """Stopped, gone, or in uninterruptible sleep with our SIGSTOP pending (see stop_all)."""
     entry = proc.read_entry(pid)
-    return entry is None or entry.state in _STOPPED_STATES or entry.state == "Z"
+    return entry is None or entry.state in _SETTLED_STATES
 
 
 def become_subreaper() -> str | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from relay_shell.config import Settings
@@ -15,8 +16,14 @@ if TYPE_CHECKING:
 
 
 class SshAccess:
-    def __init__(self, settings: Settings, forwards: ForwardRegistry | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        forwards: ForwardRegistry | None = None,
+        on_helper: Callable[[int], None] | None = None,
+    ) -> None:
         self.settings = settings
+        self.on_helper = on_helper  # told each ProxyCommand's pid (Containment.helper_started)
         self.ssh: Ssh | None = None
         self.reaper: asyncio.Task[None] | None = None
         # Port forwards ride on pooled connections; the registry itself needs no asyncssh.
@@ -35,6 +42,7 @@ class SshAccess:
                 idle_timeout=settings.ssh_idle_timeout,
                 connect_timeout=settings.ssh_connect_timeout,
                 keepalive=settings.ssh_keepalive,
+                on_helper=self.on_helper,
             )
             self.ssh = Ssh(settings, Inventory(settings.ssh_config, settings.inventory), pool)
             with contextlib.suppress(RuntimeError):  # no running loop: a resource read outside the server

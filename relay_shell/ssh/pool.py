@@ -18,6 +18,7 @@ import errno
 import logging
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import asyncssh
@@ -51,10 +52,26 @@ class ConnectFailed(ToolError):
 
 
 class _Client(asyncssh.SSHClient):
-    def __init__(self, endpoint: Endpoint, decision: TrustDecision, pooled: list[PooledConnection]) -> None:
+    def __init__(
+        self,
+        endpoint: Endpoint,
+        decision: TrustDecision,
+        pooled: list[PooledConnection],
+        on_helper: Callable[[int], None] | None = None,
+    ) -> None:
         self.endpoint = endpoint
         self.decision = decision
         self.pooled = pooled  # filled once connected, so a lost connection leaves the pool at once
+        self.on_helper = on_helper
+
+    def connection_made(self, conn: asyncssh.SSHClientConnection) -> None:
+        """Called as soon as the transport is up: with a ProxyCommand, right after its process started. It is
+        the server's own helper, not a call's: `on_helper` tells the containment (adr/0015), which otherwise
+        could not tell it from a process that left its unit (both sit outside every unit, children of the
+        server, with or without a marker)."""
+        popen = conn.get_extra_info("subprocess")  # asyncio's subprocess transport: the ProxyCommand's Popen
+        if self.on_helper is not None and popen is not None:
+            self.on_helper(popen.pid)
 
     def validate_host_public_key(self, host: str, addr: str, port: int, key: asyncssh.SSHKey) -> bool:
         endpoint = self.endpoint
@@ -103,7 +120,9 @@ class SshPool:
         idle_timeout: float,
         connect_timeout: float,
         keepalive: float,
+        on_helper: Callable[[int], None] | None = None,
     ) -> None:
+        self.on_helper = on_helper  # told the pid of every ProxyCommand started (the containment's helpers)
         self.max_connections = max_connections
         self.max_channels = max_channels
         self.idle_timeout = idle_timeout
@@ -236,7 +255,7 @@ class SshPool:
             "keepalive_interval": self.keepalive,
             "keepalive_count_max": 3,
             "encryption_algs": ENCRYPTION_ALGS,
-            "client_factory": lambda: _Client(endpoint, decision, holder),
+            "client_factory": lambda: _Client(endpoint, decision, holder, self.on_helper),
             "known_hosts": None if endpoint.known_hosts_mode == "ignore" else trusted_keys(endpoint.known_hosts_files),
         }
         if endpoint.key_path is not None:

@@ -10,11 +10,14 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
+from relay_shell.containment import proc
 from tests.conftest import text_of
 from tests.e2e.containment.test_containment import (
     KILL_GRACE,
@@ -137,16 +140,21 @@ async def test_a_unit_ends_within_twice_the_kill_grace(tmp_path: Path, mode: str
         end_strays(in_session)
 
 
-def proxy_config(fleet: SshFleet, path: Path) -> Path:
-    """An ssh_config whose host `viaproxy` is h01 reached through a ProxyCommand (`ssh -W` through h02)."""
+def proxy_config(fleet: SshFleet, path: Path, wrapper: str = "{}") -> Path:
+    """An ssh_config whose host `viaproxy` is h01 reached through a ProxyCommand (`ssh -W` through h02), the
+    command put into `wrapper`."""
     target = fleet.host("h01")
-    proxy = f"ssh -F {fleet.ssh_config} -o BatchMode=yes -W %h:%p h02"
+    proxy = wrapper.format(f"ssh -F {fleet.ssh_config} -o BatchMode=yes -W %h:%p h02")
     path.write_text(
         f"Host viaproxy\n    HostName {target.address}\n    Port {target.port}\n    User root\n"
-        f"    IdentityFile {fleet.client_key}\n    ProxyCommand {proxy}\n\n"
-        + fleet.ssh_config.read_text()
+        f"    IdentityFile {fleet.client_key}\n    ProxyCommand {proxy}\n\n" + fleet.ssh_config.read_text()
     )
     return path
+
+
+def environ_of(pid: int) -> bytes:
+    with open(f"/proc/{pid}/environ", "rb") as handle:
+        return b"\0" + handle.read()
 
 
 def proxy_helpers(fleet: SshFleet) -> set[int]:
@@ -154,26 +162,72 @@ def proxy_helpers(fleet: SshFleet) -> set[int]:
     return {pid for pid, cmdline in with_text(str(fleet.ssh_config)).items() if " -W " in cmdline}
 
 
+# How a ProxyCommand is run, and how many of its processes show `ssh -F <config> … -W`: as it is (it inherits the
+# server's marker); clearing the environment (as `env -i` or sudo's env_reset do); and, also clearing it, with the
+# ssh a child of the helper in a session of its own (as sudo's `use_pty` runs its command): what a helper starts.
+PROXY_WRAPPERS = {
+    "plain": ("{}", 1),
+    "marker dropped": ("env -u RELAY_SHELL_UNIT {}", 1),
+    "child of the helper": ("env -u RELAY_SHELL_UNIT sh -c 'setsid {}; :'", 2),
+}
+
+
 @pytest.mark.fleet(hosts=2)
-async def test_a_proxycommand_helper_is_no_stray(tmp_path: Path, cgroup_parent: Path, fleet: SshFleet) -> None:
+@pytest.mark.parametrize("wrapping", PROXY_WRAPPERS)
+async def test_a_proxycommand_helper_is_no_stray(
+    tmp_path: Path, cgroup_parent: Path, fleet: SshFleet, wrapping: str
+) -> None:
     """cgroup mode: the ProxyCommand asyncssh starts for a pooled connection sits in the instance directory
-    outside every unit, like a stray — but it is the server's own (its marker): a call's timeout, which ends
-    the strays, leaves it and its connection alone."""
+    outside every unit, like a stray — but it is the server's own (born in the server's session, whatever its
+    environment says): a call's timeout, which ends the strays (the escape that moved itself into the instance
+    directory, `<token>9`, is checked ended), leaves it and its connection alone."""
     token = new_token()
-    config = proxy_config(fleet, tmp_path / "proxied_ssh_config")
+    wrapper, count = PROXY_WRAPPERS[wrapping]
+    config = proxy_config(fleet, tmp_path / "proxied_ssh_config", wrapper)
     try:
         async with contained(tmp_path / "audit.jsonl", "cgroup", cgroup_parent, ssh_config=str(config)) as client:
             first = await client.call_tool("ssh_exec", {"host": "viaproxy", "command": "echo one"})
             assert text_of(first) == "[exit 0]\none\n", text_of(first)
             helpers = proxy_helpers(fleet)
-            assert len(helpers) == 1, helpers
+            assert len(helpers) == count, helpers
+            if wrapping != "plain":
+                assert all(b"RELAY_SHELL_UNIT=" not in environ_of(pid) for pid in helpers), "the marker is still set"
             arguments = {"command": escapes(token) + moved_out(token + "9", 1) + "sleep 300", "timeout": 2}
             result = await call_while_running(client, "shell_exec", arguments, {token: 3})
             assert text_of(result).startswith("[TIMEOUT after 2s]"), text_of(result)
-            assert survivors(token) == {}
+            assert survivors(token) == {}, "the escape into the instance directory (and the others) survived"
             assert proxy_helpers(fleet) == helpers, "a call's end took the server's ProxyCommand for a stray"
             second = await client.call_tool("ssh_exec", {"host": "viaproxy", "command": "echo two"})
             assert text_of(second) == "[exit 0]\ntwo\n", text_of(second)
             assert proxy_helpers(fleet) == helpers, "the pooled connection through the ProxyCommand was lost"
     finally:
         end_strays(token)
+
+
+def test_stop_all_does_not_wait_for_a_process_it_may_not_stop(tmp_path: Path) -> None:
+    """A process whose SIGSTOP is refused (another uid's: here a root `sleep`, stopped from a child process that
+    switched to nobody) counts as settled: stop_all returns after two searches instead of searching the whole
+    time up to its deadline with the event loop held."""
+    sleeper = subprocess.Popen(["sleep", "60"])
+    script = (
+        "import asyncio, os, sys, time\n"
+        "os.setgid(65534); os.setuid(65534)\n"
+        "from relay_shell.containment.units import stop_all\n"
+        "searches = []\n"
+        "def find():\n"
+        "    searches.append(time.monotonic())\n"
+        f"    return {{{sleeper.pid}}}\n"
+        "began = time.monotonic()\n"
+        "asyncio.run(stop_all(find, [], began + 10.0))\n"
+        "print(len(searches), round(time.monotonic() - began, 3))\n"
+    )
+    try:
+        env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[3])}
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=60)
+        assert done.returncode == 0, done.stderr
+        searches, elapsed = done.stdout.split()
+        assert int(searches) <= 3 and float(elapsed) < 2.0, done.stdout
+        assert proc.read_entry(sleeper.pid) is not None and proc.read_entry(sleeper.pid).state == "S"
+    finally:
+        sleeper.kill()
+        sleeper.wait()

@@ -21,7 +21,7 @@ from relay_shell.containment import proc
 from relay_shell.containment.cgroup import INSTANCE_PREFIX, CgroupPlace, CgroupTree
 from relay_shell.containment.leftovers import find_leftovers
 from relay_shell.containment.units import Containment, instance_of_this_process, scope_of
-from tests.conftest import read_records, text_of
+from tests.conftest import fields, read_records, text_of
 from tests.e2e.containment.test_containment import (
     KILL_GRACE,
     call_quietly,
@@ -256,3 +256,71 @@ async def test_a_cgroup_merely_named_like_an_instance_is_left_alone(
     finally:
         (foreign / "spare").rmdir()
         foreign.rmdir()
+
+
+async def start_then_kill_9(audit_path: Path, cgroup: Path, command: str | None = None) -> None:
+    """A cgroup-mode server of this audit log starts (and so deals with its predecessors' leftovers), runs
+    `command` to its normal end if given, and is killed with -9."""
+    killed: list[int] = []
+    try:
+        async with contained(audit_path, "cgroup", cgroup) as client:
+            server = await server_pid(client)
+            if command is not None:
+                result = await client.call_tool("shell_exec", {"command": command})
+                assert text_of(result) == "[exit 0]", text_of(result)
+            kill_9(server)
+            killed.append(server)
+    except Exception:  # the client reports its server vanishing; anything before the kill is a failure
+        if not killed:
+            raise
+
+
+async def test_an_adopted_job_without_its_marker_stays_kept_across_restarts(
+    tmp_path: Path, cgroup_parent: Path
+) -> None:
+    """cgroup mode, two crashes. Server 1's call ends normally and leaves a background job that dropped its
+    marker; server 1 is killed with -9. Server 2 adopts the job (moved into its instance directory) and is killed
+    with -9 too. Server 3 must keep it again: unmarked, outside every unit, it looks like a stray, but server 2
+    recorded it as adopted. It ends when server 3 stops."""
+    audit_path = tmp_path / "audit.jsonl"
+    job = new_token()
+    try:
+        await start_then_kill_9(audit_path, cgroup_parent, f"sh -c 'env -u RELAY_SHELL_UNIT sleep {job}1 >/dev/null &'")
+        (pid,) = wait_running(job, count=1)
+        await start_then_kill_9(audit_path, cgroup_parent)
+        assert list(running(job)) == [pid], "server 2 kept the job"
+        async with contained(audit_path, "cgroup", cgroup_parent) as client:
+            assert list(running(job)) == [pid], "server 3 ended the job server 2 had adopted"
+            info = fields(await client.call_tool("server_info", {}))["info"]["containment"]
+            assert info["adopted_processes"] == 1, info
+            _, second, third = [record for record in read_records(audit_path) if record["tool"] == "server:start"]
+            kept_by_second = [leftover for leftover in second["leftover_processes"] if pid in leftover["pids"]]
+            assert [leftover["ended"] for leftover in kept_by_second] == [False], second["leftover_processes"]
+            kept_by_third = [leftover for leftover in third["leftover_processes"] if pid in leftover["pids"]]
+            assert [(leftover["unit"], leftover["ended"]) for leftover in kept_by_third] == [("adopted", False)], third
+        assert survivors(job) == {}, "the adopted job ends when the server that adopted it stops"
+    finally:
+        end_strays(job)
+
+
+def test_a_start_that_fails_before_serving_leaves_no_instance_cgroup(cgroup_parent: Path) -> None:
+    """cli.serve fails between ContainmentStart and result() (an import error, the open files limit): cancel()
+    moves the process back to its own cgroup and removes the instance directory and its spares."""
+    script = (
+        "import sys\n"
+        "from relay_shell.containment.units import ContainmentStart\n"
+        "start = ContainmentStart('cgroup', '0123456789ab')\n"
+        "start.thread.join()\n"
+        "made = start.tree is not None and start.tree.directory.is_dir() and len(start.tree.spares) > 0\n"
+        "start.cancel()\n"
+        "print(made, [line for line in open('/proc/self/cgroup') if line.startswith('0::')][0].strip())\n"
+    )
+    enter = 'echo $$ > "$1/cgroup.procs" && exec "$0" -c "$2"'
+    done = subprocess.run(
+        ["/bin/sh", "-c", enter, sys.executable, str(cgroup_parent), script], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    made, cgroup = done.stdout.split()
+    assert made == "True", "the thread made no instance directory with spares: nothing was tested"
+    assert cgroup.endswith(cgroup_parent.name), cgroup
+    assert [path.name for path in cgroup_parent.iterdir() if path.is_dir()] == []
