@@ -42,6 +42,19 @@ def pids() -> list[int]:
     return [int(entry) for entry in os.listdir("/proc") if entry.isdigit()]
 
 
+def live_argvs() -> dict[int, list[bytes]]:
+    """Every running process (zombies left out) with its argv, read once from /proc."""
+    found = {}
+    for pid in pids():
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if alive(pid):
+            found[pid] = argv
+    return found
+
+
 def server_pid(audit_path: Path) -> int:
     """The relay-shell server under test: the child of this process running `python -m relay_shell` whose
     environment names this audit log (exactly one)."""

@@ -31,6 +31,7 @@ from mcp.client.stdio import StdioServerParameters
 from mcp_types import CallToolResult
 
 from tests.conftest import fields, server_env, text_of
+from tests.procs import live_argvs
 
 pytestmark = pytest.mark.anyio
 
@@ -78,19 +79,9 @@ def moved_out(token: str, levels: int) -> str:
 def running(token: str) -> dict[int, str]:
     """Live processes `sleep <token>N`, by pid, with what they are."""
     found = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as handle:
-                argv = handle.read().split(b"\0")
-            with open(f"/proc/{entry}/stat", "rb") as handle:
-                stat = handle.read()
-        except OSError:
-            continue
-        state = stat[stat.rfind(b")") + 2 :][:1]
-        if argv[0] == b"sleep" and len(argv) > 1 and argv[1].startswith(token.encode()) and state != b"Z":
-            found[int(entry)] = ESCAPE_KINDS.get(argv[1].decode()[len(token) :], argv[1].decode())
+    for pid, argv in live_argvs().items():
+        if argv[0] == b"sleep" and len(argv) > 1 and argv[1].startswith(token.encode()):
+            found[pid] = ESCAPE_KINDS.get(argv[1].decode()[len(token) :], argv[1].decode())
     return found
 
 

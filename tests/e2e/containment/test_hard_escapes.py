@@ -32,6 +32,7 @@ from tests.e2e.containment.test_containment import (
     survivors,
     wait_running,
 )
+from tests.procs import live_argvs
 from tests.sshd import SshFleet
 
 pytestmark = pytest.mark.anyio
@@ -41,20 +42,9 @@ MARGIN = 3.0  # seconds on top of a stated bound, for a loaded machine: the boun
 
 def with_text(token: str) -> dict[int, str]:
     """Live processes whose command line holds `token` (a fork loop's shells and their sleeps)."""
-    found = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as handle:
-                cmdline = handle.read()
-            with open(f"/proc/{entry}/stat", "rb") as handle:
-                stat = handle.read()
-        except OSError:
-            continue
-        if token.encode() in cmdline and stat[stat.rfind(b")") + 2 :][:1] != b"Z":
-            found[int(entry)] = cmdline.replace(b"\0", b" ").decode(errors="replace")
-    return found
+    wanted = token.encode()
+    commands = {pid: b" ".join(argv) for pid, argv in live_argvs().items()}
+    return {pid: command.decode(errors="replace") for pid, command in commands.items() if wanted in command}
 
 
 def end_with_text(token: str) -> None:
