@@ -68,7 +68,21 @@ class Call:
         return self.operands[0] if self.operands else ""
 
     def has(self, *options: str) -> bool:
-        """Whether any of the options is present: short ones as letters (`-r` in `-rf`), long ones by name."""
+        """Whether any of the options is present: short ones as letters (`-r` in `-rf`), long ones by name or by
+        an abbreviation (`--rec` for `--recursive`: getopt_long, argp and git's parse-options accept any
+        unambiguous prefix). The worst reading, for the options that raise a tier; a rule that lowers the tier
+        for a safety option (`--dry-run`, `--help`) asks `has_exact`, so an abbreviation cannot lower it."""
+        for option in options:
+            if option.startswith("--"):
+                if option in self.long or any(len(word) >= 3 and option.startswith(word) for word in self.long):
+                    return True
+            elif len(option) == 2 and option[1] in self.short:
+                return True
+        return False
+
+    def has_exact(self, *options: str) -> bool:
+        """Whether any of the options is present as written in full (short ones as letters): for the safety
+        options that lower a tier, where an abbreviation (which may also stand for another option) must not."""
         for option in options:
             if option.startswith("--"):
                 if option in self.long:

@@ -60,7 +60,9 @@ def _compose(call: Call, operands: list[str]) -> Verdict:
     verb = next((word for word in operands if word in _COMPOSE_VERBS), operands[0] if operands else "")
     if verb == "down" and call.has("-v", "--volumes"):
         return verdict(3, "compose down -v removes volumes")
-    if verb in ("ps", "logs", "ls", "top", "images", "config", "version", "events", "port", "") or call.has("--help"):
+    if verb in ("ps", "logs", "ls", "top", "images", "config", "version", "events", "port", "") or call.has_exact(
+        "--help"
+    ):
         return READ
     if verb == "up":
         return verdict(2, "starts detached containers") if call.has("-d", "--detach") else verdict(1, "compose up")
@@ -263,7 +265,7 @@ def _salt(call: Call) -> Verdict:
 
 def _puppet(call: Call) -> Verdict:
     sub = call.subcommand
-    if call.has("--noop") or (
+    if call.has_exact("--noop") or (
         sub in ("", "help", "lookup", "describe", "parser", "facts", "module")
         and not (sub == "module" and len(call.operands) > 1 and call.operands[1] in ("install", "uninstall", "upgrade"))
     ):
@@ -384,7 +386,9 @@ RULES: dict[str, Callable[[Call], Verdict]] = {
     "salt": _salt,
     "salt-ssh": _salt,
     "puppet": _puppet,
-    "chef-client": lambda call: verdict(0 if call.has("--why-run", "-W") else 2, "chef-client converges the node"),
+    "chef-client": lambda call: verdict(
+        0 if call.has_exact("--why-run", "-W") else 2, "chef-client converges the node"
+    ),
     "dbt": _dbt,
     "restic": _backup,
     "rustic": _backup,

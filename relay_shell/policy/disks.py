@@ -36,13 +36,13 @@ def _destroys(name: str) -> Callable[[Call], Verdict]:
 
 
 def _wipefs(call: Call) -> Verdict:
-    if call.has("-a", "--all", "-o", "--offset") and not call.has("-n", "--no-act"):
+    if call.has("-a", "--all", "-o", "--offset") and not call.has_exact("-n", "--no-act"):
         return verdict(3, "wipefs erases filesystem signatures")
     return verdict(0, "wipefs lists signatures")
 
 
 def _fdisk(call: Call) -> Verdict:
-    if call.has("-l", "--list", "-V", "--version", "-h", "--help") or call.has("--list-details"):
+    if call.has_exact("-l", "--list", "-V", "--version", "-h", "--help") or call.has_exact("--list-details"):
         return verdict(0, "lists partitions")
     return verdict(3, f"{call.program} repartitions a disk")
 
@@ -52,9 +52,9 @@ def _sfdisk(call: Call) -> Verdict:
         return verdict(3, "sfdisk changes the partition table")
     if call.has("--part-type", "--part-label", "--part-uuid", "--part-attrs"):
         return verdict(3 if len(call.operands) >= 3 else 0, "sfdisk partition attribute")
-    if call.has("-l", "--list", "-d", "--dump", "-J", "--json", "-s", "--show-size", "-V", "--verify", "-g"):
+    if call.has_exact("-l", "--list", "-d", "--dump", "-J", "--json", "-s", "--show-size", "-V", "--verify", "-g"):
         return verdict(0, "sfdisk lists partitions")
-    if call.has("-h", "--help", "-v", "--version", "-T", "--list-types", "-F", "--list-free"):
+    if call.has_exact("-h", "--help", "-v", "--version", "-T", "--list-types", "-F", "--list-free"):
         return READ
     return verdict(3, "sfdisk writes a partition table")
 
@@ -67,7 +67,7 @@ def _sgdisk(call: Call) -> Verdict:
 
 
 def _parted(call: Call) -> Verdict:
-    if call.has("-l", "--list", "-h", "--help", "-v", "--version"):
+    if call.has_exact("-l", "--list", "-h", "--help", "-v", "--version"):
         return verdict(0, "parted lists partitions")
     script = [word for word in call.operands[1:] if not word.startswith("-")]
     if script and all(word in ("print", "p", "unit", "s", "B", "MiB", "GB", "help", "free") for word in script):
@@ -160,7 +160,7 @@ def _btrfs(call: Call) -> Verdict:
 def _mdadm(call: Call) -> Verdict:
     if call.has("-C", "--create", "--zero-superblock", "-B", "--build"):
         return verdict(3, "mdadm writes RAID metadata onto devices")
-    if call.has("-D", "--detail", "-E", "--examine", "-Q", "--query", "--detail-platform", "-h", "--help"):
+    if call.has_exact("-D", "--detail", "-E", "--examine", "-Q", "--query", "--detail-platform", "-h", "--help"):
         return verdict(0, "mdadm shows arrays")
     return verdict(2, "mdadm changes an array")
 
@@ -195,7 +195,7 @@ def _swapon(call: Call) -> Verdict:
 
 
 def _losetup(call: Call) -> Verdict:
-    if call.has("-a", "--all", "-l", "--list", "-j", "--associated", "--show") and not call.has("-f", "-P", "-r"):
+    if call.has_exact("-a", "--all", "-l", "--list", "-j", "--associated", "--show") and not call.has("-f", "-P", "-r"):
         return verdict(0, "lists loop devices")
     if not call.operands and not call.short - {"a", "l", "n", "O"} and not call.long:
         return verdict(0, "lists loop devices")
@@ -209,7 +209,7 @@ def _grub_install(call: Call) -> Verdict:
 
 
 def _fsck(call: Call) -> Verdict:
-    if call.has("-n", "-N", "--dry-run"):
+    if call.has_exact("-n", "-N", "--dry-run"):
         return verdict(0, "checks a filesystem without changing it")
     return verdict(2, "repairs a filesystem")
 

@@ -20,8 +20,8 @@ def _userdel(call: Call) -> Verdict:
 
 
 def _passwd(call: Call) -> Verdict:
-    if (call.program == "passwd" and call.has("-S", "--status")) or (
-        call.program == "chage" and call.has("-l", "--list")
+    if (call.program == "passwd" and call.has_exact("-S", "--status")) or (
+        call.program == "chage" and call.has_exact("-l", "--list")
     ):
         return verdict(0, "shows account status")
     return verdict(2, f"{call.program} changes accounts")
@@ -30,7 +30,7 @@ def _passwd(call: Call) -> Verdict:
 def _iptables(call: Call) -> Verdict:
     if call.has("-F", "--flush", "-X", "--delete-chain"):
         return verdict(3, f"{call.program} flushes the firewall rules")
-    if call.has("-L", "--list", "-S", "--list-rules", "-C", "--check", "-h", "--help", "-V", "--version"):
+    if call.has_exact("-L", "--list", "-S", "--list-rules", "-C", "--check", "-h", "--help", "-V", "--version"):
         return verdict(0, "lists firewall rules")
     return verdict(2, f"{call.program} changes the firewall")
 
@@ -45,7 +45,7 @@ def _nft(call: Call) -> Verdict:
 
 
 def _ufw(call: Call) -> Verdict:
-    if call.has("--dry-run") or call.subcommand in ("status", "show", "app", "version", "help", ""):
+    if call.has_exact("--dry-run") or call.subcommand in ("status", "show", "app", "version", "help", ""):
         return verdict(0, "ufw shows or simulates")
     if call.subcommand == "reset":
         return verdict(3, "ufw reset removes every rule")
@@ -87,7 +87,7 @@ def _setting(call: Call) -> Verdict:
         changes = call.has("-w", "--write", "-p", "--load", "--system") or any("=" in word for word in call.operands)
         return verdict(2, "sysctl changes kernel parameters") if changes else READ
     if call.program == "date":
-        reading = call.has("-d", "--date", "-r", "--reference", "-f", "--file")
+        reading = call.has_exact("-d", "--date", "-r", "--reference", "-f", "--file")
         if call.has("-s", "--set") or (sub and not sub.startswith("+") and not reading):
             return verdict(2, "date sets the clock")
         return READ

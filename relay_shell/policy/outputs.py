@@ -253,7 +253,7 @@ def _vnstat(call: Call) -> Verdict:
 def _csvclean(call: Call) -> Verdict:
     """csvkit before 2.0 writes FILE_out.csv and FILE_err.csv next to its input unless -n (--dry-run)."""
     operands = [word for word in call.words[1:] if not word.startswith("-")]
-    if operands and not call.has("-n", "--dry-run"):
+    if operands and not call.has_exact("-n", "--dry-run"):
         return verdict(1, "csvclean writes FILE_out.csv and FILE_err.csv (csvkit before 2.0)")
     return READ
 

@@ -28,7 +28,9 @@ _INDEX_UPDATE = words("apt apt-get aptitude apk brew pkg port opkg nala pkcon")
 def _package_manager(call: Call) -> Verdict:
     sub = call.subcommand
     program = call.program
-    if program in ("apt", "apt-get", "aptitude", "nala") and call.has("-s", "--simulate", "--dry-run", "--just-print"):
+    if program in ("apt", "apt-get", "aptitude", "nala") and call.has_exact(
+        "-s", "--simulate", "--dry-run", "--just-print"
+    ):
         return verdict(0, "simulates a package change")
     if sub in _PACKAGE_READ and not (
         program in ("npm", "pnpm", "yarn", "bun") and sub == "audit" and "fix" in call.operands
@@ -47,7 +49,7 @@ def _package_manager(call: Call) -> Verdict:
         return verdict(2, f"{program} cache {action} deletes cached packages")
     if len(call.operands) > 1 and call.operands[1] in _PACKAGE_READ | {"hash"} and sub not in _PACKAGE_WRITES:
         return verdict(0, f"{program} {sub} {call.operands[1]} reads")
-    if call.has("--dry-run", "--check") and sub not in ("build", "run"):
+    if call.has_exact("--dry-run", "--check") and sub not in ("build", "run"):
         return verdict(0, f"{program} {sub} only checks")
     if sub in _PACKAGE_TIER_1 and not (program in ("npm", "pnpm", "yarn", "bun") and sub == "link" and call.has("-g")):
         return verdict(1, f"{program} {sub}")
@@ -82,7 +84,7 @@ def _dpkg(call: Call) -> Verdict:
 
 
 def _rpm(call: Call) -> Verdict:
-    if call.has("-q", "--query", "-V", "--verify", "-K", "--checksig", "--eval", "--showrc", "--querytags"):
+    if call.has_exact("-q", "--query", "-V", "--verify", "-K", "--checksig", "--eval", "--showrc", "--querytags"):
         return verdict(0, "rpm queries packages")
     return verdict(2, "rpm changes installed packages")
 
@@ -91,7 +93,7 @@ def _pip(call: Call) -> Verdict:
     sub = call.subcommand
     if sub in ("download", "wheel", "lock", "hash"):
         return verdict(1, f"pip {sub}")
-    if sub in ("install", "uninstall") and call.has("--dry-run"):
+    if sub in ("install", "uninstall") and call.has_exact("--dry-run"):
         return verdict(0, "pip dry run")
     return _package_manager(call)
 
@@ -100,7 +102,7 @@ def _cargo(call: Call) -> Verdict:
     sub = call.subcommand
     if sub in ("install", "uninstall", "publish", "yank", "owner", "login", "logout"):
         return verdict(2 if sub not in ("login", "logout") else 1, f"cargo {sub}")
-    if sub in ("fix", "fmt", "clippy") and not call.has("--check", "--dry-run"):
+    if sub in ("fix", "fmt", "clippy") and not call.has_exact("--check", "--dry-run"):
         fixes = sub != "clippy" or call.has("--fix")
         return verdict(2, f"cargo {sub} rewrites sources in place") if fixes else READ
     if sub in ("fmt", "tree", "metadata", "search", "locate-project", "version", "help", "verify-project", "pkgid"):
@@ -140,7 +142,7 @@ def _rustup(call: Call) -> Verdict:
 
 
 def _make(call: Call) -> Verdict:
-    if call.has("-n", "--dry-run", "--just-print", "--recon", "-q", "--question", "-p", "--print-data-base"):
+    if call.has_exact("-n", "--dry-run", "--just-print", "--recon", "-q", "--question", "-p", "--print-data-base"):
         return verdict(0, "make dry run")
     if "install" in call.operands or "uninstall" in call.operands:
         return verdict(2, "make install changes the system")

@@ -43,7 +43,7 @@ def _rm(call: Call) -> Verdict:
     recursive = call.has("-r", "-R", "--recursive")
     targets = call.operands
     context = call.context
-    if not recursive and call.has("-d", "--dir"):
+    if not recursive and call.has_exact("-d", "--dir"):
         return verdict(2 if context.bulk or any(map(every_file, targets)) else 1, "removes empty directories")
     if recursive:
         if call.has("--no-preserve-root") or any(map(is_rootish, targets)):
@@ -201,7 +201,7 @@ def _mv(call: Call) -> Verdict:
     context = call.context
     if context.bulk or context.via_xargs or any("*" in source for source in sources):
         return verdict(2, "bulk move or rename")
-    if call.has("-f", "--force") and not call.has("-n", "--no-clobber", "-i", "--interactive"):
+    if call.has("-f", "--force") and not call.has_exact("-n", "--no-clobber", "-i", "--interactive"):
         return verdict(2, "mv overwrites without asking")
     return verdict(1, "moves or renames")
 
@@ -258,12 +258,12 @@ def _tee(call: Call) -> Verdict:
     for path in call.operands:
         onto = writes_onto(path, "tee")
         if onto is not None:
-            return verdict(2, onto.reason) if call.has("-a", "--append") and onto.tier == 3 else onto
+            return verdict(2, onto.reason) if call.has_exact("-a", "--append") and onto.tier == 3 else onto
     return verdict(1, "writes files") if call.operands else READ
 
 
 def _compress(call: Call) -> Verdict:
-    if call.has("-c", "--stdout", "-l", "--list", "-t", "--test", "-h", "--help", "-V", "--version"):
+    if call.has_exact("-c", "--stdout", "-l", "--list", "-t", "--test", "-h", "--help", "-V", "--version"):
         return verdict(0, f"{call.program} writes to stdout")
     if call.has("-r", "--recursive") or call.context.bulk:
         return verdict(2, f"{call.program} rewrites a whole tree in place")
@@ -271,7 +271,7 @@ def _compress(call: Call) -> Verdict:
 
 
 def _rsync(call: Call) -> Verdict:
-    if call.has("-n", "--dry-run", "--list-only"):
+    if call.has_exact("-n", "--dry-run", "--list-only"):
         return verdict(0, "rsync dry run")
     if any(option.startswith("--delete") for option in call.long) or "--del" in call.long:
         return verdict(3, "rsync --delete deletes files in the destination tree")
@@ -320,7 +320,7 @@ def _kill(call: Call) -> Verdict:
 
 def _pkill(call: Call) -> Verdict:
     # pkill -l only lists the names of what it kills; killall -l lists signals and kills nothing.
-    if call.program == "killall" and call.has("-l", "--list", "-L"):
+    if call.program == "killall" and call.has_exact("-l", "--list", "-L"):
         return verdict(0, "lists signals")
     if any(word in ("-0", "--signal=0") for word in call.words):
         return verdict(0, "checks that processes exist")
@@ -383,7 +383,7 @@ def _systemctl(call: Call) -> Verdict:
 
 
 def _service(call: Call) -> Verdict:
-    if call.has("--status-all") or (len(call.operands) >= 2 and call.operands[1] in ("status", "help")):
+    if call.has_exact("--status-all") or (len(call.operands) >= 2 and call.operands[1] in ("status", "help")):
         return READ
     return verdict(2, "service changes a service")
 
@@ -393,15 +393,15 @@ def _shutdown(call: Call) -> Verdict:
         return verdict(2, "cancels a scheduled shutdown")
     if call.has("-k"):
         return verdict(1, "only warns users")
-    if call.has("--help"):
+    if call.has_exact("--help"):
         return READ
     return verdict(3, "shuts down or reboots the machine")
 
 
 def _power(call: Call) -> Verdict:
-    if call.has("-w", "--wtmp-only"):
+    if call.has_exact("-w", "--wtmp-only"):
         return verdict(1, f"{call.program} -w writes a wtmp record only")
-    if call.has("--help", "--version"):
+    if call.has_exact("--help", "--version"):
         return READ
     return verdict(3, f"{call.program} stops the machine")
 
@@ -410,7 +410,7 @@ def _init(call: Call) -> Verdict:
     level = call.subcommand
     if level in ("0", "6", "1", "s", "S", "single", "emergency"):
         return verdict(3, f"{call.program} {level} halts, reboots or drops to single-user mode")
-    if not level and call.has("--help", "--version"):
+    if not level and call.has_exact("--help", "--version"):
         return READ
     return verdict(2, f"{call.program} changes the runlevel")
 
@@ -436,13 +436,13 @@ def _fpsync(call: Call) -> Verdict:
 
 
 def _dry_run_or_destroy(call: Call) -> Verdict:
-    if call.has("-n", "--dry-run", "-V", "--version"):
+    if call.has_exact("-n", "--dry-run", "-V", "--version"):
         return verdict(0, f"{call.program} dry run")
     return verdict(3, f"{call.program} can lose committed data")
 
 
 def _bulk_rename(call: Call) -> Verdict:
-    if call.has("-n", "--no-act", "--dry-run") or "-sim" in call.words:
+    if call.has_exact("-n", "--no-act", "--dry-run") or "-sim" in call.words:
         return verdict(0, f"{call.program} dry run")
     return verdict(2, f"{call.program} renames files in bulk")
 

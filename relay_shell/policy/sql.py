@@ -194,7 +194,7 @@ def _redis_cli(call: Call) -> Verdict:
     valued = ("-h", "-p", "-a", "-n", "-u", "-s", "-r", "-i", "--user", "--pass", "--rdb", "-x", "--tls-cert")
     while index < len(words_) and words_[index].startswith("-"):
         index += 2 if words_[index] in valued else 1
-    if call.has("--scan", "--bigkeys", "--memkeys", "--stat", "--latency", "--hotkeys"):
+    if call.has_exact("--scan", "--bigkeys", "--memkeys", "--stat", "--latency", "--hotkeys"):
         return verdict(0, "redis-cli reads")
     if index >= len(words_):
         return verdict(1, "redis-cli: interactive session")
@@ -214,11 +214,11 @@ def _mongo_shell(call: Call) -> Verdict:
 def _mongorestore(call: Call) -> Verdict:
     if call.has("--drop"):
         return verdict(3, "mongorestore --drop drops collections first")
-    return verdict(0 if call.has("--dryRun") else 2, "mongorestore writes into a database")
+    return verdict(0 if call.has_exact("--dryRun") else 2, "mongorestore writes into a database")
 
 
 def _pg_restore(call: Call) -> Verdict:
-    if call.has("-l", "--list"):
+    if call.has_exact("-l", "--list"):
         return verdict(0, "lists an archive")
     if call.has("-c", "--clean"):
         return verdict(3, "pg_restore --clean drops objects first")

@@ -73,7 +73,9 @@ def _git_branch(call: Call) -> Verdict:
         return verdict(2, "git branch -D deletes an unmerged branch")
     if call.has("-d", "--delete", "-m", "-M", "--move", "-c", "-C", "--copy", "-u", "--set-upstream-to"):
         return verdict(1, "git branch renames or deletes a merged branch")
-    listing = call.has("-a", "-r", "-l", "--list", "-v", "--contains", "--merged", "--no-merged", "--show-current")
+    listing = call.has_exact(
+        "-a", "-r", "-l", "--list", "-v", "--contains", "--merged", "--no-merged", "--show-current"
+    )
     if len(call.operands) > 1 and not listing:
         return verdict(1, "git branch creates a branch")
     return READ
@@ -82,7 +84,7 @@ def _git_branch(call: Call) -> Verdict:
 def _git_tag(call: Call) -> Verdict:
     if call.has("-d", "--delete"):
         return verdict(2, "git tag -d deletes a tag")
-    if len(call.operands) > 1 and not call.has("-l", "--list", "-n", "--contains", "-v", "--verify"):
+    if len(call.operands) > 1 and not call.has_exact("-l", "--list", "-n", "--contains", "-v", "--verify"):
         return verdict(1, "git tag creates a tag")
     return READ
 
@@ -103,7 +105,7 @@ def _git_checkout(call: Call) -> Verdict:
 
 
 def _git_restore(call: Call) -> Verdict:
-    if call.has("-S", "--staged") and not call.has("-W", "--worktree"):
+    if call.has_exact("-S", "--staged") and not call.has("-W", "--worktree"):
         return verdict(1, "git restore --staged unstages")
     return verdict(2, "git restore discards changes")
 
@@ -115,7 +117,7 @@ def _git_reset(call: Call) -> Verdict:
 
 
 def _git_clean(call: Call) -> Verdict:
-    if call.has("-n", "--dry-run"):
+    if call.has_exact("-n", "--dry-run"):
         return verdict(0, "git clean dry run")
     if call.has("-f", "--force") and call.has("-d"):
         return verdict(3, "git clean -d deletes untracked directories")
@@ -134,9 +136,9 @@ def _git_stash(call: Call) -> Verdict:
 
 
 def _git_rm(call: Call) -> Verdict:
-    if call.has("--cached"):
+    if call.has_exact("--cached"):
         return verdict(1, "git rm --cached untracks files")
-    if call.has("-n", "--dry-run"):
+    if call.has_exact("-n", "--dry-run"):
         return verdict(0, "git rm dry run")
     return verdict(2, "git rm deletes tracked files")
 
@@ -158,7 +160,7 @@ def _git_filter_repo(call: Call) -> Verdict:
 
 
 def _git_config(call: Call) -> Verdict:
-    if call.has(
+    if call.has_exact(
         "-l", "--list", "--get", "--get-all", "--get-regexp", "--get-urlmatch", "-e", "--edit"
     ) and not call.has("-e", "--edit"):
         return READ

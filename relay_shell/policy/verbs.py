@@ -182,7 +182,7 @@ def _aws(call: Call) -> Verdict:
         return verdict(0, "aws configure list")
     if call.subcommand in ("configure", "sso", "login"):
         return verdict(1, "aws configure writes the client's settings")
-    if call.has("--generate-cli-skeleton", "--dry-run"):
+    if call.has_exact("--generate-cli-skeleton", "--dry-run"):
         return verdict(0, "aws prints a skeleton or checks permissions")
     # `aws SERVICE OPERATION`: the service's name (backup, logs, config) is not the verb.
     operation = Call("aws", ["aws", *call.words[call.words.index(call.subcommand) + 1 :]], call.context)
@@ -209,7 +209,7 @@ def _s3(call: Call) -> Verdict:
             continue
         paths.append(word)
         index += 1
-    if call.has("--dryrun") or verb in ("ls", "presign", ""):
+    if call.has_exact("--dryrun") or verb in ("ls", "presign", ""):
         return verdict(0, "aws s3 lists or simulates")
     if verb == "rb" or (verb == "rm" and call.has("--recursive")):
         return verdict(3, "aws s3 deletes a bucket or every object under a prefix")
@@ -223,7 +223,7 @@ def _s3(call: Call) -> Verdict:
 def _gsutil(call: Call) -> Verdict:
     words_ = [word for word in call.words[1:] if not word.startswith("-")]
     verb = words_[0] if words_ else ""
-    if verb in ("ls", "cat", "du", "stat", "hash", "version", "help", "") or call.has("-n"):
+    if verb in ("ls", "cat", "du", "stat", "hash", "version", "help", "") or call.has_exact("-n"):
         return verdict(0, "gsutil reads")
     if verb == "rb" or (verb == "rm" and (call.has("-r", "-R", "-a"))) or (verb == "rsync" and call.has("-d")):
         return verdict(3, "gsutil deletes a bucket, a tree of objects or what the source lacks")
@@ -236,7 +236,7 @@ def _s3cmd(call: Call) -> Verdict:
     verb = call.subcommand
     if call.has("--configure"):
         return verdict(1, "s3cmd writes the client's settings")
-    if verb in ("ls", "la", "info", "du", "") or call.has("-n", "--dry-run"):
+    if verb in ("ls", "la", "info", "du", "") or call.has_exact("-n", "--dry-run"):
         return verdict(0, "s3cmd reads")
     if verb == "rb" or (verb in ("rm", "del") and call.has("-r", "--recursive")) or call.has("--delete-removed"):
         return verdict(3, "s3cmd deletes a bucket or many objects")
@@ -261,7 +261,9 @@ def _azcopy(call: Call) -> Verdict:
 
 def _rclone(call: Call) -> Verdict:
     verb = call.subcommand
-    if call.has("-n", "--dry-run") or verb.startswith(("ls", "cat", "size", "about", "check", "tree", "md5", "sha1")):
+    if call.has_exact("-n", "--dry-run") or verb.startswith(
+        ("ls", "cat", "size", "about", "check", "tree", "md5", "sha1")
+    ):
         return verdict(0, "rclone reads or simulates")
     if verb in ("sync", "delete", "purge", "dedupe", "bisync", "cleanup"):
         return verdict(3, f"rclone {verb} deletes files")

@@ -4,6 +4,9 @@ dc reading its program from stdin is classified (final review F1, F2, F3)."""
 
 from __future__ import annotations
 
+import subprocess
+from pathlib import Path
+
 import pytest
 
 from relay_shell.plan import Subject
@@ -181,3 +184,64 @@ def test_the_safety_net_does_not_raise_a_value_that_is_no_program() -> None:
 )
 def test_dc_reading_its_program_from_stdin_is_classified(command: str, stdin: str | None, expected: int) -> None:
     assert tier(command, stdin) == expected, command
+
+
+# Per-program rules (rm, chmod, git, docker, ...) read their dangerous long options by any unambiguous prefix too
+# (getopt_long and git's parse-options accept one): before, `git clean --forc` was rated 0 and passed readonly.
+PROGRAM_RULES = [
+    ("rm --rec /srv/x", "rm --recursive /srv/x"),
+    ("rm --recur --no-pres /", "rm --recursive --no-preserve-root /"),
+    ("chmod --rec 777 /", "chmod --recursive 777 /"),
+    ("chown --recu bob /etc", "chown --recursive bob /etc"),
+    ("git push --forc origin main", "git push --force origin main"),
+    ("git push --force-with origin main", "git push --force-with-lease origin main"),
+    ("git push --mirr backup", "git push --mirror backup"),
+    ("git clean --forc", "git clean --force"),
+    ("git clean --forc -d -x", "git clean --force -d -x"),
+    ("git branch --dele --forc topic", "git branch --delete --force topic"),
+    ("git reset --har HEAD~3", "git reset --hard HEAD~3"),
+    ("docker rm --vol web", "docker rm --volumes web"),
+    ("iptables --flu", "iptables --flush"),
+    ("userdel --rem bob", "userdel --remove bob"),
+    ("dpkg --pur nginx", "dpkg --purge nginx"),
+    ("cp --forc a /etc/passwd", "cp --force a /etc/passwd"),
+    ("sysctl --wri vm.swappiness=1", "sysctl --write vm.swappiness=1"),
+]
+
+
+@pytest.mark.parametrize(("abbreviated", "full"), PROGRAM_RULES)
+def test_a_per_program_rule_reads_an_abbreviated_long_option_like_the_full_name(abbreviated: str, full: str) -> None:
+    assert tier(full) >= 1, full  # the full spelling is a write, so the case says something
+    assert tier(abbreviated) == tier(full), abbreviated
+
+
+# A safety option (dry run, help, list) lowers a tier only when written in full: an abbreviation may stand for
+# another option of the program (getopt takes an exact name first), so it must not lower the tier.
+SAFETY_SPELLINGS = [
+    ("git clean --force --dry", "git clean --force"),
+    ("apt-get --simul install nginx", "apt-get install nginx"),
+    ("make --just-pr install", "make install"),
+    ("shutdown --he now", "shutdown now"),
+    ("cp --force --no-clob a /etc/passwd", "cp --force a /etc/passwd"),
+    ("wipefs --all --no-a /dev/sdb", "wipefs --all /dev/sdb"),
+]
+
+
+@pytest.mark.parametrize(("abbreviated", "unsafe"), SAFETY_SPELLINGS)
+def test_an_abbreviated_safety_option_does_not_lower_the_tier(abbreviated: str, unsafe: str) -> None:
+    assert tier(abbreviated) == tier(unsafe), abbreviated
+
+
+def test_the_abbreviations_in_the_table_are_real(tmp_path: Path) -> None:
+    # The real tools take them: rm and chmod (getopt_long) and git (parse-options) act on the abbreviation.
+    tree = tmp_path / "tree"
+    (tree / "sub").mkdir(parents=True)
+    subprocess.run(["chmod", "--rec", "700", str(tree)], check=True)
+    assert (tree / "sub").stat().st_mode & 0o777 == 0o700
+    subprocess.run(["rm", "--rec", str(tree)], check=True)
+    assert not tree.exists()
+    repository = tmp_path / "repository"
+    subprocess.run(["git", "init", "-q", str(repository)], check=True)
+    (repository / "untracked").write_text("x")
+    subprocess.run(["git", "-C", str(repository), "clean", "--forc", "-q"], check=True)
+    assert not (repository / "untracked").exists()

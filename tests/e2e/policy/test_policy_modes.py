@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -150,6 +151,9 @@ async def test_abbreviated_options_and_swallowed_commands_are_refused_and_nothin
     source.write_text("b\na\n")
     tree = tmp_path / "tree"
     (tree / "sub").mkdir(parents=True)
+    repository = tree / "repository"
+    subprocess.run(["git", "init", "-q", str(repository)], check=True)
+    (repository / "untracked").write_text("x")
     out = tmp_path / "out"
     readonly: list[tuple[dict[str, str], int]] = [
         ({"command": f"env --sp='touch {out}-env'"}, 1),
@@ -161,6 +165,7 @@ async def test_abbreviated_options_and_swallowed_commands_are_refused_and_nothin
         ({"command": f"dc --exp='!touch {out}-dc'"}, 1),
         ({"command": f"echo '!touch {out}-dc-pipe' | dc"}, 1),
         ({"command": "dc", "stdin": f"!touch {out}-dc-stdin\n"}, 1),
+        ({"command": f"git -C {repository} clean --forc"}, 2),  # a per-program rule's option, abbreviated
     ]
     guarded: list[tuple[dict[str, str], int]] = [
         ({"command": f"env --block-signal sh -c 'rm -rf {tree}'"}, 3),
@@ -169,6 +174,8 @@ async def test_abbreviated_options_and_swallowed_commands_are_refused_and_nothin
         ({"command": f"script --com='rm -rf {tree}' /dev/null"}, 3),
         ({"command": f"echo '!rm -rf {tree}' | dc"}, 3),
         ({"command": f"dc <<< '!rm -rf {tree}'"}, 3),
+        ({"command": f"rm --rec {tree}"}, 3),
+        ({"command": f"chmod --rec 000 {tree}"}, 2),
     ]
     for mode, refused in (("readonly", readonly), ("guarded", guarded)):
         async with connect(audit_path, policy_mode=mode) as client:
@@ -179,5 +186,7 @@ async def test_abbreviated_options_and_swallowed_commands_are_refused_and_nothin
             assert text_of(printed) == "[exit 0]\nb\na\n", text_of(printed)
     assert sorted(path.name for path in tmp_path.iterdir()) == ["audit.jsonl", "in.txt", "tree"], "a refused call ran"
     assert (tree / "sub").is_dir()
+    assert (repository / "untracked").exists()
+    assert tree.stat().st_mode & 0o777 != 0
     denied = [record for record in read_records(audit_path) if record.get("denied")]
     assert len(denied) == len(readonly) + len(guarded)
