@@ -15,7 +15,8 @@ pytestmark = pytest.mark.anyio
 
 async def test_metrics_listener_passes_promtool(tmp_path: Path) -> None:
     audit_path = tmp_path / "audit.jsonl"
-    async with connect(audit_path, metrics_addr="127.0.0.1:0", policy_deny='["forbidden-word"]') as client:
+    settings = {"policy_deny": '["forbidden-word"]', "max_sessions": "5", "max_concurrent_calls": "7"}
+    async with connect(audit_path, metrics_addr="127.0.0.1:0", **settings) as client:
         await client.call_tool("shell_exec", {"command": "true"})
         await client.call_tool("shell_exec", {"command": "false"})
         await client.call_tool("shell_exec", {"command": "echo forbidden-word"})
@@ -45,6 +46,14 @@ async def test_metrics_listener_passes_promtool(tmp_path: Path) -> None:
     assert f"relay_shell_audit_records_total {records_in_log}.0" in exposition
     assert "relay_shell_audit_refused_calls_total 0.0" in exposition
     assert "relay_shell_sessions_open 1.0" in exposition
+    assert "relay_shell_sessions_max 5.0" in exposition  # the limits the alerts compare with (adr/0021)
+    assert "relay_shell_calls_in_flight_max 7.0" in exposition
+    assert "relay_shell_calls_in_flight 0.0" in exposition  # server_info had returned before the scrape
+    assert "relay_shell_busy_refused_calls_total 0.0" in exposition
+    assert "relay_shell_ssh_forwards_open 0.0" in exposition
+    # 1 ms to 10 min (adr/0021)
+    assert 'relay_shell_tool_call_duration_seconds_bucket{le="0.001",tool="shell_exec"}' in exposition
+    assert 'relay_shell_tool_call_duration_seconds_bucket{le="600.0",tool="shell_exec"}' in exposition
     assert "relay_shell_audit_errors_total 0.0" in exposition
     assert "relay_shell_audit_degraded 0.0" in exposition
 
