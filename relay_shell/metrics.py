@@ -52,6 +52,7 @@ class Metrics:
             self.ssh_connections_open: Any = discard
             self.gated_calls: Any = discard
             self.sessions_max: Any = discard
+            self.sessions_running: Any = discard
             self.calls_in_flight: Any = discard
             self.calls_in_flight_max: Any = discard
             self.busy_refused_calls: Any = discard
@@ -108,6 +109,11 @@ class Metrics:
         self.sessions_max = Gauge(
             "relay_shell_sessions_max",
             "Terminal sessions allowed at once (RELAY_SHELL_MAX_SESSIONS).",
+            registry=self.registry,
+        )
+        self.sessions_running = Gauge(
+            "relay_shell_sessions_running",
+            "Terminal sessions whose program still runs (an ended one is evicted to make room, a running one never).",
             registry=self.registry,
         )
         self.calls_in_flight = Gauge("relay_shell_calls_in_flight", "Tool calls running now.", registry=self.registry)

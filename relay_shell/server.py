@@ -131,6 +131,9 @@ def build_server(
     metrics.ssh_forwards_open.set_function(lambda: len(forwards.forwards))
     metrics.ssh_forwards_max.set(settings.max_forwards)
     metrics.sessions_max.set(settings.max_sessions)
+    metrics.sessions_running.set_function(
+        lambda: sum(1 for session in sessions.sessions.values() if session.state == "running")
+    )
     metrics.calls_in_flight_max.set(settings.max_concurrent_calls)
     retrieval = runbook_retrieval(settings, runner, ssh)
     assembly: Assembly
