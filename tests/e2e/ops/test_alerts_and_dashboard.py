@@ -2,151 +2,33 @@
 by a real Prometheus (1 s scrape and evaluation intervals) that loads deploy/prometheus/relay-shell-rules.yml.
 The audit log made immutable (`chattr +i`) fires the audit alerts; every metric the dashboard and the rules name
 is exported by the server's /metrics; every dashboard query is valid PromQL. One server and one Prometheus for
-the module; the tests poll Prometheus's HTTP API instead of sleeping. The rules' own unit tests (promtool):
-tests/integration/test_prometheus_rules.py."""
+the module (tests/e2e/ops/conftest.py); the tests poll Prometheus's HTTP API instead of sleeping. The rules' own
+unit tests (promtool): tests/integration/test_prometheus_rules.py."""
 
 from __future__ import annotations
 
-import json
-import re
-import socket
-import subprocess
-import time
-from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import anyio
 import httpx2
 import pytest
-import yaml
 
 from tests.conftest import text_of
-from tests.e2e.http.server import HttpServer, call, client, start, stop
+from tests.e2e.http.server import HttpServer, call, client
+from tests.e2e.ops.helpers import (
+    DASHBOARD_MUST_SHOW,
+    METRIC_NAME,
+    RULES,
+    alert_names,
+    api,
+    dashboard_queries,
+    exported_names,
+    samples,
+    target_of,
+    until,
+)
 
 pytestmark = pytest.mark.anyio
-
-DEPLOY = Path(__file__).resolve().parents[3] / "deploy"
-RULES = DEPLOY / "prometheus" / "relay-shell-rules.yml"
-DASHBOARD = DEPLOY / "grafana" / "relay-shell-dashboard.json"
-METRIC_NAME = re.compile(r"\brelay_shell_[a-z0-9_]+")
-
-# What issue 20 asks the dashboard to show, by a metric each needs.
-DASHBOARD_MUST_SHOW = {
-    "relay_shell_tool_calls_total",  # calls by tool, tier, outcome; denied and confirmation rates
-    "relay_shell_tool_call_duration_seconds_bucket",  # latency
-    "relay_shell_audit_degraded",  # audit health
-    "relay_shell_audit_ship_lag_seconds",  # shipping lag
-    "relay_shell_sessions_open",  # sessions
-    "relay_shell_ssh_connections_open",  # SSH connections
-    "relay_shell_ssh_forwards_open",  # forwards
-    "relay_shell_execs_traced_total",  # exec trace counts
-}
-
-
-@pytest.fixture(scope="module")
-def relay(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HttpServer]:
-    """relay-shell over HTTP on loopback without tokens: /metrics is open to local clients."""
-    server = start(tmp_path_factory.mktemp("relay"))
-    yield server
-    if server.process.poll() is None:
-        stop(server)
-
-
-@pytest.fixture(scope="module")
-def prometheus(relay: HttpServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A real Prometheus scraping `relay` every second and evaluating the rules every second; its base URL."""
-    directory = tmp_path_factory.mktemp("prometheus")
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    config = directory / "prometheus.yml"
-    config.write_text(
-        yaml.safe_dump(
-            {
-                "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-                "rule_files": [str(RULES)],
-                "scrape_configs": [{"job_name": "relay-shell", "static_configs": [{"targets": [target_of(relay)]}]}],
-            }
-        )
-    )
-    log = (directory / "prometheus.log").open("w")
-    process = subprocess.Popen(
-        [
-            "prometheus",
-            f"--config.file={config}",
-            f"--web.listen-address=127.0.0.1:{port}",
-            f"--storage.tsdb.path={directory / 'tsdb'}",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while not ready(base):
-        assert process.poll() is None, (directory / "prometheus.log").read_text()[-4000:]
-        assert time.monotonic() < deadline, "Prometheus did not become ready in 30 s"
-        time.sleep(0.1)
-    yield base
-    process.terminate()
-    process.wait(timeout=15)
-    log.close()
-
-
-def target_of(server: HttpServer) -> str:
-    return server.url.removeprefix("http://").removesuffix("/mcp")
-
-
-def ready(base: str) -> bool:
-    try:
-        return httpx2.get(f"{base}/-/ready", timeout=2).status_code == 200
-    except httpx2.HTTPError:
-        return False
-
-
-async def api(base: str, path: str, **params: str) -> Any:
-    async with httpx2.AsyncClient() as http:
-        answer = await http.get(f"{base}/api/v1/{path}", params=params, timeout=10)
-    body = answer.json()
-    assert body["status"] == "success", body
-    return body["data"]
-
-
-async def samples(base: str, query: str) -> list[Any]:
-    """The instant vector `query` gives now."""
-    return list((await api(base, "query", query=query))["result"])
-
-
-async def until(found: Callable[[], Awaitable[Any]], what: str, timeout: float = 45) -> Any:
-    """Poll Prometheus (every 0.25 s) until `found` returns something true; its answer."""
-    deadline = time.monotonic() + timeout
-    while True:
-        answer = await found()
-        if answer:
-            return answer
-        assert time.monotonic() < deadline, f"after {timeout} s: {what}"
-        await anyio.sleep(0.25)
-
-
-def alert_names() -> set[str]:
-    groups = yaml.safe_load(RULES.read_text())["groups"]
-    return {rule["alert"] for group in groups for rule in group["rules"]}
-
-
-def dashboard_queries() -> list[str]:
-    panels = json.loads(DASHBOARD.read_text())["panels"]
-    return [target["expr"] for panel in panels for target in panel.get("targets", [])]
-
-
-def exported_names(exposition: str) -> set[str]:
-    """Every sample name /metrics can carry, from its # TYPE lines: labelled metrics have no sample before their
-    first use, but their TYPE line is there from the start. A histogram's samples are _bucket, _sum, _count."""
-    names: set[str] = set()
-    for name, kind in re.findall(r"^# TYPE (\S+) (\S+)$", exposition, re.MULTILINE):
-        names.add(name)
-        if kind == "histogram":
-            names.update({f"{name}_bucket", f"{name}_sum", f"{name}_count"})
-    return names
 
 
 async def test_prometheus_loads_every_rule_and_nothing_fires_while_healthy(relay: HttpServer, prometheus: str) -> None:
