@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 # 1 ms (a context pull, a refusal) to 10 min (a long build, a fleet upgrade); longer calls land in +Inf
-# (adr/0021). Roughly 1-2.5-5 per decade below a minute, then 2, 5 and 10 min.
+# (adr/0021). 1-2.5-5 per decade up to 10 s, then 30 s and 1, 2, 5, 10 min.
 CALL_DURATION_BUCKETS = (
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600,
 )  # fmt: skip
