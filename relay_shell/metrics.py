@@ -10,6 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
+# 1 ms (a context pull, a refusal) to 10 min (a long build, a fleet upgrade); longer calls land in +Inf
+# (adr/0021). 1-2.5-5 per decade up to 10 s, then 30 s and 1, 2, 5, 10 min.
+CALL_DURATION_BUCKETS = (
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600,
+)  # fmt: skip
+
 
 class _Discard:
     """Stands in for a counter, gauge or histogram when metrics are off."""
@@ -45,6 +51,13 @@ class Metrics:
             self.sessions_open: Any = discard
             self.ssh_connections_open: Any = discard
             self.gated_calls: Any = discard
+            self.sessions_max: Any = discard
+            self.sessions_running: Any = discard
+            self.calls_in_flight: Any = discard
+            self.calls_in_flight_max: Any = discard
+            self.busy_refused_calls: Any = discard
+            self.ssh_forwards_open: Any = discard
+            self.ssh_forwards_max: Any = discard
             return
         from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -59,7 +72,7 @@ class Metrics:
             "relay_shell_tool_call_duration_seconds",
             "Wall time of tool calls and context pulls.",
             ["tool"],
-            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600),
+            buckets=CALL_DURATION_BUCKETS,
             registry=self.registry,
         )
         self.audit_records = Counter("relay_shell_audit_records", "Audit records written.", registry=self.registry)
@@ -89,6 +102,38 @@ class Metrics:
             "relay_shell_gated_calls",
             "Calls the briefing gate answered with runbooks instead of running them, by tool.",
             ["tool"],
+            registry=self.registry,
+        )
+
+        # What the rules and dashboard compare usage with (deploy/prometheus, deploy/grafana; adr/0021).
+        self.sessions_max = Gauge(
+            "relay_shell_sessions_max",
+            "Terminal sessions allowed at once (RELAY_SHELL_MAX_SESSIONS).",
+            registry=self.registry,
+        )
+        self.sessions_running = Gauge(
+            "relay_shell_sessions_running",
+            "Terminal sessions whose program still runs (an ended one is evicted to make room, a running one never).",
+            registry=self.registry,
+        )
+        self.calls_in_flight = Gauge("relay_shell_calls_in_flight", "Tool calls running now.", registry=self.registry)
+        self.calls_in_flight_max = Gauge(
+            "relay_shell_calls_in_flight_max",
+            "Tool calls allowed to run at once (RELAY_SHELL_MAX_CONCURRENT_CALLS); beyond it a call is refused "
+            "as Busy.",
+            registry=self.registry,
+        )
+        self.busy_refused_calls = Counter(
+            "relay_shell_busy_refused_calls",
+            "Calls refused as Busy because RELAY_SHELL_MAX_CONCURRENT_CALLS calls were running; nothing of them ran.",
+            registry=self.registry,
+        )
+        self.ssh_forwards_open = Gauge(
+            "relay_shell_ssh_forwards_open", "SSH port forwards open, all clients together.", registry=self.registry
+        )
+        self.ssh_forwards_max = Gauge(
+            "relay_shell_ssh_forwards_max",
+            "SSH port forwards allowed at once (RELAY_SHELL_MAX_FORWARDS).",
             registry=self.registry,
         )
 

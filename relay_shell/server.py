@@ -128,6 +128,13 @@ def build_server(
     )
     ssh = SshAccess(settings, forwards, on_helper=containment.helper_started)
     metrics.ssh_connections_open.set_function(ssh.connections)
+    metrics.ssh_forwards_open.set_function(lambda: len(forwards.forwards))
+    metrics.ssh_forwards_max.set(settings.max_forwards)
+    metrics.sessions_max.set(settings.max_sessions)
+    metrics.sessions_running.set_function(
+        lambda: sum(1 for session in sessions.sessions.values() if session.state == "running")
+    )
+    metrics.calls_in_flight_max.set(settings.max_concurrent_calls)
     retrieval = runbook_retrieval(settings, runner, ssh)
     assembly: Assembly
     tools = [
@@ -159,6 +166,7 @@ def build_server(
         if tool.annotations is not None and tool.annotations.read_only_hint and not tool.annotations.open_world_hint
     }
     gate = ToolCallGate(runner, {tool.name: tool for tool in tools})
+    metrics.calls_in_flight.set_function(lambda: gate.in_flight)
     prompts = WorkflowPrompts(runner, ssh, runner.known_tools)  # validates the prompt definitions
     runbooks = RunbookContext(runner, retrieval)
     bus = InMemorySubscriptionBus()  # 2026-07-28 clients hear of changed lists on their subscriptions/listen stream
@@ -289,6 +297,7 @@ class ToolCallGate:
                         f"Busy: {self.in_flight} calls are running (RELAY_SHELL_MAX_CONCURRENT_CALLS={limit}); "
                         "nothing ran, retry shortly"
                     )
+                    self.runner.metrics.busy_refused_calls.inc()
                     return await self.runner.reject(ctx, str(params.get("name")), params.get("arguments"), busy)
                 checked = self.check(params)
                 if isinstance(checked, str):

@@ -187,17 +187,30 @@ async def test_sigterm_gives_in_flight_calls_a_grace_period_then_kills_them(auth
     assert [record.get("outcome", record["phase"]) for record in records] == ["start", "cancelled"]
 
 
+async def scrape(server: HttpServer, token: str) -> str:
+    async with httpx2.AsyncClient() as http:
+        response = await http.get(server.url.replace("/mcp", "/metrics"), headers={"Authorization": f"Bearer {token}"})
+    assert response.status_code == 200, response.text
+    return response.text
+
+
 async def test_calls_beyond_the_bound_are_refused_as_busy(tmp_path: Path) -> None:
     server = start(tmp_path, token_file=str(write_token_file(tmp_path / "tokens", TOKENS)), max_concurrent_calls="2")
     try:
         async with client(server, TOKENS["alice"]) as alice:
             slow = [asyncio.create_task(call(alice, "shell_exec", command="sleep 1.5")) for _ in range(2)]
             await asyncio.sleep(0.7)
+            busy = await scrape(server, TOKENS["alice"])
             refused = await call(alice, "shell_exec", command="echo should-not-run")
             assert refused.is_error and text_of(refused).startswith("[ERROR: Busy: 2 calls are running"), text_of(
                 refused
             )
             assert [text_of(result) for result in await asyncio.gather(*slow)] == ["[exit 0]", "[exit 0]"]
+            idle = await scrape(server, TOKENS["alice"])
+            # What the RelayShellBusy alerts watch (deploy/prometheus/relay-shell-rules.yml)
+            assert "relay_shell_calls_in_flight 2.0" in busy and "relay_shell_calls_in_flight_max 2.0" in busy
+            assert "relay_shell_busy_refused_calls_total 0.0" in busy
+            assert "relay_shell_calls_in_flight 0.0" in idle and "relay_shell_busy_refused_calls_total 1.0" in idle
             again = await call(alice, "shell_exec", command="echo runs-now")
             assert text_of(again) == "[exit 0]\nruns-now\n"
     finally:

@@ -467,7 +467,7 @@ async def test_the_number_of_forwards_is_bounded_for_all_and_per_client(
     tmp_path: Path, fleet: SshFleet, http_port: int
 ) -> None:
     async with (
-        in_process(tmp_path, fleet, max_forwards=4) as (assembly, _),
+        in_process(tmp_path, fleet, max_forwards=4, metrics_addr="127.0.0.1:0") as (assembly, _),
         Client(assembly.mcp, mode="legacy") as alice,
         Client(assembly.mcp, mode="legacy") as bob,
         Client(assembly.mcp, mode="legacy") as carol,
@@ -487,7 +487,10 @@ async def test_the_number_of_forwards_is_bounded_for_all_and_per_client(
         assert "4 forwards are open (RELAY_SHELL_MAX_FORWARDS=4), most of them other clients'" in assert_error(
             fifth, "ForwardLimit"
         )
+        full = assembly.metrics.exposition().decode()  # the gauges the dashboard shows (adr/0021)
+        assert "relay_shell_ssh_forwards_open 4.0" in full and "relay_shell_ssh_forwards_max 4.0" in full
         await close(alice, first)
+        assert "relay_shell_ssh_forwards_open 3.0" in assembly.metrics.exposition().decode()
         opened(await forward(alice, f"R:0:127.0.0.1:{http_port}", host="h03"))
         info = await alice.call_tool("server_info", {})
         assert fields(info)["info"]["ssh"]["max_forwards"] == 4
