@@ -55,7 +55,8 @@ class Position:
     ino: int
     offset: int  # just after the last line shipped
     seq: int  # that line's record's seq; -1 before the first
-    chain: str  # its chain; "" before the first
+    chain: str  # the chain the record at `offset` continues: the last shipped record's, or at a file's start its
+    # first record's prev; "" for a file that was empty
 
 
 def state_path_for(audit_path: Path) -> Path:
@@ -262,6 +263,10 @@ class Shipper:
         shipped: list[bytes] = []
         for line in lines:
             seq, prev, chain = _chain_fields(line)
+            if prev is not None and position.offset == 0 and not position.chain and self.confirmed == position:
+                # The file was empty when opened: now its first record says what the start continues (a copy-
+                # truncate before anything was confirmed moves it to the copy, which is then found by it).
+                self.confirmed = replace(position, chain=prev)
             if chain is not None and position.chain and prev != position.chain:
                 # The record does not continue the one shipped before: the file changed under us.
                 if shipped:
@@ -352,11 +357,17 @@ class Shipper:
             self.sent = position
             return
         info = os.fstat(handle.fileno())
+        if position.offset == 0 and not position.chain:
+            # From a file's start with nothing to continue: the first record's prev is what the position must
+            # continue, so the file is known again after a copy-truncate moved this content to a copy.
+            position = replace(position, chain=_chain_fields(handle.readline())[1] or "")
         handle.seek(position.offset)
         self.handle = handle
         self.sent = replace(position, dev=info.st_dev, ino=info.st_ino)
-        if self.confirmed is None:
-            self.confirmed = replace(self.sent, offset=position.offset)
+        confirmed = self.confirmed
+        same_file = confirmed is not None and (confirmed.dev, confirmed.ino) == (info.st_dev, info.st_ino)
+        if confirmed is None or (same_file and confirmed.offset == 0 and not confirmed.chain):
+            self.confirmed = self.sent  # a start that now knows what it continues
 
     def _close_handle(self) -> None:
         if self.handle is not None:
@@ -427,8 +438,6 @@ def _chain_fields(line: bytes) -> tuple[int | None, str | None, str | None]:
 def _locate(path: Path, position: Position, skip_path: bool = False) -> Path | None:
     """The file that holds `position`: the log's own path, else a rotated copy beside it (newest first), whose
     line ending at the position's offset is the record with the position's chain."""
-    if position.offset == 0:
-        return path if not skip_path and path.exists() else None
     candidates = [] if skip_path else [path]
     with contextlib.suppress(OSError):
         siblings = [
@@ -442,16 +451,28 @@ def _locate(path: Path, position: Position, skip_path: bool = False) -> Path | N
         candidates += sorted(siblings, key=lambda entry: entry.stat().st_mtime, reverse=True)
     for candidate in candidates:
         try:
-            if candidate.stat().st_size < position.offset:
-                continue
+            info = candidate.stat()
         except OSError:
             continue
-        if not position.chain:  # no record shipped yet: the same file, by identity
-            info = candidate.stat()
+        if info.st_size < position.offset:
+            continue
+        if not position.chain:  # an empty file when we opened it: that file, by identity
             if (info.st_dev, info.st_ino) == (position.dev, position.ino):
+                return candidate
+            continue
+        if position.offset == 0:  # a file's start: the file whose first record continues the chain
+            if _first_prev(candidate) == position.chain:
                 return candidate
             continue
         last = read_last_line(candidate, end=position.offset)
         if last is not None and _chain_fields(last + b"\n")[2] == position.chain:
             return candidate
     return None
+
+
+def _first_prev(path: Path) -> str | None:
+    try:
+        with open(path, "rb") as handle:
+            return _chain_fields(handle.readline())[1]
+    except OSError:
+        return None

@@ -1,0 +1,142 @@
+"""The shipper (audit/ship.py) against a real rsyslog, with the log rotated by rename and by copy-truncate while
+the collector is down (so the shipper is behind when the rotation happens), and with the shipper itself stopped and
+started again across a rotation: the copy always ends up with every line of every file."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from relay_shell.audit.log import AuditLog
+from relay_shell.audit.ship import Shipper, state_path_for
+from relay_shell.config import syslog_target
+from relay_shell.metrics import Metrics
+from tests.rsyslog import Rsyslog
+
+
+@pytest.fixture
+def collector(tmp_path: Path) -> Iterator[Rsyslog]:
+    with Rsyslog(tmp_path / "collector") as started:
+        yield started
+
+
+def write(log: AuditLog, count: int, start: int = 0) -> None:
+    for index in range(start, start + count):
+        log.write({"v": 1, "ts": "2026-01-01T00:00:00.000000Z", "tool": "shell_exec", "args": {"n": index}})
+
+
+def lines_of(*paths: Path) -> set[bytes]:
+    return {line for path in paths for line in path.read_bytes().splitlines(keepends=True)}
+
+
+def shipper_for(log: AuditLog, collector: Rsyslog, metrics: Metrics | None = None) -> Shipper:
+    shipper = Shipper(log, syslog_target(collector.tcp_url), None, metrics or Metrics(enabled=False))
+    shipper.start()
+    return shipper
+
+
+def test_rename_rotation_while_behind(tmp_path: Path, collector: Rsyslog) -> None:
+    path = tmp_path / "audit.jsonl"
+    log = AuditLog(path)
+    log.open()
+    shipper = shipper_for(log, collector)
+    write(log, 50)
+    collector.wait_for(lambda lines: len(lines) == 50)
+    collector.stop()
+    write(log, 100, 50)
+    os.rename(path, tmp_path / "audit.jsonl.1")
+    write(log, 100, 150)  # the log reopens the path: audit:continue, then these
+    collector.start()
+    wanted = lines_of(tmp_path / "audit.jsonl.1", path)
+    collector.wait_for(lambda lines: wanted <= set(lines))
+    shipper.stop()
+    assert shipper.gaps == 0
+    assert set(collector.lines()) == wanted
+
+
+def test_copy_truncate_rotation_while_behind(tmp_path: Path, collector: Rsyslog) -> None:
+    path = tmp_path / "audit.jsonl"
+    log = AuditLog(path)
+    log.open()
+    shipper = shipper_for(log, collector)
+    write(log, 50)
+    collector.wait_for(lambda lines: len(lines) == 50)
+    collector.stop()
+    write(log, 100, 50)
+    shutil.copyfile(path, tmp_path / "audit.jsonl.1")  # what logrotate's copytruncate does
+    os.truncate(path, 0)
+    write(log, 100, 150)
+    collector.start()
+    wanted = lines_of(tmp_path / "audit.jsonl.1", path)
+    collector.wait_for(lambda lines: wanted <= set(lines))
+    shipper.stop()
+    assert shipper.gaps == 0
+    assert set(collector.lines()) == wanted
+
+
+def test_restart_resumes_from_the_state_file_across_a_rotation(tmp_path: Path, collector: Rsyslog) -> None:
+    path = tmp_path / "audit.jsonl"
+    log = AuditLog(path)
+    log.open()
+    shipper = shipper_for(log, collector)
+    write(log, 100)
+    collector.wait_for(lambda lines: len(lines) == 100)
+    shipper.stop()  # a graceful stop: the collector confirmed everything, the position is saved
+    assert state_path_for(path).exists()
+    write(log, 50, 100)
+    os.rename(path, tmp_path / "audit.jsonl.1")
+    write(log, 50, 150)
+    again = shipper_for(log, collector)
+    wanted = lines_of(tmp_path / "audit.jsonl.1", path)
+    collector.wait_for(lambda lines: wanted <= set(lines))
+    again.stop()
+    assert again.gaps == 0
+    assert len(collector.lines()) == len(wanted)  # resumed where it stopped: nothing sent twice
+
+
+def test_a_position_that_is_gone_is_a_counted_gap_and_shipping_goes_on(tmp_path: Path, collector: Rsyslog) -> None:
+    path = tmp_path / "audit.jsonl"
+    log = AuditLog(path)
+    log.open()
+    shipper = shipper_for(log, collector)
+    write(log, 20)
+    collector.wait_for(lambda lines: len(lines) == 20)
+    shipper.stop()
+    write(log, 30, 20)
+    os.rename(path, tmp_path / "audit.jsonl.1.gz")  # rotated and compressed: its lines can no longer be read
+    write(log, 10, 50)
+    metrics = Metrics(enabled=True)
+    again = shipper_for(log, collector, metrics)
+    wanted = lines_of(path)
+    collector.wait_for(lambda lines: wanted <= set(lines))
+    again.stop()
+    assert again.gaps == 1
+    assert "no longer at its place" in (again.last_error or "")
+    assert metrics.registry.get_sample_value("relay_shell_audit_ship_errors_total", {"target": "syslog"}) >= 1
+    assert metrics.registry.get_sample_value("relay_shell_audit_shipped_records_total", {"target": "syslog"}) >= 11
+
+
+def test_rotations_while_shipping_keeps_up(tmp_path: Path, collector: Rsyslog) -> None:
+    """The usual case: the shipper is caught up when logrotate runs, by rename and then by copy-truncate, each
+    followed at once by more records (the truncated file grows past the shipper's offset before it looks)."""
+    path = tmp_path / "audit.jsonl"
+    log = AuditLog(path)
+    log.open()
+    shipper = shipper_for(log, collector)
+    write(log, 100)
+    collector.wait_for(lambda lines: len(lines) == 100)
+    os.rename(path, tmp_path / "audit.jsonl.2")
+    write(log, 100, 100)
+    collector.wait_for(lambda lines: len(lines) == 201)
+    shutil.copyfile(path, tmp_path / "audit.jsonl.1")
+    os.truncate(path, 0)
+    write(log, 300, 200)
+    wanted = lines_of(tmp_path / "audit.jsonl.2", tmp_path / "audit.jsonl.1", path)
+    collector.wait_for(lambda lines: wanted <= set(lines))
+    shipper.stop()
+    assert shipper.gaps == 0
+    assert set(collector.lines()) == wanted
