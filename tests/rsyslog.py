@@ -8,9 +8,9 @@ Usage::
 
 It listens with `imtcp` on two free loopback ports, one plain and one TLS (RFC 5425, the GnuTLS netstream driver
 from Debian's rsyslog-gnutls, a server certificate for 127.0.0.1 and localhost signed by a CA made here with
-`cryptography`), and with `imuxsock` on a private socket; it writes each message's MSG alone, one per line, to
-`received.log`: the collector template the README documents (`%msg%\\n`). `stop()` and `start()` kill and restart
-it on the same ports (a collector outage).
+`cryptography`), with `imudp` on a third port and with `imuxsock` on a private socket. It writes each message's
+MSG alone, one per line, to `received.log`: the collector template the README documents (`%msg%\\n`). `stop()`
+and `start()` kill and restart it on the same ports (a collector outage).
 """
 
 from __future__ import annotations
@@ -102,6 +102,7 @@ class Rsyslog:
         self.ca_path, self.cert_path, self.key_path = make_test_ca(root)
         self.tcp_port = free_port()
         self.tls_port = free_port()
+        self.udp_port = free_port()
         self.config = root / "rsyslog.conf"
         self.pidfile = root / "rsyslogd.pid"
         self.process: subprocess.Popen[bytes] | None = None
@@ -116,6 +117,10 @@ class Rsyslog:
         return f"tls://localhost:{self.tls_port}"
 
     @property
+    def udp_url(self) -> str:
+        return f"udp://127.0.0.1:{self.udp_port}"
+
+    @property
     def unix_url(self) -> str:
         return f"unix:{self.socket_path}"
 
@@ -128,6 +133,8 @@ global(workDirectory="{self.work}" maxMessageSize="256k"
        defaultNetstreamDriverKeyFile="{self.key_path}")
 module(load="imtcp" maxSessions="200")
 module(load="imuxsock" sysSock.use="off")
+module(load="imudp")
+input(type="imudp" address="127.0.0.1" port="{self.udp_port}")
 input(type="imtcp" address="127.0.0.1" port="{self.tcp_port}")
 input(type="imtcp" address="127.0.0.1" port="{self.tls_port}" name="tls"
       streamDriver.name="gtls" streamDriver.mode="1" streamDriver.authMode="anon")
