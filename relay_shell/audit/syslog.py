@@ -33,6 +33,7 @@ SD_ID = b"audit@32473"
 FACILITY_LOG_AUDIT = 13
 CONNECT_TIMEOUT = 10.0
 SEND_TIMEOUT = 30.0  # a collector that takes nothing for this long is treated as gone (reconnect, resend)
+USER_TIMEOUT = 30.0  # seconds sent data may stay unacknowledged before the kernel ends the connection
 _MSGID = re.compile(r"[!-~]{1,32}")  # printable ASCII without space, at most 32 (RFC 5424 MSGID)
 _FREE_LABELS = ("resource:", "prompt:")  # labels whose second part is open-ended (runbook names)
 
@@ -113,6 +114,13 @@ class SyslogConnection:
         else:
             sock = socket.create_connection((target.host, target.port), timeout=CONNECT_TIMEOUT)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            # A collector that vanishes without a word (host down, a dropped route): data unacknowledged for
+            # USER_TIMEOUT, or an idle connection whose keepalives go unanswered, ends the connection.
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, int(USER_TIMEOUT * 1000))
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, 60)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, 10)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, 3)
             if target.scheme == "tls":
                 # RFC 5425: the collector's certificate must chain to a trusted CA and name the host we dialled.
                 context = ssl.create_default_context(cafile=str(ca_file) if ca_file is not None else None)

@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +18,7 @@ import orjson
 import pytest
 
 from relay_shell.audit.log import encode_line
-from tests.conftest import connect, read_records
+from tests.conftest import connect, fields, read_records
 from tests.rsyslog import Rsyslog
 
 pytestmark = pytest.mark.anyio
@@ -173,7 +174,12 @@ async def test_outage_and_a_killed_server_lose_nothing_over_tcp(tmp_path: Path, 
     again and a backlog, the server itself killed (no flush) and started again: the copy ends up holding every
     record, byte for byte, duplicates allowed."""
     audit = tmp_path / "audit.jsonl"
-    settings = {"audit_syslog": "", "audit_signing_key": str(keys), "audit_checkpoint_interval": "250"}
+    settings = {
+        "audit_syslog": "",
+        "audit_signing_key": str(keys),
+        "audit_checkpoint_interval": "250",
+        "metrics_addr": "127.0.0.1:0",
+    }
     with Rsyslog(tmp_path / "collector") as collector:
         settings["audit_syslog"] = collector.tcp_url
         with contextlib.suppress(Exception):  # the session ends with its server killed under it
@@ -187,6 +193,14 @@ async def test_outage_and_a_killed_server_lose_nothing_over_tcp(tmp_path: Path, 
                         collector.stop()  # down again: what follows piles up unshipped
                     result = await client.call_tool("shell_exec", {"command": "true"})
                     assert not result.is_error
+                info = fields(await client.call_tool("server_info", {}))["info"]
+                shipping = info["audit"]["shipping"]
+                assert shipping["lag_records"] >= 2 * 99 and shipping["errors"] >= 1, shipping
+                assert "127.0.0.1" in str(shipping["last_error"])
+                scrape = f"http://127.0.0.1:{info['metrics']['listen_port']}/metrics"
+                exposition = urllib.request.urlopen(scrape).read().splitlines()
+                lag = next(line for line in exposition if line.startswith(b"relay_shell_audit_ship_lag_records "))
+                assert float(lag.split()[1]) >= 2 * 99
                 os.kill(server_pid(audit), signal.SIGKILL)
         collector.start()
         async with connect(audit, **settings) as client:
