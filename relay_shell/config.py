@@ -186,8 +186,7 @@ class Settings(BaseSettings):
     )
     audit_journald: Literal["off", "on"] = Field(
         "off",
-        description="off; on is not available in this version (no journald to test against: ship to journald "
-        "through AUDIT_SYSLOG=unix:/dev/log, adr/0020)",
+        description="off (journald's native protocol is not available in this version, adr/0020)",
     )
     audit_signing_key: Path | None = Field(
         None, description="empty (no checkpoints) or an Ed25519 private key file (relay-shell audit keygen PATH)"

@@ -107,7 +107,8 @@ class Shipper:
         it has read everything, save the position."""
         self._flush_timeout = flush_timeout
         self._stop.set()
-        self._thread.join(flush_timeout + CONFIRM_DELAY + 2.0)
+        if self._thread.ident is not None:  # started
+            self._thread.join(flush_timeout + CONFIRM_DELAY + 2.0)
 
     def lag_records(self) -> int:
         """Records written that the collector has not acknowledged yet (TCP/TLS: its TCP acknowledged the bytes;

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import orjson
@@ -179,3 +180,21 @@ def test_a_checkpoint_that_cannot_be_written_is_counted_and_loses_no_record(tmp_
     assert [record["reason"] for record in checkpoints] == ["records", "shutdown"]
     assert all(check_checkpoint(record, public) is None for record in checkpoints)
     assert verify_files([directory / "audit.jsonl"]).ok
+
+
+def test_time_checkpoints_come_only_when_records_were_written(tmp_path: Path) -> None:
+    log = AuditLog(tmp_path / "audit.jsonl")
+    log.open()
+    key_path = tmp_path / "signing.key"
+    generate_keypair(key_path)
+    checkpointer = Checkpointer(log, load_signing_key(key_path), CheckpointInterval(None, 0.05), Metrics(enabled=False))
+    checkpointer.start()
+    log.write({"v": 1, "tool": "shell_exec"})
+    deadline = time.monotonic() + 10
+    while checkpointer.written == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.3)  # six more ticks with nothing new written: no further checkpoint
+    checkpointer.stop()  # nothing since the last one: no shutdown checkpoint either
+    tools = [orjson.loads(line)["tool"] for line in log.path.read_bytes().splitlines()]
+    assert tools == ["shell_exec", CHECKPOINT_TOOL]
+    assert checkpointer.describe()["last"]["reason"] == "time"
