@@ -262,7 +262,8 @@ class Shipper:
             end = len(data)  # a line longer than a batch is no record the log writes: ship it cut, as it is
         if end < len(data):
             self.handle.seek(self.sent.offset + end)
-        lines = data[:end].splitlines(keepends=True)
+        parts = data[:end].split(b"\n")  # lines end at "\n" only, as the log writes them
+        lines = [part + b"\n" for part in parts[:-1]] + ([parts[-1]] if parts[-1] else [])
         position = self.sent
         shipped: list[bytes] = []
         for line in lines:

@@ -150,11 +150,19 @@ def test_datagram_targets_carry_every_record(tmp_path: Path, collector: Rsyslog,
     log.open()
     url = collector.unix_url if scheme == "unix" else collector.udp_url
     shipper = shipper_for(log, collector, url=url)
-    write(log, 200)  # loopback UDP at this rate loses nothing in practice; it is documented as lossy all the same
+    write(log, 200)
     large = {"script": "x" * 1000, "env": {f"V{i}": "y" * 900 for i in range(40)}}
     log.write({"v": 1, "tool": "shell_exec", "args": large})
     wanted = path.read_bytes().splitlines(keepends=True)
     assert len(wanted[-1]) > 30_000  # a large record is one datagram too
-    collector.wait_for(lambda lines: len(lines) >= len(wanted))
+    if scheme == "unix":  # a Unix datagram sender waits when the receiver's queue is full: nothing is lost
+        collector.wait_for(lambda lines: len(lines) >= len(wanted))
+        shipper.stop()
+        assert collector.lines() == wanted
+        return
+    # UDP is lossy (documented): a datagram the receiver's buffer had no room for is gone, and nobody knows.
+    collector.wait_for(lambda lines: len(lines) >= len(wanted) // 2)
     shipper.stop()
-    assert collector.lines() == wanted
+    received = collector.lines()
+    assert set(received) <= set(wanted)  # every datagram that arrived is a line of the file, byte for byte
+    assert shipper.describe()["lag_records"] == 0  # sent is all it can know
