@@ -36,8 +36,9 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def make_test_ca(directory: Path) -> tuple[Path, Path, Path]:
-    """A CA and a server certificate for 127.0.0.1 / localhost signed by it: (ca.pem, server.pem, server.key)."""
+def make_test_ca(directory: Path, with_ip: bool = True) -> tuple[Path, Path, Path]:
+    """A CA and a server certificate for localhost (and 127.0.0.1 unless `with_ip` is false) signed by it:
+    (ca.pem, server.pem, server.key)."""
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec
@@ -71,7 +72,8 @@ def make_test_ca(directory: Path) -> tuple[Path, Path, Path]:
         .not_valid_after(now + datetime.timedelta(days=1))
         .add_extension(
             x509.SubjectAlternativeName(
-                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+                [x509.DNSName("localhost")]
+                + ([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))] if with_ip else [])
             ),
             critical=False,
         )

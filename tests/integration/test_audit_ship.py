@@ -5,9 +5,14 @@ always ends up with every line of every file."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
-from collections.abc import Iterator
+import socket
+import ssl
+import threading
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -16,7 +21,7 @@ from relay_shell.audit.log import AuditLog
 from relay_shell.audit.ship import Shipper, state_path_for
 from relay_shell.config import syslog_target
 from relay_shell.metrics import Metrics
-from tests.rsyslog import Rsyslog
+from tests.rsyslog import Rsyslog, make_test_ca
 
 
 @pytest.fixture
@@ -166,3 +171,53 @@ def test_datagram_targets_carry_every_record(tmp_path: Path, collector: Rsyslog,
     received = collector.lines()
     assert set(received) <= set(wanted)  # every datagram that arrived is a line of the file, byte for byte
     assert shipper.describe()["lag_records"] == 0  # sent is all it can know
+
+
+def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.01)
+
+
+def test_tls_refuses_a_collector_whose_certificate_does_not_verify(tmp_path: Path, collector: Rsyslog) -> None:
+    """Without the test CA (the system's CAs do not know it) the handshake fails: nothing is sent, the failure is
+    counted and shown, and shipping keeps trying."""
+    log = AuditLog(tmp_path / "audit.jsonl")
+    log.open()
+    write(log, 5)
+    metrics = Metrics(enabled=True)
+    shipper = shipper_for(log, collector, metrics, url=collector.tls_url)
+    wait_until(lambda: shipper.error_count >= 1)
+    shipper.stop()
+    assert "certificate verify failed" in (shipper.last_error or "")
+    assert shipper.records_sent == 0 and shipper.describe()["lag_records"] == 5
+    assert metrics.registry.get_sample_value("relay_shell_audit_ship_errors_total", {"target": "syslog"}) >= 1
+    assert collector.lines() == []
+
+
+def test_tls_checks_the_host_name(tmp_path: Path) -> None:
+    """A certificate from the trusted CA, but for another name (localhost, dialled as 127.0.0.1): refused."""
+    ca, cert, key = make_test_ca(tmp_path, with_ip=False)
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+
+    def serve() -> None:  # a real TLS server: completes its side of the handshake if the client goes on
+        with contextlib.suppress(OSError):
+            connection, _ = listener.accept()
+            with contextlib.suppress(OSError), context.wrap_socket(connection, server_side=True) as tls:
+                tls.recv(1)
+
+    threading.Thread(target=serve, daemon=True).start()
+    log = AuditLog(tmp_path / "audit.jsonl")
+    log.open()
+    write(log, 1)
+    shipper = Shipper(log, syslog_target(f"tls://127.0.0.1:{port}"), ca, Metrics(enabled=False))
+    shipper.start()
+    wait_until(lambda: shipper.error_count >= 1)
+    shipper.stop()
+    listener.close()
+    assert "IP address mismatch" in (shipper.last_error or ""), shipper.last_error
+    assert shipper.records_sent == 0
