@@ -18,7 +18,8 @@ import orjson
 import pytest
 
 from relay_shell.audit.log import encode_line
-from tests.conftest import connect, fields, read_records
+from tests.conftest import connect, fields
+from tests.procs import server_pid
 from tests.rsyslog import Rsyslog
 
 pytestmark = pytest.mark.anyio
@@ -162,11 +163,6 @@ def test_a_tampered_checkpoint_fails_even_with_a_recomputed_chain(tls_run: Shipp
     result = relay_shell("audit", "verify", str(tampered), "--public-key", str(tls_run.public_key))
     assert result.returncode == 1
     assert f"{tampered}:{index + 1}: checkpoint signature does not verify" in result.stderr
-
-
-def server_pid(audit: Path) -> int:
-    starts = [record for record in read_records(audit) if record["tool"] == "server:start"]
-    return int(starts[-1]["pid"])
 
 
 async def test_outage_and_a_killed_server_lose_nothing_over_tcp(tmp_path: Path, keys: Path) -> None:
