@@ -127,7 +127,8 @@ class Rsyslog:
         return f"unix:{self.socket_path}"
 
     def _config_text(self) -> str:
-        # maxMessageSize: a record may be 64 KiB (rsyslog's default is 8 KiB and would cut it).
+        # maxMessageSize: a record may be 64 KiB (rsyslog's default is 8 KiB and would cut it). ioBufferSize: a batch
+        # is written in one piece, so a SIGKILL (an outage) never leaves half a line in the output.
         return f"""
 global(workDirectory="{self.work}" maxMessageSize="256k"
        defaultNetstreamDriverCAFile="{self.ca_path}"
@@ -142,7 +143,7 @@ input(type="imtcp" address="127.0.0.1" port="{self.tls_port}" name="tls"
       streamDriver.name="gtls" streamDriver.mode="1" streamDriver.authMode="anon")
 input(type="imuxsock" socket="{self.socket_path}" useSpecialParser="off" parseHostname="on")
 template(name="msgonly" type="string" string="%msg%\\n")
-action(type="omfile" file="{self.output}" template="msgonly")
+action(type="omfile" file="{self.output}" template="msgonly" ioBufferSize="1m")
 """
 
     def start(self) -> None:

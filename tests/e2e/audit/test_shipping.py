@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import urllib.request
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +19,8 @@ import orjson
 import pytest
 
 from relay_shell.audit.log import encode_line
-from tests.conftest import connect, fields
+from relay_shell.audit.ship import state_path_for
+from tests.conftest import connect, fields, read_records
 from tests.procs import server_pid
 from tests.rsyslog import Rsyslog
 
@@ -165,6 +167,16 @@ def test_a_tampered_checkpoint_fails_even_with_a_recomputed_chain(tls_run: Shipp
     assert f"{tampered}:{index + 1}: checkpoint signature does not verify" in result.stderr
 
 
+async def wait_for_confirmed(audit: Path, seq: int) -> None:
+    """Poll the shipper's state file until its confirmed position reaches `seq`."""
+    import anyio
+
+    state = state_path_for(audit)
+    with anyio.fail_after(15):
+        while not (state.exists() and orjson.loads(state.read_bytes())["seq"] >= seq):
+            await anyio.sleep(0.05)
+
+
 async def test_outage_and_a_killed_server_lose_nothing_over_tcp(tmp_path: Path, keys: Path) -> None:
     """rsyslog killed (SIGKILL: what it held in memory is gone) and started again mid-run; then, with rsyslog down
     again and a backlog, the server itself killed (no flush) and started again: the copy ends up holding every
@@ -186,7 +198,11 @@ async def test_outage_and_a_killed_server_lose_nothing_over_tcp(tmp_path: Path, 
                     if number == 300:
                         collector.start()
                     if number == 400:
-                        collector.stop()  # down again: what follows piles up unshipped
+                        # Once the collector has confirmed what it got since it came back (2 s after its TCP
+                        # acknowledged it), down again: what follows piles up unshipped.
+                        written = read_records(audit)[-1]["seq"]
+                        await wait_for_confirmed(audit, written)
+                        collector.stop()
                     result = await client.call_tool("shell_exec", {"command": "true"})
                     assert not result.is_error
                 info = fields(await client.call_tool("server_info", {}))["info"]
@@ -208,6 +224,9 @@ async def test_outage_and_a_killed_server_lose_nothing_over_tcp(tmp_path: Path, 
         remote = collector.wait_for(lambda lines: wanted <= set(lines))
     assert set(remote) == wanted  # nothing missing, nothing that is not a line of the file
     assert len(remote) > len(local)  # the resends after the outages: at-least-once
+    # Each line at most twice: the restarted server resumed from the saved position, not from the file's start
+    # (which would send the early records a third time).
+    assert max(Counter(remote).values()) == 2
     copy = str(collector.output)
     result = relay_shell("audit", "verify", str(audit), "--public-key", f"{keys}.pub", "--against", copy)
     assert result.returncode == 0, result.stderr
