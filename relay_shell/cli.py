@@ -262,7 +262,11 @@ def audit_command(args: list[str]) -> int:
     verify = sub.add_parser("verify", help="verify the hash chain (exit 0 only for a complete valid chain)")
     verify.add_argument("paths", nargs="*", type=Path, help="log file(s), oldest first; default: the configured log")
     verify.add_argument(
-        "--public-key", type=Path, help="check every audit:checkpoint's Ed25519 signature with this key (PATH.pub)"
+        "--public-key",
+        type=Path,
+        action="append",
+        help="check every audit:checkpoint's Ed25519 signature with this key (PATH.pub); give it again for the "
+        "keys of earlier periods (each checkpoint names its key)",
     )
     verify.add_argument(
         "--against",
@@ -321,21 +325,23 @@ def audit_command(args: list[str]) -> int:
     return 0
 
 
-def verify_command(paths: list[Path], public_key_path: Path | None, against: Path | None) -> int:
+def verify_command(paths: list[Path], public_key_paths: list[Path] | None, against: Path | None) -> int:
     """Exit 0: intact (and signed, and matching the copy); 1: the local log fails, or records are missing locally;
     2: a key or copy that cannot be read; 3: the local log is intact but the copy lacks records (lag or loss)."""
     from relay_shell.audit.against import LocalChains, compare, read_copy
     from relay_shell.audit.checkpoint import CHECKPOINT_TOOL, check_checkpoint
-    from relay_shell.audit.keys import KeyFileError, load_public_key
+    from relay_shell.audit.keys import KeyFileError, key_id, load_public_key
     from relay_shell.audit.verify import verify_files
 
-    public_key = None
-    if public_key_path is not None:
+    keys = {}
+    for public_key_path in public_key_paths or []:
         try:
-            public_key = load_public_key(public_key_path)
+            loaded = load_public_key(public_key_path)
         except KeyFileError as exc:
             print(f"relay-shell audit verify: --public-key: {exc}", file=sys.stderr)
             return EXIT_CONFIG
+        keys[key_id(loaded)] = loaded
+    public_key = next(iter(keys.values()), None)
     local = LocalChains()
     signed: list[int] = []
     last_seq = [-1]
@@ -343,7 +349,7 @@ def verify_command(paths: list[Path], public_key_path: Path | None, against: Pat
     def check(record: dict[str, Any]) -> str | None:
         last_seq[0] = int(record["seq"])
         if public_key is not None and record.get("tool") == CHECKPOINT_TOOL:
-            problem = check_checkpoint(record, public_key)
+            problem = check_checkpoint(record, keys.get(str(record.get("key_id")), public_key))
             if problem is not None:
                 return problem
             signed.append(int(record["seq"]))

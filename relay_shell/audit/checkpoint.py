@@ -70,7 +70,7 @@ def check_checkpoint(record: dict[str, Any], public_key: Ed25519PublicKey) -> st
         return f"checkpoint counts {records} records before it but has seq {seq}"
     expected_id = key_id(public_key)
     if signer_id != expected_id:
-        return f"checkpoint signed by key {signer_id}, not by the public key given ({expected_id})"
+        return f"checkpoint signed by key {signer_id}, not by the public key given ({expected_id}) or any other given"
     try:
         public_key.verify(base64.b64decode(signature, validate=True), signed_bytes(head, seq, records, ts, signer_id))
     except (InvalidSignature, binascii.Error, ValueError):

@@ -198,3 +198,26 @@ def test_time_checkpoints_come_only_when_records_were_written(tmp_path: Path) ->
     tools = [orjson.loads(line)["tool"] for line in log.path.read_bytes().splitlines()]
     assert tools == ["shell_exec", CHECKPOINT_TOOL]
     assert checkpointer.describe()["last"]["reason"] == "time"
+
+
+def test_verify_takes_the_key_of_each_period(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The signing key was replaced between two runs: each checkpoint names its key, and verify needs them all."""
+    from relay_shell.cli import main
+
+    log = AuditLog(tmp_path / "audit.jsonl")
+    log.open()
+    for name in ("old.key", "new.key"):
+        generate_keypair(tmp_path / name)
+        checkpointer = Checkpointer(
+            log, load_signing_key(tmp_path / name), CheckpointInterval(2, None), Metrics(enabled=False)
+        )
+        checkpointer.start()
+        for index in range(3):
+            log.write({"v": 1, "tool": "shell_exec", "index": index})
+        checkpointer.stop()
+    path = str(log.path)
+    both = ["--public-key", f"{tmp_path}/old.key.pub", "--public-key", f"{tmp_path}/new.key.pub"]
+    assert main(["audit", "verify", path, *both]) == 0
+    assert "4 signature(s) verified" in capsys.readouterr().out
+    assert main(["audit", "verify", path, "--public-key", f"{tmp_path}/new.key.pub"]) == 1
+    assert "not by the public key given" in capsys.readouterr().err
