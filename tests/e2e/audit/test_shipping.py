@@ -69,6 +69,12 @@ def tls_run(tmp_path_factory: pytest.TempPathFactory, keys: Path) -> Iterator[Sh
                 for _ in range(CALLS):
                     result = await client.call_tool("shell_exec", {"command": "true"})
                     assert not result.is_error
+                audit_state = fields(await client.call_tool("server_info", {}))["info"]["audit"]
+                assert audit_state["shipping"]["target"] == collector.tls_url
+                assert audit_state["shipping"]["state"] == "connected" and audit_state["shipping"]["errors"] == 0
+                checkpoints = audit_state["checkpoints"]
+                assert checkpoints["written"] == 2 * CALLS // 300 and checkpoints["failures"] == 0, checkpoints
+                assert checkpoints["last"]["reason"] == "records"
 
         anyio.run(calls)
         expected = audit.read_bytes().count(b"\n")
