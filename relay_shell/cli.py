@@ -87,7 +87,7 @@ def serve(check_only: bool) -> int:
         print(f"relay-shell: warning: {exc}; serving degraded (AUDIT_ON_FAILURE=continue)", file=sys.stderr)
 
     offhost = None
-    if settings.audit_syslog or settings.audit_signing_key is not None:
+    if settings.audit_syslog or settings.audit_journald != "off" or settings.audit_signing_key is not None:
         from relay_shell.audit.offhost import OffHost
 
         try:

@@ -184,9 +184,10 @@ class Settings(BaseSettings):
     audit_syslog_ca: Path | None = Field(
         None, description="empty (the system's CA certificates) or a PEM file of the CAs a tls:// collector may use"
     )
-    audit_journald: Literal["off", "on"] = Field(
+    audit_journald: str = Field(
         "off",
-        description="off (journald's native protocol is not available in this version, adr/0020)",
+        description="off, on (every audit record to journald's native socket /run/systemd/journal/socket, its "
+        "fields as journal fields) or the absolute path of a journald native socket",
     )
     audit_signing_key: Path | None = Field(
         None, description="empty (no checkpoints) or an Ed25519 private key file (relay-shell audit keygen PATH)"
@@ -247,12 +248,10 @@ class Settings(BaseSettings):
 
     @field_validator("audit_journald")
     @classmethod
-    def _journald_unavailable(cls, raw: str) -> str:
-        if raw == "on":
-            raise ValueError(
-                "journald shipping is not available in this version (it could not be tested: the build machines "
-                "run no systemd); on a systemd host AUDIT_SYSLOG=unix:/dev/log delivers every record to journald"
-            )
+    def _journald_socket(cls, raw: str) -> str:
+        path = journald_socket(raw)
+        if path is not None and not Path(path).exists():
+            raise ValueError(f"no journald socket at {path} (is systemd-journald running on this host?)")
         return raw
 
     @field_validator("audit_checkpoint_interval")
@@ -280,9 +279,11 @@ class Settings(BaseSettings):
     @model_validator(mode="after")
     def _offhost_needs_chain(self) -> Settings:
         # The receiver drops duplicates by `seq` and the shipper resumes by the chain; a checkpoint signs the head.
-        if not self.audit_chain and (self.audit_syslog or self.audit_signing_key is not None):
+        offhost = self.audit_syslog or self.audit_journald != "off" or self.audit_signing_key is not None
+        if not self.audit_chain and offhost:
             raise ValueError(
-                "RELAY_SHELL_AUDIT_CHAIN=false: AUDIT_SYSLOG and AUDIT_SIGNING_KEY need the hash chain (shipping "
+                "RELAY_SHELL_AUDIT_CHAIN=false: AUDIT_SYSLOG, AUDIT_JOURNALD and AUDIT_SIGNING_KEY need the hash "
+                "chain (shipping "
                 "resumes by seq and chain, a checkpoint signs the chain head); set AUDIT_CHAIN=true"
             )
         return self
@@ -313,9 +314,24 @@ def metrics_host_port(raw: str) -> tuple[str, int]:
     return host, int(port_text)
 
 
+JOURNALD_SOCKET = "/run/systemd/journal/socket"
+
+
+def journald_socket(raw: str) -> str | None:
+    """AUDIT_JOURNALD: None for off, journald's socket path for on or a path."""
+    if raw == "off":
+        return None
+    if raw == "on":
+        return JOURNALD_SOCKET
+    if not raw.startswith("/"):
+        raise ValueError("must be off, on or the absolute path of a journald native socket")
+    return raw
+
+
 @dataclass(frozen=True)
 class SyslogTarget:
-    """Where AUDIT_SYSLOG ships: scheme tcp, tls, udp or unix; `path` for unix, `host` and `port` otherwise."""
+    """Where records are shipped: scheme tcp, tls, udp or unix (AUDIT_SYSLOG), or journald (AUDIT_JOURNALD); `path`
+    for unix and journald, `host` and `port` otherwise."""
 
     scheme: str
     host: str = ""
@@ -323,8 +339,8 @@ class SyslogTarget:
     path: str = ""
 
     def url(self) -> str:
-        if self.scheme == "unix":
-            return f"unix:{self.path}"
+        if self.scheme in ("unix", "journald"):
+            return f"{self.scheme}:{self.path}"
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"{self.scheme}://{host}:{self.port}"
 

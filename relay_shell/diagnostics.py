@@ -61,7 +61,7 @@ def server_state(
             "interrupted_at_start": audit_counts["interrupted_at_start"],
             "seq": audit_log.seq if settings.audit_chain else None,
             # off-host copy and signed checkpoints (adr/0020): lag, errors, the last checkpoint; None when off
-            **(audit_offhost or {"shipping": None, "checkpoints": None}),
+            **(audit_offhost or {"shipping": None, "journald": None, "checkpoints": None}),
         },
         "sessions": {
             "open": open_sessions,

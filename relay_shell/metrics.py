@@ -98,7 +98,7 @@ class Metrics:
             registry=self.registry,
         )
 
-        # Shipping and signed checkpoints (adr/0020). The syslog series exist from the start (0), shipping on or off,
+        # Shipping and signed checkpoints (adr/0020). The target series exist from the start (0), shipping on or off,
         # so alert rules and dashboards see the metric rather than no data.
         self.audit_shipped_records = Counter(
             "relay_shell_audit_shipped_records",
@@ -112,8 +112,9 @@ class Metrics:
             ["target"],
             registry=self.registry,
         )
-        self.audit_shipped_records.labels(target="syslog")
-        self.audit_ship_errors.labels(target="syslog")
+        for target in ("syslog", "journald"):
+            self.audit_shipped_records.labels(target=target)
+            self.audit_ship_errors.labels(target=target)
         self.audit_ship_lag_records = Gauge(
             "relay_shell_audit_ship_lag_records",
             "Audit records written and not yet sent to the collector (0 when shipping is off).",

@@ -12,7 +12,7 @@ from relay_shell.audit.checkpoint import Checkpointer
 from relay_shell.audit.keys import KeyFileError, load_signing_key
 from relay_shell.audit.log import AuditLog
 from relay_shell.audit.ship import Shipper
-from relay_shell.config import ConfigError, Settings, checkpoint_interval, syslog_target
+from relay_shell.config import ConfigError, Settings, SyslogTarget, checkpoint_interval, journald_socket, syslog_target
 from relay_shell.metrics import Metrics
 
 
@@ -23,7 +23,8 @@ class OffHost:
         self.log = log
         self.key: Ed25519PrivateKey | None = None
         self.checkpointer: Checkpointer | None = None
-        self.shipper: Shipper | None = None
+        self.shipper: Shipper | None = None  # AUDIT_SYSLOG
+        self.journal: Shipper | None = None  # AUDIT_JOURNALD
         self._stopped = False
         if settings.audit_signing_key is not None:
             try:
@@ -38,16 +39,23 @@ class OffHost:
             interval = checkpoint_interval(settings.audit_checkpoint_interval)
             self.checkpointer = Checkpointer(self.log, self.key, interval, metrics)
         if settings.audit_syslog:
-            shipper = Shipper(self.log, syslog_target(settings.audit_syslog), settings.audit_syslog_ca, metrics)
-            metrics.audit_ship_lag_records.set_function(shipper.lag_records)  # read at scrape time
-            metrics.audit_ship_lag_seconds.set_function(shipper.lag_seconds)
-            self.shipper = shipper
+            self.shipper = Shipper(self.log, syslog_target(settings.audit_syslog), settings.audit_syslog_ca, metrics)
+        journal_path = journald_socket(settings.audit_journald)
+        if journal_path is not None:
+            target = SyslogTarget("journald", path=journal_path)
+            self.journal = Shipper(self.log, target, None, metrics, target_label="journald")
+        if self.shippers():  # the lag of the target furthest behind, read at scrape time
+            metrics.audit_ship_lag_records.set_function(lambda: max(each.lag_records() for each in self.shippers()))
+            metrics.audit_ship_lag_seconds.set_function(lambda: max(each.lag_seconds() for each in self.shippers()))
+
+    def shippers(self) -> list[Shipper]:
+        return [shipper for shipper in (self.shipper, self.journal) if shipper is not None]
 
     def start(self) -> None:
         if self.checkpointer is not None:
             self.checkpointer.start()
-        if self.shipper is not None:
-            self.shipper.start()
+        for shipper in self.shippers():
+            shipper.start()
 
     def stop(self) -> None:
         """The shutdown checkpoint, then the last records to the collector (bounded: a few seconds)."""
@@ -56,20 +64,21 @@ class OffHost:
         self._stopped = True
         if self.checkpointer is not None:
             self.checkpointer.stop()
-        if self.shipper is not None:
-            self.shipper.stop()
+        for shipper in self.shippers():
+            shipper.stop()
 
     def describe(self) -> dict[str, Any]:
         """server_info's `audit.shipping` and `audit.checkpoints`."""
         return {
             "shipping": self.shipper.describe() if self.shipper is not None else None,
+            "journald": self.journal.describe() if self.journal is not None else None,
             "checkpoints": self.checkpointer.describe() if self.checkpointer is not None else None,
         }
 
     def startup_note(self) -> str:
         parts = []
-        if self.shipper is not None:
-            parts.append(f"shipping to {self.shipper.target.url()}")
+        for shipper in self.shippers():
+            parts.append(f"shipping to {shipper.target.url()}")
         if self.checkpointer is not None:
             parts.append(f"signed checkpoints (key {self.checkpointer.key_id})")
         return ", ".join(parts) or "off-host off"

@@ -35,6 +35,7 @@ from typing import Any, BinaryIO
 
 import orjson
 
+from relay_shell.audit.journald import JournalConnection, journal_message
 from relay_shell.audit.log import AuditLog, read_last_line
 from relay_shell.audit.syslog import SyslogConnection, local_hostname, syslog_message
 from relay_shell.config import SyslogTarget
@@ -59,9 +60,11 @@ class Position:
     # first record's prev; "" for a file that was empty
 
 
-def state_path_for(audit_path: Path) -> Path:
-    """`.audit.jsonl.ship-state.json` beside the log: hidden, and no name a rotation glob (`audit.jsonl*`) takes."""
-    return audit_path.with_name(f".{audit_path.name}.ship-state.json")
+def state_path_for(audit_path: Path, target_label: str = "syslog") -> Path:
+    """`.audit.jsonl.ship-state.json` beside the log (`.audit.jsonl.journald-state.json` for journald): hidden, and
+    no name a rotation glob (`audit.jsonl*`) takes."""
+    kind = "ship" if target_label == "syslog" else target_label
+    return audit_path.with_name(f".{audit_path.name}.{kind}-state.json")
 
 
 class Shipper:
@@ -73,12 +76,12 @@ class Shipper:
         self.target = target
         self.ca_file = ca_file
         self.metrics = metrics
-        self.state_path = state_path_for(log.path)
+        self.state_path = state_path_for(log.path, target_label)
         self.hostname = local_hostname()
         self.procid = str(os.getpid()).encode()
         self.shipped = metrics.audit_shipped_records.labels(target=target_label)
         self.errors = metrics.audit_ship_errors.labels(target=target_label)
-        self.connection: SyslogConnection | None = None
+        self.connection: SyslogConnection | JournalConnection | None = None
         self.handle: BinaryIO | None = None
         self.sent: Position | None = None
         self.confirmed: Position | None = None
@@ -169,7 +172,10 @@ class Shipper:
 
     def _connect(self) -> bool:
         try:
-            self.connection = SyslogConnection(self.target, self.ca_file)
+            if self.target.scheme == "journald":
+                self.connection = JournalConnection(self.target.path)
+            else:
+                self.connection = SyslogConnection(self.target, self.ca_file)
         except OSError as exc:  # ssl.SSLError (a certificate that does not verify) is an OSError
             self._error(f"cannot connect to {self.target.url()}: {exc}")
             return False
@@ -183,7 +189,10 @@ class Shipper:
         if not lines:
             return False
         assert self.connection is not None and self.sent is not None
-        messages = [syslog_message(line, self.hostname, self.procid) for line in lines]
+        if self.target.scheme == "journald":
+            messages = [journal_message(line) for line in lines]
+        else:
+            messages = [syslog_message(line, self.hostname, self.procid) for line in lines]
         try:
             self.connection.send(messages)
         except OSError as exc:

@@ -19,8 +19,9 @@ import pytest
 
 from relay_shell.audit.log import AuditLog
 from relay_shell.audit.ship import Shipper, state_path_for
-from relay_shell.config import syslog_target
+from relay_shell.config import SyslogTarget, syslog_target
 from relay_shell.metrics import Metrics
+from tests.journald import Journald
 from tests.rsyslog import Rsyslog, make_test_ca
 
 
@@ -221,3 +222,32 @@ def test_tls_checks_the_host_name(tmp_path: Path) -> None:
     listener.close()
     assert "IP address mismatch" in (shipper.last_error or ""), shipper.last_error
     assert shipper.records_sent == 0
+
+
+def test_journald_gets_every_record_with_its_fields(tmp_path: Path) -> None:
+    """A real systemd-journald (tests/journald.py): each record is an entry whose MESSAGE is the line, byte for
+    byte, with every field of the record as a journal field of its own."""
+    with Journald(tmp_path / "journald") as journald:
+        log = AuditLog(tmp_path / "audit.jsonl")
+        log.open()
+        metrics = Metrics(enabled=True)
+        target = SyslogTarget("journald", path=journald.socket_path)
+        shipper = Shipper(log, target, None, metrics, target_label="journald")
+        shipper.start()
+        write(log, 100)
+        log.write({"v": 1, "tool": "shell_exec", "denied": True, "call_id": "ab-1", "args": {"env": {"A": "x\ny"}}})
+        wanted = log.path.read_bytes().splitlines()
+        deadline = time.monotonic() + 15
+        while len(entries := journald.entries(SYSLOG_IDENTIFIER="relay-shell")) < len(wanted):
+            assert time.monotonic() < deadline, f"{len(entries)} of {len(wanted)} entries"
+            time.sleep(0.1)
+        shipper.stop()
+    assert [entry["MESSAGE"].encode() for entry in entries] == wanted
+    last = entries[-1]
+    assert last["RELAY_SHELL_TOOL"] == "shell_exec" and last["RELAY_SHELL_CALL_ID"] == "ab-1"
+    assert last["RELAY_SHELL_SEQ"] == "100" and last["PRIORITY"] == "5" and last["SYSLOG_FACILITY"] == "13"
+    assert last["RELAY_SHELL_ARGS"] == '{"env":{"A":"x\\ny"}}'
+    assert entries[0]["PRIORITY"] == "6"
+    assert shipper.state_path.name == ".audit.jsonl.journald-state.json"
+    assert metrics.registry.get_sample_value("relay_shell_audit_shipped_records_total", {"target": "journald"}) == 101
+

@@ -15,12 +15,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import anyio
 import orjson
 import pytest
 
 from relay_shell.audit.log import encode_line
 from relay_shell.audit.ship import state_path_for
 from tests.conftest import connect, fields, read_records
+from tests.journald import Journald
 from tests.procs import server_pid
 from tests.rsyslog import Rsyslog
 
@@ -237,3 +239,25 @@ async def test_outage_and_a_killed_server_lose_nothing_over_tcp(tmp_path: Path, 
     result = relay_shell("audit", "verify", str(audit), "--public-key", f"{keys}.pub", "--against", copy)
     assert result.returncode == 0, result.stderr
     assert "duplicate(s)" in result.stdout
+
+
+async def test_a_real_server_ships_to_journald_and_syslog_at_once(tmp_path: Path) -> None:
+    """Both targets on: each has its own position and state file; every record reaches both."""
+    audit = tmp_path / "audit.jsonl"
+    with Journald(tmp_path / "journald") as journald, Rsyslog(tmp_path / "collector") as collector:
+        async with connect(audit, audit_journald=journald.socket_path, audit_syslog=collector.tcp_url) as client:
+            for _ in range(50):
+                assert not (await client.call_tool("shell_exec", {"command": "true"})).is_error
+            info = fields(await client.call_tool("server_info", {}))["info"]["audit"]
+            assert info["journald"]["target"] == f"journald:{journald.socket_path}"
+            assert info["shipping"]["target"] == collector.tcp_url
+        local = audit.read_bytes().splitlines(keepends=True)
+        collector.wait_for(lambda lines: lines == local)
+        messages: list[bytes] = []
+        with anyio.fail_after(15):
+            while len(messages) < len(local):
+                entries = journald.entries(SYSLOG_IDENTIFIER="relay-shell")
+                messages = [entry["MESSAGE"].encode() + b"\n" for entry in entries]
+                await anyio.sleep(0.1)
+    assert messages == local
+    assert state_path_for(audit, "journald").exists() and state_path_for(audit).exists()
