@@ -2,12 +2,15 @@
 
 `systemd-journald` (Debian's systemd package) runs on its own in a private mount namespace (`unshare --mount`)
 whose /run/systemd and /run/log are fresh tmpfs mounts: its native socket and its journal files exist only there,
-and the test reaches them through /proc/PID/root (`socket_path`, `entries()`).
+and the test reaches them through /proc/PID/root (`socket_path`, `entries()`; a socket bound to a path is reached
+from any network namespace). A private network namespace too (`--net`): the kernel's audit netlink exists only in
+the host's, so this journald cannot subscribe to or change the host's kernel audit settings.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import time
@@ -35,9 +38,11 @@ class Journald:
 
     def start(self) -> None:
         self.process = subprocess.Popen(
-            ["unshare", "--mount", "--propagation", "private", "sh", "-c", SCRIPT],
+            ["unshare", "--mount", "--net", "--propagation", "private", "sh", "-c", SCRIPT],
             stdout=subprocess.DEVNULL,
             stderr=open(self.root / "journald.stderr", "ab"),
+            # Its own messages to its stderr, not to the host's kernel log.
+            env={**os.environ, "SYSTEMD_LOG_TARGET": "console"},
         )
         deadline = time.monotonic() + 10
         while not Path(self.socket_path).exists():
