@@ -9,6 +9,7 @@ import anyio
 
 from benchmarks import (
     bench_audit,
+    bench_audit_shipping,
     bench_big_output,
     bench_containment,
     bench_exec_latency,
@@ -45,6 +46,7 @@ def main() -> int:
         "ssh_forward": anyio.run(bench_ssh_forward.main),
         "ssh_transfer": anyio.run(bench_ssh_transfer.main),
         "runbooks": bench_runbooks.main(),
+        "audit_shipping": bench_audit_shipping.main(),
     }
     failed = [name for name, ok in results.items() if not ok]
     print("benchmarks:", "all targets met" if not failed else "missed: " + ", ".join(failed))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -26,7 +26,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="relay-shell",
         description="Audited MCP server for shell commands. Configure with RELAY_SHELL_* environment variables.",
-        epilog="Audit tools: relay-shell audit verify [PATH ...] | relay-shell audit tail [-n N] [--follow] ... | "
+        epilog="Audit tools: relay-shell audit verify [PATH ...] [--public-key K] [--against COPY] | relay-shell audit "
+        "tail [-n N] [--follow] ... | relay-shell audit keygen PATH | "
         "HTTP tokens: relay-shell token NAME",
     )
     parser.add_argument("--version", action="version", version=f"relay-shell {__version__}")
@@ -65,6 +66,14 @@ def serve(check_only: bool) -> int:
             except ConfigError as exc:
                 print(f"relay-shell: configuration error: {exc}", file=sys.stderr)
                 return EXIT_CONFIG
+        if settings.audit_signing_key is not None:
+            from relay_shell.audit.keys import KeyFileError, load_signing_key
+
+            try:
+                load_signing_key(settings.audit_signing_key)
+            except KeyFileError as exc:
+                print(f"relay-shell: configuration error: RELAY_SHELL_AUDIT_SIGNING_KEY: {exc}", file=sys.stderr)
+                return EXIT_CONFIG
         print(f"relay-shell {__version__}: configuration OK (audit log {settings.audit_path} is writable)")
         return 0
 
@@ -76,6 +85,16 @@ def serve(check_only: bool) -> int:
             print(f"relay-shell: configuration error: RELAY_SHELL_AUDIT_PATH: {exc}", file=sys.stderr)
             return EXIT_CONFIG
         print(f"relay-shell: warning: {exc}; serving degraded (AUDIT_ON_FAILURE=continue)", file=sys.stderr)
+
+    offhost = None
+    if settings.audit_syslog or settings.audit_journald != "off" or settings.audit_signing_key is not None:
+        from relay_shell.audit.offhost import OffHost
+
+        try:
+            offhost = OffHost(settings, audit_log)
+        except ConfigError as exc:
+            print(f"relay-shell: configuration error: {exc}", file=sys.stderr)
+            return EXIT_CONFIG
 
     from relay_shell.auth.setup import HttpAuth
 
@@ -123,8 +142,10 @@ def serve(check_only: bool) -> int:
             f"process(es) {action}: {leftover.reason}",
             file=sys.stderr,
         )
-    assembly = build_server(settings, audit_log, http_auth.tokens, http_auth.oauth, containment)
+    assembly = build_server(settings, audit_log, http_auth.tokens, http_auth.oauth, containment, offhost)
     assembly.runner.server_started(restart_fields(previous, [leftover.record() for leftover in leftovers]))
+    if offhost is not None:  # after server:start: the first record this process ships or signs is its own start
+        offhost.start()
     if not audit_log.healthy:
         assembly.metrics.audit_degraded.set(1)
     metrics_note = "off"
@@ -139,7 +160,8 @@ def serve(check_only: bool) -> int:
     chain = "on" if settings.audit_chain else "off"
     print(
         f"relay-shell {__version__} | transport {settings.transport} | policy {settings.policy_mode} | "
-        f"audit {settings.audit_path} (chain {chain}) | metrics {metrics_note} | containment {containment.mode}",
+        f"audit {settings.audit_path} (chain {chain}) | metrics {metrics_note} | containment {containment.mode}"
+        + (f" | {offhost.startup_note()}" if offhost is not None else ""),
         file=sys.stderr,
         flush=True,
     )
@@ -239,6 +261,22 @@ def audit_command(args: list[str]) -> int:
     sub = parser.add_subparsers(dest="action", required=True)
     verify = sub.add_parser("verify", help="verify the hash chain (exit 0 only for a complete valid chain)")
     verify.add_argument("paths", nargs="*", type=Path, help="log file(s), oldest first; default: the configured log")
+    verify.add_argument(
+        "--public-key",
+        type=Path,
+        action="append",
+        help="check every audit:checkpoint's Ed25519 signature with this key (PATH.pub); give it again for the "
+        "keys of earlier periods (each checkpoint names its key)",
+    )
+    verify.add_argument(
+        "--against",
+        type=Path,
+        metavar="COPY",
+        help="compare with the collector's copy: exit 1 for records missing locally (tail truncation, rewritten "
+        "history, a replaced file), 3 for records missing remotely only (lag or loss)",
+    )
+    keygen = sub.add_parser("keygen", help="write an Ed25519 key for signed checkpoints: PATH (0600) and PATH.pub")
+    keygen.add_argument("path", type=Path, help="the private key file to create (AUDIT_SIGNING_KEY)")
     tail = sub.add_parser("tail", help="print recent records as JSON lines")
     tail.add_argument("-n", "--lines", type=int, default=20, help="number of records (default 20)")
     tail.add_argument("--follow", "-f", action="store_true", help="keep printing new records")
@@ -250,15 +288,18 @@ def audit_command(args: list[str]) -> int:
     options = parser.parse_args(args)
 
     if options.action == "verify":
-        from relay_shell.audit.verify import verify_files
+        return verify_command(options.paths or [_configured_audit_path()], options.public_key, options.against)
+    if options.action == "keygen":
+        from relay_shell.audit.keys import KeyFileError, generate_keypair
 
-        paths = options.paths or [_configured_audit_path()]
-        result = verify_files(paths)
-        if result.ok:
-            print(result.report())
-        else:
-            print(f"FAILED: {result.message}", file=sys.stderr)
-        return 0 if result.ok else 1
+        try:
+            public = generate_keypair(options.path)
+        except (KeyFileError, OSError) as exc:
+            print(f"relay-shell audit keygen: {exc}", file=sys.stderr)
+            return EXIT_CONFIG
+        print(f"private key: {options.path} (0600; RELAY_SHELL_AUDIT_SIGNING_KEY={options.path})")
+        print(f"public key:  {public} (for relay-shell audit verify --public-key; keep a copy off this host)")
+        return 0
 
     from relay_shell.audit.tail import TailFilter, follow_records, recent_records
 
@@ -282,6 +323,67 @@ def audit_command(args: list[str]) -> int:
         except KeyboardInterrupt:
             pass
     return 0
+
+
+def verify_command(paths: list[Path], public_key_paths: list[Path] | None, against: Path | None) -> int:
+    """Exit 0: intact (and signed, and matching the copy); 1: the local log fails, or records are missing locally;
+    2: a key or copy that cannot be read; 3: the local log is intact but the copy lacks records (lag or loss)."""
+    from relay_shell.audit.against import LocalChains, compare, read_copy
+    from relay_shell.audit.checkpoint import CHECKPOINT_TOOL, check_checkpoint
+    from relay_shell.audit.keys import KeyFileError, key_id, load_public_key
+    from relay_shell.audit.verify import verify_files
+
+    keys = {}
+    for public_key_path in public_key_paths or []:
+        try:
+            loaded = load_public_key(public_key_path)
+        except KeyFileError as exc:
+            print(f"relay-shell audit verify: --public-key: {exc}", file=sys.stderr)
+            return EXIT_CONFIG
+        keys[key_id(loaded)] = loaded
+    public_key = next(iter(keys.values()), None)
+    local = LocalChains()
+    signed: list[int] = []
+    last_seq = [-1]
+
+    def check(record: dict[str, Any]) -> str | None:
+        last_seq[0] = int(record["seq"])
+        if public_key is not None and record.get("tool") == CHECKPOINT_TOOL:
+            problem = check_checkpoint(record, keys.get(str(record.get("key_id")), public_key))
+            if problem is not None:
+                return problem
+            signed.append(int(record["seq"]))
+        if against is not None:
+            local(record)
+        return None
+
+    result = verify_files(paths, check if public_key is not None or against is not None else None)
+    if not result.ok:
+        print(f"FAILED: {result.message}", file=sys.stderr)
+        return 1
+    print(result.report())
+    if public_key is not None:
+        if not signed:
+            print("FAILED: no audit:checkpoint record in the log: nothing is signed", file=sys.stderr)
+            return 1
+        uncovered = last_seq[0] - signed[-1]
+        note = "" if uncovered == 0 else (
+            f"; {uncovered} record(s) after it are not covered by a signature (the server is running, or stopped "
+            "without its shutdown checkpoint)"
+        )
+        print(f"checkpoints: {len(signed)} signature(s) verified, the last at seq {signed[-1]}{note}")
+    if against is None:
+        return 0
+    try:
+        copy = read_copy(against)
+    except OSError as exc:
+        print(f"relay-shell audit verify: --against: cannot read {against}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    comparison = compare(local.chains, copy, against)
+    stream = sys.stdout if comparison.exit_code == 0 else sys.stderr
+    for line in comparison.lines:
+        print(line, file=stream)
+    return comparison.exit_code
 
 
 def _configured_audit_path() -> Path:

@@ -10,6 +10,7 @@ import ipaddress
 import json
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -175,6 +176,27 @@ class Settings(BaseSettings):
     runbook_max_bytes: int = Field(
         256 * 1024, ge=1024, le=16 * 1024 * 1024, description="bytes one runbook file may have, 1024 to 16777216"
     )
+    audit_syslog: str = Field(
+        "",
+        description="empty (off) or where to ship every audit record as RFC 5424 syslog: tcp://HOST:PORT, "
+        "tls://HOST:PORT (RFC 5425), udp://HOST:PORT (lossy) or unix:PATH (a datagram socket such as /dev/log)",
+    )
+    audit_syslog_ca: Path | None = Field(
+        None, description="empty (the system's CA certificates) or a PEM file of the CAs a tls:// collector may use"
+    )
+    audit_journald: str = Field(
+        "off",
+        description="off, on (every audit record to journald's native socket /run/systemd/journal/socket, its "
+        "fields as journal fields) or the absolute path of a journald native socket",
+    )
+    audit_signing_key: Path | None = Field(
+        None, description="empty (no checkpoints) or an Ed25519 private key file (relay-shell audit keygen PATH)"
+    )
+    audit_checkpoint_interval: str = Field(
+        "1000,5m",
+        description="when a signed checkpoint is written: a record count (1 to 10000000), a time (60s, 5m, 1h; 1s "
+        "to 24h) or both separated by a comma (whichever comes first), e.g. 1000,5m",
+    )
     gate: Literal["off", "briefing"] = Field(
         "off",
         description="off or briefing (per MCP session, a call that would run anything first returns the runbooks "
@@ -205,6 +227,39 @@ class Settings(BaseSettings):
             raise ValueError("is not a directory")
         return raw.expanduser().resolve() if raw is not None else None
 
+    @field_validator("audit_syslog")
+    @classmethod
+    def _syslog_target_valid(cls, raw: str) -> str:
+        if raw:
+            syslog_target(raw)
+        return raw
+
+    @field_validator("audit_syslog_ca", "audit_signing_key", mode="before")
+    @classmethod
+    def _empty_file_is_off(cls, raw: object) -> object:
+        return None if raw == "" else raw
+
+    @field_validator("audit_syslog_ca", "audit_signing_key")
+    @classmethod
+    def _file_readable(cls, raw: Path | None) -> Path | None:
+        if raw is not None and not raw.expanduser().is_file():
+            raise ValueError("is not a file")
+        return raw.expanduser() if raw is not None else None
+
+    @field_validator("audit_journald")
+    @classmethod
+    def _journald_socket(cls, raw: str) -> str:
+        path = journald_socket(raw)
+        if path is not None and not Path(path).exists():
+            raise ValueError(f"no journald socket at {path} (is systemd-journald running on this host?)")
+        return raw
+
+    @field_validator("audit_checkpoint_interval")
+    @classmethod
+    def _interval_valid(cls, raw: str) -> str:
+        checkpoint_interval(raw)
+        return raw
+
     @field_validator("metrics_addr")
     @classmethod
     def _metrics_addr_loopback(cls, raw: str) -> str:
@@ -218,6 +273,18 @@ class Settings(BaseSettings):
             raise ValueError(
                 f"RELAY_SHELL_MAX_OUTPUT={self.max_output}: must not exceed "
                 f"RELAY_SHELL_MAX_OUTPUT_HARD={self.max_output_hard}"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _offhost_needs_chain(self) -> Settings:
+        # The receiver drops duplicates by `seq` and the shipper resumes by the chain; a checkpoint signs the head.
+        offhost = self.audit_syslog or self.audit_journald != "off" or self.audit_signing_key is not None
+        if not self.audit_chain and offhost:
+            raise ValueError(
+                "RELAY_SHELL_AUDIT_CHAIN=false: AUDIT_SYSLOG, AUDIT_JOURNALD and AUDIT_SIGNING_KEY need the hash "
+                "chain (shipping "
+                "resumes by seq and chain, a checkpoint signs the chain head); set AUDIT_CHAIN=true"
             )
         return self
 
@@ -245,6 +312,89 @@ def metrics_host_port(raw: str) -> tuple[str, int]:
     if not address.is_loopback:
         raise ValueError("host must be loopback (127.0.0.0/8, ::1): the metrics listener has no authentication")
     return host, int(port_text)
+
+
+JOURNALD_SOCKET = "/run/systemd/journal/socket"
+
+
+def journald_socket(raw: str) -> str | None:
+    """AUDIT_JOURNALD: None for off, journald's socket path for on or a path."""
+    if raw == "off":
+        return None
+    if raw == "on":
+        return JOURNALD_SOCKET
+    if not raw.startswith("/"):
+        raise ValueError("must be off, on or the absolute path of a journald native socket")
+    return raw
+
+
+@dataclass(frozen=True)
+class SyslogTarget:
+    """Where records are shipped: scheme tcp, tls, udp or unix (AUDIT_SYSLOG), or journald (AUDIT_JOURNALD); `path`
+    for unix and journald, `host` and `port` otherwise."""
+
+    scheme: str
+    host: str = ""
+    port: int = 0
+    path: str = ""
+
+    def url(self) -> str:
+        if self.scheme in ("unix", "journald"):
+            return f"{self.scheme}:{self.path}"
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{self.scheme}://{host}:{self.port}"
+
+
+def syslog_target(raw: str) -> SyslogTarget:
+    """Parse AUDIT_SYSLOG: tcp://HOST:PORT, tls://HOST:PORT, udp://HOST:PORT or unix:PATH (absolute)."""
+    if raw.startswith("unix:"):
+        path = raw.removeprefix("unix:").removeprefix("//")
+        if not path.startswith("/"):
+            raise ValueError("unix: needs an absolute socket path, e.g. unix:/dev/log")
+        return SyslogTarget("unix", path=path)
+    scheme, sep, rest = raw.partition("://")
+    if not sep or scheme not in ("tcp", "tls", "udp"):
+        raise ValueError("must start with tcp://, tls://, udp:// or unix:")
+    host, sep, port_text = rest.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not sep or not host or not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
+        raise ValueError(f"{scheme}:// needs HOST:PORT with a port from 1 to 65535 (and nothing after it)")
+    if not re.fullmatch(r"[A-Za-z0-9.:_-]{1,253}", host):
+        raise ValueError(f"{host!r} is not a host name or IP address")
+    return SyslogTarget(scheme, host=host, port=int(port_text))
+
+
+@dataclass(frozen=True)
+class CheckpointInterval:
+    records: int | None  # a checkpoint after this many records, or None
+    seconds: float | None  # a checkpoint after this much time (when records were written since), or None
+
+
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600}
+
+
+def checkpoint_interval(raw: str) -> CheckpointInterval:
+    """`1000` (records), `60s` / `5m` / `1h` (time), or one of each separated by a comma."""
+    records: int | None = None
+    seconds: float | None = None
+    parts = [part.strip() for part in raw.split(",")]
+    if not 1 <= len(parts) <= 2:
+        raise ValueError("give a record count, a time, or one of each separated by a comma")
+    for part in parts:
+        if part.isdigit():
+            if records is not None or not 1 <= int(part) <= 10_000_000:
+                raise ValueError(f"{part!r}: a record count is given once, 1 to 10000000")
+            records = int(part)
+            continue
+        found = re.fullmatch(r"([0-9]{1,6})([smh])", part)
+        if found is None:
+            raise ValueError(f"{part!r} is neither a record count (1000) nor a time (60s, 5m, 1h)")
+        value = int(found.group(1)) * _UNIT_SECONDS[found.group(2)]
+        if seconds is not None or not 1 <= value <= 86400:
+            raise ValueError(f"{part!r}: a time is given once, 1s to 24h")
+        seconds = float(value)
+    return CheckpointInterval(records, seconds)
 
 
 class ConfigError(Exception):

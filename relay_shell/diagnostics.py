@@ -28,6 +28,7 @@ def server_state(
     audit_counts: dict[str, int],
     containment: dict[str, Any] | None = None,
     extra: dict[str, Any] | None = None,
+    audit_offhost: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     return {
         "version": __version__,
@@ -59,6 +60,8 @@ def server_state(
             # calls the previous server process left without an end record (named in this one's server:start)
             "interrupted_at_start": audit_counts["interrupted_at_start"],
             "seq": audit_log.seq if settings.audit_chain else None,
+            # off-host copy and signed checkpoints (adr/0020): lag, errors, the last checkpoint; None when off
+            **(audit_offhost or {"shipping": None, "journald": None, "checkpoints": None}),
         },
         "sessions": {
             "open": open_sessions,
@@ -98,12 +101,14 @@ def prepare_server_info(
     audit_counts: dict[str, int],
     containment: dict[str, Any] | None = None,
     extra: dict[str, Any] | None = None,
+    audit_offhost: dict[str, Any] | None = None,
 ) -> Plan:
     """`extra`: sections other areas describe themselves (runbooks, the briefing gate)."""
 
     async def execute(progress: ProgressFn) -> Execution:
         state = server_state(
-            settings, audit_log, metrics_port, open_sessions, ssh_connections, audit_counts, containment, extra
+            settings, audit_log, metrics_port, open_sessions, ssh_connections, audit_counts, containment, extra,
+            audit_offhost,
         )
         return _text_execution(settings, state, {"info": state})
 

@@ -58,6 +58,12 @@ class Metrics:
             self.busy_refused_calls: Any = discard
             self.ssh_forwards_open: Any = discard
             self.ssh_forwards_max: Any = discard
+            self.audit_shipped_records: Any = discard
+            self.audit_ship_errors: Any = discard
+            self.audit_ship_lag_records: Any = discard
+            self.audit_ship_lag_seconds: Any = discard
+            self.audit_checkpoints: Any = discard
+            self.audit_checkpoint_failures: Any = discard
             return
         from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -134,6 +140,42 @@ class Metrics:
         self.ssh_forwards_max = Gauge(
             "relay_shell_ssh_forwards_max",
             "SSH port forwards allowed at once (RELAY_SHELL_MAX_FORWARDS).",
+            registry=self.registry,
+        )
+
+        # Shipping and signed checkpoints (adr/0020). The target series exist from the start (0), shipping on or off,
+        # so alert rules and dashboards see the metric rather than no data.
+        self.audit_shipped_records = Counter(
+            "relay_shell_audit_shipped_records",
+            "Audit records sent to the off-host collector, by target (resends after an outage included).",
+            ["target"],
+            registry=self.registry,
+        )
+        self.audit_ship_errors = Counter(
+            "relay_shell_audit_ship_errors",
+            "Shipping failures by target: connection refused or lost, TLS verification, a position not found.",
+            ["target"],
+            registry=self.registry,
+        )
+        for target in ("syslog", "journald"):
+            self.audit_shipped_records.labels(target=target)
+            self.audit_ship_errors.labels(target=target)
+        self.audit_ship_lag_records = Gauge(
+            "relay_shell_audit_ship_lag_records",
+            "Audit records written and not yet sent to the collector (0 when shipping is off).",
+            registry=self.registry,
+        )
+        self.audit_ship_lag_seconds = Gauge(
+            "relay_shell_audit_ship_lag_seconds",
+            "Seconds shipping has been behind the log (0 when caught up or off).",
+            registry=self.registry,
+        )
+        self.audit_checkpoints = Counter(
+            "relay_shell_audit_checkpoints", "Signed audit checkpoints written.", registry=self.registry
+        )
+        self.audit_checkpoint_failures = Counter(
+            "relay_shell_audit_checkpoint_failures",
+            "Checkpoints that could not be signed or written (no record was lost).",
             registry=self.registry,
         )
 

@@ -20,6 +20,7 @@ from pydantic import ValidationError
 if TYPE_CHECKING:
     from mcp.server.auth.provider import TokenVerifier
 
+    from relay_shell.audit.offhost import OffHost
     from relay_shell.auth.oauth import OAuthProvider
 
 from relay_shell import __version__
@@ -64,6 +65,7 @@ class Assembly:
     ssh: SshAccess
     containment: Containment
     metrics_port: int | None = None
+    offhost: OffHost | None = None  # shipping and signed checkpoints (adr/0020)
 
     async def shutdown(self) -> None:
         """Close every session (local and remote), then every SSH connection, then end what the calls left
@@ -73,6 +75,8 @@ class Assembly:
             with anyio.move_on_after(2.0):
                 await self.ssh.close()
             await self.containment.shutdown(min(SHUTDOWN_GRACE, self.runner.settings.kill_grace))
+            if self.offhost is not None:  # last: the shutdown checkpoint follows every other record, then it ships
+                await anyio.to_thread.run_sync(self.offhost.stop)
 
 
 def build_server(
@@ -81,6 +85,7 @@ def build_server(
     token_verifier: TokenVerifier | None = None,
     oauth: OAuthProvider | None = None,
     containment: Containment | None = None,
+    offhost: OffHost | None = None,
 ) -> Assembly:
     if containment is None:
         # Containment changes the whole process (child subreaper, its cgroup, an environment variable): the
@@ -89,6 +94,8 @@ def build_server(
         containment = start_containment("off", scope_of(settings.audit_path))
     # Metrics are collected when something can read them: the stdio listener or the HTTP transport's /metrics.
     metrics = Metrics(enabled=bool(settings.metrics_addr) or settings.transport == "http")
+    if offhost is not None:
+        offhost.attach(metrics)
     policy = Policy(settings.policy_mode, settings.deny_patterns, settings.allow_patterns)
     runner = Runner(settings, audit_log, policy, metrics)
 
@@ -148,6 +155,7 @@ def build_server(
             ssh.connections,
             containment.status,
             lambda owner: runbook_state(settings, retrieval, runner, owner),
+            offhost.describe if offhost is not None else None,
         ),
         *runbook_tools(runner, retrieval),
     ]
@@ -192,7 +200,9 @@ def build_server(
     prompts.register(mcp)
     runbooks.register(mcp)
     prompts.other_sources = runbooks.completion_source  # runbook arguments `host`/`hosts` complete too
-    assembly = Assembly(mcp=mcp, runner=runner, metrics=metrics, sessions=sessions, ssh=ssh, containment=containment)
+    assembly = Assembly(
+        mcp=mcp, runner=runner, metrics=metrics, sessions=sessions, ssh=ssh, containment=containment, offhost=offhost
+    )
     return assembly
 
 

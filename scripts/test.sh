@@ -15,6 +15,10 @@ command -v less >/dev/null 2>&1 || missing+=(less)
 command -v top >/dev/null 2>&1 || missing+=(procps)
 command -v npm >/dev/null 2>&1 || missing+=(npm)
 [ -x /usr/sbin/sshd ] || missing+=(openssh-server)
+# The audit shipping tests' collector (tests/rsyslog.py), and its TLS listener's GnuTLS netstream driver.
+[ -x /usr/sbin/rsyslogd ] || missing+=(rsyslog)
+dpkg-query -W -f='${Status}' rsyslog-gnutls 2>/dev/null | grep -q 'ok installed' || missing+=(rsyslog-gnutls)
+[ -x /lib/systemd/systemd-journald ] || missing+=(systemd)  # the journald tests' journald (tests/journald.py)
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     export DEBIAN_FRONTEND=noninteractive

@@ -30,6 +30,7 @@ import os
 import stat
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -154,6 +155,8 @@ class AuditLog:
         self.records_written = 0
         self.write_errors = 0
         self.last_error: str | None = None
+        # Called after each record `write` appended (outside the lock): signed checkpoints count records with it.
+        self.on_appended: Callable[[], None] | None = None
         self._lock = threading.Lock()
 
     # -- opening -----------------------------------------------------------------------------------------
@@ -276,14 +279,22 @@ class AuditLog:
         record = bound_record(record)
         with self._lock:
             self._write(record)
+        if self.on_appended is not None:
+            self.on_appended()
 
-    def _write(self, record: dict[str, Any]) -> None:
+    def write_at_head(self, build: Callable[[int, str], dict[str, Any]]) -> None:
+        """Append a record made from the chain position it takes: `build(seq, prev)` is called under the lock,
+        after rotation is followed, so a checkpoint signs exactly the head it follows. Raises AuditWriteError."""
+        with self._lock:
+            self._write(build)
+
+    def _write(self, record: dict[str, Any] | Callable[[int, str], dict[str, Any]]) -> None:
         try:
             if self.fd is None or self.last_error is not None:
                 self._open_file()  # after a failure: reopen, repair a torn tail, resume the chain from disk
             else:
                 self._follow_rotation()
-            self._append(record)
+            self._append(record if isinstance(record, dict) else bound_record(record(self.seq + 1, self.prev)))
         except OSError as exc:
             self._fail(f"cannot write audit log {self.path}: {exc.strerror or exc}")
             raise AuditWriteError(self.last_error) from exc

@@ -13,7 +13,7 @@ fail verification, but it is listed as interrupted: call id, tool, time and wher
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -61,7 +61,12 @@ class _Broken(Exception):
         self.why = why
 
 
-def verify_files(paths: list[Path]) -> VerifyResult:
+# Called with every record whose chain checked out; returns why the record is bad, or None (a checkpoint's signature,
+# audit/checkpoint.py; collecting seq and chain to compare with a collector's copy, audit/against.py).
+RecordCheck = Callable[[dict[str, Any]], str | None]
+
+
+def verify_files(paths: list[Path], check: RecordCheck | None = None) -> VerifyResult:
     """Verify files in chain order (oldest first). A later file must continue the earlier one's chain."""
     prev: str | None = None
     seq = -1
@@ -70,7 +75,7 @@ def verify_files(paths: list[Path]) -> VerifyResult:
     started: dict[str, UnendedCall] = {}  # call_id -> its start record, until its end record is seen
     for path in paths:
         try:
-            prev, seq, count, anchor = _verify_one(path, prev, seq, started)
+            prev, seq, count, anchor = _verify_one(path, prev, seq, started, check)
         except _Broken as broken:
             return VerifyResult(False, total, f"{path}:{broken.line_number}: {broken.why}")
         except FileNotFoundError:
@@ -112,7 +117,7 @@ def _after_marked_damage(
 
 
 def _verify_one(
-    path: Path, prev: str | None, seq: int, started: dict[str, UnendedCall]
+    path: Path, prev: str | None, seq: int, started: dict[str, UnendedCall], check: RecordCheck | None = None
 ) -> tuple[str, int, int, str | None]:
     anchor: str | None = None
     count = 0
@@ -161,6 +166,8 @@ def _verify_one(
                     )
                 if record_seq != seq + 1:
                     raise _Broken(line_number, f"seq jumps from {seq} to {record_seq}: records deleted or reordered")
+            if check is not None and (problem := check(record)) is not None:
+                raise _Broken(line_number, problem)
             phase = record.get("phase")
             if phase is not None:
                 call_id = str(record.get("call_id"))

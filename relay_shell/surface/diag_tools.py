@@ -25,6 +25,7 @@ def diag_tools(
     ssh_connections: Callable[[], int],
     containment: Callable[[], dict[str, Any]] | None = None,
     described: Callable[[str], dict[str, Any]] | None = None,
+    audit_offhost: Callable[[], dict[str, Any]] | None = None,
 ) -> list[Tool]:
     """`described(owner)`: further server_info sections for the calling client (runbooks and its gate)."""
     settings = runner.settings
@@ -48,6 +49,7 @@ def diag_tools(
                 runner.audit_counts(),
                 containment() if containment is not None else None,
                 described(owner_of(ctx.request_context)) if described is not None else None,
+                audit_offhost() if audit_offhost is not None else None,
             ),
         )
 

@@ -1,0 +1,140 @@
+"""Shipping the audit log to a real loopback rsyslog (adr/0020).
+
+1. `shell_exec true` through a real stdio client with shipping (TCP to rsyslog) and signed checkpoints on (the
+   default interval, 1000 records or 5 minutes), median latency vs the bare MCPServer floor measured in the same
+   run, batches interleaved as in bench_exec_latency: target ≤ 1.10×. relay-shell without shipping is shown for
+   information.
+2. Throughput: a log of 50,000 realistic records (a shell_exec end record, ~600 bytes) shipped from its start by the
+   shipper, timed until rsyslog has written every one: target ≥ 20,000 records/s.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import anyio
+
+from benchmarks.bench_exec_latency import measure
+from benchmarks.common import bare_client, median, relay_client, verdict
+from relay_shell.audit.log import AuditLog
+from relay_shell.audit.ship import Shipper
+from relay_shell.config import syslog_target
+from relay_shell.metrics import Metrics
+from tests.rsyslog import Rsyslog  # run as `python -m benchmarks.…` from the project root, like the others
+
+CALLS = 300
+LIMIT = 1.10
+RECORDS = 50_000
+THROUGHPUT = 20_000
+
+
+async def latency(collector: Rsyslog, key: Path) -> bool:
+    shipping = {"audit_syslog": collector.tcp_url, "audit_signing_key": str(key)}
+    async with relay_client(**shipping) as shipped, relay_client() as plain, bare_client() as bare:
+
+        async def shipped_call() -> None:
+            result = await shipped.call_tool("shell_exec", {"command": "true"})
+            assert not result.is_error
+
+        async def plain_call() -> None:
+            result = await plain.call_tool("shell_exec", {"command": "true"})
+            assert not result.is_error
+
+        async def bare_call() -> None:
+            await bare.call_tool("sh_true", {})
+
+        for _ in range(20):
+            await shipped_call()
+            await plain_call()
+            await bare_call()
+        shipped_samples: list[float] = []
+        plain_samples: list[float] = []
+        bare_samples: list[float] = []
+        for _ in range(CALLS // 50):  # interleave batches so machine noise hits all alike
+            bare_samples += await measure(bare_call, 50)
+            shipped_samples += await measure(shipped_call, 50)
+            plain_samples += await measure(plain_call, 50)
+    floor = median(bare_samples)
+    ours = median(shipped_samples)
+    ratio = ours / floor
+    print(
+        f"exec latency with shipping + checkpoints: relay-shell {ours * 1000:.2f} ms, floor {floor * 1000:.2f} ms, "
+        f"ratio {ratio:.3f} (target ≤ {LIMIT}) {verdict(ratio, LIMIT)}"
+    )
+    print(
+        f"exec latency without shipping: {median(plain_samples) * 1000:.2f} ms, ratio "
+        f"{median(plain_samples) / floor:.3f} (for information)"
+    )
+    return ratio <= LIMIT
+
+
+def throughput(root: Path, collector: Rsyslog) -> bool:
+    log = AuditLog(root / "throughput.jsonl")
+    log.open()
+    record = {
+        "v": 1,
+        "ts": "2026-11-27T02:00:00.123456Z",
+        "tool": "shell_exec",
+        "phase": "end",
+        "tier": 1,
+        "denied": False,
+        "outcome": "ok",
+        "args": {"command": "systemctl status nginx --no-pager", "timeout": 60},
+        "output_sha256": "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
+        "output_len": 0,
+        "raw_sha256": "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
+        "raw_len": 0,
+        "exit_code": 0,
+        "duration_ms": 3,
+        "request_id": "42",
+        "client_id": "claude-code",
+        "target": "local",
+    }
+    for number in range(RECORDS):
+        log.write({**record, "call_id": f"3f9a1b2c4d5e-{number}"})
+    size = log.path.stat().st_size
+    shipper = Shipper(log, syslog_target(collector.tcp_url), None, Metrics(enabled=False))
+    started = time.perf_counter()
+    shipper.start()
+    sent_at = None
+    while True:
+        if sent_at is None and shipper.lag_records() == 0:
+            sent_at = time.perf_counter() - started
+        if collector.output.exists() and collector.output.stat().st_size >= size:
+            break
+        if time.perf_counter() - started > 120:
+            print("shipping throughput: rsyslog did not receive every record within 120 s FAIL")
+            return False
+        time.sleep(0.005)
+    elapsed = time.perf_counter() - started
+    shipper.stop()
+    received = collector.output.read_bytes()
+    identical = received == log.path.read_bytes()
+    rate = RECORDS / elapsed
+    print(
+        f"shipping throughput: {RECORDS} records ({size / RECORDS:.0f} bytes each) in rsyslog's file after "
+        f"{elapsed:.2f} s = {rate:,.0f} records/s (sent in {sent_at or elapsed:.2f} s; target ≥ {THROUGHPUT:,}) "
+        f"{verdict(rate, THROUGHPUT, higher_is_better=True)}; copy byte-identical: {identical}"
+    )
+    return rate >= THROUGHPUT and identical
+
+
+def main() -> bool:
+    with tempfile.TemporaryDirectory() as directory:
+        root = Path(directory)
+        key = root / "signing.key"
+        keygen = [sys.executable, "-m", "relay_shell", "audit", "keygen", str(key)]
+        subprocess.run(keygen, check=True, capture_output=True)
+        with Rsyslog(root / "latency") as collector:
+            latency_ok = anyio.run(latency, collector, key)
+        with Rsyslog(root / "throughput") as collector:
+            throughput_ok = throughput(root, collector)
+    return latency_ok and throughput_ok
+
+
+if __name__ == "__main__":
+    raise SystemExit(0 if main() else 1)

@@ -1,0 +1,223 @@
+"""The pieces of adr/0020 on their own: the RFC 5424 message and reading it back, the settings (URL, interval,
+journald, chain), the Ed25519 keys, and a checkpoint that cannot be written (a real file-system fault)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import orjson
+import pytest
+
+from relay_shell.audit.checkpoint import CHECKPOINT_TOOL, Checkpointer, check_checkpoint
+from relay_shell.audit.keys import KeyFileError, generate_keypair, load_public_key, load_signing_key
+from relay_shell.audit.log import AuditLog
+from relay_shell.audit.syslog import message_of, syslog_message, tool_class
+from relay_shell.audit.verify import verify_files
+from relay_shell.config import CheckpointInterval, ConfigError, checkpoint_interval, load_settings, syslog_target
+from relay_shell.metrics import Metrics
+
+LINE = (
+    b'{"call_id":"3f9a1b2c4d5e-17","denied":false,"phase":"end","prev":"'
+    + b"0" * 64
+    + b'","seq":41,"tool":"shell_exec","ts":"2026-11-27T02:00:00.123456Z","chain":"'
+    + b"a" * 64
+    + b'"}\n'
+)
+
+
+def test_a_record_becomes_one_rfc5424_message_with_the_line_as_msg() -> None:
+    message = syslog_message(LINE, b"box.example", b"4242")
+    assert message == (
+        b'<110>1 2026-11-27T02:00:00.123456Z box.example relay-shell 4242 shell_exec '
+        b'[audit@32473 seq="41" call_id="3f9a1b2c4d5e-17"] ' + LINE[:-1]
+    )
+    denied = LINE.replace(b'"denied":false', b'"denied":true')
+    assert syslog_message(denied, b"h", b"1").startswith(b"<109>1 ")  # notice for a denied call
+
+
+@pytest.mark.parametrize(
+    ("tool", "msgid"),
+    [
+        ("shell_exec", b"shell_exec"),
+        ("audit:checkpoint", b"audit:checkpoint"),
+        ("resource:runbooks/deploy", b"resource"),
+        ("prompt:operating_guide", b"prompt"),
+        ("rm -rf /", b"unknown"),  # an unknown tool's name as the client sent it never reaches a collector's routing
+        ("x" * 33, b"unknown"),
+        (None, b"unknown"),
+    ],
+)
+def test_msgid_is_the_tool_class(tool: object, msgid: bytes) -> None:
+    assert tool_class(tool) == msgid
+
+
+def test_structured_data_values_are_escaped() -> None:
+    line = b'{"call_id":"a\\"]\\\\b","seq":1,"tool":"t"}\n'
+    message = syslog_message(line, b"h", b"1")
+    assert b'call_id="a\\"\\]\\\\b"]' in message
+    assert message_of(message) == line[:-1]  # and read back past it
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        LINE,  # the `%msg%` template: the record alone
+        b'<110>1 2026-11-27T02:00:00Z h relay-shell 1 shell_exec [audit@32473 seq="41"] ' + LINE,
+        b"2026-11-27T02:00:00Z h relay-shell 1 shell_exec - " + LINE,  # RFC 5424 without PRI (rsyslog's file format)
+        b"Nov 27 02:00:00 h relay-shell[1]: " + LINE,  # a traditional file line
+    ],
+)
+def test_the_collectors_line_gives_the_record_back(line: bytes) -> None:
+    assert message_of(line) == LINE[:-1]
+
+
+def test_a_line_without_a_record_is_none() -> None:
+    assert message_of(b"Nov 27 02:00:00 h kernel: something else\n") is None
+
+
+@pytest.fixture
+def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    for key in list(os.environ):
+        if key.startswith("RELAY_SHELL_"):
+            monkeypatch.delenv(key)
+    monkeypatch.setenv("RELAY_SHELL_AUDIT_PATH", str(tmp_path / "audit.jsonl"))
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "fragment"),
+    [
+        ("RELAY_SHELL_AUDIT_SYSLOG", "http://collector:514", "must start with tcp://, tls://, udp:// or unix:"),
+        ("RELAY_SHELL_AUDIT_SYSLOG", "tcp://collector", "needs HOST:PORT with a port from 1 to 65535"),
+        ("RELAY_SHELL_AUDIT_SYSLOG", "tls://collector:0", "needs HOST:PORT with a port from 1 to 65535"),
+        ("RELAY_SHELL_AUDIT_SYSLOG", "tcp://coll ector:514", "is not a host name or IP address"),
+        ("RELAY_SHELL_AUDIT_SYSLOG", "unix:dev/log", "needs an absolute socket path"),
+        ("RELAY_SHELL_AUDIT_SYSLOG_CA", "/nonexistent/ca.pem", "is not a file"),
+        ("RELAY_SHELL_AUDIT_SIGNING_KEY", "/nonexistent/key", "is not a file"),
+        ("RELAY_SHELL_AUDIT_JOURNALD", "/nonexistent/socket", "no journald socket at /nonexistent/socket"),
+        ("RELAY_SHELL_AUDIT_JOURNALD", "yes", "must be off, on or the absolute path of a journald native socket"),
+        ("RELAY_SHELL_AUDIT_CHECKPOINT_INTERVAL", "0", "1 to 10000000"),
+        ("RELAY_SHELL_AUDIT_CHECKPOINT_INTERVAL", "5d", "neither a record count"),
+        ("RELAY_SHELL_AUDIT_CHECKPOINT_INTERVAL", "25h", "1s to 24h"),
+        ("RELAY_SHELL_AUDIT_CHECKPOINT_INTERVAL", "10,20", "given once"),
+        ("RELAY_SHELL_AUDIT_CHECKPOINT_INTERVAL", "1,2s,3m", "one of each"),
+    ],
+)
+def test_bad_settings_name_the_variable_and_what_is_allowed(
+    clean_env: Path, monkeypatch: pytest.MonkeyPatch, name: str, value: str, fragment: str
+) -> None:
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ConfigError) as raised:
+        load_settings()
+    assert str(raised.value).startswith(f"{name}={value!r}: ")
+    assert fragment in str(raised.value)
+
+
+def test_shipping_needs_the_chain(clean_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RELAY_SHELL_AUDIT_CHAIN", "false")
+    monkeypatch.setenv("RELAY_SHELL_AUDIT_SYSLOG", "tcp://127.0.0.1:514")
+    with pytest.raises(ConfigError, match="need the hash chain"):
+        load_settings()
+
+
+def test_good_settings_parse() -> None:
+    assert syslog_target("tls://[::1]:6514").url() == "tls://[::1]:6514"
+    assert syslog_target("unix:/dev/log").path == "/dev/log"
+    assert checkpoint_interval("1000") == CheckpointInterval(1000, None)
+    assert checkpoint_interval("90s") == CheckpointInterval(None, 90.0)
+    assert checkpoint_interval("1000, 5m") == CheckpointInterval(1000, 300.0)
+
+
+def test_keygen_writes_a_private_key_only_its_owner_reads_and_never_replaces_one(tmp_path: Path) -> None:
+    private = tmp_path / "signing.key"
+    public = generate_keypair(private)
+    assert private.stat().st_mode & 0o777 == 0o600
+    assert load_signing_key(private).public_key() == load_public_key(public)
+    with pytest.raises(KeyFileError, match="refusing to replace"):
+        generate_keypair(private)
+
+
+def test_an_openssh_ed25519_key_works_and_other_keys_are_refused(tmp_path: Path) -> None:
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / "ed")], check=True)
+    subprocess.run(["ssh-keygen", "-q", "-t", "ecdsa", "-N", "", "-f", str(tmp_path / "ec")], check=True)
+    assert load_signing_key(tmp_path / "ed").public_key() == load_public_key(tmp_path / "ed.pub")
+    with pytest.raises(KeyFileError, match="not an Ed25519 key"):
+        load_signing_key(tmp_path / "ec")
+    with pytest.raises(KeyFileError, match="is a private key"):
+        load_public_key(tmp_path / "ed")
+
+
+def test_a_checkpoint_that_cannot_be_written_is_counted_and_loses_no_record(tmp_path: Path) -> None:
+    directory = tmp_path / "logs"
+    log = AuditLog(directory / "audit.jsonl")
+    log.open()
+    key_path = tmp_path / "signing.key"
+    public = load_public_key(generate_keypair(key_path))
+    metrics = Metrics(enabled=True)
+    checkpointer = Checkpointer(log, load_signing_key(key_path), CheckpointInterval(3, None), metrics)
+    checkpointer.start()
+    for index in range(3):
+        log.write({"v": 1, "tool": "shell_exec", "index": index})  # the third brings a checkpoint
+    assert checkpointer.written == 1
+    log.write({"v": 1, "tool": "shell_exec", "index": 3})
+    saved = (directory / "audit.jsonl").read_bytes()
+    shutil.rmtree(directory)  # the log can no longer be opened, even by root: a real fault, no mock
+    directory.write_text("not a directory")
+    assert checkpointer.checkpoint("time") is False
+    assert checkpointer.failures == 1 and checkpointer.last_error is not None
+    assert metrics.registry.get_sample_value("relay_shell_audit_checkpoint_failures_total") == 1
+    directory.unlink()
+    directory.mkdir()
+    (directory / "audit.jsonl").write_bytes(saved)  # every record written before the failure is there
+    checkpointer.stop()  # the shutdown checkpoint, once the log is writable again, covers them
+    assert metrics.registry.get_sample_value("relay_shell_audit_checkpoints_total") == 2
+    records = [orjson.loads(line) for line in (directory / "audit.jsonl").read_bytes().splitlines()]
+    checkpoints = [record for record in records if record["tool"] == CHECKPOINT_TOOL]
+    assert [record["reason"] for record in checkpoints] == ["records", "shutdown"]
+    assert all(check_checkpoint(record, public) is None for record in checkpoints)
+    assert verify_files([directory / "audit.jsonl"]).ok
+
+
+def test_time_checkpoints_come_only_when_records_were_written(tmp_path: Path) -> None:
+    log = AuditLog(tmp_path / "audit.jsonl")
+    log.open()
+    key_path = tmp_path / "signing.key"
+    generate_keypair(key_path)
+    checkpointer = Checkpointer(log, load_signing_key(key_path), CheckpointInterval(None, 0.05), Metrics(enabled=False))
+    checkpointer.start()
+    log.write({"v": 1, "tool": "shell_exec"})
+    deadline = time.monotonic() + 10
+    while checkpointer.written == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.3)  # six more ticks with nothing new written: no further checkpoint
+    checkpointer.stop()  # nothing since the last one: no shutdown checkpoint either
+    tools = [orjson.loads(line)["tool"] for line in log.path.read_bytes().splitlines()]
+    assert tools == ["shell_exec", CHECKPOINT_TOOL]
+    assert checkpointer.describe()["last"]["reason"] == "time"
+
+
+def test_verify_takes_the_key_of_each_period(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The signing key was replaced between two runs: each checkpoint names its key, and verify needs them all."""
+    from relay_shell.cli import main
+
+    log = AuditLog(tmp_path / "audit.jsonl")
+    log.open()
+    for name in ("old.key", "new.key"):
+        generate_keypair(tmp_path / name)
+        checkpointer = Checkpointer(
+            log, load_signing_key(tmp_path / name), CheckpointInterval(2, None), Metrics(enabled=False)
+        )
+        checkpointer.start()
+        for index in range(3):
+            log.write({"v": 1, "tool": "shell_exec", "index": index})
+        checkpointer.stop()
+    path = str(log.path)
+    both = ["--public-key", f"{tmp_path}/old.key.pub", "--public-key", f"{tmp_path}/new.key.pub"]
+    assert main(["audit", "verify", path, *both]) == 0
+    assert "4 signature(s) verified" in capsys.readouterr().out
+    assert main(["audit", "verify", path, "--public-key", f"{tmp_path}/new.key.pub"]) == 1
+    assert "not by the public key given" in capsys.readouterr().err
