@@ -10,6 +10,7 @@ from relay_shell.containment.units import Containment
 from relay_shell.errors import ArgumentError
 from relay_shell.local.process import run_process
 from relay_shell.plan import Execution, Plan, ProgressFn, Subject, command_execution
+from relay_shell.trace.tracer import refusal_notes
 
 INTERPRETERS = {
     "bash": ["bash", "-s"],
@@ -139,6 +140,8 @@ def _process_plan(
         # The unit is named after the call (plan.call_id, set by the runner), so its processes can be traced
         # to the call's audit records, after a restart too.
         unit = containment.open_unit("call", plan.call_id) if containment is not None else None
+        tracer = containment.tracer if containment is not None else None
+        trace = tracer.new_trace() if tracer is not None else None
         outcome = await run_process(
             argv,
             cwd=cwd,
@@ -150,7 +153,14 @@ def _process_plan(
             kill_grace=settings.kill_grace,
             progress=progress,
             unit=unit,
+            tracer=tracer,
+            trace=trace,
         )
+        if trace is not None:
+            # What the tree executed goes into the end record; later execs (background jobs) count as late.
+            trace.closed = True
+            plan.record_fields = {**(plan.record_fields or {}), "execs": trace.record()}
+            plan.notes.extend(refusal_notes(trace))
         return command_execution(outcome)
 
     plan = Plan(subject=subject, execute=execute, notes=notes, timeout=timeout)
