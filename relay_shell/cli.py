@@ -139,10 +139,15 @@ def serve(check_only: bool) -> int:
     chain = "on" if settings.audit_chain else "off"
     print(
         f"relay-shell {__version__} | transport {settings.transport} | policy {settings.policy_mode} | "
-        f"audit {settings.audit_path} (chain {chain}) | metrics {metrics_note} | containment {containment.mode}",
+        f"audit {settings.audit_path} (chain {chain}) | metrics {metrics_note} | containment {containment.mode} | "
+        f"exec trace {assembly.containment.tracer.state if assembly.containment.tracer else 'off'}",
         file=sys.stderr,
         flush=True,
     )
+    if assembly.containment.tracer is not None and assembly.containment.tracer.state == "unavailable":
+        print(f"relay-shell: exec trace unavailable: {assembly.containment.tracer.reason}", file=sys.stderr, flush=True)
+    elif assembly.containment.tracer is not None and assembly.containment.tracer.no_new_privs:
+        print(f"relay-shell: exec trace: {assembly.containment.tracer.reason}", file=sys.stderr, flush=True)
     if settings.transport == "http":
         from relay_shell.http import serve_http
 

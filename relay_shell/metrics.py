@@ -45,6 +45,8 @@ class Metrics:
             self.sessions_open: Any = discard
             self.ssh_connections_open: Any = discard
             self.gated_calls: Any = discard
+            self.execs_traced: Any = discard
+            self.execs_denied: Any = discard
             return
         from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -90,6 +92,14 @@ class Metrics:
             "Calls the briefing gate answered with runbooks instead of running them, by tool.",
             ["tool"],
             registry=self.registry,
+        )
+        self.execs_traced = Counter(
+            "relay_shell_execs_traced",
+            "execve/execveat calls of traced process trees (calls, local sessions), refused ones included.",
+            registry=self.registry,
+        )
+        self.execs_denied = Counter(
+            "relay_shell_execs_denied", "execs refused with EPERM by RELAY_SHELL_EXEC_DENY.", registry=self.registry
         )
 
     def exposition(self) -> bytes:

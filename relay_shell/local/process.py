@@ -138,7 +138,8 @@ async def _run_in_unit(
     stderr_capture = None if merge_stderr else BoundedCapture(budget // 4)
     process: _Child
     if tracer is not None and trace is not None:
-        process = await tracer.spawn(trace, lambda: _spawn_traced(argv, cwd, env, stdin is not None, merge_stderr, unit))
+        with_stdin = stdin is not None
+        process = await tracer.spawn(trace, lambda: _spawn_traced(argv, cwd, env, with_stdin, merge_stderr, unit))
     else:
         process = _spawn(argv, cwd, env, stdin is not None, merge_stderr, unit)
     if unit is not None:
@@ -212,7 +213,12 @@ async def _run_in_unit(
 
 
 def _spawn(
-    argv: list[str], cwd: str | None, env: dict[str, str] | None, with_stdin: bool, merge_stderr: bool, unit: Unit | None
+    argv: list[str],
+    cwd: str | None,
+    env: dict[str, str] | None,
+    with_stdin: bool,
+    merge_stderr: bool,
+    unit: Unit | None,
 ) -> subprocess.Popen[bytes]:
     with contextlib.ExitStack() as spawning:
         child_env = spawning.enter_context(unit.spawning(env)) if unit is not None else env
@@ -230,7 +236,12 @@ def _spawn(
 
 
 def _spawn_traced(
-    argv: list[str], cwd: str | None, env: dict[str, str] | None, with_stdin: bool, merge_stderr: bool, unit: Unit | None
+    argv: list[str],
+    cwd: str | None,
+    env: dict[str, str] | None,
+    with_stdin: bool,
+    merge_stderr: bool,
+    unit: Unit | None,
 ) -> SpawnedChild:
     """On the tracer's spawner thread. The environment is always explicit: the server's own (env None) is
     not changed for a spawn that runs beside the event loop."""

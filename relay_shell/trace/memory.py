@@ -52,8 +52,6 @@ def _read_string(mem: int, address: int, limit: int) -> tuple[bytes, bool]:
     return b"".join(pieces), False
 
 
-
-
 def read_request(pid: int, execveat: bool, dirfd: int, path_address: int, argv_address: int, flags: int) -> ExecRequest:
     """OSError when the memory cannot be read (the process is gone)."""
     mem = os.open(f"/proc/{pid}/mem", os.O_RDONLY | os.O_CLOEXEC)

@@ -46,7 +46,7 @@ class SpawnedChild:
     def __init__(self, pid: int, stdin: IO[bytes] | None, stdout: IO[bytes], stderr: IO[bytes] | None) -> None:
         self.pid = pid
         self.stdin = stdin
-        self.stdout = stdout
+        self.stdout: IO[bytes] | None = stdout
         self.stderr = stderr
         self.returncode: int | None = None
 
@@ -72,7 +72,8 @@ class SpawnedChild:
 
 def _array(items: list[bytes]) -> ctypes.Array[ctypes.c_char_p]:
     array = (ctypes.c_char_p * (len(items) + 1))()
-    array[: len(items)] = items
+    for index, item in enumerate(items):
+        array[index] = item
     array[len(items)] = None
     return array
 
@@ -94,9 +95,7 @@ def resolve_program(program: str, env: dict[str, str] | None) -> str:
     raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), program)
 
 
-def spawn(
-    argv: list[str], cwd: str | None, env: dict[str, str], with_stdin: bool, merge_stderr: bool
-) -> SpawnedChild:
+def spawn(argv: list[str], cwd: str | None, env: dict[str, str], with_stdin: bool, merge_stderr: bool) -> SpawnedChild:
     """Start argv in a new session with pipes for stdout (and stderr unless merged) and stdin (or /dev/null).
     OSError as Popen raises it when the program cannot be run."""
     path = resolve_program(argv[0], env)
@@ -130,7 +129,8 @@ def spawn(
                 else:
                     _check(_libc.posix_spawn_file_actions_addopen(actions, 0, b"/dev/null", os.O_RDONLY, 0))
                 _check(_libc.posix_spawn_file_actions_adddup2(actions, stdout_write, 1))
-                _check(_libc.posix_spawn_file_actions_adddup2(actions, stdout_write if merge_stderr else stderr_write, 2))
+                stderr_target = stdout_write if merge_stderr else stderr_write
+                _check(_libc.posix_spawn_file_actions_adddup2(actions, stderr_target, 2))
                 if cwd is not None:
                     if not _HAS_CHDIR:
                         raise OSError(errno.ENOSYS, "posix_spawn_file_actions_addchdir_np is missing (glibc < 2.29)")
@@ -174,14 +174,12 @@ def spawn(
                 os.close(descriptor)
     return SpawnedChild(
         pid.value,
-        open(stdin_write, "wb", buffering=0) if with_stdin else None,  # noqa: SIM115 - owned by the child object
-        open(stdout_read, "rb", buffering=0),  # noqa: SIM115
-        open(stderr_read, "rb", buffering=0) if not merge_stderr else None,  # noqa: SIM115
+        open(stdin_write, "wb", buffering=0) if with_stdin else None,
+        open(stdout_read, "rb", buffering=0),
+        open(stderr_read, "rb", buffering=0) if not merge_stderr else None,
     )
 
 
 def _check(code: int) -> None:
     if code != 0:
         raise OSError(code, os.strerror(code))
-
-

@@ -83,9 +83,11 @@ class ExecTracer:
     def new_trace(self) -> ExecTrace | None:
         return ExecTrace(self.max_entries) if self.active else None
 
-    async def spawn(self, trace: ExecTrace | None, start: Callable[[], T]) -> T:
+    async def spawn(self, trace: ExecTrace | None, start: Callable[[], T], hold: threading.Event | None = None) -> T:
         """Run `start` (which starts the tree's first process) on a new thread carrying the exec filter; the
-        loop answers the tree's notifications. Untraced (on the calling thread) without a trace."""
+        loop answers the tree's notifications. Untraced (on the calling thread) without a trace. With `hold`
+        the thread stays (idle) until it is set: a PTY's program gets SIGKILL as its parent-death signal, and
+        the kernel sends that when the thread that forked it ends, not the server."""
         if trace is None:
             return start()
         loop = asyncio.get_running_loop()
@@ -113,6 +115,8 @@ class ExecTracer:
                 loop.call_soon_threadsafe(settle, None, exc)
                 return
             loop.call_soon_threadsafe(settle, result, None)
+            if hold is not None:
+                hold.wait()
             # The thread ends here and its filter with it: only the tree it started keeps the filter.
 
         thread = threading.Thread(target=spawner, name="relay-shell-spawn", daemon=True)
@@ -162,6 +166,7 @@ class ExecTracer:
         request = None
         denied_text = None
         answer = 0
+        setid = False
         try:
             execveat = number in seccomp.EXECVEAT_NUMBERS
             if execveat:
@@ -230,11 +235,10 @@ class ExecTracer:
 
 
 def _has_sys_admin() -> bool:
-    with contextlib.suppress(OSError, ValueError):
-        with open("/proc/self/status") as status:
-            for line in status:
-                if line.startswith("CapEff:"):
-                    return bool(int(line.split()[1], 16) >> _CAP_SYS_ADMIN & 1)
+    with contextlib.suppress(OSError, ValueError), open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("CapEff:"):
+                return bool(int(line.split()[1], 16) >> _CAP_SYS_ADMIN & 1)
     return False
 
 
@@ -252,3 +256,12 @@ def refusal_notes(trace: ExecTrace | None) -> list[str]:
             "no_new_privs here (RELAY_SHELL_EXEC_TRACE=off restores it)"
         )
     return notes
+
+
+def session_execs(session: Any) -> dict[str, Any]:
+    """The `execs` summary of a local session's whole tree, for its `session:end` record (none over SSH)."""
+    trace = getattr(session.terminal, "exec_trace", None)
+    if trace is None:
+        return {}
+    trace.closed = True  # what the tree still executes is late now
+    return {"execs": trace.record()}
