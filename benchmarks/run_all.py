@@ -12,6 +12,7 @@ from benchmarks import (
     bench_big_output,
     bench_containment,
     bench_exec_latency,
+    bench_exec_trace,
     bench_http,
     bench_policy,
     bench_redact,
@@ -45,6 +46,7 @@ def main() -> int:
         "ssh_forward": anyio.run(bench_ssh_forward.main),
         "ssh_transfer": anyio.run(bench_ssh_transfer.main),
         "runbooks": bench_runbooks.main(),
+        "exec_trace": anyio.run(bench_exec_trace.main),
     }
     failed = [name for name, ok in results.items() if not ok]
     print("benchmarks:", "all targets met" if not failed else "missed: " + ", ".join(failed))

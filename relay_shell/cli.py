@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -252,6 +253,9 @@ def audit_command(args: list[str]) -> int:
     tail.add_argument("--denied", action="store_true", help="only denied calls")
     tail.add_argument("--call-id", help="only the records of this call (its start and end)")
     tail.add_argument("--path", type=Path, help="log file; default: the configured log")
+    tail.add_argument(
+        "--execs", action="store_true", help="only records with an exec trace, printed as their exec lists"
+    )
     options = parser.parse_args(args)
 
     if options.action == "verify":
@@ -265,7 +269,7 @@ def audit_command(args: list[str]) -> int:
             print(f"FAILED: {result.message}", file=sys.stderr)
         return 0 if result.ok else 1
 
-    from relay_shell.audit.tail import TailFilter, follow_records, recent_records
+    from relay_shell.audit.tail import TailFilter, exec_lines, follow_records, recent_records
 
     if options.lines < 1:
         parser.error("-n must be at least 1")
@@ -276,13 +280,18 @@ def audit_command(args: list[str]) -> int:
     if not path.exists():
         print(f"relay-shell: audit log {path} does not exist", file=sys.stderr)
         return 1
+    record_filter = replace(record_filter, execs=True) if options.execs else record_filter
+
+    def show(record: dict[str, Any]) -> str:
+        return "\n".join(exec_lines(record)) + "\n" if options.execs else orjson.dumps(record).decode() + "\n"
+
     for record in recent_records(path, options.lines, record_filter):
-        sys.stdout.write(orjson.dumps(record).decode() + "\n")
+        sys.stdout.write(show(record))
     sys.stdout.flush()
     if options.follow:
         try:
             for record in follow_records(path, record_filter):
-                sys.stdout.write(orjson.dumps(record).decode() + "\n")
+                sys.stdout.write(show(record))
                 sys.stdout.flush()
         except KeyboardInterrupt:
             pass
