@@ -44,7 +44,9 @@ async def test_calls_run_untraced_and_server_info_says_why(tmp_path: Path) -> No
     async with Client(params) as client:  # type: ignore[arg-type]
         info = fields(await client.call_tool("server_info", {}))["info"]["exec_trace"]
         assert info["state"] == "unavailable" and "Operation not permitted" in info["reason"], info
-        script = await client.call_tool("shell_script", {"script": "ls / >/dev/null && echo listed", "interpreter": "sh"})
+        script = await client.call_tool(
+            "shell_script", {"script": "ls / >/dev/null && echo listed", "interpreter": "sh"}
+        )
         assert fields(script)["status"] == "ok" and "listed" in text_of(script)
         spawned = await client.call_tool("shell_spawn", {"command": ["sh"], "until": "[$#] $", "timeout": 10})
         assert fields(spawned)["status"] == "ok", text_of(spawned)
