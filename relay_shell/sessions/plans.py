@@ -30,7 +30,7 @@ from relay_shell.sessions.registry import Session, SessionRegistry, Terminal, Wa
 from relay_shell.sessions.transcript import Transcript
 from relay_shell.sessions.typed import typed_lines
 from relay_shell.trace.record import ExecTrace
-from relay_shell.trace.tracer import refusal_notes
+from relay_shell.trace.tracer import denied_first, refusal_notes
 
 DEFAULT_SHELL = ["bash", "--noprofile", "--norc"]  # predictable prompt, no user aliases in the way
 TERM = "xterm-256color"
@@ -114,6 +114,11 @@ def prepare_spawn(
         except FileNotFoundError:
             hold.set()  # nothing started: the spawner thread may end
             raise ArgumentError(f"command: {argv[0]!r} was not found; allowed: an installed program") from None
+        except PermissionError:
+            hold.set()
+            if exec_trace is not None and exec_trace.denied and exec_trace.count == exec_trace.denied:
+                raise ToolError("ExecDenied", denied_first(exec_trace)) from None
+            raise
         except BaseException:
             hold.set()
             raise

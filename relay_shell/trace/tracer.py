@@ -156,8 +156,14 @@ class ExecTracer:
             return
         try:
             received = notifications.receive()
-        except OSError:
+        except OSError as exc:
+            # A listener that cannot be read would leave the tree's next exec waiting for ever: closed instead,
+            # the kernel fails that exec and every later one of the tree with ENOSYS (a fault, never a hang).
             self.faults += 1
+            trace.state = f"broken: the listener could not be read ({exc}); later execs of the tree failed"
+            loop.remove_reader(listener)
+            os.close(listener)
+            self.open_trees -= 1
             return
         if received is None:
             return
@@ -256,6 +262,12 @@ def refusal_notes(trace: ExecTrace | None) -> list[str]:
             "no_new_privs here (RELAY_SHELL_EXEC_TRACE=off restores it)"
         )
     return notes
+
+
+def denied_first(trace: ExecTrace) -> str:
+    """The error of a call or session whose first program RELAY_SHELL_EXEC_DENY refused: nothing ran."""
+    shown = trace.denied_execs[0] if trace.denied_execs else "the program"
+    return f"{shown} was refused by RELAY_SHELL_EXEC_DENY (EPERM); nothing ran"
 
 
 def session_execs(session: Any) -> dict[str, Any]:

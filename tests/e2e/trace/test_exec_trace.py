@@ -10,8 +10,11 @@ stand-ins for `nc` and `mysql` are scripts of this test (neither is installed he
 from __future__ import annotations
 
 import base64
+import hashlib
 import os
 import secrets
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -171,3 +174,55 @@ async def test_a_session_send_shows_what_python_ran(client: Client, workdir: Pat
         if record["tool"] == "session:end" and record.get("session_id") == session_id
     ]
     assert ended and ended[0]["execs"]["count"] >= 4  # sh, python3, sh -c id, id
+
+
+async def test_a_denied_first_program_is_an_error_naming_it(client: Client, workdir: Path) -> None:
+    result = await client.call_tool(
+        "shell_exec", {"command": ["nc", "-h"], "use_shell": False, "env": path_env(workdir)}
+    )
+    text = text_of(result)
+    assert result.is_error and text.startswith("[ERROR: ExecDenied: "), text
+    assert "/bin/nc" in text and "nothing ran" in text
+    execs = end_record(workdir, result)["execs"]
+    assert execs["count"] == execs["denied"] == 1 and execs["entries"][0]["denied"] is True
+
+
+async def test_long_and_many_arguments_are_bounded_like_audited_arguments(client: Client, workdir: Path) -> None:
+    program = "import os; os.execv('/bin/true', ['true', 'x' * 100000] + ['a'] * 2000)"
+    result = await client.call_tool("shell_exec", {"command": ["python3", "-c", program], "use_shell": False})
+    assert fields(result)["status"] == "ok", text_of(result)
+    entry = next(entry for entry in end_record(workdir, result)["execs"]["entries"] if entry["path"] == "/bin/true")
+    assert entry["argc"] == 2002 and entry["argv_cut"] is True  # 1,024 argument pointers are read at most
+    long_argument = entry["argv"][1]
+    assert long_argument["len"] == 100000
+    assert long_argument["sha256"] == hashlib.sha256(b"x" * 100000).hexdigest()
+    assert long_argument["head"].startswith("xxxx") and long_argument["tail"].endswith("xxxx")
+    assert len(entry["argv"]) == 65 and entry["argv"][-1]["omitted"] > 0  # the first 64, then a digest
+
+
+async def test_fexecve_is_traced_with_the_file_it_ran(client: Client, workdir: Path) -> None:
+    program = "import os; fd = os.open('/bin/echo', os.O_RDONLY); os.execve(fd, ['echo', 'fexecve-ran'], {})"
+    result = await client.call_tool("shell_exec", {"command": ["python3", "-c", program], "use_shell": False})
+    assert "fexecve-ran" in text_of(result)
+    entries = end_record(workdir, result)["execs"]["entries"]
+    echo = [entry for entry in entries if entry["argv"] == ["echo", "fexecve-ran"]]
+    assert echo and os.path.realpath(echo[0]["path"]) == os.path.realpath("/bin/echo"), entries
+
+
+async def test_audit_tail_shows_a_calls_exec_list(client: Client, workdir: Path) -> None:
+    result = await client.call_tool("shell_exec", {"command": "uname -s >/dev/null"})
+    call_id = end_record(workdir, result)["call_id"]
+    tail = await client.call_tool("audit_tail", {"call_id": call_id})
+    records = fields(tail)["records"]
+    ended = [record for record in records if record.get("phase") == "end"]
+    assert ended and [entry["argv"] for entry in ended[0]["execs"]["entries"]][-1] == ["uname", "-s"]
+    printed = subprocess.run(
+        [sys.executable, "-m", "relay_shell", "audit", "tail", "--execs", "--call-id", call_id],
+        env={**os.environ, "RELAY_SHELL_AUDIT_PATH": str(workdir / "audit.jsonl")},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    lines = printed.stdout.splitlines()
+    assert printed.returncode == 0 and f"{call_id}: 2 execs" in lines[0], printed
+    assert lines[-1].endswith("/usr/bin/uname: uname -s") and " ok " in lines[-1], lines
