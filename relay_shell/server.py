@@ -112,7 +112,7 @@ def build_server(
                 "transcript_truncated": session.transcript.truncated if session.transcript else None,
                 "transcript_error": session.transcript.error if session.transcript else None,
                 "duration_ms": int(((session.ended_at or 0) - session.created) * 1000),
-                **session_execs(session),
+                **session_execs(tracer, session),
             },
         )
 

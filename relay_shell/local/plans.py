@@ -162,10 +162,9 @@ def _process_plan(
                 raise ToolError("ExecDenied", denied_first(trace)) from None
             raise
         finally:
-            if trace is not None:
+            if tracer is not None and trace is not None:
                 # What the tree executed goes into the end record; later execs (background jobs) count as late.
-                trace.closed = True
-                plan.record_fields = {**(plan.record_fields or {}), "execs": trace.record()}
+                plan.record_fields = {**(plan.record_fields or {}), "execs": tracer.finish(trace)}
                 plan.notes.extend(refusal_notes(trace))
         return command_execution(outcome)
 

@@ -165,8 +165,9 @@ def spawn_plan(
         session = registry.add(session_id, owner, client_id, shown, terminal, cols, rows, transcript)
         result = await session.wait(0, patterns, wait_timeout, SETTLE, settle_from_start=True)
         exec_trace = getattr(terminal, "exec_trace", None)
-        if exec_trace is not None:  # what ran until the first output settled
-            plan.record_fields = {**(plan.record_fields or {}), "execs": exec_trace.record()}
+        tracer = registry.containment.tracer if registry.containment is not None else None
+        if tracer is not None and exec_trace is not None:  # what ran until the first output settled
+            plan.record_fields = {**(plan.record_fields or {}), "execs": tracer.snapshot(exec_trace)}
             notes.extend(refusal_notes(exec_trace))
         return _read_result(
             session, None, settings.max_output, False, result, bool(patterns), wait_timeout, spawned=True
@@ -225,7 +226,8 @@ def prepare_send(
     async def execute(progress: ProgressFn) -> Execution:
         """The send, with a window on the session's exec trace: the programs started while it is handled."""
         session_trace = getattr(session.terminal, "exec_trace", None)
-        if session_trace is None:
+        tracer = registry.containment.tracer if registry.containment is not None else None
+        if session_trace is None or tracer is None:
             return await send(progress)
         window = ExecTrace(session_trace.max_entries)
         session_trace.window = window
@@ -234,7 +236,7 @@ def prepare_send(
         finally:
             if session_trace.window is window:
                 session_trace.window = None
-            plan.record_fields = {**(plan.record_fields or {}), "execs": window.record()}
+            plan.record_fields = {**(plan.record_fields or {}), "execs": tracer.snapshot(window)}
             notes.extend(refusal_notes(window))
 
     async def send(progress: ProgressFn) -> Execution:

@@ -44,20 +44,26 @@ class ExecTrace:
         self.window: ExecTrace | None = None  # a session_send's trace gets the same entries while it runs
         self.closed = False  # its record was written: later execs of the tree are late (counted by the tracer)
 
-    def add(self, entry: dict[str, Any], digest_line: bytes, denied_text: str | None) -> None:
+    def wants_entry(self) -> bool:
+        """Whether the next exec is listed (here or in the window): only then is its entry made."""
+        if len(self.entries) < self.max_entries and self.entry_chars < ENTRY_CHARS:
+            return True
+        return self.window is not None and self.window.wants_entry()
+
+    def add(self, entry: dict[str, Any] | None, digest_line: bytes, denied_text: str | None, setid: bool) -> None:
         self.count += 1
         self.digest.update(digest_line)
         if denied_text is not None:
             self.denied += 1
             if len(self.denied_execs) < DENIED_KEPT:
                 self.denied_execs.append(denied_text)
-        if entry.get("setid_dropped"):
+        if setid:
             self.setid_dropped += 1
-        if len(self.entries) < self.max_entries and self.entry_chars < ENTRY_CHARS:
+        if entry is not None and len(self.entries) < self.max_entries and self.entry_chars < ENTRY_CHARS:
             self.entries.append(entry)
             self.entry_chars += len(entry["path"]) + sum(len(str(item)) for item in entry["argv"])
         if self.window is not None:
-            self.window.add(entry, digest_line, denied_text)
+            self.window.add(entry, digest_line, denied_text, setid)
 
     def missed(self) -> None:
         self.not_found += 1
@@ -82,28 +88,42 @@ class ExecTrace:
         return fields
 
 
-_redacted: dict[bytes, list[Any]] = {}
+# argv -> its redacted, bounded form, for argv that redaction leaves as they are (the key is then exactly what the
+# log shows: no secret is kept in memory); the same `/bin/true` a thousand times is redacted once.
+_unchanged: dict[tuple[str, ...], list[Any]] = {}
 
 
 def redacted_argv(argv: list[str]) -> list[Any]:
-    """argv redacted and bounded like audited arguments; remembered by a digest of the raw argv (the same
-    `/bin/true` a thousand times is redacted once; no raw argument, secret or not, is kept as a key)."""
-    key = hashlib.sha256("\0".join(argv).encode("utf-8", errors="surrogateescape")).digest()
-    cached = _redacted.get(key)
+    """argv redacted and bounded like audited arguments."""
+    key = tuple(argv)
+    cached = _unchanged.get(key)
     if cached is not None:
         return cached
     bounded = audit_arguments({"argv": argv})["argv"]
-    if len(_redacted) >= _REDACTED_CACHE_MAX:
-        _redacted.clear()
-    _redacted[key] = bounded
-    return list(bounded) if isinstance(bounded, list) else [bounded]
+    shown = list(bounded) if isinstance(bounded, list) else [bounded]
+    if shown == argv:
+        if len(_unchanged) >= _REDACTED_CACHE_MAX:
+            _unchanged.clear()
+        _unchanged[key] = shown
+    return shown
+
+
+def digest_line(path: str, shown: list[Any], outcome: str) -> bytes:
+    """One exec's line of the trace's digest: what two identical runs share (no pid, no time)."""
+    return orjson.dumps([path, shown, outcome]) + b"\n"
 
 
 def entry_of(
-    trace_started: float, pid: int, ppid: int, path: str, argv: list[str], argc: int, cut: bool, outcome: str
-) -> tuple[dict[str, Any], bytes]:
-    """The entry and its line of the digest."""
-    shown = redacted_argv(argv)
+    trace_started: float,
+    pid: int,
+    ppid: int,
+    path: str,
+    shown: list[Any],
+    argc: int,
+    argv_len: int,
+    cut: bool,
+    outcome: str,
+) -> dict[str, Any]:
     entry: dict[str, Any] = {
         "pid": pid,
         "ppid": ppid,
@@ -112,12 +132,11 @@ def entry_of(
         "t_ms": round((time.monotonic() - trace_started) * 1000, 1),
         "ok": outcome == "ok",
     }
-    if argc != len(argv) or cut:
+    if argc != argv_len or cut:
         entry["argc"] = argc
         entry["argv_cut"] = True
     if outcome == "denied":
         entry["denied"] = True
     elif outcome != "ok":
         entry["error"] = outcome
-    digest_line = orjson.dumps([path, shown, outcome]) + b"\n"
-    return entry, digest_line
+    return entry

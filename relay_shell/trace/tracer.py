@@ -1,10 +1,16 @@
 """The exec tracer: installs the exec filter on a short-lived spawner thread per call or session, so the process
-tree that thread starts (and only that tree) is traced; services each tree's listener on the event loop until
-the kernel says no process of the tree is left (POLLHUP), so a background job that execs after its call ended
-is answered too (counted as late); refuses the execs RELAY_SHELL_EXEC_DENY matches with EPERM.
+tree that thread starts (and only that tree) is traced; answers every exec of every traced tree on one service
+thread until the kernel says no process of the tree is left (EPOLLHUP), so a background job that execs after its
+call ended is answered too (counted as late); refuses the execs RELAY_SHELL_EXEC_DENY matches with EPERM.
+
+Why a thread of its own, not the event loop: an exec waits for its answer, so the answer's latency is the
+trace's cost. Served from asyncio a round trip cost ~70 µs more than from a thread blocked in epoll_wait (the
+loop's wake-up and callback machinery), on top of reading the request (adr/0019 has the figures). The service
+thread needs the GIL only while it answers; the event loop sleeps in epoll meanwhile.
 
 Never fails or hangs a call because of tracing: if the filter cannot be installed the tree runs untraced and its
-record says so; every notification is answered (CONTINUE) whatever goes wrong while reading it.
+record says so; every notification is answered (CONTINUE) whatever goes wrong while reading it; if the service
+thread itself fails, every listener is closed (the trees' later execs fail with ENOSYS, none waits for ever).
 """
 
 from __future__ import annotations
@@ -23,12 +29,13 @@ from typing import Any, TypeVar
 import anyio
 
 from relay_shell.trace import memory, seccomp
-from relay_shell.trace.record import ExecTrace, entry_of
+from relay_shell.trace.record import ExecTrace, digest_line, entry_of, redacted_argv
 
 logger = logging.getLogger("relay_shell")
 T = TypeVar("T")
 _CAP_SYS_ADMIN = 21
 DENY_TEXT_MAX = 8192  # characters of `path argv…` the deny patterns see (bounded matching time)
+_HANGUP = select.EPOLLHUP | select.EPOLLERR
 
 
 class ExecTracer:
@@ -45,9 +52,16 @@ class ExecTracer:
         self.late = 0  # execs of a tree whose call had already ended (background jobs)
         self.untraced_trees = 0  # trees the filter could not be installed for
         self.faults = 0  # notifications that could not be read (answered CONTINUE all the same)
-        self.open_trees = 0
+        # Held by the service thread while it answers and records a batch of execs: whoever takes a trace's
+        # record takes it first, so an exec answered before the program that ran it exited is in the record.
+        self.lock = threading.Lock()
+        self.watched: dict[int, tuple[seccomp.Notifications, ExecTrace]] = {}
+        self.epoll: Any = None
         if setting == "on":
             self._probe()
+        if self.state == "on":
+            self.epoll = select.epoll()
+            threading.Thread(target=self._serve, name="relay-shell-exec-trace", daemon=True).start()
 
     @property
     def active(self) -> bool:
@@ -85,7 +99,7 @@ class ExecTracer:
 
     async def spawn(self, trace: ExecTrace | None, start: Callable[[], T], hold: threading.Event | None = None) -> T:
         """Run `start` (which starts the tree's first process) on a new thread carrying the exec filter; the
-        loop answers the tree's notifications. Untraced (on the calling thread) without a trace. With `hold`
+        service thread answers the tree's execs. Untraced (on the calling thread) without a trace. With `hold`
         the thread stays (idle) until it is set: a PTY's program gets SIGKILL as its parent-death signal, and
         the kernel sends that when the thread that forked it ends, not the server."""
         if trace is None:
@@ -102,13 +116,10 @@ class ExecTracer:
                 done.set_result(result)  # type: ignore[arg-type]
 
         def spawner() -> None:
-            listener = None
             try:
-                listener = seccomp.install_listener(self.no_new_privs)
+                self._watch(seccomp.install_listener(self.no_new_privs), trace)
             except (OSError, seccomp.TraceUnavailable) as exc:
                 trace.state = f"untraced: {exc}"
-            if listener is not None:
-                loop.call_soon_threadsafe(self._watch, listener, trace)
             try:
                 result = start()
             except BaseException as exc:
@@ -127,32 +138,62 @@ class ExecTracer:
             self.untraced_trees += 1
         return result
 
-    # -- the listener, on the event loop ---------------------------------------------------------------------
+    def finish(self, trace: ExecTrace) -> dict[str, Any]:
+        """The call's `execs` field; later execs of its tree count as late."""
+        with self.lock:
+            trace.closed = True
+            return trace.record()
+
+    def snapshot(self, trace: ExecTrace) -> dict[str, Any]:
+        """The `execs` field of a trace that goes on (a session's, at its spawn or a send's window)."""
+        with self.lock:
+            return trace.record()
+
+    # -- the service thread ----------------------------------------------------------------------------------
 
     def _watch(self, listener: int, trace: ExecTrace) -> None:
-        self.open_trees += 1
-        poller = select.poll()
-        poller.register(listener, select.POLLIN)
+        """On the spawner thread, before it starts anything: the service thread answers from now on."""
         notifications = seccomp.Notifications(listener)
-        loop = asyncio.get_running_loop()
-        loop.add_reader(listener, self._on_ready, loop, listener, poller, notifications, trace)
+        with self.lock:
+            self.watched[listener] = (notifications, trace)
+        try:
+            self.epoll.register(listener, select.EPOLLIN)
+        except OSError:
+            with self.lock:
+                self.watched.pop(listener, None)
+            os.close(listener)
+            raise
 
-    def _on_ready(
-        self,
-        loop: asyncio.AbstractEventLoop,
-        listener: int,
-        poller: select.poll,
-        notifications: seccomp.Notifications,
-        trace: ExecTrace,
-    ) -> None:
-        events = poller.poll(0)
-        revents = events[0][1] if events else 0
-        if not revents & select.POLLIN:
-            if revents & (select.POLLHUP | select.POLLERR | select.POLLNVAL):
-                # No process of the tree is left: nothing can exec under this filter any more.
-                loop.remove_reader(listener)
-                os.close(listener)
-                self.open_trees -= 1
+    def _serve(self) -> None:
+        try:
+            while True:
+                events = self.epoll.poll()
+                with self.lock:
+                    for listener, mask in events:
+                        self._ready(listener, mask)
+        except BaseException as exc:  # the thread must not end with listeners open: their trees would hang
+            logger.exception("the exec tracer stopped")
+            with self.lock:
+                self.state = "unavailable"
+                self.reason = f"the exec tracer stopped ({type(exc).__name__}: {exc}); calls run untraced"
+                for listener in list(self.watched):
+                    self._unwatch(listener)
+
+    def _unwatch(self, listener: int) -> None:
+        self.watched.pop(listener, None)
+        with contextlib.suppress(OSError):
+            self.epoll.unregister(listener)
+        with contextlib.suppress(OSError):
+            os.close(listener)
+
+    def _ready(self, listener: int, mask: int) -> None:
+        watched = self.watched.get(listener)
+        if watched is None:
+            return
+        notifications, trace = watched
+        if not mask & select.EPOLLIN:
+            if mask & _HANGUP:
+                self._unwatch(listener)  # no process of the tree is left: nothing can exec under it any more
             return
         try:
             received = notifications.receive()
@@ -161,42 +202,54 @@ class ExecTracer:
             # the kernel fails that exec and every later one of the tree with ENOSYS (a fault, never a hang).
             self.faults += 1
             trace.state = f"broken: the listener could not be read ({exc}); later execs of the tree failed"
-            loop.remove_reader(listener)
-            os.close(listener)
-            self.open_trees -= 1
+            self._unwatch(listener)
             return
         if received is None:
             return
         notif_id, pid, number, args = received
-        outcome = "ok"
-        request = None
+        outcome = ""
+        raw = None
+        path = ""
         denied_text = None
         answer = 0
         setid = False
+        ppid = 0
+        listed = False
         try:
+            # Only what must be read while the process waits (each microsecond here delays the exec): its
+            # request; where the path is relative, the directory it is relative to (a descriptor closed on exec,
+            # a process that exits at once); the parent of a listed entry; for EXEC_DENY the verdict. Decoding,
+            # the file's state, redaction and the digest come once it is on its way.
             execveat = number in seccomp.EXECVEAT_NUMBERS
-            if execveat:
-                request = memory.read_request(pid, True, args[0], args[1], args[2], args[4])
-            else:
-                request = memory.read_request(pid, False, 0, args[0], args[1], 0)
-            outcome, setid = memory.predict(pid, request.path)
-            if self.deny and outcome == "ok":
-                text = " ".join([request.path, *request.argv])[:DENY_TEXT_MAX]
-                if any(pattern.search(text) for pattern in self.deny):
+            path_address, argv_address = (args[1], args[2]) if execveat else (args[0], args[1])
+            raw = memory.read_request(pid, path_address, argv_address)
+            if execveat or not raw[0].startswith(b"/"):
+                path = memory.absolute(pid, memory.decode(raw[0]), execveat, args[0], args[4])
+            listed = not trace.closed and trace.wants_entry()
+            if listed:
+                ppid = memory.parent_of(pid)
+            if self.deny:
+                path = path or memory.absolute(pid, memory.decode(raw[0]), False, 0, 0)
+                outcome, setid = memory.predict(pid, path)
+                text = " ".join([path, *map(memory.decode, raw[1])])[:DENY_TEXT_MAX]
+                if outcome == "ok" and any(pattern.search(text) for pattern in self.deny):
                     outcome, answer, denied_text = "denied", errno.EPERM, text
             if not notifications.valid(notif_id):
-                request = None  # the process is gone: what was read may not have been its memory
+                raw = None  # the process is gone: what was read may not have been its memory
         except Exception:  # never leave a process waiting: it is answered below whatever happened here
             self.faults += 1
-            request = None
-            setid = False
+            raw = None
         finally:
             try:
                 notifications.answer(notif_id, answer)
             except OSError:
                 self.faults += 1
-        if request is None:
+        if raw is None:
             return
+        raw_path, raw_argv, argc, cut = raw
+        path = path or memory.absolute(pid, memory.decode(raw_path), False, 0, 0)
+        if not outcome:
+            outcome, setid = memory.predict_cached(pid, path)
         if outcome == "ENOENT":
             trace.missed()
             return
@@ -204,16 +257,18 @@ class ExecTracer:
         if trace.closed:
             self.late += 1
             return
-        ppid = memory.parent_of(pid)
-        entry, digest_line = entry_of(
-            trace.started, pid, ppid, request.path, request.argv, request.argc, request.argv_cut, outcome
-        )
-        if setid and self.no_new_privs and outcome == "ok":
+        argv = [memory.decode(item) for item in raw_argv]
+        shown = redacted_argv(argv)
+        entry = None
+        if listed:
+            entry = entry_of(trace.started, pid, ppid, path, shown, argc, len(argv), cut, outcome)
+        dropped = setid and self.no_new_privs and outcome == "ok"
+        if entry is not None and dropped:
             entry["setid_dropped"] = True
         shown_denied = None
         if denied_text is not None:
-            shown_denied = " ".join(str(item) for item in [request.path, *entry["argv"][1:]])[:300]
-        trace.add(entry, digest_line, shown_denied)
+            shown_denied = " ".join(str(item) for item in [path, *shown[1:]])[:300]
+        trace.add(entry, digest_line(path, shown, outcome), shown_denied, dropped)
 
     def _count(self, outcome: str) -> None:
         self.traced += 1
@@ -236,7 +291,7 @@ class ExecTracer:
             "late_execs": self.late,
             "untraced_trees": self.untraced_trees,
             "read_faults": self.faults,
-            "trees_open": self.open_trees,
+            "trees_open": len(self.watched),
         }
 
 
@@ -270,10 +325,9 @@ def denied_first(trace: ExecTrace) -> str:
     return f"{shown} was refused by RELAY_SHELL_EXEC_DENY (EPERM); nothing ran"
 
 
-def session_execs(session: Any) -> dict[str, Any]:
+def session_execs(tracer: ExecTracer, session: Any) -> dict[str, Any]:
     """The `execs` summary of a local session's whole tree, for its `session:end` record (none over SSH)."""
     trace = getattr(session.terminal, "exec_trace", None)
     if trace is None:
         return {}
-    trace.closed = True  # what the tree still executes is late now
-    return {"execs": trace.record()}
+    return {"execs": tracer.finish(trace)}  # what the tree still executes is late now
