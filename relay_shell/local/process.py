@@ -29,7 +29,8 @@ from relay_shell.capture import BoundedCapture, CapturedText
 from relay_shell.containment.units import Unit
 from relay_shell.plan import ProgressFn
 from relay_shell.trace.record import ExecTrace
-from relay_shell.trace.spawn import SpawnedChild, spawn
+from relay_shell.trace.spawn import SpawnedChild, resolve_program, spawn
+from relay_shell.trace.spawners import first_path_buffer
 from relay_shell.trace.tracer import ExecTracer
 
 READ_CHUNK = 1024 * 1024
@@ -139,7 +140,9 @@ async def _run_in_unit(
     process: _Child
     if tracer is not None and trace is not None:
         with_stdin = stdin is not None
-        process = await tracer.spawn(trace, lambda: _spawn_traced(argv, cwd, env, with_stdin, merge_stderr, unit))
+        process = await tracer.spawn(
+            trace, lambda: _spawn_traced(argv, cwd, env, with_stdin, merge_stderr, unit, tracer, trace)
+        )
     else:
         process = _spawn(argv, cwd, env, stdin is not None, merge_stderr, unit)
     if unit is not None:
@@ -242,6 +245,8 @@ def _spawn_traced(
     with_stdin: bool,
     merge_stderr: bool,
     unit: Unit | None,
+    tracer: ExecTracer,
+    trace: ExecTrace,
 ) -> SpawnedChild:
     """On the tracer's spawner thread. The environment is always explicit: the server's own (env None) is
     not changed for a spawn that runs beside the event loop."""
@@ -249,7 +254,19 @@ def _spawn_traced(
     with contextlib.ExitStack() as spawning:
         child_env = spawning.enter_context(unit.spawning(full_env)) if unit is not None else full_env
         assert child_env is not None
-        return spawn(argv, cwd, child_env, with_stdin, merge_stderr)
+        path = resolve_program(argv[0], child_env)
+        buffer = first_path_buffer()
+        if buffer is None:  # no filter on this thread (the trace is unavailable for this tree)
+            return spawn(argv, cwd, child_env, with_stdin, merge_stderr, path)
+        # The filter lets this one exec through untrapped (it is the server's own): recorded here instead.
+        tracer.first_exec(trace, path, argv)
+        try:
+            child = spawn(argv, cwd, child_env, with_stdin, merge_stderr, path, buffer)
+        except OSError as exc:
+            tracer.first_exec_failed(trace, exc)
+            raise
+        tracer.first_exec_started(trace, child.pid)
+        return child
 
 
 def _produced(stdout: BoundedCapture, stderr: BoundedCapture | None) -> int:

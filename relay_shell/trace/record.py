@@ -43,6 +43,10 @@ class ExecTrace:
         self.state = "traced"  # or "untraced: <why>" when the filter could not be installed for this tree
         self.window: ExecTrace | None = None  # a session_send's trace gets the same entries while it runs
         self.closed = False  # its record was written: later execs of the tree are late (counted by the tracer)
+        # The tree's first exec, made by the server itself and recorded by it (not trapped): its digest line
+        # waits until its outcome is known, and goes in before any other exec's (trace.flush_first).
+        self.first_line: bytes | None = None
+        self.first_entry: dict[str, Any] = {}
 
     def wants_entry(self) -> bool:
         """Whether the next exec is listed (here or in the window): only then is its entry made."""
@@ -50,7 +54,13 @@ class ExecTrace:
             return True
         return self.window is not None and self.window.wants_entry()
 
+    def flush_first(self) -> None:
+        if self.first_line is not None:
+            self.digest.update(self.first_line)
+            self.first_line = None
+
     def add(self, entry: dict[str, Any] | None, digest_line: bytes, denied_text: str | None, setid: bool) -> None:
+        self.flush_first()
         self.count += 1
         self.digest.update(digest_line)
         if denied_text is not None:
@@ -66,12 +76,14 @@ class ExecTrace:
             self.window.add(entry, digest_line, denied_text, setid)
 
     def missed(self) -> None:
+        self.flush_first()
         self.not_found += 1
         if self.window is not None:
             self.window.missed()
 
     def record(self) -> dict[str, Any]:
         """The `execs` field."""
+        self.flush_first()
         fields: dict[str, Any] = {
             "count": self.count,
             "entries": list(self.entries),

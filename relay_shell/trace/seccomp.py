@@ -9,6 +9,7 @@ away again when it ends.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import fcntl
@@ -68,48 +69,60 @@ class _SockFprog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 
 
-def _program() -> bytes:
-    """The BPF program: per known audit arch, trap its execve/execveat numbers; allow everything else.
+def _program(first_path: int | None) -> bytes:
+    """The BPF program: per known audit arch, trap its execve/execveat numbers; allow everything else. With
+    `first_path`, the native execve whose path pointer is exactly that address is allowed untrapped: the one
+    exec the server makes itself, from its own memory, as the tree's first (trace/spawn.py); no program of the
+    tree can know that address of the server's memory (a process that could read the server's memory could
+    ptrace it, which the trace does not claim to withstand, adr/0019).
 
     Layout: load arch; one `jeq arch` per arch to its block; allow. A block: load nr; one `jeq nr` per trapped
-    number to the final notify instruction; allow. Jump offsets count from the next instruction."""
+    number to `notify` (the native execve to `check` when first_path is set); allow. Then `check` (both 32-bit
+    halves of args[0]), `notify`, `allow`. BPF jumps only forward; offsets count from the next instruction."""
     machine = platform.machine()
     if machine not in _ARCHES:
         raise TraceUnavailable(f"no exec filter for the {machine} architecture (x86_64, aarch64 are known)")
     arches = _ARCHES[machine][1]
+    native_execve = next(iter(arches.values()))[0]
     block_sizes = [len(numbers) + 2 for numbers in arches.values()]
     dispatch_end = 1 + len(arches) + 1
-    notify_at = dispatch_end + sum(block_sizes)
+    check_at = dispatch_end + sum(block_sizes)
+    notify_at = check_at + (4 if first_path is not None else 0)
+    allow_at = notify_at + 1
     instructions = [(_BPF_LD_W_ABS, 0, 0, 4)]  # seccomp_data.arch
     block_start = dispatch_end
     for index, arch in enumerate(arches):
         instructions.append((_BPF_JEQ_K, block_start - len(instructions) - 1, 0, arch))
         block_start += block_sizes[index]
     instructions.append((_BPF_RET_K, 0, 0, SECCOMP_RET_ALLOW))
-    for numbers in arches.values():
+    for arch_index, numbers in enumerate(arches.values()):
         instructions.append((_BPF_LD_W_ABS, 0, 0, 0))  # seccomp_data.nr
         for number in numbers:
-            instructions.append((_BPF_JEQ_K, notify_at - len(instructions) - 1, 0, number))
+            checked = first_path is not None and arch_index == 0 and number == native_execve
+            target = check_at if checked else notify_at
+            instructions.append((_BPF_JEQ_K, target - len(instructions) - 1, 0, number))
         instructions.append((_BPF_RET_K, 0, 0, SECCOMP_RET_ALLOW))
+    if first_path is not None:
+        here = len(instructions)
+        instructions.append((_BPF_LD_W_ABS, 0, 0, 16))  # args[0], low half (little-endian)
+        instructions.append((_BPF_JEQ_K, 0, notify_at - here - 2, first_path & 0xFFFFFFFF))
+        instructions.append((_BPF_LD_W_ABS, 0, 0, 20))  # args[0], high half
+        instructions.append((_BPF_JEQ_K, allow_at - here - 4, notify_at - here - 4, first_path >> 32))
     instructions.append((_BPF_RET_K, 0, 0, SECCOMP_RET_USER_NOTIF))
+    instructions.append((_BPF_RET_K, 0, 0, SECCOMP_RET_ALLOW))
     return b"".join(struct.pack("=HBBI", *instruction) for instruction in instructions)
 
 
-_PROGRAM: bytes | None = None
-
-
-def install_listener(no_new_privs: bool) -> int:
+def install_listener(no_new_privs: bool, first_path: int | None = None) -> int:
     """Install the exec filter on the calling thread; returns the listener fd (close-on-exec). With
     `no_new_privs` the thread (and what it starts) first gets no_new_privs, which a filter needs without
-    CAP_SYS_ADMIN. OSError when the kernel refuses."""
-    global _PROGRAM
-    if _PROGRAM is None:
-        _PROGRAM = _program()
+    CAP_SYS_ADMIN. `first_path`: see _program. OSError when the kernel refuses."""
+    code_bytes = _program(first_path)
     if no_new_privs and _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
         code = ctypes.get_errno()
         raise OSError(code, f"prctl(PR_SET_NO_NEW_PRIVS): {os.strerror(code)}")
-    program = ctypes.create_string_buffer(_PROGRAM, len(_PROGRAM))
-    fprog = _SockFprog(len(_PROGRAM) // 8, ctypes.cast(program, ctypes.c_void_p))
+    program = ctypes.create_string_buffer(code_bytes, len(code_bytes))
+    fprog = _SockFprog(len(code_bytes) // 8, ctypes.cast(program, ctypes.c_void_p))
     number = _ARCHES[platform.machine()][0]
     fd = _libc.syscall(
         ctypes.c_long(number),
@@ -122,6 +135,11 @@ def install_listener(no_new_privs: bool) -> int:
         raise OSError(code, f"seccomp(SECCOMP_SET_MODE_FILTER, NEW_LISTENER): {os.strerror(code)}")
     os.set_inheritable(fd, False)  # the kernel makes it close-on-exec already; say so anyway
     return int(fd)
+
+
+def close_quietly(listener: int) -> None:
+    with contextlib.suppress(OSError):
+        os.close(listener)
 
 
 def no_new_privs_set() -> bool:

@@ -95,10 +95,23 @@ def resolve_program(program: str, env: dict[str, str] | None) -> str:
     raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), program)
 
 
-def spawn(argv: list[str], cwd: str | None, env: dict[str, str], with_stdin: bool, merge_stderr: bool) -> SpawnedChild:
-    """Start argv in a new session with pipes for stdout (and stderr unless merged) and stdin (or /dev/null).
-    OSError as Popen raises it when the program cannot be run."""
-    path = resolve_program(argv[0], env)
+def spawn(
+    argv: list[str],
+    cwd: str | None,
+    env: dict[str, str],
+    with_stdin: bool,
+    merge_stderr: bool,
+    path: str,
+    path_buffer: ctypes.Array[ctypes.c_char] | None = None,
+) -> SpawnedChild:
+    """Start the program at `path` (resolve_program's) with argv in a new session, with pipes for stdout (and
+    stderr unless merged) and stdin (or /dev/null). OSError as Popen raises it when the program cannot run.
+    `path_buffer`: the spawner thread's (trace/spawners.py), the one path its filter lets through."""
+    encoded_path = os.fsencode(path)
+    path_argument: bytes | ctypes.c_char_p = encoded_path
+    if path_buffer is not None and len(encoded_path) < len(path_buffer):
+        path_buffer.value = encoded_path
+        path_argument = ctypes.cast(path_buffer, ctypes.c_char_p)
     encoded_env = [os.fsencode(f"{name}={value}") for name, value in env.items()]
     actions = ctypes.create_string_buffer(_OPAQUE)
     attributes = ctypes.create_string_buffer(_OPAQUE)
@@ -150,7 +163,7 @@ def spawn(argv: list[str], cwd: str | None, env: dict[str, str], with_stdin: boo
                 # The GIL is released for this call: the trace's answer to the first execve comes from the loop.
                 code = _libc.posix_spawn(
                     ctypes.byref(pid),
-                    os.fsencode(path),
+                    path_argument,
                     actions,
                     attributes,
                     _array(encoded_argv),

@@ -15,7 +15,6 @@ thread itself fails, every listener is closed (the trees' later execs fail with 
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import errno
 import logging
@@ -26,10 +25,9 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-import anyio
-
 from relay_shell.trace import memory, seccomp
 from relay_shell.trace.record import ExecTrace, digest_line, entry_of, redacted_argv
+from relay_shell.trace.spawners import REFILL_IDLE, SparePool, Spawner
 
 logger = logging.getLogger("relay_shell")
 T = TypeVar("T")
@@ -57,10 +55,13 @@ class ExecTracer:
         self.lock = threading.Lock()
         self.watched: dict[int, tuple[seccomp.Notifications, ExecTrace]] = {}
         self.epoll: Any = None
+        self.spares: SparePool | None = None  # spawner threads made ahead (trace/spawners.py)
         if setting == "on":
             self._probe()
         if self.state == "on":
+            assert self.spares is not None
             self.epoll = select.epoll()
+            self.epoll.register(self.spares.wake, select.EPOLLIN)
             threading.Thread(target=self._serve, name="relay-shell-exec-trace", daemon=True).start()
 
     @property
@@ -68,24 +69,18 @@ class ExecTracer:
         return self.state == "on"
 
     def _probe(self) -> None:
-        """Install the filter once on a throwaway thread: tells whether this kernel and this process may."""
+        """Install the filter once, on the first spare spawner thread: tells whether this kernel and this
+        process may."""
         self.no_new_privs = not _has_sys_admin() and not seccomp.no_new_privs_set()
-        problem: list[str] = []
-
-        def attempt() -> None:
-            try:
-                os.close(seccomp.install_listener(self.no_new_privs))
-            except (OSError, seccomp.TraceUnavailable) as exc:
-                problem.append(str(exc))
-
-        thread = threading.Thread(target=attempt, name="relay-shell-trace-probe")
-        thread.start()
-        thread.join()
-        if problem:
+        first = Spawner(self.no_new_privs).start_thread()
+        first.made.wait()
+        if first.listener is None:
+            first.discard()
             self.state = "unavailable"
-            self.reason = f"the exec filter cannot be installed here ({problem[0]}); calls run untraced"
+            self.reason = f"the exec filter cannot be installed here ({first.problem}); calls run untraced"
             self.no_new_privs = False
             return
+        self.spares = SparePool(self.no_new_privs, first)
         self.state = "on"
         self.reason = "seccomp user notification on every execve/execveat of the trees calls and sessions start"
         if self.no_new_privs:
@@ -98,45 +93,52 @@ class ExecTracer:
         return ExecTrace(self.max_entries) if self.active else None
 
     async def spawn(self, trace: ExecTrace | None, start: Callable[[], T], hold: threading.Event | None = None) -> T:
-        """Run `start` (which starts the tree's first process) on a new thread carrying the exec filter; the
-        service thread answers the tree's execs. Untraced (on the calling thread) without a trace. With `hold`
-        the thread stays (idle) until it is set: a PTY's program gets SIGKILL as its parent-death signal, and
-        the kernel sends that when the thread that forked it ends, not the server."""
-        if trace is None:
+        """Run `start` (which starts the tree's first process) on a spawner thread carrying the exec filter
+        (trace/spawners.py); the service thread answers the tree's execs. Untraced (on the calling thread)
+        without a trace. With `hold` the spawner thread stays until it is set (a PTY: until it closes).
+
+        The event loop waits for the spawn without returning to the loop, as it waits for Popen's: a spawn
+        takes a fraction of a millisecond, and going through the loop (a future set from the other thread)
+        cost ~0.1 ms more per call. It cannot deadlock: the execs the spawn waits for are answered by the
+        service thread, never by the loop."""
+        if trace is None or self.spares is None:
             return start()
-        loop = asyncio.get_running_loop()
-        done: asyncio.Future[T] = loop.create_future()
+        outcome: list[tuple[T | None, BaseException | None]] = []
+        finished = threading.Event()
 
-        def settle(result: T | None, failure: BaseException | None) -> None:
-            if done.cancelled():
-                return
-            if failure is not None:
-                done.set_exception(failure)
-            else:
-                done.set_result(result)  # type: ignore[arg-type]
-
-        def spawner() -> None:
+        def work(listener: int | None, problem: str) -> None:
+            """On the spawner thread."""
             try:
-                self._watch(seccomp.install_listener(self.no_new_privs), trace)
-            except (OSError, seccomp.TraceUnavailable) as exc:
-                trace.state = f"untraced: {exc}"
-            try:
-                result = start()
+                if listener is None:
+                    trace.state = f"untraced: {problem}"
+                    result = start()
+                elif not self._watch(listener, trace):
+                    # Unserviced, the filter would leave every exec of the tree waiting: spawn from a thread
+                    # without it.
+                    trace.state = "untraced: the listener could not be watched"
+                    result = _on_plain_thread(start, hold)
+                else:
+                    result = start()
+                outcome.append((result, None))
             except BaseException as exc:
-                loop.call_soon_threadsafe(settle, None, exc)
-                return
-            loop.call_soon_threadsafe(settle, result, None)
-            if hold is not None:
-                hold.wait()
-            # The thread ends here and its filter with it: only the tree it started keeps the filter.
+                outcome.append((None, exc))
+            finally:
+                finished.set()
 
-        thread = threading.Thread(target=spawner, name="relay-shell-spawn", daemon=True)
-        with anyio.CancelScope(shield=True):  # a cancelled call still gets its process, to end it
-            thread.start()
-            result = await done
+        spawner = self.spares.take()
+        spawner.work = work
+        if hold is not None:
+            spawner.release = hold
+        spawner.go.set()
+        finished.wait()
+        if hold is None:
+            self.spares.done_with(spawner)
         if trace.state != "traced":
             self.untraced_trees += 1
-        return result
+        result, failure = outcome[0]
+        if failure is not None:
+            raise failure
+        return result  # type: ignore[return-value]
 
     def finish(self, trace: ExecTrace) -> dict[str, Any]:
         """The call's `execs` field; later execs of its tree count as late."""
@@ -151,7 +153,7 @@ class ExecTracer:
 
     # -- the service thread ----------------------------------------------------------------------------------
 
-    def _watch(self, listener: int, trace: ExecTrace) -> None:
+    def _watch(self, listener: int, trace: ExecTrace) -> bool:
         """On the spawner thread, before it starts anything: the service thread answers from now on."""
         notifications = seccomp.Notifications(listener)
         with self.lock:
@@ -161,16 +163,23 @@ class ExecTracer:
         except OSError:
             with self.lock:
                 self.watched.pop(listener, None)
-            os.close(listener)
-            raise
+            return False
+        return True
 
     def _serve(self) -> None:
         try:
             while True:
-                events = self.epoll.poll()
+                assert self.spares is not None
+                events = self.epoll.poll(REFILL_IDLE if self.spares.needs_refill() else -1)
+                if not events:
+                    self.spares.refill()  # idle: spares for the next calls
+                    continue
                 with self.lock:
                     for listener, mask in events:
-                        self._ready(listener, mask)
+                        if listener == self.spares.wake:
+                            self.spares.woken()  # a spawner was used: refill at the next idle moment
+                        else:
+                            self._ready(listener, mask)
         except BaseException as exc:  # the thread must not end with listeners open: their trees would hang
             logger.exception("the exec tracer stopped")
             with self.lock:
@@ -270,6 +279,45 @@ class ExecTracer:
             shown_denied = " ".join(str(item) for item in [path, *shown[1:]])[:300]
         trace.add(entry, digest_line(path, shown, outcome), shown_denied, dropped)
 
+    # -- the tree's first exec: the server's own posix_spawn, let through by the filter (seccomp._program) --------
+
+    def first_exec(self, trace: ExecTrace, path: str, argv: list[str]) -> None:
+        """Before the spawn, on the spawner thread: the entry of the exec about to happen (nothing of the tree
+        runs yet, so it is first), its digest line held until its outcome is known. PermissionError when
+        EXEC_DENY refuses it (recorded as refused; nothing is spawned)."""
+        outcome = "ok"
+        if self.deny:
+            text = " ".join([path, *argv])[:DENY_TEXT_MAX]
+            if any(pattern.search(text) for pattern in self.deny):
+                outcome = "denied"
+        shown = redacted_argv(argv)
+        setid = memory.predict(os.getpid(), path)[1] and self.no_new_privs and outcome == "ok"
+        entry = entry_of(trace.started, 0, os.getpid(), path, shown, len(argv), len(argv), False, outcome)
+        if setid:
+            entry["setid_dropped"] = True
+        with self.lock:
+            self._count(outcome)
+            if outcome == "denied":
+                shown_denied = " ".join(str(item) for item in [path, *shown[1:]])[:300]
+                trace.add(entry, digest_line(path, shown, outcome), shown_denied, False)
+                raise PermissionError(errno.EPERM, os.strerror(errno.EPERM), path)
+            trace.add(entry if trace.wants_entry() else None, b"", None, setid)
+            trace.first_line = digest_line(path, shown, outcome)
+            trace.first_entry = entry
+
+    def first_exec_started(self, trace: ExecTrace, pid: int) -> None:
+        with self.lock:
+            trace.first_entry["pid"] = pid
+
+    def first_exec_failed(self, trace: ExecTrace, error: OSError) -> None:
+        """The exec failed (posix_spawn said why): nothing of the tree ran."""
+        outcome = errno.errorcode.get(error.errno or 0, "error")
+        with self.lock:
+            entry = trace.first_entry
+            entry["ok"] = False
+            entry["error"] = outcome
+            trace.first_line = digest_line(entry["path"], entry["argv"], outcome)
+
     def _count(self, outcome: str) -> None:
         self.traced += 1
         if self.metrics is not None:
@@ -293,6 +341,28 @@ class ExecTracer:
             "read_faults": self.faults,
             "trees_open": len(self.watched),
         }
+
+
+def _on_plain_thread(start: Callable[[], T], hold: threading.Event | None) -> T:
+    """`start` on a thread without the filter (kept until `hold` is set, for a PTY's parent-death signal)."""
+    outcome: list[Any] = []
+    started = threading.Event()
+
+    def run() -> None:
+        try:
+            outcome.append((start(), None))
+        except BaseException as exc:
+            outcome.append((None, exc))
+        started.set()
+        if hold is not None:
+            hold.wait()
+
+    threading.Thread(target=run, name="relay-shell-spawn-untraced", daemon=True).start()
+    started.wait()
+    result, failure = outcome[0]
+    if failure is not None:
+        raise failure
+    return result
 
 
 def _has_sys_admin() -> bool:
