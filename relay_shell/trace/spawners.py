@@ -40,7 +40,10 @@ class Spawner:
     def __init__(self, no_new_privs: bool) -> None:
         self.no_new_privs = no_new_privs
         self.made = threading.Event()
-        self.go = threading.Event()
+        # A plain lock, held until the spawn is handed over: waking a thread through a lock costs less than
+        # through an Event (a Condition, a new waiter lock per wait), and this hand-over is on the call's path.
+        self.go = _thread.allocate_lock()
+        self.go.acquire()
         self.release = threading.Event()  # the thread may end (for a PTY: the terminal closed)
         self.listener: int | None = None
         self.problem = ""
@@ -54,7 +57,7 @@ class Spawner:
         except (OSError, seccomp.TraceUnavailable) as exc:
             self.problem = str(exc)
         self.made.set()
-        self.go.wait()
+        self.go.acquire()
         if self.work is not None:
             _local.path_buffer = self.path_buffer if self.listener is not None else None
             self.work(self.listener, self.problem)
@@ -67,11 +70,14 @@ class Spawner:
         _thread.start_new_thread(self.run, ())
         return self
 
+    def hand_over(self) -> None:
+        self.go.release()
+
     def discard(self) -> None:
         """Not used after all (the tracer stopped): the thread ends without spawning."""
         self.work = None
-        self.go.set()
         self.release.set()
+        self.go.release()
 
 
 class SparePool:

@@ -15,6 +15,7 @@ thread itself fails, every listener is closed (the trees' later execs fail with 
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import errno
 import logging
@@ -104,7 +105,8 @@ class ExecTracer:
         if trace is None or self.spares is None:
             return start()
         outcome: list[tuple[T | None, BaseException | None]] = []
-        finished = threading.Event()
+        finished = _thread.allocate_lock()  # released by the spawner thread when the spawn is done
+        finished.acquire()
 
         def work(listener: int | None, problem: str) -> None:
             """On the spawner thread."""
@@ -123,14 +125,14 @@ class ExecTracer:
             except BaseException as exc:
                 outcome.append((None, exc))
             finally:
-                finished.set()
+                finished.release()
 
         spawner = self.spares.take()
         spawner.work = work
         if hold is not None:
             spawner.release = hold
-        spawner.go.set()
-        finished.wait()
+        spawner.hand_over()
+        finished.acquire()
         if hold is None:
             self.spares.done_with(spawner)
         if trace.state != "traced":
