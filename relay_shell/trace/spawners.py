@@ -23,6 +23,7 @@ from relay_shell.trace import seccomp
 
 SPARES = 2  # spawner threads kept ready
 REFILL_IDLE = 0.001  # seconds without an exec to answer before the service thread makes spares
+USED_KEPT = 8  # used spawner threads waiting for an idle moment to end, at most
 PATH_BUFFER = 4096 + 1  # PATH_MAX and its NUL
 _local = threading.local()
 
@@ -101,6 +102,9 @@ class SparePool:
     def done_with(self, spawner: Spawner) -> None:
         with self.lock:
             self.used.append(spawner)
+            # Never idle (execs to answer all the time): the oldest are let go now, so they do not pile up.
+            while len(self.used) > USED_KEPT:
+                self.used.pop(0).release.set()
         with contextlib.suppress(OSError):
             os.eventfd_write(self.wake, 1)
 

@@ -25,6 +25,7 @@ import pytest
 from mcp import Client
 
 from tests.conftest import connect, fields, read_records, text_of
+from tests.procs import live_argvs
 
 pytestmark = pytest.mark.anyio
 DENY = r"(^|/)nc( |$)"
@@ -226,3 +227,30 @@ async def test_audit_tail_shows_a_calls_exec_list(client: Client, workdir: Path)
     lines = printed.stdout.splitlines()
     assert printed.returncode == 0 and f"{call_id}: 2 execs" in lines[0], printed
     assert lines[-1].endswith("/usr/bin/uname: uname -s") and " ok " in lines[-1], lines
+
+
+async def test_an_exec_storm_is_ended_at_its_timeout(client: Client, workdir: Path) -> None:
+    """Four escaped loops exec /bin/true as fast as they can (they never end by themselves); execs queue up
+    behind the one service thread. At the timeout every process of the storm is gone, those still waiting for
+    their exec to be answered too, and the server answers the next call at once."""
+    token = f"storm{secrets.token_hex(4)}"
+    loop = f"while :; do /bin/true {token}; done"
+    command = f"for i in 1 2 3 4; do (setsid sh -c '{loop}' &); done; sleep 300"
+    result = await client.call_tool("shell_exec", {"command": command, "timeout": 2})
+    assert text_of(result).startswith("[TIMEOUT after 2s]"), text_of(result)
+    execs = end_record(workdir, result)["execs"]
+    assert execs["count"] > 100 and len(execs["entries"]) == 64, execs  # the storm ran; the list is capped
+    deadline = time.monotonic() + 10
+    left = storm_processes(token)
+    while left and time.monotonic() < deadline:
+        await anyio.sleep(0.05)
+        left = storm_processes(token)
+    assert left == {}, f"{len(left)} processes of the storm survived its call"
+    started = time.monotonic()
+    alive = await client.call_tool("shell_exec", {"command": "echo still serving"})
+    assert text_of(alive) == "[exit 0]\nstill serving\n" and time.monotonic() - started < 5
+    assert end_record(workdir, alive)["execs"]["count"] == 1
+
+
+def storm_processes(token: str) -> dict[int, list[bytes]]:
+    return {pid: argv for pid, argv in live_argvs().items() if any(token.encode() in item for item in argv)}
