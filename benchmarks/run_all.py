@@ -13,6 +13,7 @@ from benchmarks import (
     bench_big_output,
     bench_containment,
     bench_exec_latency,
+    bench_exec_trace,
     bench_http,
     bench_policy,
     bench_redact,
@@ -47,6 +48,7 @@ def main() -> int:
         "ssh_transfer": anyio.run(bench_ssh_transfer.main),
         "runbooks": bench_runbooks.main(),
         "audit_shipping": bench_audit_shipping.main(),
+        "exec_trace": anyio.run(bench_exec_trace.main),
     }
     failed = [name for name, ok in results.items() if not ok]
     print("benchmarks:", "all targets met" if not failed else "missed: " + ", ".join(failed))

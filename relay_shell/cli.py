@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -160,11 +161,16 @@ def serve(check_only: bool) -> int:
     chain = "on" if settings.audit_chain else "off"
     print(
         f"relay-shell {__version__} | transport {settings.transport} | policy {settings.policy_mode} | "
-        f"audit {settings.audit_path} (chain {chain}) | metrics {metrics_note} | containment {containment.mode}"
+        f"audit {settings.audit_path} (chain {chain}) | metrics {metrics_note} | containment {containment.mode} | "
+        f"exec trace {assembly.containment.tracer.state if assembly.containment.tracer else 'off'}"
         + (f" | {offhost.startup_note()}" if offhost is not None else ""),
         file=sys.stderr,
         flush=True,
     )
+    if assembly.containment.tracer is not None and assembly.containment.tracer.state == "unavailable":
+        print(f"relay-shell: exec trace unavailable: {assembly.containment.tracer.reason}", file=sys.stderr, flush=True)
+    elif assembly.containment.tracer is not None and assembly.containment.tracer.no_new_privs:
+        print(f"relay-shell: exec trace: {assembly.containment.tracer.reason}", file=sys.stderr, flush=True)
     if settings.transport == "http":
         from relay_shell.http import serve_http
 
@@ -285,6 +291,9 @@ def audit_command(args: list[str]) -> int:
     tail.add_argument("--denied", action="store_true", help="only denied calls")
     tail.add_argument("--call-id", help="only the records of this call (its start and end)")
     tail.add_argument("--path", type=Path, help="log file; default: the configured log")
+    tail.add_argument(
+        "--execs", action="store_true", help="only records with an exec trace, printed as their exec lists"
+    )
     options = parser.parse_args(args)
 
     if options.action == "verify":
@@ -301,7 +310,7 @@ def audit_command(args: list[str]) -> int:
         print(f"public key:  {public} (for relay-shell audit verify --public-key; keep a copy off this host)")
         return 0
 
-    from relay_shell.audit.tail import TailFilter, follow_records, recent_records
+    from relay_shell.audit.tail import TailFilter, exec_lines, follow_records, recent_records
 
     if options.lines < 1:
         parser.error("-n must be at least 1")
@@ -312,13 +321,18 @@ def audit_command(args: list[str]) -> int:
     if not path.exists():
         print(f"relay-shell: audit log {path} does not exist", file=sys.stderr)
         return 1
+    record_filter = replace(record_filter, execs=True) if options.execs else record_filter
+
+    def show(record: dict[str, Any]) -> str:
+        return "\n".join(exec_lines(record)) + "\n" if options.execs else orjson.dumps(record).decode() + "\n"
+
     for record in recent_records(path, options.lines, record_filter):
-        sys.stdout.write(orjson.dumps(record).decode() + "\n")
+        sys.stdout.write(show(record))
     sys.stdout.flush()
     if options.follow:
         try:
             for record in follow_records(path, record_filter):
-                sys.stdout.write(orjson.dumps(record).decode() + "\n")
+                sys.stdout.write(show(record))
                 sys.stdout.flush()
         except KeyboardInterrupt:
             pass

@@ -202,8 +202,19 @@ class Settings(BaseSettings):
         description="off or briefing (per MCP session, a call that would run anything first returns the runbooks "
         "that apply, until begin_session)",
     )
+    exec_trace: Literal["on", "off"] = Field(
+        "on",
+        description="on (every execve of the trees calls and local sessions start goes into their audit records, "
+        "where the kernel allows it) or off",
+    )
+    exec_deny: str = Field(
+        "", description="a JSON array of regexes, or one per line, over `path argv...` of each exec: a match is EPERM"
+    )
+    exec_trace_entries: int = Field(
+        64, ge=0, le=1024, description="exec entries one audit record keeps (the count and digest cover all), 0 to 1024"
+    )
 
-    @field_validator("policy_deny", "policy_allow")
+    @field_validator("policy_deny", "policy_allow", "exec_deny")
     @classmethod
     def _patterns_compile(cls, raw: str) -> str:
         for pattern in parse_patterns(raw):

@@ -64,6 +64,8 @@ class Metrics:
             self.audit_ship_lag_seconds: Any = discard
             self.audit_checkpoints: Any = discard
             self.audit_checkpoint_failures: Any = discard
+            self.execs_traced: Any = discard
+            self.execs_denied: Any = discard
             return
         from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -109,6 +111,14 @@ class Metrics:
             "Calls the briefing gate answered with runbooks instead of running them, by tool.",
             ["tool"],
             registry=self.registry,
+        )
+        self.execs_traced = Counter(
+            "relay_shell_execs_traced",
+            "execve/execveat calls of traced process trees (calls, local sessions), refused ones included.",
+            registry=self.registry,
+        )
+        self.execs_denied = Counter(
+            "relay_shell_execs_denied", "execs refused with EPERM by RELAY_SHELL_EXEC_DENY.", registry=self.registry
         )
 
         # What the rules and dashboard compare usage with (deploy/prometheus, deploy/grafana; adr/0021).

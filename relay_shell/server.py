@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 from relay_shell import __version__
 from relay_shell.audit.log import AuditLog
 from relay_shell.auth.setup import server_auth
-from relay_shell.config import Settings
+from relay_shell.config import Settings, parse_patterns
 from relay_shell.confirm.elicitation import InputRequired
 from relay_shell.containment.units import Containment, scope_of, start_containment
 from relay_shell.identity import connected, declared_client, initialized
@@ -53,6 +53,7 @@ from relay_shell.surface.runbook_tools import runbook_tools
 from relay_shell.surface.session_tools import session_tools
 from relay_shell.surface.ssh_tools import ssh_tools
 from relay_shell.surface.workflows import PROMPTS
+from relay_shell.trace.tracer import ExecTracer, session_execs
 from relay_shell.wire import LONE_SURROGATES
 
 
@@ -98,6 +99,11 @@ def build_server(
         offhost.attach(metrics)
     policy = Policy(settings.policy_mode, settings.deny_patterns, settings.allow_patterns)
     runner = Runner(settings, audit_log, policy, metrics)
+    # The exec trace rides on the containment object: both go wherever a call or session starts processes.
+    containment.tracer = ExecTracer(
+        settings.exec_trace, parse_patterns(settings.exec_deny), settings.exec_trace_entries, metrics
+    )
+    tracer = containment.tracer
 
     def session_ended(session: Session) -> None:
         runner.event(
@@ -113,6 +119,7 @@ def build_server(
                 "transcript_truncated": session.transcript.truncated if session.transcript else None,
                 "transcript_error": session.transcript.error if session.transcript else None,
                 "duration_ms": int(((session.ended_at or 0) - session.created) * 1000),
+                **session_execs(tracer, session),
             },
         )
 
@@ -154,7 +161,7 @@ def build_server(
             lambda: len(sessions.sessions),
             ssh.connections,
             containment.status,
-            lambda owner: runbook_state(settings, retrieval, runner, owner),
+            lambda owner: {**runbook_state(settings, retrieval, runner, owner), "exec_trace": tracer.status()},
             offhost.describe if offhost is not None else None,
         ),
         *runbook_tools(runner, retrieval),

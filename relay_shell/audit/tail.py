@@ -21,8 +21,11 @@ class TailFilter:
     tier: int | None = None
     denied: bool | None = None
     call_id: str | None = None  # a call's records: its start and its end (and a tier-3 dialogue's steps)
+    execs: bool = False  # only records with an exec trace (adr/0019)
 
     def matches(self, record: dict[str, Any]) -> bool:
+        if self.execs and "execs" not in record:
+            return False
         if self.call_id is not None and record.get("call_id") != self.call_id:
             return False
         if self.tool is not None and record.get("tool") != self.tool:
@@ -104,3 +107,27 @@ def _parse(raw: bytes) -> dict[str, Any] | None:
     except orjson.JSONDecodeError:
         return None
     return record if isinstance(record, dict) else None
+
+
+def exec_lines(record: dict[str, Any]) -> list[str]:
+    """A record's exec list (`execs`, adr/0019) as text: a summary line, then one line per kept entry:
+    time offset, pid, parent, outcome, path and argv."""
+    execs = record.get("execs")
+    if not isinstance(execs, dict):
+        return []
+    where = record.get("call_id") or record.get("session_id") or "-"
+    lines = [
+        f"{record.get('ts', '')} {record.get('tool', '')} {where}: {execs.get('count', 0)} execs, "
+        f"{len(execs.get('entries', []))} listed, {execs.get('not_found', 0)} not found, "
+        f"{execs.get('denied', 0)} denied, sha256 {execs.get('sha256', '')}"
+    ]
+    for entry in execs.get("entries", []):
+        if not isinstance(entry, dict):
+            continue
+        outcome = "denied" if entry.get("denied") else ("ok" if entry.get("ok") else entry.get("error", "failed"))
+        argv = " ".join(item if isinstance(item, str) else orjson.dumps(item).decode() for item in entry["argv"])
+        lines.append(
+            f"  +{entry.get('t_ms', 0)}ms pid {entry.get('pid')} ppid {entry.get('ppid')} {outcome} "
+            f"{entry.get('path')}: {argv}"
+        )
+    return lines

@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from relay_shell.containment import proc
 from relay_shell.containment.cgroup import (
@@ -52,6 +52,9 @@ from relay_shell.containment.cgroup import (
     populated,
 )
 from relay_shell.containment.proc import MARKER_VARIABLE
+
+if TYPE_CHECKING:
+    from relay_shell.trace.tracer import ExecTracer
 
 Mode = Literal["cgroup", "subreaper", "off"]
 Setting = Literal["auto", "cgroup", "subreaper", "off"]
@@ -224,6 +227,7 @@ class Containment:
         self.helpers: dict[int, int] = {}  # processes the server started for itself outside units (pid -> start)
         self.subreaper = False  # orphans of the server's descendants are re-parented to it (set by start_containment)
         self.can_freeze = tree is not None and tree.can_freeze
+        self.tracer: ExecTracer | None = None  # the exec trace (adr/0019), set by build_server; also with mode off
         if mode != "off":
             # Once, before any thread runs: later changes only replace this entry's value, so the environ
             # array is never reallocated under a thread reading it.

@@ -7,9 +7,10 @@ import shlex
 from relay_shell.arguments import call_limits, check_cwd, check_no_nul, child_env
 from relay_shell.config import Settings
 from relay_shell.containment.units import Containment
-from relay_shell.errors import ArgumentError
+from relay_shell.errors import ArgumentError, ToolError
 from relay_shell.local.process import run_process
 from relay_shell.plan import Execution, Plan, ProgressFn, Subject, command_execution
+from relay_shell.trace.tracer import denied_first, refusal_notes
 
 INTERPRETERS = {
     "bash": ["bash", "-s"],
@@ -139,18 +140,32 @@ def _process_plan(
         # The unit is named after the call (plan.call_id, set by the runner), so its processes can be traced
         # to the call's audit records, after a restart too.
         unit = containment.open_unit("call", plan.call_id) if containment is not None else None
-        outcome = await run_process(
-            argv,
-            cwd=cwd,
-            env=env,
-            stdin=stdin,
-            merge_stderr=merge_stderr,
-            timeout=timeout,
-            budget=budget,
-            kill_grace=settings.kill_grace,
-            progress=progress,
-            unit=unit,
-        )
+        tracer = containment.tracer if containment is not None else None
+        trace = tracer.new_trace() if tracer is not None else None
+        try:
+            outcome = await run_process(
+                argv,
+                cwd=cwd,
+                env=env,
+                stdin=stdin,
+                merge_stderr=merge_stderr,
+                timeout=timeout,
+                budget=budget,
+                kill_grace=settings.kill_grace,
+                progress=progress,
+                unit=unit,
+                tracer=tracer,
+                trace=trace,
+            )
+        except PermissionError:
+            if trace is not None and trace.denied and trace.count == trace.denied:
+                raise ToolError("ExecDenied", denied_first(trace)) from None
+            raise
+        finally:
+            if tracer is not None and trace is not None:
+                # What the tree executed goes into the end record; later execs (background jobs) count as late.
+                plan.record_fields = {**(plan.record_fields or {}), "execs": tracer.finish(trace)}
+                plan.notes.extend(refusal_notes(trace))
         return command_execution(outcome)
 
     plan = Plan(subject=subject, execute=execute, notes=notes, timeout=timeout)

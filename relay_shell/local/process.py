@@ -21,12 +21,17 @@ import signal
 import subprocess
 import time
 from dataclasses import dataclass
+from typing import IO, Protocol
 
 import anyio
 
 from relay_shell.capture import BoundedCapture, CapturedText
 from relay_shell.containment.units import Unit
 from relay_shell.plan import ProgressFn
+from relay_shell.trace.record import ExecTrace
+from relay_shell.trace.spawn import SpawnedChild, resolve_program, spawn
+from relay_shell.trace.spawners import first_path_buffer
+from relay_shell.trace.tracer import ExecTracer
 
 READ_CHUNK = 1024 * 1024
 PIPE_SIZE = 1024 * 1024  # fewer wake-ups for chatty commands; the kernel caps it at pipe-max-size
@@ -42,6 +47,18 @@ class ProcessOutcome:
     timed_out: bool
     stdout: CapturedText
     stderr: CapturedText | None
+
+
+class _Child(Protocol):
+    """subprocess.Popen, or trace/spawn.py's SpawnedChild for a traced call."""
+
+    pid: int
+    stdin: IO[bytes] | None
+    stdout: IO[bytes] | None
+    stderr: IO[bytes] | None
+    returncode: int | None
+
+    def wait(self, timeout: float | None = None) -> int: ...
 
 
 class _Pipe:
@@ -91,9 +108,13 @@ async def run_process(
     kill_grace: float,
     progress: ProgressFn,
     unit: Unit | None = None,  # None: the process group alone (containment off)
+    tracer: ExecTracer | None = None,
+    trace: ExecTrace | None = None,  # None: untraced
 ) -> ProcessOutcome:
     try:
-        return await _run_in_unit(argv, cwd, env, stdin, merge_stderr, timeout, budget, kill_grace, progress, unit)
+        return await _run_in_unit(
+            argv, cwd, env, stdin, merge_stderr, timeout, budget, kill_grace, progress, unit, tracer, trace
+        )
     finally:
         if unit is not None:
             unit.release()  # after the leader was reaped; a unit whose background jobs run on stays
@@ -110,23 +131,20 @@ async def _run_in_unit(
     kill_grace: float,
     progress: ProgressFn,
     unit: Unit | None,
+    tracer: ExecTracer | None,
+    trace: ExecTrace | None,
 ) -> ProcessOutcome:
     loop = asyncio.get_running_loop()
     stdout_capture = BoundedCapture(budget if merge_stderr else budget - budget // 4)
     stderr_capture = None if merge_stderr else BoundedCapture(budget // 4)
-    with contextlib.ExitStack() as spawning:
-        child_env = spawning.enter_context(unit.spawning(env)) if unit is not None else env
-        # Raises OSError (missing program, E2BIG for a huge command line, bad cwd): the runner reports it.
-        process = subprocess.Popen(
-            argv,
-            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
-            cwd=cwd,
-            env=child_env,
-            start_new_session=True,
-            close_fds=True,
+    process: _Child
+    if tracer is not None and trace is not None:
+        with_stdin = stdin is not None
+        process = await tracer.spawn(
+            trace, lambda: _spawn_traced(argv, cwd, env, with_stdin, merge_stderr, unit, tracer, trace)
         )
+    else:
+        process = _spawn(argv, cwd, env, stdin is not None, merge_stderr, unit)
     if unit is not None:
         unit.started(process.pid)
     process_group = process.pid
@@ -197,11 +215,65 @@ async def _run_in_unit(
     )
 
 
+def _spawn(
+    argv: list[str],
+    cwd: str | None,
+    env: dict[str, str] | None,
+    with_stdin: bool,
+    merge_stderr: bool,
+    unit: Unit | None,
+) -> subprocess.Popen[bytes]:
+    with contextlib.ExitStack() as spawning:
+        child_env = spawning.enter_context(unit.spawning(env)) if unit is not None else env
+        # Raises OSError (missing program, E2BIG for a huge command line, bad cwd): the runner reports it.
+        return subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE if with_stdin else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
+            cwd=cwd,
+            env=child_env,
+            start_new_session=True,
+            close_fds=True,
+        )
+
+
+def _spawn_traced(
+    argv: list[str],
+    cwd: str | None,
+    env: dict[str, str] | None,
+    with_stdin: bool,
+    merge_stderr: bool,
+    unit: Unit | None,
+    tracer: ExecTracer,
+    trace: ExecTrace,
+) -> SpawnedChild:
+    """On the tracer's spawner thread. The environment is always explicit: the server's own (env None) is
+    not changed for a spawn that runs beside the event loop."""
+    full_env = env if env is not None else dict(os.environ)
+    with contextlib.ExitStack() as spawning:
+        child_env = spawning.enter_context(unit.spawning(full_env)) if unit is not None else full_env
+        assert child_env is not None
+        path = resolve_program(argv[0], child_env)
+        buffer = first_path_buffer()
+        if buffer is None:  # no filter on this thread (the trace is unavailable for this tree)
+            return spawn(argv, cwd, child_env, with_stdin, merge_stderr, path)
+        # The filter lets this one exec through untrapped (it is the server's own): recorded here instead.
+        tracer.first_exec(trace, path, argv)
+        try:
+            child = spawn(argv, cwd, child_env, with_stdin, merge_stderr, path, buffer)
+        except OSError as exc:
+            tracer.first_exec_failed(trace, exc)
+            raise
+        tracer.first_exec_started(trace, child.pid)
+        return child
+
+
 def _produced(stdout: BoundedCapture, stderr: BoundedCapture | None) -> int:
     return stdout.total + (stderr.total if stderr is not None else 0)
 
 
-async def _feed_stdin(process: subprocess.Popen[bytes], data: bytes) -> None:
+async def _feed_stdin(process: _Child, data: bytes) -> None:
     """Write stdin without blocking the loop, then close it so a command reading stdin sees EOF."""
     assert process.stdin is not None
     loop = asyncio.get_running_loop()

@@ -13,12 +13,14 @@ import ctypes
 import os
 import signal
 import termios
+import threading
 import time
 from collections.abc import Callable
 
 from ptyprocess import PtyProcess
 
 from relay_shell.containment.units import Unit
+from relay_shell.trace.record import ExecTrace
 
 READ_CHUNK = 64 * 1024
 DRAIN_QUIET = 0.05  # after the leader exits, output still arriving within this window belongs to it
@@ -39,21 +41,37 @@ def _prepare_child() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
+def spawn_pty(
+    argv: list[str], cwd: str | None, env: dict[str, str], cols: int, rows: int, unit: Unit | None
+) -> PtyProcess:
+    """Start the terminal's program; on the exec tracer's spawner thread when the session is traced."""
+    with contextlib.ExitStack() as spawning:
+        child_env = spawning.enter_context(unit.spawning(env)) if unit is not None else env
+        # Raises FileNotFoundError when argv[0] is not found and OSError when exec fails.
+        return PtyProcess.spawn(argv, cwd=cwd, env=child_env, dimensions=(rows, cols), preexec_fn=_prepare_child)
+
+
 class LocalPty:
     kind = "local"
 
     def __init__(
-        self, argv: list[str], cwd: str | None, env: dict[str, str], cols: int, rows: int, unit: Unit | None = None
+        self,
+        argv: list[str],
+        cwd: str | None,
+        env: dict[str, str],
+        cols: int,
+        rows: int,
+        unit: Unit | None = None,
+        spawned: PtyProcess | None = None,  # started already (traced: trace/tracer.py's spawner thread)
+        exec_trace: ExecTrace | None = None,
+        spawner_hold: threading.Event | None = None,  # set when the terminal closes: its spawner thread may end
     ) -> None:
         # The terminal's processes live in a containment unit (None: its session alone), so closing it ends
         # those that left the terminal's session too (setsid, daemons).
         self.unit = unit
-        with contextlib.ExitStack() as spawning:
-            child_env = spawning.enter_context(unit.spawning(env)) if unit is not None else env
-            # Raises FileNotFoundError when argv[0] is not found and OSError when exec fails.
-            self.process = PtyProcess.spawn(
-                argv, cwd=cwd, env=child_env, dimensions=(rows, cols), preexec_fn=_prepare_child
-            )
+        self.exec_trace = exec_trace  # every exec of the terminal's tree; session_send takes windows of it
+        self.spawner_hold = spawner_hold
+        self.process = spawned if spawned is not None else spawn_pty(argv, cwd, env, cols, rows, unit)
         self.pid = self.process.pid
         if unit is not None:
             unit.started(self.pid)
@@ -230,6 +248,8 @@ class LocalPty:
             self.process.closed = True
         with contextlib.suppress(OSError):
             os.close(self.pidfd)
+        if self.spawner_hold is not None:
+            self.spawner_hold.set()
         if not self.ended:
             self.ended = True
             self.on_exit(self.exit_code, self.signal_name)

@@ -85,7 +85,11 @@ async def test_a_fork_loop_is_stopped_then_killed(tmp_path: Path, mode: str, cgr
     loop = f"n=0; while [ $n -lt 500 ]; do (setsid sleep {token}5 &); n=$((n+1)); done; echo >> {done}"
     command = f"for i in 1 2 3 4; do (setsid sh -c '{loop}' &); done; sleep 300"
     try:
-        async with contained(tmp_path / "audit.jsonl", mode, cgroup) as client:
+        # Untraced: the exec trace (adr/0019) answers a storm of execs one by one, oldest first, so the loops'
+        # sleeps would appear only seconds after they forked — the premise (sleeps running while the loops still
+        # fork) is about containment's timing without it. Under the trace the same storm is ended at the timeout
+        # too: tests/e2e/trace/test_exec_trace.py, test_an_exec_storm_is_ended_at_its_timeout.
+        async with contained(tmp_path / "audit.jsonl", mode, cgroup, exec_trace="off") as client:
             arguments = {"command": command, "timeout": 1}
             result = await call_while_running(client, "shell_exec", arguments, {token: 50})
             assert text_of(result).startswith("[TIMEOUT after 1s]"), text_of(result)

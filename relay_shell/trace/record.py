@@ -1,0 +1,154 @@
+"""One traced process tree's exec list as an audit record keeps it: the exact count, the first entries (capped in
+number and in size), and a SHA-256 over the full ordered list, computed as entries arrive. Memory stays bounded
+whatever the tree does: a fork bomb of execs only moves the counters and the digest.
+
+An entry: pid, ppid, the program's absolute path, argv redacted like audited arguments and bounded the same way
+(adr/0016: head + tail + length + SHA-256 of a long argument, the first 64 arguments then a digest), the time
+offset from the start of the trace, and whether the exec went on (`ok`; a refused one has `denied`).
+
+The digest covers what does not change between two runs of the same commands: per entry, in order, the path,
+the redacted argv and the outcome (not pids nor times), so identical runs give identical digests.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from typing import Any
+
+import orjson
+
+from relay_shell.audit.record import audit_arguments
+
+DEFAULT_ENTRIES = 64
+ENTRY_CHARS = 24 * 1024  # the kept entries' argv text, together: the end record stays well under its 64 KiB
+DENIED_KEPT = 16
+_REDACTED_CACHE_MAX = 1024
+
+
+class ExecTrace:
+    """The exec list of one call, one session, or one session_send (a window of its session's trace)."""
+
+    def __init__(self, max_entries: int = DEFAULT_ENTRIES) -> None:
+        self.started = time.monotonic()
+        self.max_entries = max_entries
+        self.count = 0
+        self.not_found = 0  # exec attempts of a path that does not exist: a PATH search's misses, typos
+        self.denied = 0
+        self.setid_dropped = 0  # set-user-ID programs run without their privilege (no_new_privs)
+        self.entries: list[dict[str, Any]] = []
+        self.entry_chars = 0
+        self.denied_execs: list[str] = []
+        self.digest = hashlib.sha256()
+        self.state = "traced"  # or "untraced: <why>" when the filter could not be installed for this tree
+        self.window: ExecTrace | None = None  # a session_send's trace gets the same entries while it runs
+        self.closed = False  # its record was written: later execs of the tree are late (counted by the tracer)
+        # The tree's first exec, made by the server itself and recorded by it (not trapped): its digest line
+        # waits until its outcome is known, and goes in before any other exec's (trace.flush_first).
+        self.first_line: bytes | None = None
+        self.first_entry: dict[str, Any] = {}
+
+    def wants_entry(self) -> bool:
+        """Whether the next exec is listed (here or in the window): only then is its entry made."""
+        if len(self.entries) < self.max_entries and self.entry_chars < ENTRY_CHARS:
+            return True
+        return self.window is not None and self.window.wants_entry()
+
+    def flush_first(self) -> None:
+        if self.first_line is not None:
+            self.digest.update(self.first_line)
+            self.first_line = None
+
+    def add(self, entry: dict[str, Any] | None, digest_line: bytes, denied_text: str | None, setid: bool) -> None:
+        self.flush_first()
+        self.count += 1
+        self.digest.update(digest_line)
+        if denied_text is not None:
+            self.denied += 1
+            if len(self.denied_execs) < DENIED_KEPT:
+                self.denied_execs.append(denied_text)
+        if setid:
+            self.setid_dropped += 1
+        if entry is not None and len(self.entries) < self.max_entries and self.entry_chars < ENTRY_CHARS:
+            self.entries.append(entry)
+            self.entry_chars += len(entry["path"]) + sum(len(str(item)) for item in entry["argv"])
+        if self.window is not None:
+            self.window.add(entry, digest_line, denied_text, setid)
+
+    def missed(self) -> None:
+        self.flush_first()
+        self.not_found += 1
+        if self.window is not None:
+            self.window.missed()
+
+    def record(self) -> dict[str, Any]:
+        """The `execs` field."""
+        self.flush_first()
+        fields: dict[str, Any] = {
+            "count": self.count,
+            "entries": list(self.entries),
+            "entries_omitted": self.count - len(self.entries),
+            "sha256": self.digest.hexdigest(),
+            "not_found": self.not_found,
+        }
+        if self.denied:
+            fields["denied"] = self.denied
+        if self.setid_dropped:
+            fields["setid_dropped"] = self.setid_dropped
+        if self.state != "traced":
+            fields["state"] = self.state
+        return fields
+
+
+# argv -> its redacted, bounded form, for argv that redaction leaves as they are (the key is then exactly what the
+# log shows: no secret is kept in memory); the same `/bin/true` a thousand times is redacted once.
+_unchanged: dict[tuple[str, ...], list[Any]] = {}
+
+
+def redacted_argv(argv: list[str]) -> list[Any]:
+    """argv redacted and bounded like audited arguments."""
+    key = tuple(argv)
+    cached = _unchanged.get(key)
+    if cached is not None:
+        return cached
+    bounded = audit_arguments({"argv": argv})["argv"]
+    shown = list(bounded) if isinstance(bounded, list) else [bounded]
+    if shown == argv:
+        if len(_unchanged) >= _REDACTED_CACHE_MAX:
+            _unchanged.clear()
+        _unchanged[key] = shown
+    return shown
+
+
+def digest_line(path: str, shown: list[Any], outcome: str) -> bytes:
+    """One exec's line of the trace's digest: what two identical runs share (no pid, no time)."""
+    return orjson.dumps([path, shown, outcome]) + b"\n"
+
+
+def entry_of(
+    trace_started: float,
+    pid: int,
+    ppid: int,
+    path: str,
+    shown: list[Any],
+    argc: int,
+    argv_len: int,
+    cut: bool,
+    outcome: str,
+) -> dict[str, Any]:
+    entry: dict[str, Any] = {
+        "pid": pid,
+        "ppid": ppid,
+        "path": path,
+        "argv": shown,
+        "t_ms": round((time.monotonic() - trace_started) * 1000, 1),
+        "ok": outcome == "ok",
+    }
+    if argc != argv_len or cut:
+        entry["argc"] = argc
+        entry["argv_cut"] = True
+    if outcome == "denied":
+        entry["denied"] = True
+    elif outcome != "ok":
+        entry["error"] = outcome
+    return entry

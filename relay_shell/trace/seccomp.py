@@ -1,0 +1,189 @@
+"""A small ctypes layer over seccomp user notification (Linux >= 5.5): a hand-built BPF filter that sends every
+execve/execveat to a listener fd, and the three ioctls that receive a notification, check it is still valid and
+answer it. No binding, no compiled code (adr/0019).
+
+The filter is installed on the calling thread only (no TSYNC): filters belong to a thread and are inherited by
+the children it creates, so a short-lived spawner thread carries it into one call's process tree and takes it
+away again when it ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import fcntl
+import os
+import platform
+import struct
+
+# linux/seccomp.h
+SECCOMP_SET_MODE_FILTER = 1
+SECCOMP_FILTER_FLAG_NEW_LISTENER = 1 << 3
+SECCOMP_RET_ALLOW = 0x7FFF0000
+SECCOMP_RET_USER_NOTIF = 0x7FC00000
+SECCOMP_USER_NOTIF_FLAG_CONTINUE = 1
+PR_SET_NO_NEW_PRIVS = 38
+PR_GET_NO_NEW_PRIVS = 39
+# linux/filter.h opcodes
+_BPF_LD_W_ABS = 0x20  # BPF_LD | BPF_W | BPF_ABS
+_BPF_JEQ_K = 0x15  # BPF_JMP | BPF_JEQ | BPF_K
+_BPF_RET_K = 0x06  # BPF_RET | BPF_K
+_X32_BIT = 0x40000000
+
+
+def _iowr(number: int, size: int) -> int:
+    return (3 << 30) | (size << 16) | (ord("!") << 8) | number
+
+
+NOTIF_SIZE = 80  # struct seccomp_notif: id u64, pid u32, flags u32, seccomp_data (nr, arch, ip, args[6])
+RESP_SIZE = 24  # struct seccomp_notif_resp: id u64, val s64, error s32, flags u32
+IOCTL_NOTIF_RECV = _iowr(0, NOTIF_SIZE)
+IOCTL_NOTIF_SEND = _iowr(1, RESP_SIZE)
+IOCTL_NOTIF_ID_VALID = (1 << 30) | (8 << 16) | (ord("!") << 8) | 2  # _IOW('!', 2, __u64)
+
+# Per machine: the seccomp syscall number, and per audit arch the execve and execveat numbers the filter traps.
+_ARCHES: dict[str, tuple[int, dict[int, tuple[int, ...]]]] = {
+    "x86_64": (
+        317,
+        {
+            0xC000003E: (59, 322, _X32_BIT | 520, _X32_BIT | 545),  # x86_64 and x32 (same audit arch)
+            0x40000003: (11, 358),  # i386 (int 0x80 from a 64-bit process, or a 32-bit program)
+        },
+    ),
+    "aarch64": (277, {0xC00000B7: (221, 281)}),
+}
+EXECVEAT_NUMBERS = {322, _X32_BIT | 545, 358, 281}
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.syscall.restype = ctypes.c_long
+_libc.ioctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_void_p]
+_libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+
+
+class TraceUnavailable(Exception):
+    """The filter cannot be installed here; the message says why."""
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+def _program(first_path: int | None) -> bytes:
+    """The BPF program: per known audit arch, trap its execve/execveat numbers; allow everything else. With
+    `first_path`, the native execve whose path pointer is exactly that address is allowed untrapped: the one
+    exec the server makes itself, from its own memory, as the tree's first (trace/spawn.py); no program of the
+    tree can know that address of the server's memory (a process that could read the server's memory could
+    ptrace it, which the trace does not claim to withstand, adr/0019).
+
+    Layout: load arch; one `jeq arch` per arch to its block; allow. A block: load nr; one `jeq nr` per trapped
+    number to `notify` (the native execve to `check` when first_path is set); allow. Then `check` (both 32-bit
+    halves of args[0]), `notify`, `allow`. BPF jumps only forward; offsets count from the next instruction."""
+    machine = platform.machine()
+    if machine not in _ARCHES:
+        raise TraceUnavailable(f"no exec filter for the {machine} architecture (x86_64, aarch64 are known)")
+    arches = _ARCHES[machine][1]
+    native_execve = next(iter(arches.values()))[0]
+    block_sizes = [len(numbers) + 2 for numbers in arches.values()]
+    dispatch_end = 1 + len(arches) + 1
+    check_at = dispatch_end + sum(block_sizes)
+    notify_at = check_at + (4 if first_path is not None else 0)
+    allow_at = notify_at + 1
+    instructions = [(_BPF_LD_W_ABS, 0, 0, 4)]  # seccomp_data.arch
+    block_start = dispatch_end
+    for index, arch in enumerate(arches):
+        instructions.append((_BPF_JEQ_K, block_start - len(instructions) - 1, 0, arch))
+        block_start += block_sizes[index]
+    instructions.append((_BPF_RET_K, 0, 0, SECCOMP_RET_ALLOW))
+    for arch_index, numbers in enumerate(arches.values()):
+        instructions.append((_BPF_LD_W_ABS, 0, 0, 0))  # seccomp_data.nr
+        for number in numbers:
+            checked = first_path is not None and arch_index == 0 and number == native_execve
+            target = check_at if checked else notify_at
+            instructions.append((_BPF_JEQ_K, target - len(instructions) - 1, 0, number))
+        instructions.append((_BPF_RET_K, 0, 0, SECCOMP_RET_ALLOW))
+    if first_path is not None:
+        here = len(instructions)
+        instructions.append((_BPF_LD_W_ABS, 0, 0, 16))  # args[0], low half (little-endian)
+        instructions.append((_BPF_JEQ_K, 0, notify_at - here - 2, first_path & 0xFFFFFFFF))
+        instructions.append((_BPF_LD_W_ABS, 0, 0, 20))  # args[0], high half
+        instructions.append((_BPF_JEQ_K, allow_at - here - 4, notify_at - here - 4, first_path >> 32))
+    instructions.append((_BPF_RET_K, 0, 0, SECCOMP_RET_USER_NOTIF))
+    instructions.append((_BPF_RET_K, 0, 0, SECCOMP_RET_ALLOW))
+    return b"".join(struct.pack("=HBBI", *instruction) for instruction in instructions)
+
+
+def install_listener(no_new_privs: bool, first_path: int | None = None) -> int:
+    """Install the exec filter on the calling thread; returns the listener fd (close-on-exec). With
+    `no_new_privs` the thread (and what it starts) first gets no_new_privs, which a filter needs without
+    CAP_SYS_ADMIN. `first_path`: see _program. OSError when the kernel refuses."""
+    code_bytes = _program(first_path)
+    if no_new_privs and _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, f"prctl(PR_SET_NO_NEW_PRIVS): {os.strerror(code)}")
+    program = ctypes.create_string_buffer(code_bytes, len(code_bytes))
+    fprog = _SockFprog(len(code_bytes) // 8, ctypes.cast(program, ctypes.c_void_p))
+    number = _ARCHES[platform.machine()][0]
+    fd = _libc.syscall(
+        ctypes.c_long(number),
+        ctypes.c_long(SECCOMP_SET_MODE_FILTER),
+        ctypes.c_long(SECCOMP_FILTER_FLAG_NEW_LISTENER),
+        ctypes.byref(fprog),
+    )
+    if fd < 0:
+        code = ctypes.get_errno()
+        raise OSError(code, f"seccomp(SECCOMP_SET_MODE_FILTER, NEW_LISTENER): {os.strerror(code)}")
+    os.set_inheritable(fd, False)  # the kernel makes it close-on-exec already; say so anyway
+    return int(fd)
+
+
+def close_quietly(listener: int) -> None:
+    with contextlib.suppress(OSError):
+        os.close(listener)
+
+
+def no_new_privs_set() -> bool:
+    return bool(_libc.prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) == 1)
+
+
+_NOTIF = struct.Struct("=QIIiIQ6Q")  # id, pid, flags, nr, arch, instruction pointer, args[6]
+_RESP = struct.Struct("=QqiI")  # id, val, error, flags
+_ID = struct.Struct("=Q")
+
+
+class Notifications:
+    """Receive and answer the notifications of one listener. fcntl.ioctl, not ctypes: a third of the cost per
+    call, and these calls are on every exec's path."""
+
+    def __init__(self, listener: int) -> None:
+        self.listener = listener
+
+    def receive(self) -> tuple[int, int, int, tuple[int, ...]] | None:
+        """(id, pid, syscall nr, its six arguments); None when nothing is pending (the process was killed
+        between the wake-up and the receive: ENOENT) or on EINTR."""
+        buffer = bytearray(NOTIF_SIZE)  # NOTIF_RECV refuses a buffer that is not zeroed (EINVAL)
+        try:
+            fcntl.ioctl(self.listener, IOCTL_NOTIF_RECV, buffer, True)
+        except OSError as exc:
+            if exc.errno in (errno.ENOENT, errno.EINTR, errno.EAGAIN):
+                return None
+            raise
+        fields = _NOTIF.unpack(buffer)
+        return fields[0], fields[1], fields[3], fields[6:12]
+
+    def valid(self, notif_id: int) -> bool:
+        """The process is still waiting on this notification: what was read from its memory was its own."""
+        try:
+            fcntl.ioctl(self.listener, IOCTL_NOTIF_ID_VALID, _ID.pack(notif_id))
+        except OSError:
+            return False
+        return True
+
+    def answer(self, notif_id: int, error: int = 0) -> None:
+        """Let the exec go on (error 0), or fail it with -error. A process gone meanwhile is not an error."""
+        flags = SECCOMP_USER_NOTIF_FLAG_CONTINUE if error == 0 else 0
+        try:
+            fcntl.ioctl(self.listener, IOCTL_NOTIF_SEND, _RESP.pack(notif_id, 0, -error if error else 0, flags))
+        except OSError as exc:
+            if exc.errno not in (errno.ENOENT, errno.EINTR):
+                raise

@@ -1,0 +1,198 @@
+"""One-shot spawns under the exec trace: glibc's posix_spawn called through ctypes.
+
+Why not subprocess.Popen: under the trace the new process's execve waits for the server to answer its
+notification, and Popen's vfork suspends the spawning thread until that execve is done. CPython 3.11 (what
+Debian 12 ships) holds the GIL across that vfork, so no thread of the server could answer: a deadlock. A ctypes
+call releases the GIL, and glibc's posix_spawn is a vfork-style clone too, so spawning stays as cheap as
+Popen's (a fork of the server costs ~1.4 ms more per call, adr/0019). Used only for traced calls; what Popen
+does that matters here is done the same way: the PATH of the child's environment is searched, a new session,
+the working directory, stdin from /dev/null or a pipe, SIGPIPE and SIGXFSZ back to their defaults, no other
+descriptor inherited.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import os
+import select
+import signal
+import subprocess
+from typing import IO
+
+_POSIX_SPAWN_SETSIGDEF = 0x04
+_POSIX_SPAWN_SETSIGMASK = 0x08
+_POSIX_SPAWN_SETSID = 0x80
+_OPAQUE = 1024  # bytes for posix_spawn_file_actions_t (80 on glibc x86_64) and posix_spawnattr_t (336)
+_SIGSET = 128
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.posix_spawn.argtypes = [
+    ctypes.POINTER(ctypes.c_int),
+    ctypes.c_char_p,
+    ctypes.c_void_p,
+    ctypes.c_void_p,
+    ctypes.POINTER(ctypes.c_char_p),
+    ctypes.POINTER(ctypes.c_char_p),
+]
+_HAS_CLOSEFROM = hasattr(_libc, "posix_spawn_file_actions_addclosefrom_np")
+_HAS_CHDIR = hasattr(_libc, "posix_spawn_file_actions_addchdir_np")
+
+
+class SpawnedChild:
+    """The parts of subprocess.Popen that local/process.py uses: pid, the pipes, wait() and returncode."""
+
+    def __init__(self, pid: int, stdin: IO[bytes] | None, stdout: IO[bytes], stderr: IO[bytes] | None) -> None:
+        self.pid = pid
+        self.stdin = stdin
+        self.stdout: IO[bytes] | None = stdout
+        self.stderr = stderr
+        self.returncode: int | None = None
+
+    def wait(self, timeout: float | None = None) -> int:
+        """Reap the child (it has exited or was SIGKILLed); subprocess.TimeoutExpired after `timeout`."""
+        if self.returncode is not None:
+            return self.returncode
+        pidfd = os.pidfd_open(self.pid)
+        try:
+            poller = select.poll()
+            poller.register(pidfd, select.POLLIN)
+            if not poller.poll(None if timeout is None else int(timeout * 1000)):
+                raise subprocess.TimeoutExpired(str(self.pid), timeout or 0.0)
+        finally:
+            os.close(pidfd)
+        try:
+            _, status = os.waitpid(self.pid, 0)
+        except ChildProcessError:  # reaped elsewhere (the containment's sweep): its status is gone
+            status = 0
+        self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+
+def _array(items: list[bytes]) -> ctypes.Array[ctypes.c_char_p]:
+    array = (ctypes.c_char_p * (len(items) + 1))()
+    for index, item in enumerate(items):
+        array[index] = item
+    array[len(items)] = None
+    return array
+
+
+def resolve_program(program: str, env: dict[str, str] | None) -> str:
+    """The executable Popen would run: a name with a slash as it is, else the first executable file found on
+    the child's PATH (its environment's, else the server's)."""
+    if "/" in program:
+        return program
+    denied = False
+    for directory in os.get_exec_path(env):
+        candidate = os.path.join(directory, program)
+        if os.path.isfile(candidate):
+            if os.access(candidate, os.X_OK):
+                return candidate
+            denied = True
+    if denied:
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), program)
+    raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), program)
+
+
+def spawn(
+    argv: list[str],
+    cwd: str | None,
+    env: dict[str, str],
+    with_stdin: bool,
+    merge_stderr: bool,
+    path: str,
+    path_buffer: ctypes.Array[ctypes.c_char] | None = None,
+) -> SpawnedChild:
+    """Start the program at `path` (resolve_program's) with argv in a new session, with pipes for stdout (and
+    stderr unless merged) and stdin (or /dev/null). OSError as Popen raises it when the program cannot run.
+    `path_buffer`: the spawner thread's (trace/spawners.py), the one path its filter lets through."""
+    encoded_path = os.fsencode(path)
+    path_argument: bytes | ctypes.c_char_p = encoded_path
+    if path_buffer is not None and len(encoded_path) < len(path_buffer):
+        path_buffer.value = encoded_path
+        path_argument = ctypes.cast(path_buffer, ctypes.c_char_p)
+    encoded_env = [os.fsencode(f"{name}={value}") for name, value in env.items()]
+    actions = ctypes.create_string_buffer(_OPAQUE)
+    attributes = ctypes.create_string_buffer(_OPAQUE)
+    defaults = ctypes.create_string_buffer(_SIGSET)
+    empty_mask = ctypes.create_string_buffer(_SIGSET)
+    parent_ends: list[int] = []
+    child_ends: list[int] = []
+    try:
+        stdout_read, stdout_write = os.pipe2(os.O_CLOEXEC)
+        parent_ends.append(stdout_read)
+        child_ends.append(stdout_write)
+        stderr_read = stderr_write = -1
+        if not merge_stderr:
+            stderr_read, stderr_write = os.pipe2(os.O_CLOEXEC)
+            parent_ends.append(stderr_read)
+            child_ends.append(stderr_write)
+        stdin_read = stdin_write = -1
+        if with_stdin:
+            stdin_read, stdin_write = os.pipe2(os.O_CLOEXEC)
+            parent_ends.append(stdin_write)
+            child_ends.append(stdin_read)
+        _check(_libc.posix_spawn_file_actions_init(actions))
+        try:
+            _check(_libc.posix_spawnattr_init(attributes))
+            try:
+                if with_stdin:
+                    _check(_libc.posix_spawn_file_actions_adddup2(actions, stdin_read, 0))
+                else:
+                    _check(_libc.posix_spawn_file_actions_addopen(actions, 0, b"/dev/null", os.O_RDONLY, 0))
+                _check(_libc.posix_spawn_file_actions_adddup2(actions, stdout_write, 1))
+                stderr_target = stdout_write if merge_stderr else stderr_write
+                _check(_libc.posix_spawn_file_actions_adddup2(actions, stderr_target, 2))
+                if cwd is not None:
+                    if not _HAS_CHDIR:
+                        raise OSError(errno.ENOSYS, "posix_spawn_file_actions_addchdir_np is missing (glibc < 2.29)")
+                    _check(_libc.posix_spawn_file_actions_addchdir_np(actions, os.fsencode(cwd)))
+                if _HAS_CLOSEFROM:
+                    _check(_libc.posix_spawn_file_actions_addclosefrom_np(actions, 3))
+                _libc.sigemptyset(defaults)
+                _libc.sigaddset(defaults, signal.SIGPIPE)
+                _libc.sigaddset(defaults, signal.SIGXFSZ)
+                _libc.sigemptyset(empty_mask)
+                _check(_libc.posix_spawnattr_setsigdefault(attributes, defaults))
+                _check(_libc.posix_spawnattr_setsigmask(attributes, empty_mask))
+                flags = _POSIX_SPAWN_SETSID | _POSIX_SPAWN_SETSIGDEF | _POSIX_SPAWN_SETSIGMASK
+                _check(_libc.posix_spawnattr_setflags(attributes, ctypes.c_short(flags)))
+                pid = ctypes.c_int(0)
+                encoded_argv = [os.fsencode(item) for item in argv]
+                # The GIL is released for this call: the trace's answer to the first execve comes from the loop.
+                code = _libc.posix_spawn(
+                    ctypes.byref(pid),
+                    path_argument,
+                    actions,
+                    attributes,
+                    _array(encoded_argv),
+                    _array(encoded_env),
+                )
+                if code != 0:
+                    filename = cwd if code == errno.ENOENT and cwd is not None and not os.path.isdir(cwd) else argv[0]
+                    raise OSError(code, os.strerror(code), filename)
+            finally:
+                _libc.posix_spawnattr_destroy(attributes)
+        finally:
+            _libc.posix_spawn_file_actions_destroy(actions)
+    except BaseException:
+        for descriptor in parent_ends:
+            with contextlib.suppress(OSError):
+                os.close(descriptor)
+        raise
+    finally:
+        for descriptor in child_ends:
+            with contextlib.suppress(OSError):
+                os.close(descriptor)
+    return SpawnedChild(
+        pid.value,
+        open(stdin_write, "wb", buffering=0) if with_stdin else None,
+        open(stdout_read, "rb", buffering=0),
+        open(stderr_read, "rb", buffering=0) if not merge_stderr else None,
+    )
+
+
+def _check(code: int) -> None:
+    if code != 0:
+        raise OSError(code, os.strerror(code))

@@ -1,0 +1,74 @@
+"""The exec list's bounds (trace/record.py): whatever a tree executes, the count and the digest go on, the entries,
+their argv text and the refused-exec texts stop at their caps, and the redaction cache stays bounded. Pure data:
+the processes that feed it are covered end to end in tests/e2e/trace."""
+
+from __future__ import annotations
+
+import hashlib
+
+import orjson
+
+from relay_shell.trace import record
+from relay_shell.trace.record import DENIED_KEPT, ENTRY_CHARS, ExecTrace, digest_line, entry_of, redacted_argv
+
+
+def add(trace: ExecTrace, argv: list[str], outcome: str = "ok") -> None:
+    shown = redacted_argv(argv)
+    entry = entry_of(trace.started, 10, 1, "/bin/" + argv[0], shown, len(argv), len(argv), False, outcome)
+    denied = " ".join(argv) if outcome == "denied" else None
+    trace.add(entry if trace.wants_entry() else None, digest_line("/bin/" + argv[0], shown, outcome), denied, False)
+
+
+def test_a_flood_of_execs_moves_only_the_counters_and_the_digest() -> None:
+    trace = ExecTrace(64)
+    expected = hashlib.sha256()
+    for number in range(20000):
+        argv = ["true", str(number)]
+        add(trace, argv, "denied" if number % 1000 == 0 else "ok")
+        outcome = "denied" if number % 1000 == 0 else "ok"
+        expected.update(orjson.dumps(["/bin/true", argv, outcome]) + b"\n")
+    fields = trace.record()
+    assert fields["count"] == 20000 and fields["denied"] == 20
+    assert len(fields["entries"]) == 64 and fields["entries_omitted"] == 20000 - 64
+    assert len(trace.denied_execs) == DENIED_KEPT
+    assert fields["sha256"] == expected.hexdigest()  # over the full ordered list, not the kept entries
+    assert len(record._unchanged) <= record._REDACTED_CACHE_MAX
+
+
+def test_long_argv_text_stops_the_entries_before_their_number_does() -> None:
+    trace = ExecTrace(1024)
+    for _ in range(200):
+        add(trace, ["echo", "x" * 1000])
+    assert trace.count == 200
+    assert trace.entry_chars >= ENTRY_CHARS and len(trace.entries) < 200
+    assert len(orjson.dumps(trace.record())) < 48 * 1024  # the end record stays under its 64 KiB
+
+
+def test_a_secret_argv_is_redacted_and_not_kept_as_a_cache_key() -> None:
+    shown = redacted_argv(["mysql", "-u", "root", "-pHUNTER2SECRET"])
+    assert shown == ["mysql", "-u", "root", "-p[REDACTED]"]
+    assert not any("HUNTER2SECRET" in " ".join(key) for key in record._unchanged)
+
+
+def test_identical_runs_give_identical_digests_whatever_the_pids_and_times() -> None:
+    digests = []
+    for pid in (100, 200):
+        trace = ExecTrace(64)
+        for name in ("sh", "ls", "rm"):
+            shown = redacted_argv([name])
+            entry = entry_of(trace.started, pid, pid - 1, f"/bin/{name}", shown, 1, 1, False, "ok")
+            trace.add(entry, digest_line(f"/bin/{name}", shown, "ok"), None, False)
+        digests.append(trace.record()["sha256"])
+    assert digests[0] == digests[1]
+
+
+def test_a_session_window_gets_the_same_execs_while_it_is_open() -> None:
+    session = ExecTrace(64)
+    add(session, ["before"])
+    window = ExecTrace(64)
+    session.window = window
+    add(session, ["during"])
+    session.window = None
+    add(session, ["after"])
+    assert [entry["argv"] for entry in window.record()["entries"]] == [["during"]]
+    assert session.record()["count"] == 3
