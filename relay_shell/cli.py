@@ -74,6 +74,14 @@ def serve(check_only: bool) -> int:
             except KeyFileError as exc:
                 print(f"relay-shell: configuration error: RELAY_SHELL_AUDIT_SIGNING_KEY: {exc}", file=sys.stderr)
                 return EXIT_CONFIG
+        if settings.audit_syslog.startswith("tls://"):  # the CA and client certificate files hold usable PEM
+            from relay_shell.audit.offhost import syslog_tls
+
+            try:
+                syslog_tls(settings)
+            except ConfigError as exc:
+                print(f"relay-shell: configuration error: {exc}", file=sys.stderr)
+                return EXIT_CONFIG
         print(f"relay-shell {__version__}: configuration OK (audit log {settings.audit_path} is writable)")
         return 0
 

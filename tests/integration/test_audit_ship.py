@@ -19,6 +19,7 @@ import pytest
 
 from relay_shell.audit.log import AuditLog
 from relay_shell.audit.ship import Shipper, state_path_for
+from relay_shell.audit.syslog import tls_context
 from relay_shell.config import SyslogTarget, syslog_target
 from relay_shell.metrics import Metrics
 from tests.journald import Journald
@@ -215,7 +216,7 @@ def test_tls_checks_the_host_name(tmp_path: Path) -> None:
     log = AuditLog(tmp_path / "audit.jsonl")
     log.open()
     write(log, 1)
-    shipper = Shipper(log, syslog_target(f"tls://127.0.0.1:{port}"), ca, Metrics(enabled=False))
+    shipper = Shipper(log, syslog_target(f"tls://127.0.0.1:{port}"), tls_context(ca), Metrics(enabled=False))
     shipper.start()
     wait_until(lambda: shipper.error_count >= 1)
     shipper.stop()

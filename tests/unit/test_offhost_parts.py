@@ -221,3 +221,58 @@ def test_verify_takes_the_key_of_each_period(tmp_path: Path, capsys: pytest.Capt
     assert "4 signature(s) verified" in capsys.readouterr().out
     assert main(["audit", "verify", path, "--public-key", f"{tmp_path}/new.key.pub"]) == 1
     assert "not by the public key given" in capsys.readouterr().err
+
+
+def test_a_ca_file_without_a_certificate_is_a_config_error_at_check_and_start(
+    clean_env: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The file exists but holds no PEM certificate: --check-config and start-up both refuse, naming the setting
+    (before, both said OK and the shipper then failed every connection with an error naming nothing)."""
+    from relay_shell.cli import EXIT_CONFIG, main
+
+    garbage = clean_env / "ca.pem"
+    garbage.write_text("garbage\n")
+    monkeypatch.setenv("RELAY_SHELL_AUDIT_SYSLOG", "tls://127.0.0.1:6514")
+    monkeypatch.setenv("RELAY_SHELL_AUDIT_SYSLOG_CA", str(garbage))
+    for argv in (["--check-config"], []):
+        assert main(argv) == EXIT_CONFIG
+        error = capsys.readouterr().err
+        assert "configuration error: RELAY_SHELL_AUDIT_SYSLOG_CA:" in error and str(garbage) in error, error
+        assert "Traceback" not in error
+
+
+def test_a_client_certificate_that_does_not_load_is_a_config_error(
+    clean_env: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from relay_shell.cli import EXIT_CONFIG, main
+    from tests.rsyslog import make_test_ca
+
+    ca, cert, key = make_test_ca(clean_env)
+    monkeypatch.setenv("RELAY_SHELL_AUDIT_SYSLOG", "tls://127.0.0.1:6514")
+    monkeypatch.setenv("RELAY_SHELL_AUDIT_SYSLOG_CA", str(ca))
+    monkeypatch.setenv("RELAY_SHELL_AUDIT_SYSLOG_CERT", str(cert))
+    monkeypatch.setenv("RELAY_SHELL_AUDIT_SYSLOG_KEY", str(ca))  # a certificate, not its key
+    assert main(["--check-config"]) == EXIT_CONFIG
+    error = capsys.readouterr().err
+    assert "RELAY_SHELL_AUDIT_SYSLOG_CERT / RELAY_SHELL_AUDIT_SYSLOG_KEY:" in error, error
+    monkeypatch.setenv("RELAY_SHELL_AUDIT_SYSLOG_KEY", str(key))
+    assert main(["--check-config"]) == 0, capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("settings", "fragment"),
+    [
+        ({"AUDIT_SYSLOG": "tcp://127.0.0.1:514", "AUDIT_SYSLOG_CA": "FILE"}, "AUDIT_SYSLOG_CA is set"),
+        ({"AUDIT_SYSLOG_CERT": "FILE", "AUDIT_SYSLOG_KEY": "FILE"}, "AUDIT_SYSLOG_CERT is set"),
+        ({"AUDIT_SYSLOG": "tls://h:6514", "AUDIT_SYSLOG_CERT": "FILE"}, "AUDIT_SYSLOG_KEY is empty"),
+    ],
+)
+def test_tls_files_for_a_target_without_tls_or_half_a_client_certificate_are_refused(
+    clean_env: Path, monkeypatch: pytest.MonkeyPatch, settings: dict[str, str], fragment: str
+) -> None:
+    existing = clean_env / "some.pem"
+    existing.write_text("x")
+    for name, value in settings.items():
+        monkeypatch.setenv(f"RELAY_SHELL_{name}", str(existing) if value == "FILE" else value)
+    with pytest.raises(ConfigError, match=fragment):
+        load_settings()
