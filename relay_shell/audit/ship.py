@@ -2,15 +2,21 @@
 
 A thread reads the log from where it stopped and sends every line, exactly as written, as one RFC 5424 message
 (audit/syslog.py). Calls never wait for it: nothing on the call path knows it exists, it polls the file, and what
-it holds in memory is one batch (at most BATCH_BYTES) and a short list of positions awaiting confirmation.
+it holds in memory is one batch (at most BATCH_BYTES), at most PENDING_MAX positions awaiting confirmation and at
+most SEEN_MAX observations of the log's seq. It shares the GIL with the calls: each line is parsed once, batches
+are small, and while calls write records a catch-up rests PACE times as long as each batch took.
 
 Position and delivery. A position is (file, byte offset after a line, seq and chain of that line's record). The
-position *sent* moves as batches go out; a position is *confirmed* when the collector's TCP has acknowledged
-every byte up to it (SIOCOUTQ is 0) and the connection then stayed up for CONFIRM_DELAY seconds (a collector
-killed meanwhile loses what it held in memory; we saw it close and send again). Only confirmed positions are saved
-in the state file (atomically, next to the log). After a restart, a collector outage or any doubt, shipping
-resumes from the confirmed position: at-least-once; the receiver drops duplicates by `seq`. Datagram targets
-(udp, unix) are confirmed when sent: UDP is lossy and documented so.
+position *sent* moves as batches go out; right after a send the connection's `bytes_acked + SIOCOUTQ` (TCP_INFO
+of the raw socket, under TLS too) is the value bytes_acked reaches once the collector's TCP has acknowledged that
+position; it is then *acknowledged* (what lag counts), whatever was sent after it and is still in flight, and
+*confirmed* once the connection stayed up CONFIRM_DELAY seconds more (a collector killed meanwhile loses what it
+held in memory; we see it close and send again). Only confirmed positions are saved in the state file
+(atomically and fsynced, next to the log). After a restart, a collector outage or any doubt, shipping resumes
+from the confirmed position: at-least-once; the receiver drops duplicates by `seq`. A failed send or a collector
+closing the connection keeps the reconnection backoff growing until a position is confirmed again. Datagram
+targets (udp, unix) are confirmed when sent: UDP is lossy and documented so; a record too large for one datagram
+goes as a stub (its seq, length and SHA-256: syslog.oversize_stub), counted as an error.
 
 Rotation, as audit/log.py does it. Renamed: the old file is read to its end, then the new one from its start.
 Copy-truncated: the rest of the old content is read from the copy (a file in the same directory whose name starts
@@ -49,7 +55,7 @@ from relay_shell.audit.syslog import (
 from relay_shell.config import SyslogTarget
 from relay_shell.metrics import Metrics
 
-BATCH_BYTES = 64 * 1024  # read and sent at once: a small batch holds the GIL briefly (calls keep their latency)
+BATCH_BYTES = 16 * 1024  # read and sent at once: a small batch holds the GIL briefly (~0.5 ms; calls keep latency)
 PACE = 4.0  # while calls write records, rest this many times as long as a batch took (the shipper's share ≤ 1/5)
 PENDING_MAX = 256  # positions awaiting confirmation at most: past it, neighbours merge (resolution halves)
 SEEN_MAX = 256  # (seq, time) observations of the log kept for lag_seconds at most: past it, every other goes
