@@ -56,7 +56,7 @@ from relay_shell.config import SyslogTarget
 from relay_shell.metrics import Metrics
 
 BATCH_BYTES = 16 * 1024  # read and sent at once: a small batch holds the GIL briefly (~0.5 ms; calls keep latency)
-PACE = 4.0  # while calls write records, rest this many times as long as a batch took (the shipper's share ≤ 1/5)
+PACE = 9.0  # while calls write records, rest this many times as long as a batch took (its GIL share ≤ 1/10)
 PENDING_MAX = 256  # positions awaiting confirmation at most: past it, neighbours merge (resolution halves)
 SEEN_MAX = 256  # (seq, time) observations of the log kept for lag_seconds at most: past it, every other goes
 POLL_SECONDS = 0.02  # how often an idle shipper looks for new records
