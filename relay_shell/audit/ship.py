@@ -56,6 +56,7 @@ from relay_shell.config import SyslogTarget
 from relay_shell.metrics import Metrics
 
 BATCH_BYTES = 16 * 1024  # read and sent at once: a small batch holds the GIL briefly (~0.5 ms; calls keep latency)
+LINE_MAX = 1 << 20  # a line is read whole up to this (a record is at most 64 KiB); longer is shipped cut
 PACE = 9.0  # while calls write records, rest this many times as long as a batch took (its GIL share ≤ 1/10)
 PENDING_MAX = 256  # positions awaiting confirmation at most: past it, neighbours merge (resolution halves)
 SEEN_MAX = 256  # (seq, time) observations of the log kept for lag_seconds at most: past it, every other goes
@@ -357,12 +358,14 @@ class Shipper:
         if not data:
             self._at_end()
             return []
+        if len(data) == BATCH_BYTES and b"\n" not in data:  # one record longer than a batch (up to 64 KiB)
+            data += self.handle.read(LINE_MAX - BATCH_BYTES)
         end = data.rfind(b"\n") + 1
         if end == 0:
-            if len(data) < BATCH_BYTES:  # a line still being written (one write, but we may read between)
+            if len(data) < LINE_MAX:  # a line still being written (one write, but we may read between)
                 self.handle.seek(self.sent.offset)
                 return []
-            end = len(data)  # a line longer than a batch is no record the log writes: ship it cut, as it is
+            end = len(data)  # a line this long is no record the log writes: ship it cut, as it is
         if end < len(data):
             self.handle.seek(self.sent.offset + end)
         parts = data[:end].split(b"\n")  # lines end at "\n" only, as the log writes them
