@@ -276,3 +276,24 @@ def test_tls_files_for_a_target_without_tls_or_half_a_client_certificate_are_ref
         monkeypatch.setenv(f"RELAY_SHELL_{name}", str(existing) if value == "FILE" else value)
     with pytest.raises(ConfigError, match=fragment):
         load_settings()
+
+
+def test_verify_tells_not_signed_yet_and_a_copy_without_records_apart(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An intact chain without any checkpoint is exit 4 (not 1, tampering); a copy holding no audit record at all
+    (the wrong file) is exit 2 (not 3, lag)."""
+    from relay_shell.cli import EXIT_CONFIG, EXIT_NOT_SIGNED, main
+
+    log = AuditLog(tmp_path / "audit.jsonl")
+    log.open()
+    for index in range(3):
+        log.write({"v": 1, "tool": "shell_exec", "index": index})
+    generate_keypair(tmp_path / "signing.key")
+    assert main(["audit", "verify", str(log.path), "--public-key", f"{tmp_path}/signing.key.pub"]) == EXIT_NOT_SIGNED
+    assert "NOT SIGNED YET: the chain is intact" in capsys.readouterr().err
+    copy = tmp_path / "copy.log"
+    copy.write_text("hello\n")
+    assert main(["audit", "verify", str(log.path), "--against", str(copy)]) == EXIT_CONFIG
+    error = capsys.readouterr().err
+    assert f"{copy} holds no audit record (1 line(s): {copy}:1: no audit record in this line)" in error, error
