@@ -297,3 +297,23 @@ def test_verify_tells_not_signed_yet_and_a_copy_without_records_apart(
     assert main(["audit", "verify", str(log.path), "--against", str(copy)]) == EXIT_CONFIG
     error = capsys.readouterr().err
     assert f"{copy} holds no audit record (1 line(s): {copy}:1: no audit record in this line)" in error, error
+
+
+def test_a_signing_key_others_can_read_is_refused(tmp_path: Path) -> None:
+    generate_keypair(tmp_path / "signing.key")
+    (tmp_path / "signing.key").chmod(0o640)
+    with pytest.raises(KeyFileError, match=r"accessible by group or others \(mode 0640\).*chmod 600"):
+        load_signing_key(tmp_path / "signing.key")
+    (tmp_path / "signing.key").chmod(0o600)
+    assert isinstance(load_signing_key(tmp_path / "signing.key"), object)
+
+
+def test_keygen_that_cannot_write_the_private_key_leaves_no_public_key(tmp_path: Path) -> None:
+    """A real failure after the .pub is written: a dangling symlink at PATH (it does not "exist", but O_EXCL
+    refuses it). No public key without its private key is left behind, and the symlink is not ours to remove."""
+    target = tmp_path / "signing.key"
+    target.symlink_to(tmp_path / "nowhere")
+    with pytest.raises(FileExistsError):
+        generate_keypair(target)
+    assert not (tmp_path / "signing.key.pub").exists()
+    assert target.is_symlink()
