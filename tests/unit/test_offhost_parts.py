@@ -317,3 +317,53 @@ def test_keygen_that_cannot_write_the_private_key_leaves_no_public_key(tmp_path:
         generate_keypair(target)
     assert not (tmp_path / "signing.key.pub").exists()
     assert target.is_symlink()
+
+
+def test_against_keeps_compact_tables_and_counts_duplicates_and_conflicts_in_any_order(tmp_path: Path) -> None:
+    """A copy out of order with every record twice: one entry per seq, duplicates counted, exit 0; memory a few
+    dozen bytes per record (a dict of ints took ~350). A second log's record for a seq the copy already has: a
+    conflict, exit 1."""
+    import random
+    import tracemalloc
+
+    from relay_shell.audit.against import LocalChains, compare, read_copy
+
+    count = 20_000
+    log = AuditLog(tmp_path / "audit.jsonl")
+    log.open()
+    for index in range(count):
+        log.write({"v": 1, "tool": "shell_exec", "index": index})
+    lines = log.path.read_bytes().splitlines(keepends=True)
+    shuffled = lines * 2
+    random.Random(7).shuffle(shuffled)
+    copy_path = tmp_path / "copy.log"
+    copy_path.write_bytes(b"".join(shuffled))
+    local = LocalChains()
+    for line in lines:
+        local(orjson.loads(line))
+    in_order = tmp_path / "in-order.log"
+    in_order.write_bytes(b"".join(lines))
+    tracemalloc.start()
+    kept = read_copy(in_order)
+    held, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert len(kept.chains) == len(lines)
+    assert held / len(lines) < 60 and peak / len(lines) < 60, (held, peak)  # the first version: 117 and 117
+    del kept
+    tracemalloc.start()
+    copy = read_copy(copy_path)
+    held = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    assert len(copy.chains) == len(lines) and copy.duplicates == len(lines) and copy.conflicting == []
+    assert held / len(lines) < 60, held  # sorting it took more for a moment (the order of 40,000 lines)
+    agreed = compare(local.chains, copy, copy_path)
+    assert agreed.exit_code == 0 and agreed.lines[0].startswith("OK:"), agreed.lines
+
+    other = AuditLog(tmp_path / "other.jsonl")
+    other.open()
+    for index in range(3):
+        other.write({"v": 1, "tool": "shell_exec", "other": index})
+    copy_path.write_bytes(b"".join(shuffled) + other.path.read_bytes().splitlines(keepends=True)[2])
+    conflicted = compare(local.chains, read_copy(copy_path), copy_path)
+    assert conflicted.exit_code == 1
+    assert any(line.startswith("CONFLICT: 1 record(s), seq 2 appear") for line in conflicted.lines), conflicted.lines
