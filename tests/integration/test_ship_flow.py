@@ -103,7 +103,8 @@ def test_positions_are_acknowledged_one_by_one_while_bytes_stay_in_flight(tmp_pa
         connection = shipper.connection
         still_in_flight = connection is not None and connection.unacknowledged_bytes() > 0
         shipper.stop(flush_timeout=0.5)
-    assert still_in_flight and in_flight_seen >= index // 50 - 5, "the peer was meant to keep bytes in flight"
+    # The peer kept bytes unacknowledged nearly always (what made the first version confirm nothing).
+    assert still_in_flight and in_flight_seen >= 0.8 * (index // 50), (in_flight_seen, index // 50)
     assert described["acknowledged_seq"] is not None and described["acknowledged_seq"] > 100, described
     assert described["confirmed_seq"] is not None and described["confirmed_seq"] > 0, described
     assert state is not None and state["seq"] > 0  # a crash now resends from there, not from the start
@@ -153,12 +154,12 @@ def test_a_collector_that_accepts_and_drops_gets_backoff_not_a_loop(tmp_path: Pa
     threading.Thread(target=serve, daemon=True).start()
     shipper = Shipper(log, syslog_target(f"tcp://127.0.0.1:{listener.getsockname()[1]}"), None, Metrics(False))
     shipper.start()
-    time.sleep(3.0)
+    time.sleep(2.0)
     sent, errors, connections = shipper.records_sent, shipper.error_count, accepted[0]
     shipper.stop(flush_timeout=0.2)
     listener.close()
-    # Backoff 0.2, 0.4, 0.8, 1.6 s …: a handful of attempts in 3 s (the loop made ~550).
-    assert 2 <= connections <= 8, connections
+    # Backoff 0.2, 0.4, 0.8 s …: a handful of attempts in 2 s (the first version made ~360).
+    assert 2 <= connections <= 6, connections
     assert sent <= 200 * connections and errors <= connections + 1, (sent, errors)
 
 
@@ -170,15 +171,15 @@ def test_a_udp_collector_that_is_down_costs_no_cpu(tmp_path: Path) -> None:
     before = cpu_seconds()
     started = time.monotonic()
     index = 0
-    while time.monotonic() - started < 3.0:  # records keep coming: each send finds the port closed (ICMP)
+    while time.monotonic() - started < 2.0:  # records keep coming: each send finds the port closed (ICMP)
         log.write(record(index))
         index += 1
         time.sleep(0.005)
     used = cpu_seconds() - before
     errors = shipper.error_count
     shipper.stop(flush_timeout=0.2)
-    assert errors < 60, errors  # ~1,000/s before
-    assert used < 1.0, used  # the writes themselves and a shipper that waits (it used 2.8 s of 3)
+    assert errors < 40, errors  # ~1,000/s before
+    assert used < 0.7, used  # the writes themselves and a shipper that waits (it used 2.8 s of 3 s before)
 
 
 def test_a_record_too_large_for_udp_reaches_rsyslog_as_a_stub(tmp_path: Path) -> None:
