@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from relay_shell.server import Assembly
 
 EXIT_CONFIG = 2
+EXIT_NOT_SIGNED = 4  # audit verify --public-key: an intact chain with no checkpoint in it yet
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -74,6 +75,14 @@ def serve(check_only: bool) -> int:
                 load_signing_key(settings.audit_signing_key)
             except KeyFileError as exc:
                 print(f"relay-shell: configuration error: RELAY_SHELL_AUDIT_SIGNING_KEY: {exc}", file=sys.stderr)
+                return EXIT_CONFIG
+        if settings.audit_syslog.startswith("tls://"):  # the CA and client certificate files hold usable PEM
+            from relay_shell.audit.offhost import syslog_tls
+
+            try:
+                syslog_tls(settings)
+            except ConfigError as exc:
+                print(f"relay-shell: configuration error: {exc}", file=sys.stderr)
                 return EXIT_CONFIG
         print(f"relay-shell {__version__}: configuration OK (audit log {settings.audit_path} is writable)")
         return 0
@@ -272,14 +281,16 @@ def audit_command(args: list[str]) -> int:
         type=Path,
         action="append",
         help="check every audit:checkpoint's Ed25519 signature with this key (PATH.pub); give it again for the "
-        "keys of earlier periods (each checkpoint names its key)",
+        "keys of earlier periods (each checkpoint names its key); exit 4 when the chain is intact but holds no "
+        "checkpoint yet",
     )
     verify.add_argument(
         "--against",
         type=Path,
         metavar="COPY",
         help="compare with the collector's copy: exit 1 for records missing locally (tail truncation, rewritten "
-        "history, a replaced file), 3 for records missing remotely only (lag or loss)",
+        "history, a replaced file), 3 for records missing remotely only (lag or loss), 2 for a copy that cannot "
+        "be read or holds no audit record",
     )
     keygen = sub.add_parser("keygen", help="write an Ed25519 key for signed checkpoints: PATH (0600) and PATH.pub")
     keygen.add_argument("path", type=Path, help="the private key file to create (AUDIT_SIGNING_KEY)")
@@ -341,7 +352,8 @@ def audit_command(args: list[str]) -> int:
 
 def verify_command(paths: list[Path], public_key_paths: list[Path] | None, against: Path | None) -> int:
     """Exit 0: intact (and signed, and matching the copy); 1: the local log fails, or records are missing locally;
-    2: a key or copy that cannot be read; 3: the local log is intact but the copy lacks records (lag or loss)."""
+    2: a key or copy that cannot be read, or a copy without any audit record; 3: the local log is intact but the
+    copy lacks records (lag or loss); 4: the chain is intact but no checkpoint is in it yet (--public-key)."""
     from relay_shell.audit.against import LocalChains, compare, read_copy
     from relay_shell.audit.checkpoint import CHECKPOINT_TOOL, check_checkpoint
     from relay_shell.audit.keys import KeyFileError, key_id, load_public_key
@@ -378,8 +390,14 @@ def verify_command(paths: list[Path], public_key_paths: list[Path] | None, again
     print(result.report())
     if public_key is not None:
         if not signed:
-            print("FAILED: no audit:checkpoint record in the log: nothing is signed", file=sys.stderr)
-            return 1
+            print(
+                "NOT SIGNED YET: the chain is intact but holds no audit:checkpoint record, so nothing is signed: a "
+                "young server (fewer records than the interval and not yet shut down) or a freshly rotated file "
+                "(the checkpoints are in the older one: verify the files together, oldest first). A rewritten log "
+                "without its checkpoints looks the same: compare with the collector's copy (--against)",
+                file=sys.stderr,
+            )
+            return EXIT_NOT_SIGNED
         uncovered = last_seq[0] - signed[-1]
         note = "" if uncovered == 0 else (
             f"; {uncovered} record(s) after it are not covered by a signature (the server is running, or stopped "
@@ -392,6 +410,14 @@ def verify_command(paths: list[Path], public_key_paths: list[Path] | None, again
         copy = read_copy(against)
     except OSError as exc:
         print(f"relay-shell audit verify: --against: cannot read {against}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    if not copy.chains:
+        shown = f": {copy.unreadable[0]}" if copy.unreadable else ""
+        print(
+            f"relay-shell audit verify: --against: {against} holds no audit record ({copy.lines} line(s){shown}); "
+            "give the collector's file of this host's records",
+            file=sys.stderr,
+        )
         return EXIT_CONFIG
     comparison = compare(local.chains, copy, against)
     stream = sys.stdout if comparison.exit_code == 0 else sys.stderr

@@ -184,6 +184,14 @@ class Settings(BaseSettings):
     audit_syslog_ca: Path | None = Field(
         None, description="empty (the system's CA certificates) or a PEM file of the CAs a tls:// collector may use"
     )
+    audit_syslog_cert: Path | None = Field(
+        None,
+        description="empty or a PEM client certificate (chain) relay-shell shows a tls:// collector that asks for "
+        "one (mutual TLS); needs AUDIT_SYSLOG_KEY",
+    )
+    audit_syslog_key: Path | None = Field(
+        None, description="empty or the unencrypted PEM private key of AUDIT_SYSLOG_CERT (readable by the owner only)"
+    )
     audit_journald: str = Field(
         "off",
         description="off, on (every audit record to journald's native socket /run/systemd/journal/socket, its "
@@ -245,12 +253,12 @@ class Settings(BaseSettings):
             syslog_target(raw)
         return raw
 
-    @field_validator("audit_syslog_ca", "audit_signing_key", mode="before")
+    @field_validator("audit_syslog_ca", "audit_syslog_cert", "audit_syslog_key", "audit_signing_key", mode="before")
     @classmethod
     def _empty_file_is_off(cls, raw: object) -> object:
         return None if raw == "" else raw
 
-    @field_validator("audit_syslog_ca", "audit_signing_key")
+    @field_validator("audit_syslog_ca", "audit_syslog_cert", "audit_syslog_key", "audit_signing_key")
     @classmethod
     def _file_readable(cls, raw: Path | None) -> Path | None:
         if raw is not None and not raw.expanduser().is_file():
@@ -285,6 +293,22 @@ class Settings(BaseSettings):
                 f"RELAY_SHELL_MAX_OUTPUT={self.max_output}: must not exceed "
                 f"RELAY_SHELL_MAX_OUTPUT_HARD={self.max_output_hard}"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _tls_files_need_tls(self) -> Settings:
+        # A CA or client certificate set for a target that does not use TLS would be silently ignored.
+        files = {"AUDIT_SYSLOG_CA": self.audit_syslog_ca, "AUDIT_SYSLOG_CERT": self.audit_syslog_cert}
+        files["AUDIT_SYSLOG_KEY"] = self.audit_syslog_key
+        named = [name for name, value in files.items() if value is not None]
+        if named and not self.audit_syslog.startswith("tls://"):
+            raise ValueError(
+                f"RELAY_SHELL_{named[0]} is set but RELAY_SHELL_AUDIT_SYSLOG is {self.audit_syslog or 'empty'!r}: "
+                "the CA and client certificate settings are for a tls:// target only; unset them or use tls://"
+            )
+        if (self.audit_syslog_cert is None) != (self.audit_syslog_key is None):
+            missing = "AUDIT_SYSLOG_KEY" if self.audit_syslog_key is None else "AUDIT_SYSLOG_CERT"
+            raise ValueError(f"RELAY_SHELL_{missing} is empty: a client certificate needs both CERT and KEY")
         return self
 
     @model_validator(mode="after")

@@ -36,6 +36,31 @@ class _Discard:
         pass
 
 
+class _CallCounter:
+    """`relay_shell_tool_calls_total{tool,tier,outcome}`, and every denied call also in the unlabelled
+    `relay_shell_denied_calls_total`: that one exists (at 0) from start-up, so `increase()` sees a burst of
+    denials on a tool and tier never denied before (a labelled series appears with its first value, which
+    increase() does not count; adr/0021)."""
+
+    def __init__(self, calls: Any, denied: Any) -> None:
+        self.calls = calls
+        self.denied = denied
+
+    def labels(self, **labels: str) -> Any:
+        child = self.calls.labels(**labels)
+        return _DeniedChild(child, self.denied) if labels.get("outcome") == "denied" else child
+
+
+class _DeniedChild:
+    def __init__(self, child: Any, denied: Any) -> None:
+        self.child = child
+        self.denied = denied
+
+    def inc(self, amount: float = 1) -> None:
+        self.child.inc(amount)
+        self.denied.inc(amount)
+
+
 class Metrics:
     def __init__(self, enabled: bool = True) -> None:
         self.enabled = enabled
@@ -66,15 +91,24 @@ class Metrics:
             self.audit_checkpoint_failures: Any = discard
             self.execs_traced: Any = discard
             self.execs_denied: Any = discard
+            self.denied_calls: Any = discard
             return
         from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
         self.registry = CollectorRegistry(auto_describe=True)
-        self.tool_calls = Counter(
-            "relay_shell_tool_calls",
-            "Tool calls and context pulls by tool, tier and outcome.",
-            ["tool", "tier", "outcome"],
+        self.denied_calls = Counter(
+            "relay_shell_denied_calls",
+            "Calls denied (outcome denied), whatever tool and tier; 0 from start-up, for the burst alert.",
             registry=self.registry,
+        )
+        self.tool_calls = _CallCounter(
+            Counter(
+                "relay_shell_tool_calls",
+                "Tool calls and context pulls by tool, tier and outcome.",
+                ["tool", "tier", "outcome"],
+                registry=self.registry,
+            ),
+            self.denied_calls,
         )
         self.call_duration = Histogram(
             "relay_shell_tool_call_duration_seconds",

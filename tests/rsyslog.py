@@ -3,14 +3,17 @@
 Usage::
 
     with Rsyslog(tmp_path) as collector:
-        # collector.tcp_url, collector.tls_url (a test CA: collector.ca_path), collector.unix_url
+        # collector.tcp_url, collector.tls_url (a test CA: collector.ca_path), collector.unix_url,
+        # collector.mtls_url (mutual TLS: relay-shell must show collector.client_cert_path / client_key_path)
         collector.lines()  # what it wrote: the MSG of every message, one per line (template `%msg%`)
 
-It listens with `imtcp` on two free loopback ports, one plain and one TLS (RFC 5425, the GnuTLS netstream driver
+It listens with `imtcp` on free loopback ports, one plain and one TLS (RFC 5425, the GnuTLS netstream driver
 from Debian's rsyslog-gnutls, a server certificate for 127.0.0.1 and localhost signed by a CA made here with
-`cryptography`), with `imudp` on a third port and with `imuxsock` on a private socket. It writes each message's
-MSG alone, one per line, to `received.log`: the collector template the README documents (`%msg%\\n`). `stop()`
-and `start()` kill and restart it on the same ports (a collector outage).
+`cryptography`), and a third (TLS) that requires a client certificate from that CA naming `relay-shell-client`
+(mutual TLS, `authMode="x509/name"` and `permittedPeer`, as the README documents); with `imudp` on a fourth port
+and with `imuxsock` on a private socket. It writes each message's MSG alone, one per line, to `received.log`: the
+collector template the README documents (`%msg%\\n`). `stop()` and `start()` kill and restart it on the same ports
+(a collector outage).
 """
 
 from __future__ import annotations
@@ -36,9 +39,13 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+CLIENT_NAME = "relay-shell-client"  # the name in the test client certificate, the mutual-TLS listener's peer
+
+
 def make_test_ca(directory: Path, with_ip: bool = True) -> tuple[Path, Path, Path]:
     """A CA and a server certificate for localhost (and 127.0.0.1 unless `with_ip` is false) signed by it:
-    (ca.pem, server.pem, server.key)."""
+    (ca.pem, server.pem, server.key). Also a client certificate for CLIENT_NAME from the same CA: client.pem and
+    client.key in `directory`."""
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec
@@ -80,6 +87,26 @@ def make_test_ca(directory: Path, with_ip: bool = True) -> tuple[Path, Path, Pat
         .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
         .sign(ca_key, hashes.SHA256())
     )
+    client_key = ec.generate_private_key(ec.SECP256R1())
+    client_cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, CLIENT_NAME)]))
+        .issuer_name(ca_name)
+        .public_key(client_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName(CLIENT_NAME)]), critical=False)
+        .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    (directory / "client.pem").write_bytes(client_cert.public_bytes(serialization.Encoding.PEM))
+    (directory / "client.key").write_bytes(
+        client_key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
+    (directory / "client.key").chmod(0o600)
     ca_path = directory / "ca.pem"
     cert_path = directory / "server.pem"
     key_path = directory / "server.key"
@@ -102,8 +129,10 @@ class Rsyslog:
         self.output = root / "received.log"
         self.socket_path = root / "log.sock"
         self.ca_path, self.cert_path, self.key_path = make_test_ca(root)
+        self.client_cert_path, self.client_key_path = root / "client.pem", root / "client.key"
         self.tcp_port = free_port()
         self.tls_port = free_port()
+        self.mtls_port = free_port()
         self.udp_port = free_port()
         self.config = root / "rsyslog.conf"
         self.pidfile = root / "rsyslogd.pid"
@@ -117,6 +146,10 @@ class Rsyslog:
     @property
     def tls_url(self) -> str:
         return f"tls://localhost:{self.tls_port}"
+
+    @property
+    def mtls_url(self) -> str:
+        return f"tls://localhost:{self.mtls_port}"
 
     @property
     def udp_url(self) -> str:
@@ -141,6 +174,9 @@ input(type="imudp" address="127.0.0.1" port="{self.udp_port}")
 input(type="imtcp" address="127.0.0.1" port="{self.tcp_port}")
 input(type="imtcp" address="127.0.0.1" port="{self.tls_port}" name="tls"
       streamDriver.name="gtls" streamDriver.mode="1" streamDriver.authMode="anon")
+input(type="imtcp" address="127.0.0.1" port="{self.mtls_port}" name="mtls"
+      streamDriver.name="gtls" streamDriver.mode="1" streamDriver.authMode="x509/name"
+      permittedPeer=["{CLIENT_NAME}"])
 input(type="imuxsock" socket="{self.socket_path}" useSpecialParser="off" parseHostname="on")
 template(name="msgonly" type="string" string="%msg%\\n")
 action(type="omfile" file="{self.output}" template="msgonly" ioBufferSize="1m")
@@ -155,7 +191,8 @@ action(type="omfile" file="{self.output}" template="msgonly" ioBufferSize="1m")
             stderr=open(self.root / "rsyslogd.stderr", "ab"),
         )
         deadline = time.monotonic() + START_TIMEOUT
-        while not (self._listening(self.tcp_port) and self._listening(self.tls_port) and self.socket_path.exists()):
+        ports = (self.tcp_port, self.tls_port, self.mtls_port)
+        while not (all(self._listening(port) for port in ports) and self.socket_path.exists()):
             if self.process.poll() is not None or time.monotonic() > deadline:
                 errors = (self.root / "rsyslogd.stderr").read_text(errors="replace")
                 raise RuntimeError(f"rsyslogd did not start: {errors[-2000:]}")

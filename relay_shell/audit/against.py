@@ -16,6 +16,9 @@ with the local record of the same `seq`:
 from __future__ import annotations
 
 import hashlib
+from array import array
+from bisect import bisect_left
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,20 +31,87 @@ from relay_shell.audit.syslog import message_of
 LISTED = 10  # ranges named one by one in a report; the counts are always complete
 
 
-@dataclass
+CHAIN_BYTES = 32  # a chain (SHA-256) as raw bytes
+
+
+class ChainTable:
+    """seq → chain for millions of records in compact arrays: 8 bytes of seq and 32 of chain per record (a dict of
+    ints took ~350 bytes per record: 354 MB for 1M records). Filled in any order; `settle()` sorts by seq once and
+    merges duplicates (the same record twice) and conflicts (one seq, two chains); lookups are binary searches."""
+
+    def __init__(self) -> None:
+        self.seqs = array("q")
+        self.chains = bytearray()
+        self.ordered = True
+        self.duplicates = 0
+        self.conflicting: list[int] = []
+
+    def add(self, seq: int, chain: str) -> None:
+        if self.seqs and seq <= self.seqs[-1]:
+            self.ordered = False
+        self.seqs.append(seq)
+        self.chains += bytes.fromhex(chain)
+
+    def settle(self) -> None:
+        """Sort by seq (when added out of order) and keep one entry per seq."""
+        if self.ordered:
+            return
+        order = sorted(range(len(self.seqs)), key=self.seqs.__getitem__)
+        seqs, chains = array("q"), bytearray()
+        for index in order:
+            seq, chain = self.seqs[index], self.chain_at(index)
+            if seqs and seqs[-1] == seq:
+                if chains[-CHAIN_BYTES:] == chain:
+                    self.duplicates += 1
+                else:
+                    self.conflicting.append(seq)
+                continue
+            seqs.append(seq)
+            chains += chain
+        self.seqs, self.chains, self.ordered = seqs, chains, True
+
+    def chain_at(self, index: int) -> bytes:
+        return bytes(self.chains[index * CHAIN_BYTES : (index + 1) * CHAIN_BYTES])
+
+    def get(self, seq: int) -> bytes | None:
+        index = bisect_left(self.seqs, seq)
+        if index < len(self.seqs) and self.seqs[index] == seq:
+            return self.chain_at(index)
+        return None
+
+    def __contains__(self, seq: object) -> bool:
+        if not isinstance(seq, int):
+            return False
+        index = bisect_left(self.seqs, seq)
+        return index < len(self.seqs) and self.seqs[index] == seq
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.seqs)
+
+    def __len__(self) -> int:
+        return len(self.seqs)
+
+    def first(self) -> int:
+        return self.seqs[0]
+
+    def last(self) -> int:
+        return self.seqs[-1]
+
+
 class LocalChains:
     """seq → chain of every local record verified (the RecordCheck that collects them)."""
 
-    chains: dict[int, int] = field(default_factory=dict)  # the chain as a number: half the memory of its hex
+    def __init__(self) -> None:
+        self.chains = ChainTable()
 
     def __call__(self, record: dict[str, Any]) -> str | None:
-        self.chains[int(record["seq"])] = int(str(record["chain"]), 16)
+        self.chains.add(int(record["seq"]), str(record["chain"]))
         return None
 
 
 @dataclass
 class CopyRecords:
-    chains: dict[int, int] = field(default_factory=dict)
+    chains: ChainTable = field(default_factory=ChainTable)
     lines: int = 0
     duplicates: int = 0
     unreadable: list[str] = field(default_factory=list)  # "COPY:LINE: why"
@@ -77,14 +147,10 @@ def read_copy(path: Path) -> CopyRecords:
             if problem is not None:
                 copy.unreadable.append(f"{path}:{number}: {problem}")
                 continue
-            seq, chain = record["seq"], int(record["chain"], 16)
-            known = copy.chains.get(seq)
-            if known is None:
-                copy.chains[seq] = chain
-            elif known == chain:
-                copy.duplicates += 1
-            else:
-                copy.conflicting.append(seq)
+            copy.chains.add(record["seq"], record["chain"])
+    copy.chains.settle()
+    copy.duplicates = copy.chains.duplicates
+    copy.conflicting = copy.chains.conflicting
     return copy
 
 
@@ -111,12 +177,20 @@ class Comparison:
     lines: list[str]
 
 
-def compare(local: dict[int, int], copy: CopyRecords, copy_path: Path) -> Comparison:
+def compare(local: ChainTable, copy: CopyRecords, copy_path: Path) -> Comparison:
     lines: list[str] = []
-    local_first, local_last = min(local), max(local)
+    local.settle()
+    local_first, local_last = local.first(), local.last()
     past_end = [seq for seq in copy.chains if seq > local_last]
-    absent = [seq for seq in copy.chains if local_first <= seq <= local_last and seq not in local]
-    differing = [seq for seq, chain in copy.chains.items() if seq in local and local[seq] != chain]
+    absent: list[int] = []
+    differing: list[int] = []
+    for index, seq in enumerate(copy.chains.seqs):
+        if local_first <= seq <= local_last:
+            chain = local.get(seq)
+            if chain is None:
+                absent.append(seq)
+            elif chain != copy.chains.chain_at(index):
+                differing.append(seq)
     older = sum(1 for seq in copy.chains if seq < local_first)
     tampered = bool(past_end or absent or differing or copy.conflicting)
     if past_end:
@@ -136,8 +210,8 @@ def compare(local: dict[int, int], copy: CopyRecords, copy_path: Path) -> Compar
             f"CONFLICT: {_describe(sorted(set(copy.conflicting)))} appear in {copy_path} as two different records "
             "(a rewritten log shipped again, or several hosts in one file: keep one file per host)"
         )
-    remote_first = min(copy.chains) if copy.chains else None
-    remote_last = max(copy.chains) if copy.chains else None
+    remote_first = copy.chains.first() if len(copy.chains) else None
+    remote_last = copy.chains.last() if len(copy.chains) else None
     lost: list[int] = []
     lag: list[int] = []
     before = 0

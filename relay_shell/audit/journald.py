@@ -14,6 +14,7 @@ import contextlib
 import re
 import socket
 import struct
+from collections.abc import Callable
 
 import orjson
 
@@ -31,14 +32,16 @@ def journal_field_name(name: str) -> bytes:
     return ("RELAY_SHELL_" + _NAME.sub("_", name.upper()))[:64].encode()
 
 
-def journal_message(line: bytes) -> bytes:
+def journal_message(line: bytes, record: dict[str, object] | None = None) -> bytes:
+    """The entry for one log line; `record` is the line already parsed (a line that is no record: {}, the line
+    alone, as `audit:repair` names damage)."""
     body = line[:-1] if line.endswith(b"\n") else line
-    try:
-        record = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        record = None
-    if not isinstance(record, dict):  # not a record (damage `audit:repair` names): the line alone
-        record = {}
+    if record is None:
+        try:
+            parsed = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            parsed = None
+        record = parsed if isinstance(parsed, dict) else {}
     parts = [
         _field(b"MESSAGE", body),
         _field(b"SYSLOG_IDENTIFIER", b"relay-shell"),
@@ -68,12 +71,16 @@ class JournalConnection:
             raise
         self.sock: socket.socket | None = sock
 
-    def send(self, messages: list[bytes]) -> None:
+    def send(self, messages: list[bytes], stub_for: Callable[[int], bytes] | None = None) -> int:
         assert self.sock is not None
         for message in messages:
             self.sock.send(message)
+        return 0
 
-    def unacknowledged_bytes(self) -> int:
+    def acknowledged_end(self) -> int:
+        return 0
+
+    def bytes_acked(self) -> int:
         return 0
 
     def peer_closed(self) -> bool:

@@ -34,12 +34,22 @@ def generate_keypair(path: Path) -> Path:
     for target in (path, public_path):
         if target.exists():
             raise KeyFileError(f"{target} exists; refusing to replace a key (remove it first, or choose another PATH)")
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-    with os.fdopen(fd, "wb") as handle:
-        handle.write(private_pem)
+    # The public key first: a failure then leaves no private key without its .pub (nothing could verify it).
     fd = os.open(public_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
     with os.fdopen(fd, "wb") as handle:
         handle.write(public_pem)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    except OSError:
+        public_path.unlink(missing_ok=True)
+        raise
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(private_pem)
+    except OSError:
+        public_path.unlink(missing_ok=True)
+        path.unlink(missing_ok=True)  # ours (O_EXCL created it), half written: no key either
+        raise
     return public_path
 
 
@@ -59,6 +69,14 @@ def load_signing_key(path: Path) -> Ed25519PrivateKey:
         raise KeyFileError(f"{path} is not an unencrypted private key in PEM or OpenSSH format ({exc})") from None
     if not isinstance(key, Ed25519PrivateKey):
         raise KeyFileError(f"{path} holds a {type(key).__name__.removeprefix('_')}, not an Ed25519 key")
+    mode = os.stat(path).st_mode & 0o777
+    if mode & 0o077:
+        # As ssh refuses an unprotected private key: whoever can read it can sign a rewritten log.
+        raise KeyFileError(
+            f"{path} is accessible by group or others (mode {mode:04o}); a signing key others can read lets them "
+            f"sign a rewritten log: chmod 600 {path} (owned by the user relay-shell runs as), or pass it with "
+            "systemd's LoadCredential="
+        )
     return key
 
 

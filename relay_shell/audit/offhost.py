@@ -4,6 +4,7 @@ the shutdown checkpoint first (it is the last record), then shipping flushes it 
 
 from __future__ import annotations
 
+import ssl
 from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -12,13 +13,15 @@ from relay_shell.audit.checkpoint import Checkpointer
 from relay_shell.audit.keys import KeyFileError, load_signing_key
 from relay_shell.audit.log import AuditLog
 from relay_shell.audit.ship import Shipper
+from relay_shell.audit.syslog import tls_context
 from relay_shell.config import ConfigError, Settings, SyslogTarget, checkpoint_interval, journald_socket, syslog_target
 from relay_shell.metrics import Metrics
 
 
 class OffHost:
     def __init__(self, settings: Settings, log: AuditLog) -> None:
-        """Raises ConfigError (naming the setting) for a signing key that cannot be used."""
+        """Raises ConfigError (naming the setting) for a signing key, a CA file or a client certificate that cannot
+        be used."""
         self.settings = settings
         self.log = log
         self.key: Ed25519PrivateKey | None = None
@@ -31,6 +34,7 @@ class OffHost:
                 self.key = load_signing_key(settings.audit_signing_key)
             except KeyFileError as exc:
                 raise ConfigError(f"RELAY_SHELL_AUDIT_SIGNING_KEY: {exc}") from None
+        self.tls = syslog_tls(settings)
 
     def attach(self, metrics: Metrics) -> None:
         """Make the checkpointer and the shipper, counting into the server's metrics (build_server)."""
@@ -39,7 +43,7 @@ class OffHost:
             interval = checkpoint_interval(settings.audit_checkpoint_interval)
             self.checkpointer = Checkpointer(self.log, self.key, interval, metrics)
         if settings.audit_syslog:
-            self.shipper = Shipper(self.log, syslog_target(settings.audit_syslog), settings.audit_syslog_ca, metrics)
+            self.shipper = Shipper(self.log, syslog_target(settings.audit_syslog), self.tls, metrics)
         journal_path = journald_socket(settings.audit_journald)
         if journal_path is not None:
             target = SyslogTarget("journald", path=journal_path)
@@ -82,3 +86,12 @@ class OffHost:
         if self.checkpointer is not None:
             parts.append(f"signed checkpoints (key {self.checkpointer.key_id})")
         return ", ".join(parts) or "off-host off"
+
+
+def syslog_tls(settings: Settings) -> ssl.SSLContext | None:
+    """The TLS context of a tls:// target, made once (at start-up and by --check-config) so a CA or client
+    certificate file that holds no usable PEM is a configuration error naming its setting, not a shipper that keeps
+    failing to connect."""
+    if not settings.audit_syslog.startswith("tls://"):
+        return None
+    return tls_context(settings.audit_syslog_ca, settings.audit_syslog_cert, settings.audit_syslog_key)

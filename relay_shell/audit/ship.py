@@ -2,15 +2,21 @@
 
 A thread reads the log from where it stopped and sends every line, exactly as written, as one RFC 5424 message
 (audit/syslog.py). Calls never wait for it: nothing on the call path knows it exists, it polls the file, and what
-it holds in memory is one batch (at most BATCH_BYTES) and a short list of positions awaiting confirmation.
+it holds in memory is one batch (at most BATCH_BYTES), at most PENDING_MAX positions awaiting confirmation and at
+most SEEN_MAX observations of the log's seq. It shares the GIL with the calls: each line is parsed once, batches
+are small, and while calls write records a catch-up rests PACE times as long as each batch took.
 
 Position and delivery. A position is (file, byte offset after a line, seq and chain of that line's record). The
-position *sent* moves as batches go out; a position is *confirmed* when the collector's TCP has acknowledged
-every byte up to it (SIOCOUTQ is 0) and the connection then stayed up for CONFIRM_DELAY seconds (a collector
-killed meanwhile loses what it held in memory; we saw it close and send again). Only confirmed positions are saved
-in the state file (atomically, next to the log). After a restart, a collector outage or any doubt, shipping
-resumes from the confirmed position: at-least-once; the receiver drops duplicates by `seq`. Datagram targets
-(udp, unix) are confirmed when sent: UDP is lossy and documented so.
+position *sent* moves as batches go out; right after a send the connection's `bytes_acked + SIOCOUTQ` (TCP_INFO
+of the raw socket, under TLS too) is the value bytes_acked reaches once the collector's TCP has acknowledged that
+position; it is then *acknowledged* (what lag counts), whatever was sent after it and is still in flight, and
+*confirmed* once the connection stayed up CONFIRM_DELAY seconds more (a collector killed meanwhile loses what it
+held in memory; we see it close and send again). Only confirmed positions are saved in the state file
+(atomically and fsynced, next to the log). After a restart, a collector outage or any doubt, shipping resumes
+from the confirmed position: at-least-once; the receiver drops duplicates by `seq`. A failed send or a collector
+closing the connection keeps the reconnection backoff growing until a position is confirmed again. Datagram
+targets (udp, unix) are confirmed when sent: UDP is lossy and documented so; a record too large for one datagram
+goes as a stub (its seq, length and SHA-256: syslog.oversize_stub), counted as an error.
 
 Rotation, as audit/log.py does it. Renamed: the old file is read to its end, then the new one from its start.
 Copy-truncated: the rest of the old content is read from the copy (a file in the same directory whose name starts
@@ -25,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import ssl
 import sys
 import threading
 import time
@@ -37,11 +44,22 @@ import orjson
 
 from relay_shell.audit.journald import JournalConnection, journal_message
 from relay_shell.audit.log import AuditLog, read_last_line
-from relay_shell.audit.syslog import SyslogConnection, local_hostname, syslog_message
+from relay_shell.audit.syslog import (
+    UDP_MAX,
+    SyslogConnection,
+    local_hostname,
+    oversize_stub,
+    parse_line,
+    syslog_message,
+)
 from relay_shell.config import SyslogTarget
 from relay_shell.metrics import Metrics
 
-BATCH_BYTES = 1 << 20  # read and sent at once
+BATCH_BYTES = 16 * 1024  # read and sent at once: a small batch holds the GIL briefly (~0.5 ms; calls keep latency)
+LINE_MAX = 1 << 20  # a line is read whole up to this (a record is at most 64 KiB); longer is shipped cut
+PACE = 9.0  # while calls write records, rest this many times as long as a batch took (its GIL share ≤ 1/10)
+PENDING_MAX = 256  # positions awaiting confirmation at most: past it, neighbours merge (resolution halves)
+SEEN_MAX = 256  # (seq, time) observations of the log kept for lag_seconds at most: past it, every other goes
 POLL_SECONDS = 0.02  # how often an idle shipper looks for new records
 CONFIRM_DELAY = 2.0  # seconds a connection must stay up after the collector's TCP acknowledged a position
 SAVE_EVERY = 0.25  # seconds between state file writes while records flow
@@ -69,12 +87,18 @@ def state_path_for(audit_path: Path, target_label: str = "syslog") -> Path:
 
 class Shipper:
     def __init__(
-        self, log: AuditLog, target: SyslogTarget, ca_file: Path | None, metrics: Metrics, target_label: str = "syslog"
+        self,
+        log: AuditLog,
+        target: SyslogTarget,
+        tls: ssl.SSLContext | None,
+        metrics: Metrics,
+        target_label: str = "syslog",
     ) -> None:
+        """`tls`: the context for a `tls://` target (syslog.tls_context, made at start-up; None: the system's CAs)."""
         self.log = log
         self.path = log.path
         self.target = target
-        self.ca_file = ca_file
+        self.tls = tls
         self.metrics = metrics
         self.state_path = state_path_for(log.path, target_label)
         self.hostname = local_hostname()
@@ -86,8 +110,13 @@ class Shipper:
         self.sent: Position | None = None
         self.confirmed: Position | None = None
         self.acked: Position | None = None  # the position the collector acknowledged (what lag is measured by)
-        self.pending: deque[tuple[Position, float, float | None]] = deque()  # (position, sent at, acked at)
-        self.caught_up_at = time.monotonic()
+        # Positions sent on this connection and not yet confirmed, oldest first: (position, the collector's TCP
+        # has acknowledged it when its bytes_acked reaches this, sent at, acknowledged at or None).
+        self.pending: deque[tuple[Position, int, float, float | None]] = deque()
+        # (seq, monotonic time): the log held records up to seq at that time; the first whose seq is past the
+        # acknowledged one tells since when the oldest record not acknowledged exists (lag_seconds).
+        self.seen: deque[tuple[int, float]] = deque()
+        self.failures = 0  # sends or connections failed since a position was last confirmed (the backoff)
         self.last_error: str | None = None
         self.error_count = 0
         self.gaps = 0
@@ -120,9 +149,14 @@ class Shipper:
         return max(0, self.log.seq - acked)
 
     def lag_seconds(self) -> float:
+        """How long the oldest record the collector has not acknowledged has existed (to the shipper's poll)."""
         if self.lag_records() == 0:
             return 0.0
-        return max(0.0, time.monotonic() - self.caught_up_at)
+        acked = self.acked.seq if self.acked is not None else -1
+        for seq, seen_at in list(self.seen):  # a copy: the shipper's thread changes it
+            if seq > acked:
+                return max(0.0, time.monotonic() - seen_at)
+        return 0.0
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -145,22 +179,29 @@ class Shipper:
     def _run(self) -> None:
         try:
             self._resume(self._load_state())
-            failures = 0
             while True:
                 if self._stop.is_set():
                     self._flush()
                     return
+                self._observe()
                 if self.connection is None:
-                    if not self._connect():
-                        failures += 1
+                    if self.failures:  # kept until a position is confirmed: no reconnect-and-resend loop
                         self.state = "reconnecting"
-                        self._stop.wait(min(BACKOFF_MAX, 0.1 * 2 ** min(failures, 10)))
+                        self._stop.wait(min(BACKOFF_MAX, 0.1 * 2 ** min(self.failures, 10)))
+                        if self._stop.is_set():
+                            continue
+                    if not self._connect():
+                        self.failures += 1
                         continue
-                    failures = 0
                     self.state = "connected"
+                seq_before = self.log.seq
+                started = time.monotonic()
                 if not self._ship_batch():
                     self._confirm()
                     self._stop.wait(POLL_SECONDS)
+                elif self.log.seq != seq_before:
+                    # Catching up while calls write records: rest, so the calls' thread gets the GIL at once.
+                    self._stop.wait((time.monotonic() - started) * PACE)
         except Exception as exc:  # never take the server down; say why shipping stopped
             self._error(f"shipping stopped: {type(exc).__name__}: {exc}")
             self.state = "stopped"
@@ -175,7 +216,7 @@ class Shipper:
             if self.target.scheme == "journald":
                 self.connection = JournalConnection(self.target.path)
             else:
-                self.connection = SyslogConnection(self.target, self.ca_file)
+                self.connection = SyslogConnection(self.target, self.tls)
         except OSError as exc:  # ssl.SSLError (a certificate that does not verify) is an OSError
             self._error(f"cannot connect to {self.target.url()}: {exc}")
             return False
@@ -188,30 +229,79 @@ class Shipper:
         lines = self._read_lines()
         if not lines:
             return False
-        assert self.connection is not None and self.sent is not None
+        connection = self.connection
+        assert connection is not None and self.sent is not None
         if self.target.scheme == "journald":
-            messages = [journal_message(line) for line in lines]
+            messages = [journal_message(line, record) for line, record in lines]
         else:
-            messages = [syslog_message(line, self.hostname, self.procid) for line in lines]
+            messages = [syslog_message(line, self.hostname, self.procid, record) for line, record in lines]
+        stubs = 0
+        if self.target.scheme == "udp":
+            for index, message in enumerate(messages):
+                if len(message) > UDP_MAX:
+                    messages[index] = self._stub(lines[index])
+                    stubs += 1
         try:
-            self.connection.send(messages)
+            stubs += connection.send(messages, lambda index: self._stub(lines[index]))
         except OSError as exc:
-            self._error(f"sending to {self.target.url()} failed: {exc}")
-            self.connection.close()
-            self.connection = None
-            self.pending.clear()
+            self._drop(f"sending to {self.target.url()} failed: {exc}")
             return True
+        if stubs:
+            self._error(
+                f"{stubs} record(s) too large for one datagram to {self.target.url()} were sent as stubs (seq, length "
+                "and SHA-256 of the record); the file holds them whole"
+            )
         self.records_sent += len(lines)
         self.shipped.inc(len(lines))
-        now = time.monotonic()
-        if not self.connection.stream:
+        if not connection.stream:
             self.confirmed = self.acked = self.sent
-        elif self.pending and self.pending[-1][2] is None and now - self.pending[-1][1] < PENDING_MERGE:
-            self.pending[-1] = (self.sent, self.pending[-1][1], None)
+            self.failures = 0
         else:
-            self.pending.append((self.sent, now, None))
+            self._pend(self.sent, connection.acknowledged_end())
         self._confirm()
         return True
+
+    def _stub(self, item: tuple[bytes, dict[str, Any]]) -> bytes:
+        return oversize_stub(item[0], self.hostname, self.procid, item[1])
+
+    def _drop(self, why: str) -> None:
+        """The connection failed or the collector closed it: what it did not confirm is sent again, after the
+        backoff (a collector that accepts and drops, or a UDP port nobody listens on, is no hot loop)."""
+        self._error(why)
+        if self.connection is not None:
+            self.connection.close()
+        self.connection = None
+        self.pending.clear()
+        self.failures += 1
+
+    def _pend(self, position: Position, end: int) -> None:
+        """A position now sent: acknowledged once the connection's bytes_acked reaches `end`."""
+        now = time.monotonic()
+        last = self.pending[-1] if self.pending else None
+        if last is not None and last[3] is None and now - last[2] < PENDING_MERGE:
+            self.pending[-1] = (position, end, last[2], None)  # one entry spans at most PENDING_MERGE seconds
+            return
+        self.pending.append((position, end, now, None))
+        if len(self.pending) > PENDING_MAX:
+            # Bounded whatever the rate and the round trip: neighbours merge (the later position, acknowledged when
+            # the later one is), so every entry still has a fixed end that the collector's TCP reaches.
+            entries = list(self.pending)
+            pairs = zip(entries[::2], entries[1::2], strict=False)
+            merged = [(second[0], second[1], first[2], second[3]) for first, second in pairs]
+            self.pending = deque(merged + ([entries[-1]] if len(entries) % 2 else []))
+
+    def _observe(self) -> None:
+        """Note the log's seq now (for lag_seconds) and forget what the collector has acknowledged."""
+        seq = self.log.seq
+        now = time.monotonic()
+        if not self.seen or seq > self.seen[-1][0]:
+            self.seen.append((seq, now))
+            if len(self.seen) > SEEN_MAX:  # keep the oldest (it is the lag), every other one after it
+                entries = list(self.seen)
+                self.seen = deque(entries[:1] + entries[2::2])
+        acked = self.acked.seq if self.acked is not None else -1
+        while len(self.seen) > 1 and self.seen[0][0] <= acked:
+            self.seen.popleft()
 
     def _confirm(self) -> None:
         """Move the confirmed position: acknowledged by the collector's TCP, and the connection up since."""
@@ -219,18 +309,22 @@ class Shipper:
         connection = self.connection
         if connection is not None and connection.stream and self.pending:
             if connection.peer_closed():
-                self._error(f"{self.target.url()} closed the connection; resending what it may not have kept")
-                connection.close()
-                self.connection = None
-                self.pending.clear()
+                self._drop(f"{self.target.url()} closed the connection; resending what it may not have kept")
                 return
-            if connection.unacknowledged_bytes() == 0:
-                self.pending = deque((position, sent, acked or now) for position, sent, acked in self.pending)
-                self.acked = self.sent
-            while self.pending and (acked := self.pending[0][2]) is not None and now - acked >= CONFIRM_DELAY:
+            # Each position on its own: acknowledged once the collector's TCP has acknowledged its last byte,
+            # whatever is in flight after it (continuous traffic over a real round trip keeps some always).
+            bytes_acked = connection.bytes_acked()
+            for index in range(len(self.pending)):
+                position, end, sent_at, acked_at = self.pending[index]
+                if acked_at is not None:
+                    continue
+                if end > bytes_acked:
+                    break
+                self.pending[index] = (position, end, sent_at, now)
+                self.acked = position
+            while self.pending and (acked_at := self.pending[0][3]) is not None and now - acked_at >= CONFIRM_DELAY:
                 self.confirmed = self.pending.popleft()[0]
-        if self.acked is not None and self.acked.seq >= self.log.seq:
-            self.caught_up_at = now
+                self.failures = 0
         self._save()
 
     def _flush(self) -> None:
@@ -243,12 +337,13 @@ class Shipper:
             if self.connection.close_gracefully(max(0.1, deadline - time.monotonic())):
                 self.confirmed = self.acked = self.sent
                 self.pending.clear()
+                self._observe()
             self.connection = None
         self.state = "stopped"
 
     # -- reading the file --------------------------------------------------------------------------------
 
-    def _read_lines(self) -> list[bytes]:
+    def _read_lines(self) -> list[tuple[bytes, dict[str, Any]]]:
         """The next complete lines after the sent position (following rotation), advancing it."""
         if self.handle is None or self.sent is None:
             self._resume(self.confirmed)
@@ -263,20 +358,23 @@ class Shipper:
         if not data:
             self._at_end()
             return []
+        if len(data) == BATCH_BYTES and b"\n" not in data:  # one record longer than a batch (up to 64 KiB)
+            data += self.handle.read(LINE_MAX - BATCH_BYTES)
         end = data.rfind(b"\n") + 1
         if end == 0:
-            if len(data) < BATCH_BYTES:  # a line still being written (one write, but we may read between)
+            if len(data) < LINE_MAX:  # a line still being written (one write, but we may read between)
                 self.handle.seek(self.sent.offset)
                 return []
-            end = len(data)  # a line longer than a batch is no record the log writes: ship it cut, as it is
+            end = len(data)  # a line this long is no record the log writes: ship it cut, as it is
         if end < len(data):
             self.handle.seek(self.sent.offset + end)
         parts = data[:end].split(b"\n")  # lines end at "\n" only, as the log writes them
         lines = [part + b"\n" for part in parts[:-1]] + ([parts[-1]] if parts[-1] else [])
         position = self.sent
-        shipped: list[bytes] = []
+        shipped: list[tuple[bytes, dict[str, Any]]] = []
         for line in lines:
-            seq, prev, chain = _chain_fields(line)
+            record = parse_line(line) if line.endswith(b'"}\n') else {}  # once: its chain and its message
+            seq, prev, chain = _chain_fields(line, record)
             if prev is not None and position.offset == 0 and not position.chain and self.confirmed == position:
                 # The file was empty when opened: now its first record says what the start continues (a copy-
                 # truncate before anything was confirmed moves it to the copy, which is then found by it).
@@ -292,7 +390,7 @@ class Shipper:
                 position = replace(position, offset=offset, seq=seq, chain=chain)
             else:
                 position = replace(position, offset=offset)
-            shipped.append(line)
+            shipped.append((line, record))
         if len(shipped) < len(lines):
             self.handle.seek(position.offset)
         self.sent = position
@@ -419,6 +517,8 @@ class Shipper:
             fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
             with os.fdopen(fd, "wb") as handle:
                 handle.write(orjson.dumps(state))
+                handle.flush()
+                os.fsync(handle.fileno())  # on disk before the rename: a crash leaves the old state or the new
             os.replace(temporary, self.state_path)
         except OSError as exc:
             self._error(f"cannot save the shipping position in {self.state_path}: {exc.strerror or exc}")
@@ -434,16 +534,12 @@ class Shipper:
         self.last_error = message
 
 
-def _chain_fields(line: bytes) -> tuple[int | None, str | None, str | None]:
-    """seq, prev and chain of a log line; Nones for a line that is no chained record."""
+def _chain_fields(line: bytes, record: dict[str, Any] | None = None) -> tuple[int | None, str | None, str | None]:
+    """seq, prev and chain of a log line (`record`: the line already parsed); Nones for no chained record."""
     if not line.endswith(b'"}\n') or line[-77:-67] != b',"chain":"':
         return None, None, None
-    try:
-        record = orjson.loads(line)
-    except orjson.JSONDecodeError:
-        return None, None, None
-    if not isinstance(record, dict):
-        return None, None, None
+    if record is None:
+        record = parse_line(line)
     seq, prev, chain = record.get("seq"), record.get("prev"), record.get("chain")
     if not isinstance(seq, int) or not isinstance(prev, str) or not isinstance(chain, str):
         return None, None, None

@@ -13,7 +13,9 @@ is octet-counted (`LEN SP MSG`, RFC 6587 3.4.1); on UDP and Unix datagram socket
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
+import hashlib
 import re
 import select
 import socket
@@ -21,11 +23,12 @@ import ssl
 import struct
 import termios
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import orjson
 
-from relay_shell.config import SyslogTarget
+from relay_shell.config import ConfigError, SyslogTarget
 
 APP_NAME = b"relay-shell"
 # SD-ID `audit@32473`: 32473 is the private enterprise number RFC 5612 reserves for examples and documentation;
@@ -36,6 +39,8 @@ CONNECT_TIMEOUT = 10.0
 SEND_TIMEOUT = 30.0  # a collector that takes nothing for this long is treated as gone (reconnect, resend)
 UDP_BURST = 64 * 1024  # bytes sent over UDP before a 1 ms pause (at most ~64 MB/s; a receiver can keep up)
 USER_TIMEOUT = 30.0  # seconds sent data may stay unacknowledged before the kernel ends the connection
+UDP_MAX = 65_507  # the largest UDP payload over IPv4: a longer message cannot be sent at all (EMSGSIZE)
+_BYTES_ACKED = 120  # offset of tcpi_bytes_acked (u64, Linux 4.1+) in struct tcp_info
 _MSGID = re.compile(r"[!-~]{1,32}")  # printable ASCII without space, at most 32 (RFC 5424 MSGID)
 _FREE_LABELS = ("resource:", "prompt:")  # labels whose second part is open-ended (runbook names)
 
@@ -57,26 +62,69 @@ def _sd_value(value: object) -> bytes:
     return text.replace("\\", "\\\\").replace('"', '\\"').replace("]", "\\]").encode("utf-8", "replace")
 
 
-def syslog_message(line: bytes, hostname: bytes, procid: bytes) -> bytes:
-    """The RFC 5424 message for one log line (its trailing newline is not part of MSG)."""
-    body = line[:-1] if line.endswith(b"\n") else line
+def parse_line(line: bytes) -> dict[str, object]:
+    """The record a log line holds; {} for a line that is no JSON object (damage `audit:repair` names)."""
     try:
-        record = orjson.loads(body)
+        record = orjson.loads(line)
     except orjson.JSONDecodeError:
-        record = None
-    if not isinstance(record, dict):  # not a record (damage `audit:repair` names): shipped as it is
-        record = {}
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
+def syslog_message(line: bytes, hostname: bytes, procid: bytes, record: dict[str, object] | None = None) -> bytes:
+    """The RFC 5424 message for one log line (its trailing newline is not part of MSG). `record` is the line
+    already parsed (parse_line), so a shipper that read its seq and chain does not parse it twice."""
+    body = line[:-1] if line.endswith(b"\n") else line
+    if record is None:
+        record = parse_line(body)
     severity = 5 if record.get("denied") is True else 6
     timestamp = record.get("ts")
     stamp = timestamp.encode() if isinstance(timestamp, str) and _MSGID.fullmatch(timestamp) else b"-"
     params = b""
     if isinstance(record.get("seq"), int):
         params += b' seq="' + str(record["seq"]).encode() + b'"'
+    elif isinstance(record.get("oversize_seq"), int):  # a stub (oversize_stub): the seq of the record it stands for
+        params += b' seq="' + str(record["oversize_seq"]).encode() + b'"'
     if record.get("call_id") is not None:
         params += b' call_id="' + _sd_value(record["call_id"]) + b'"'
     structured = b"[" + SD_ID + params + b"]" if params else b"-"
     header = b"<%d>1 " % (FACILITY_LOG_AUDIT * 8 + severity)
     return b" ".join((header + stamp, hostname, APP_NAME, procid, tool_class(record.get("tool")), structured, body))
+
+
+def oversize_stub(line: bytes, hostname: bytes, procid: bytes, record: dict[str, object]) -> bytes:
+    """What a datagram target gets instead of a record too large for one datagram (adr/0020): a message whose MSG
+    is `{"oversize_seq":N,"bytes":L,"sha256":"…"}`, the record's seq, its length and the SHA-256 of the line as
+    the log holds it without its newline (what MSG would have been), so the collector knows what it lacks and the
+    file's copy can be checked against it. No `tool` (MSGID `unknown`) and no chain: it is no record."""
+    body = line[:-1] if line.endswith(b"\n") else line
+    seq = record.get("seq")
+    stub: dict[str, object] = {"oversize_seq": seq if isinstance(seq, int) else None, "bytes": len(body)}
+    stub["sha256"] = hashlib.sha256(body).hexdigest()
+    stamped = {"ts": record.get("ts"), **stub}
+    return syslog_message(orjson.dumps(stub), hostname, procid, stamped)
+
+
+def tls_context(ca_file: Path | None, cert_file: Path | None = None, key_file: Path | None = None) -> ssl.SSLContext:
+    """The TLS client context for a `tls://` target, made once at start-up: the collector's certificate must chain
+    to `ca_file` (else the system's CAs); `cert_file` and `key_file` are our own certificate for a collector that
+    asks for one (mutual TLS). Raises ConfigError naming the setting whose file cannot be used."""
+    try:
+        context = ssl.create_default_context(cafile=str(ca_file) if ca_file is not None else None)
+    except (ssl.SSLError, OSError, ValueError) as exc:
+        raise ConfigError(f"RELAY_SHELL_AUDIT_SYSLOG_CA: {ca_file} holds no usable CA certificate ({exc})") from None
+    if cert_file is not None or key_file is not None:
+        if cert_file is None or key_file is None:
+            missing = "RELAY_SHELL_AUDIT_SYSLOG_CERT" if cert_file is None else "RELAY_SHELL_AUDIT_SYSLOG_KEY"
+            raise ConfigError(f"{missing}: must be set too (a client certificate needs the certificate and its key)")
+        try:
+            context.load_cert_chain(str(cert_file), str(key_file))
+        except (ssl.SSLError, OSError, ValueError) as exc:
+            raise ConfigError(
+                f"RELAY_SHELL_AUDIT_SYSLOG_CERT / RELAY_SHELL_AUDIT_SYSLOG_KEY: {cert_file} and {key_file} are no "
+                f"PEM certificate and its unencrypted private key ({exc})"
+            ) from None
+    return context
 
 
 def octet_frame(message: bytes) -> bytes:
@@ -96,7 +144,7 @@ class SyslogConnection:
     """One connection to the collector. TCP and TLS are streams of octet-counted frames; UDP and Unix datagram
     sockets take one message per datagram."""
 
-    def __init__(self, target: SyslogTarget, ca_file: Path | None) -> None:
+    def __init__(self, target: SyslogTarget, context: ssl.SSLContext | None = None) -> None:
         self.target = target
         self.sock: socket.socket | None = None
         if target.scheme == "unix":
@@ -125,7 +173,7 @@ class SyslogConnection:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, 3)
             if target.scheme == "tls":
                 # RFC 5425: the collector's certificate must chain to a trusted CA and name the host we dialled.
-                context = ssl.create_default_context(cafile=str(ca_file) if ca_file is not None else None)
+                context = context or tls_context(None)
                 try:
                     sock = context.wrap_socket(sock, server_hostname=target.host)
                 except (OSError, ssl.SSLError):
@@ -138,20 +186,44 @@ class SyslogConnection:
     def stream(self) -> bool:
         return self.target.scheme in ("tcp", "tls")
 
-    def send(self, messages: list[bytes]) -> None:
-        """Send messages in order; raises OSError (ssl.SSLError included) when the collector is gone."""
+    def send(self, messages: list[bytes], stub_for: Callable[[int], bytes] | None = None) -> int:
+        """Send messages in order; raises OSError (ssl.SSLError included) when the collector is gone. A datagram
+        the socket refuses as too large (EMSGSIZE) is replaced by `stub_for(index)`; returns how many were."""
         assert self.sock is not None
         if self.stream:
             self.sock.sendall(b"".join(octet_frame(message) for message in messages))
-            return
+            return 0
         burst = 0
-        for message in messages:
-            self.sock.send(message)
+        stubs = 0
+        for index, message in enumerate(messages):
+            try:
+                self.sock.send(message)
+            except OSError as exc:
+                if exc.errno != errno.EMSGSIZE or stub_for is None:
+                    raise
+                stubs += 1
+                self.sock.send(stub_for(index))
             burst += len(message)
             if self.target.scheme == "udp" and burst >= UDP_BURST:
                 # Nothing tells a UDP sender the receiver's buffer is full: a batch sent at once overflows it.
                 time.sleep(0.001)
                 burst = 0
+        return stubs
+
+    def acknowledged_end(self) -> int:
+        """The value `bytes_acked()` reaches once the collector's TCP has acknowledged every byte sent so far:
+        bytes acknowledged + bytes still unacknowledged (SIOCOUTQ), read in that order's reverse so an
+        acknowledgement arriving in between can only make it larger (later confirmation, never early)."""
+        queued = self.unacknowledged_bytes()
+        return self.bytes_acked() + queued
+
+    def bytes_acked(self) -> int:
+        """tcpi_bytes_acked of the raw TCP socket (under TLS too): bytes the collector's TCP acknowledged on this
+        connection, ever growing; 0 for datagrams."""
+        if not self.stream or self.sock is None:
+            return 0
+        info = self.sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 256)
+        return int(struct.unpack_from("Q", info, _BYTES_ACKED)[0]) if len(info) >= _BYTES_ACKED + 8 else 0
 
     def unacknowledged_bytes(self) -> int:
         """Bytes sent and not yet acknowledged by the collector's TCP (SIOCOUTQ); 0 for datagrams."""

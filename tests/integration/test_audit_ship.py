@@ -10,6 +10,7 @@ import os
 import shutil
 import socket
 import ssl
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -19,6 +20,7 @@ import pytest
 
 from relay_shell.audit.log import AuditLog
 from relay_shell.audit.ship import Shipper, state_path_for
+from relay_shell.audit.syslog import tls_context
 from relay_shell.config import SyslogTarget, syslog_target
 from relay_shell.metrics import Metrics
 from tests.journald import Journald
@@ -215,7 +217,7 @@ def test_tls_checks_the_host_name(tmp_path: Path) -> None:
     log = AuditLog(tmp_path / "audit.jsonl")
     log.open()
     write(log, 1)
-    shipper = Shipper(log, syslog_target(f"tls://127.0.0.1:{port}"), ca, Metrics(enabled=False))
+    shipper = Shipper(log, syslog_target(f"tls://127.0.0.1:{port}"), tls_context(ca), Metrics(enabled=False))
     shipper.start()
     wait_until(lambda: shipper.error_count >= 1)
     shipper.stop()
@@ -251,3 +253,44 @@ def test_journald_gets_every_record_with_its_fields(tmp_path: Path) -> None:
     assert shipper.state_path.name == ".audit.jsonl.journald-state.json"
     assert metrics.registry.get_sample_value("relay_shell_audit_shipped_records_total", {"target": "journald"}) == 101
 
+
+
+def test_mutual_tls_refuses_a_client_without_a_certificate_and_takes_one_with(
+    tmp_path: Path, collector: Rsyslog
+) -> None:
+    """rsyslog's listener with authMode="x509/name" and permittedPeer (the README's config): relay-shell without
+    a client certificate gets nothing through; with RELAY_SHELL_AUDIT_SYSLOG_CERT/_KEY's certificate, everything."""
+    log = AuditLog(tmp_path / "audit.jsonl")
+    log.open()
+    write(log, 20)
+    without = Shipper(log, syslog_target(collector.mtls_url), tls_context(collector.ca_path), Metrics(enabled=False))
+    without.start()
+    wait_until(lambda: without.error_count >= 1)
+    without.stop(flush_timeout=0.2)
+    refusal = without.last_error or ""
+    assert "closed the connection" in refusal or "certificate" in refusal, refusal  # refused, not unreachable
+    assert collector.lines() == []
+    assert without.describe()["confirmed_seq"] in (None, -1)
+    (tmp_path / ".audit.jsonl.ship-state.json").unlink(missing_ok=True)
+    context = tls_context(collector.ca_path, collector.client_cert_path, collector.client_key_path)
+    shipper = Shipper(log, syslog_target(collector.mtls_url), context, Metrics(enabled=False))
+    shipper.start()
+    collector.wait_for(lambda lines: len(lines) == 20)
+    shipper.stop()
+    assert collector.lines() == log.path.read_bytes().splitlines(keepends=True)
+
+
+def test_the_readme_rsyslog_config_is_valid(tmp_path: Path) -> None:
+    """The collector config the README documents passes `rsyslogd -N1` (its certificate paths made to exist)."""
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    start = readme.index("```\nglobal(maxMessageSize=")
+    snippet = readme[start + 4 : readme.index("```", start + 4)]
+    assert 'authMode="x509/name"' in snippet and "permittedPeer" in snippet and "%hostname%" not in snippet
+    assert 'property(name="fromhost-ip" securepath="replace")' in snippet
+    for name in ("ca.pem", "collector.pem", "collector.key"):
+        (tmp_path / name).write_text("")
+    config = tmp_path / "rsyslog.conf"
+    config.write_text(snippet.replace("/etc/rsyslog/", f"{tmp_path}/"))
+    checked = subprocess.run(["/usr/sbin/rsyslogd", "-N1", "-f", str(config)], capture_output=True, text=True)
+    assert checked.returncode == 0, checked.stderr
+    assert "error" not in checked.stderr.lower(), checked.stderr

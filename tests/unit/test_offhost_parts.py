@@ -221,3 +221,149 @@ def test_verify_takes_the_key_of_each_period(tmp_path: Path, capsys: pytest.Capt
     assert "4 signature(s) verified" in capsys.readouterr().out
     assert main(["audit", "verify", path, "--public-key", f"{tmp_path}/new.key.pub"]) == 1
     assert "not by the public key given" in capsys.readouterr().err
+
+
+def test_a_ca_file_without_a_certificate_is_a_config_error_at_check_and_start(
+    clean_env: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The file exists but holds no PEM certificate: --check-config and start-up both refuse, naming the setting
+    (before, both said OK and the shipper then failed every connection with an error naming nothing)."""
+    from relay_shell.cli import EXIT_CONFIG, main
+
+    garbage = clean_env / "ca.pem"
+    garbage.write_text("garbage\n")
+    monkeypatch.setenv("RELAY_SHELL_AUDIT_SYSLOG", "tls://127.0.0.1:6514")
+    monkeypatch.setenv("RELAY_SHELL_AUDIT_SYSLOG_CA", str(garbage))
+    for argv in (["--check-config"], []):
+        assert main(argv) == EXIT_CONFIG
+        error = capsys.readouterr().err
+        assert "configuration error: RELAY_SHELL_AUDIT_SYSLOG_CA:" in error and str(garbage) in error, error
+        assert "Traceback" not in error
+
+
+def test_a_client_certificate_that_does_not_load_is_a_config_error(
+    clean_env: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from relay_shell.cli import EXIT_CONFIG, main
+    from tests.rsyslog import make_test_ca
+
+    ca, cert, key = make_test_ca(clean_env)
+    monkeypatch.setenv("RELAY_SHELL_AUDIT_SYSLOG", "tls://127.0.0.1:6514")
+    monkeypatch.setenv("RELAY_SHELL_AUDIT_SYSLOG_CA", str(ca))
+    monkeypatch.setenv("RELAY_SHELL_AUDIT_SYSLOG_CERT", str(cert))
+    monkeypatch.setenv("RELAY_SHELL_AUDIT_SYSLOG_KEY", str(ca))  # a certificate, not its key
+    assert main(["--check-config"]) == EXIT_CONFIG
+    error = capsys.readouterr().err
+    assert "RELAY_SHELL_AUDIT_SYSLOG_CERT / RELAY_SHELL_AUDIT_SYSLOG_KEY:" in error, error
+    monkeypatch.setenv("RELAY_SHELL_AUDIT_SYSLOG_KEY", str(key))
+    assert main(["--check-config"]) == 0, capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("settings", "fragment"),
+    [
+        ({"AUDIT_SYSLOG": "tcp://127.0.0.1:514", "AUDIT_SYSLOG_CA": "FILE"}, "AUDIT_SYSLOG_CA is set"),
+        ({"AUDIT_SYSLOG_CERT": "FILE", "AUDIT_SYSLOG_KEY": "FILE"}, "AUDIT_SYSLOG_CERT is set"),
+        ({"AUDIT_SYSLOG": "tls://h:6514", "AUDIT_SYSLOG_CERT": "FILE"}, "AUDIT_SYSLOG_KEY is empty"),
+    ],
+)
+def test_tls_files_for_a_target_without_tls_or_half_a_client_certificate_are_refused(
+    clean_env: Path, monkeypatch: pytest.MonkeyPatch, settings: dict[str, str], fragment: str
+) -> None:
+    existing = clean_env / "some.pem"
+    existing.write_text("x")
+    for name, value in settings.items():
+        monkeypatch.setenv(f"RELAY_SHELL_{name}", str(existing) if value == "FILE" else value)
+    with pytest.raises(ConfigError, match=fragment):
+        load_settings()
+
+
+def test_verify_tells_not_signed_yet_and_a_copy_without_records_apart(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An intact chain without any checkpoint is exit 4 (not 1, tampering); a copy holding no audit record at all
+    (the wrong file) is exit 2 (not 3, lag)."""
+    from relay_shell.cli import EXIT_CONFIG, EXIT_NOT_SIGNED, main
+
+    log = AuditLog(tmp_path / "audit.jsonl")
+    log.open()
+    for index in range(3):
+        log.write({"v": 1, "tool": "shell_exec", "index": index})
+    generate_keypair(tmp_path / "signing.key")
+    assert main(["audit", "verify", str(log.path), "--public-key", f"{tmp_path}/signing.key.pub"]) == EXIT_NOT_SIGNED
+    assert "NOT SIGNED YET: the chain is intact" in capsys.readouterr().err
+    copy = tmp_path / "copy.log"
+    copy.write_text("hello\n")
+    assert main(["audit", "verify", str(log.path), "--against", str(copy)]) == EXIT_CONFIG
+    error = capsys.readouterr().err
+    assert f"{copy} holds no audit record (1 line(s): {copy}:1: no audit record in this line)" in error, error
+
+
+def test_a_signing_key_others_can_read_is_refused(tmp_path: Path) -> None:
+    generate_keypair(tmp_path / "signing.key")
+    (tmp_path / "signing.key").chmod(0o640)
+    with pytest.raises(KeyFileError, match=r"accessible by group or others \(mode 0640\).*chmod 600"):
+        load_signing_key(tmp_path / "signing.key")
+    (tmp_path / "signing.key").chmod(0o600)
+    assert isinstance(load_signing_key(tmp_path / "signing.key"), object)
+
+
+def test_keygen_that_cannot_write_the_private_key_leaves_no_public_key(tmp_path: Path) -> None:
+    """A real failure after the .pub is written: a dangling symlink at PATH (it does not "exist", but O_EXCL
+    refuses it). No public key without its private key is left behind, and the symlink is not ours to remove."""
+    target = tmp_path / "signing.key"
+    target.symlink_to(tmp_path / "nowhere")
+    with pytest.raises(FileExistsError):
+        generate_keypair(target)
+    assert not (tmp_path / "signing.key.pub").exists()
+    assert target.is_symlink()
+
+
+def test_against_keeps_compact_tables_and_counts_duplicates_and_conflicts_in_any_order(tmp_path: Path) -> None:
+    """A copy out of order with every record twice: one entry per seq, duplicates counted, exit 0; memory a few
+    dozen bytes per record (a dict of ints took ~350). A second log's record for a seq the copy already has: a
+    conflict, exit 1."""
+    import random
+    import tracemalloc
+
+    from relay_shell.audit.against import LocalChains, compare, read_copy
+
+    count = 20_000
+    log = AuditLog(tmp_path / "audit.jsonl")
+    log.open()
+    for index in range(count):
+        log.write({"v": 1, "tool": "shell_exec", "index": index})
+    lines = log.path.read_bytes().splitlines(keepends=True)
+    shuffled = lines * 2
+    random.Random(7).shuffle(shuffled)
+    copy_path = tmp_path / "copy.log"
+    copy_path.write_bytes(b"".join(shuffled))
+    local = LocalChains()
+    for line in lines:
+        local(orjson.loads(line))
+    in_order = tmp_path / "in-order.log"
+    in_order.write_bytes(b"".join(lines))
+    tracemalloc.start()
+    kept = read_copy(in_order)
+    held, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert len(kept.chains) == len(lines)
+    assert held / len(lines) < 60 and peak / len(lines) < 60, (held, peak)  # the first version: 117 and 117
+    del kept
+    tracemalloc.start()
+    copy = read_copy(copy_path)
+    held = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    assert len(copy.chains) == len(lines) and copy.duplicates == len(lines) and copy.conflicting == []
+    assert held / len(lines) < 60, held  # sorting it took more for a moment (the order of 40,000 lines)
+    agreed = compare(local.chains, copy, copy_path)
+    assert agreed.exit_code == 0 and agreed.lines[0].startswith("OK:"), agreed.lines
+
+    other = AuditLog(tmp_path / "other.jsonl")
+    other.open()
+    for index in range(3):
+        other.write({"v": 1, "tool": "shell_exec", "other": index})
+    copy_path.write_bytes(b"".join(shuffled) + other.path.read_bytes().splitlines(keepends=True)[2])
+    conflicted = compare(local.chains, read_copy(copy_path), copy_path)
+    assert conflicted.exit_code == 1
+    assert any(line.startswith("CONFLICT: 1 record(s), seq 2 appear") for line in conflicted.lines), conflicted.lines

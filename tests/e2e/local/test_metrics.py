@@ -44,6 +44,8 @@ async def test_metrics_listener_passes_promtool(tmp_path: Path) -> None:
     assert 'relay_shell_tool_calls_total{outcome="ok",tier="0",tool="shell_exec"} 1.0' in exposition
     assert 'relay_shell_tool_calls_total{outcome="exit_nonzero",tier="0",tool="shell_exec"} 1.0' in exposition
     assert 'outcome="denied"' in exposition
+    # The one denial also in the unlabelled total the burst alert reads (created at 0 at start-up: adr/0021).
+    assert "relay_shell_denied_calls_total 1.0" in exposition
     assert 'relay_shell_tool_calls_total{outcome="error",tier="0",tool="unknown"} 1.0' in exposition
     assert 'tool="prompt:operating_guide"' in exposition
     assert "evil" not in exposition  # label values are server-authored, never caller text
