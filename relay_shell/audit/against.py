@@ -137,7 +137,10 @@ def read_copy(path: Path) -> CopyRecords:
                 except orjson.JSONDecodeError as exc:
                     problem = f"not valid JSON ({exc})"
             if problem is None and not (
-                isinstance(record, dict) and isinstance(record.get("seq"), int) and isinstance(record.get("chain"), str)
+                isinstance(record, dict)
+                and type(record.get("seq")) is int
+                and 0 <= record["seq"] < 2**63  # what a log can reach; the table keeps seqs as signed 64-bit
+                and isinstance(record.get("chain"), str)
             ):
                 problem = "not a chained audit record"
             if problem is None and message is not None:

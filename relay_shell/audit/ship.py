@@ -145,18 +145,24 @@ class Shipper:
     def lag_records(self) -> int:
         """Records written that the collector has not acknowledged yet (TCP/TLS: its TCP acknowledged the bytes;
         datagrams: sent). A collector that vanished without a word shows here while sends still succeed."""
-        acked = self.acked.seq if self.acked is not None else -1
-        return max(0, self.log.seq - acked)
+        return max(0, self.log.seq - self._lag_base())
 
     def lag_seconds(self) -> float:
         """How long the oldest record the collector has not acknowledged has existed (to the shipper's poll)."""
         if self.lag_records() == 0:
             return 0.0
-        acked = self.acked.seq if self.acked is not None else -1
+        base = self._lag_base()
         for seq, seen_at in list(self.seen):  # a copy: the shipper's thread changes it
-            if seq > acked:
+            if seq > base:
                 return max(0.0, time.monotonic() - seen_at)
         return 0.0
+
+    def _lag_base(self) -> int:
+        """The seq lag is measured from: what the collector acknowledged, but only what it confirmed while the
+        connection keeps failing. A collector that acknowledges the bytes and then drops the connection (one that
+        refuses our client certificate after the TLS 1.3 handshake) keeps nothing, and its lag must grow."""
+        base = self.confirmed if self.failures else self.acked
+        return base.seq if base is not None else -1
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -299,8 +305,8 @@ class Shipper:
             if len(self.seen) > SEEN_MAX:  # keep the oldest (it is the lag), every other one after it
                 entries = list(self.seen)
                 self.seen = deque(entries[:1] + entries[2::2])
-        acked = self.acked.seq if self.acked is not None else -1
-        while len(self.seen) > 1 and self.seen[0][0] <= acked:
+        base = self._lag_base()
+        while len(self.seen) > 1 and self.seen[0][0] <= base:
             self.seen.popleft()
 
     def _confirm(self) -> None:
@@ -309,7 +315,11 @@ class Shipper:
         connection = self.connection
         if connection is not None and connection.stream and self.pending:
             if connection.peer_closed():
-                self._drop(f"{self.target.url()} closed the connection; resending what it may not have kept")
+                self._drop(
+                    f"{self.target.url()} closed the connection; resending what it may not have kept (a collector "
+                    "that requires a client certificate closes right after the handshake: check "
+                    "RELAY_SHELL_AUDIT_SYSLOG_CERT/_KEY and the collector's permittedPeer)"
+                )
                 return
             # Each position on its own: acknowledged once the collector's TCP has acknowledged its last byte,
             # whatever is in flight after it (continuous traffic over a real round trip keeps some always).

@@ -118,13 +118,25 @@ def tls_context(ca_file: Path | None, cert_file: Path | None = None, key_file: P
             missing = "RELAY_SHELL_AUDIT_SYSLOG_CERT" if cert_file is None else "RELAY_SHELL_AUDIT_SYSLOG_KEY"
             raise ConfigError(f"{missing}: must be set too (a client certificate needs the certificate and its key)")
         try:
-            context.load_cert_chain(str(cert_file), str(key_file))
+            # No passphrase prompt: OpenSSL would read it from stdin, which is the MCP channel of a stdio server.
+            context.load_cert_chain(str(cert_file), str(key_file), password=_no_passphrase)
         except (ssl.SSLError, OSError, ValueError) as exc:
             raise ConfigError(
                 f"RELAY_SHELL_AUDIT_SYSLOG_CERT / RELAY_SHELL_AUDIT_SYSLOG_KEY: {cert_file} and {key_file} are no "
                 f"PEM certificate and its unencrypted private key ({exc})"
             ) from None
+    mode = key_file.stat().st_mode & 0o777 if key_file is not None else 0
+    if mode & 0o077:
+        # As ssh refuses an unprotected private key: whoever can read it can pose as this host to the collector.
+        raise ConfigError(
+            f"RELAY_SHELL_AUDIT_SYSLOG_KEY: {key_file} is accessible by group or others (mode {mode:04o}): "
+            f"chmod 600 {key_file} (owned by the user relay-shell runs as)"
+        )
     return context
+
+
+def _no_passphrase() -> bytes:
+    raise ValueError("the key is encrypted: give an unencrypted key, readable by the service only")
 
 
 def octet_frame(message: bytes) -> bytes:

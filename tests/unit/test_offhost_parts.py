@@ -305,7 +305,7 @@ def test_a_signing_key_others_can_read_is_refused(tmp_path: Path) -> None:
     with pytest.raises(KeyFileError, match=r"accessible by group or others \(mode 0640\).*chmod 600"):
         load_signing_key(tmp_path / "signing.key")
     (tmp_path / "signing.key").chmod(0o600)
-    assert isinstance(load_signing_key(tmp_path / "signing.key"), object)
+    assert load_signing_key(tmp_path / "signing.key").public_key() is not None
 
 
 def test_keygen_that_cannot_write_the_private_key_leaves_no_public_key(tmp_path: Path) -> None:
@@ -367,3 +367,96 @@ def test_against_keeps_compact_tables_and_counts_duplicates_and_conflicts_in_any
     conflicted = compare(local.chains, read_copy(copy_path), copy_path)
     assert conflicted.exit_code == 1
     assert any(line.startswith("CONFLICT: 1 record(s), seq 2 appear") for line in conflicted.lines), conflicted.lines
+
+
+def test_a_copy_record_with_a_seq_no_log_reaches_is_unreadable_not_a_crash(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The copy is the collector's input: a record with seq 2**63 and a chain that checks out is named as not a
+    chained audit record (the compact table keeps seqs as signed 64-bit), never a traceback."""
+    import hashlib
+
+    from relay_shell.cli import main
+
+    log = AuditLog(tmp_path / "audit.jsonl")
+    log.open()
+    log.write({"v": 1, "tool": "shell_exec"})
+    prev = "0" * 64
+    body = orjson.dumps({"v": 1, "tool": "shell_exec", "prev": prev, "seq": 2**63})
+    chain = hashlib.sha256(prev.encode() + body).hexdigest()
+    copy = tmp_path / "copy.log"
+    copy.write_bytes(log.path.read_bytes() + body[:-1] + b',"chain":"' + chain.encode() + b'"}\n')
+    assert main(["audit", "verify", str(log.path), "--against", str(copy)]) in (0, 1, 3)
+    output = capsys.readouterr()
+    assert f"{copy}:2: not a chained audit record" in output.out + output.err, output
+
+
+def test_an_encrypted_client_key_is_a_config_error_at_once_not_a_passphrase_prompt(tmp_path: Path) -> None:
+    """OpenSSL would prompt for the passphrase and read it from stdin: the MCP channel of a stdio server. A real
+    `--check-config` with stdin an open pipe that never sends anything must answer at once."""
+    import sys
+
+    from cryptography.hazmat.primitives import serialization
+
+    from tests.rsyslog import make_test_ca
+
+    ca, cert, key = make_test_ca(tmp_path)
+    loaded = serialization.load_pem_private_key(key.read_bytes(), password=None)
+    encrypted = tmp_path / "encrypted.key"
+    encrypted.write_bytes(
+        loaded.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.BestAvailableEncryption(b"secret"),
+        )
+    )
+    encrypted.chmod(0o600)
+    env = {name: value for name, value in os.environ.items() if not name.startswith("RELAY_SHELL_")}
+    env.update(
+        RELAY_SHELL_AUDIT_PATH=str(tmp_path / "audit.jsonl"),
+        RELAY_SHELL_AUDIT_SYSLOG="tls://127.0.0.1:6514",
+        RELAY_SHELL_AUDIT_SYSLOG_CA=str(ca),
+        RELAY_SHELL_AUDIT_SYSLOG_CERT=str(cert),
+        RELAY_SHELL_AUDIT_SYSLOG_KEY=str(encrypted),
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-m", "relay_shell", "--check-config"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        start_new_session=True,  # no controlling terminal, as an MCP client starts it: OpenSSL would read stdin
+    )
+    try:
+        process.wait(timeout=20)  # stdin stays open (communicate() would close it): a prompt would wait for it
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+        pytest.fail("--check-config waited for a passphrase on stdin")
+    finally:
+        assert process.stdin is not None and process.stderr is not None and process.stdout is not None
+        process.stdin.close()
+        process.stdout.close()
+    error = process.stderr.read()
+    process.stderr.close()
+    assert process.returncode == 2, error
+    assert b"RELAY_SHELL_AUDIT_SYSLOG_CERT / RELAY_SHELL_AUDIT_SYSLOG_KEY" in error and b"encrypted" in error, error
+
+
+def test_a_client_key_others_can_read_is_a_config_error(
+    clean_env: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from relay_shell.cli import EXIT_CONFIG, main
+    from tests.rsyslog import make_test_ca
+
+    ca, cert, key = make_test_ca(clean_env)
+    key.chmod(0o644)
+    monkeypatch.setenv("RELAY_SHELL_AUDIT_SYSLOG", "tls://127.0.0.1:6514")
+    monkeypatch.setenv("RELAY_SHELL_AUDIT_SYSLOG_CA", str(ca))
+    monkeypatch.setenv("RELAY_SHELL_AUDIT_SYSLOG_CERT", str(cert))
+    monkeypatch.setenv("RELAY_SHELL_AUDIT_SYSLOG_KEY", str(key))
+    assert main(["--check-config"]) == EXIT_CONFIG
+    error = capsys.readouterr().err
+    assert f"RELAY_SHELL_AUDIT_SYSLOG_KEY: {key} is accessible by group or others (mode 0644): chmod 600" in error
+    key.chmod(0o600)
+    assert main(["--check-config"]) == 0, capsys.readouterr().err
