@@ -216,13 +216,15 @@ class Settings(BaseSettings):
         "where the kernel allows it) or off",
     )
     exec_deny: str = Field(
-        "", description="a JSON array of regexes, or one per line, over `path argv...` of each exec: a match is EPERM"
+        "",
+        description="a JSON array of RE2 regexes (no backreferences, no lookaround), or one per line, over "
+        "`path argv...` of each exec: a match is EPERM",
     )
     exec_trace_entries: int = Field(
         64, ge=0, le=1024, description="exec entries one audit record keeps (the count and digest cover all), 0 to 1024"
     )
 
-    @field_validator("policy_deny", "policy_allow", "exec_deny")
+    @field_validator("policy_deny", "policy_allow")
     @classmethod
     def _patterns_compile(cls, raw: str) -> str:
         for pattern in parse_patterns(raw):
@@ -230,6 +232,28 @@ class Settings(BaseSettings):
                 re.compile(pattern)
             except re.error as exc:
                 raise ValueError(f"pattern {pattern!r} is not a valid regex ({exc})") from exc
+        return raw
+
+    @field_validator("exec_deny")
+    @classmethod
+    def _exec_deny_compiles_in_re2(cls, raw: str) -> str:
+        """RE2, not `re`: the text is a traced program's argv, matched while its exec waits (adr/0019)."""
+        patterns = parse_patterns(raw)
+        if not patterns:
+            return raw
+        import re2  # ~3 ms: only when there are patterns
+
+        options = re2.Options()
+        options.log_errors = False
+        for pattern in patterns:
+            try:
+                re2.compile(pattern, options)
+            except re2.error as exc:
+                problem = exc.args[0].decode(errors="replace") if exc.args and isinstance(exc.args[0], bytes) else exc
+                raise ValueError(
+                    f"RELAY_SHELL_EXEC_DENY: pattern {pattern!r} is not valid RE2 syntax ({problem}); allowed: RE2 "
+                    "regexes (no backreferences, no lookaround), as a JSON array or one per line"
+                ) from None
         return raw
 
     @field_validator(

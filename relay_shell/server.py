@@ -76,6 +76,9 @@ class Assembly:
             with anyio.move_on_after(2.0):
                 await self.ssh.close()
             await self.containment.shutdown(min(SHUTDOWN_GRACE, self.runner.settings.kill_grace))
+            if self.containment.tracer is not None:  # late execs not yet written (their trees are gone now)
+                await anyio.sleep(0)  # those the trace's thread handed to the loop first
+                self.containment.tracer.flush_late()
             if self.offhost is not None:  # last: the shutdown checkpoint follows every other record, then it ships
                 await anyio.to_thread.run_sync(self.offhost.stop)
 
@@ -104,6 +107,8 @@ def build_server(
         settings.exec_trace, parse_patterns(settings.exec_deny), settings.exec_trace_entries, metrics
     )
     tracer = containment.tracer
+    # A call's execs after its end record (background jobs) go into `exec:late` records under its call_id.
+    tracer.on_late = lambda call_id, execs: runner.event("exec:late", "server", {"call_id": call_id, "execs": execs})
 
     def session_ended(session: Session) -> None:
         runner.event(
