@@ -310,8 +310,9 @@ class ExecTracer:
             if self.deny:
                 path = path or memory.absolute(pid, memory.decode(raw[0]), False, 0, 0)
                 outcome, setid = memory.predict(pid, path)
-                text = " ".join([path, *map(memory.decode, raw[1])])[:DENY_TEXT_MAX]
-                if outcome == "ok" and any(pattern.search(text) for pattern in self.deny):
+                arguments = list(map(memory.decode, raw[1]))
+                text = " ".join([path, *arguments])[:DENY_TEXT_MAX]
+                if outcome == "ok" and self._denies(text, pid, path, arguments):
                     outcome, answer, denied_text = "denied", errno.EPERM, text
             if not notifications.valid(notif_id):
                 raw = None  # the process is gone: what was read may not have been its memory
@@ -334,6 +335,20 @@ class ExecTracer:
                 self._unreadable(trace, target, pid, ppid, answer != 0)
             elif raw is not None:
                 self._record(trace, target, listed, pid, ppid, raw, path, outcome, setid, denied_text)
+
+    def _denies(self, text: str, pid: int, path: str, arguments: list[str]) -> bool:
+        """A pattern matches `path argv…`, or the same with the path's symlinks resolved as the process sees
+        them (its root): a symlink to a denied tool is refused too (a copy of it is not, adr/0019)."""
+        if any(pattern.search(text) for pattern in self.deny):
+            return True
+        root = f"/proc/{pid}/root"
+        resolved = os.path.realpath(root + path)
+        if resolved.startswith(root + "/"):  # resolved inside /proc: the process's root could not be followed
+            return False
+        if resolved == path:
+            return False
+        real_text = " ".join([resolved, *arguments])[:DENY_TEXT_MAX]
+        return any(pattern.search(real_text) for pattern in self.deny)
 
     def _unreadable(self, trace: ExecTrace, target: ExecTrace, pid: int, ppid: int, refused: bool) -> None:
         outcome = "unreadable-denied" if refused else "unreadable"

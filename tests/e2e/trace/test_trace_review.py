@@ -148,3 +148,12 @@ def test_a_pattern_re2_refuses_stops_the_server_naming_the_setting(tmp_path: Pat
     error = started.stderr.decode()
     assert "RELAY_SHELL_EXEC_DENY" in error and "RE2" in error and "backreferences" in error, error
     assert "Traceback" not in error
+
+
+async def test_a_symlink_to_a_denied_program_is_refused_too(client: Client, workdir: Path) -> None:
+    link = workdir / "innocent"
+    link.symlink_to("/usr/bin/id")
+    result = await client.call_tool("shell_exec", {"command": f"{link} || echo refused-$?"})
+    text = text_of(result)
+    assert "uid=" not in text and "refused-126" in text, text
+    assert end_record(workdir, result)["execs"]["denied"] == 1
