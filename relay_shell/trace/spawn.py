@@ -163,7 +163,7 @@ def spawn(
                 _check(_libc.posix_spawnattr_setflags(attributes, ctypes.c_short(flags)))
                 pid = ctypes.c_int(0)
                 encoded_argv = [os.fsencode(item) for item in argv]
-                # The GIL is released for this call: the trace's answer to the first execve comes from the loop.
+                # The GIL is released for this call: the service thread answers the first execve meanwhile.
                 code = _libc.posix_spawn(
                     ctypes.byref(pid),
                     encoded_path,
