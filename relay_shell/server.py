@@ -73,6 +73,8 @@ class Assembly:
         running (background jobs, whatever escaped): nothing the server started outlives it."""
         with anyio.CancelScope(shield=True):
             await self.sessions.close_all("server stopped")
+            if self.containment.tracer is not None:  # late execs not yet written, before their trees are ended
+                self.containment.tracer.flush_late()
             with anyio.move_on_after(2.0):
                 await self.ssh.close()
             await self.containment.shutdown(min(SHUTDOWN_GRACE, self.runner.settings.kill_grace))

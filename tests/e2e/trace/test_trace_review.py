@@ -157,3 +157,24 @@ async def test_a_symlink_to_a_denied_program_is_refused_too(client: Client, work
     text = text_of(result)
     assert "uid=" not in text and "refused-126" in text, text
     assert end_record(workdir, result)["execs"]["denied"] == 1
+
+
+async def test_late_execs_of_a_tree_still_running_are_written_at_shutdown(tmp_path: Path) -> None:
+    """A background job that execs after its call and then keeps running: its tree does not hang up before the
+    server stops (containment off: nothing ends it), so its late execs are written at shutdown, not lost. The
+    job ends by itself seconds later."""
+    audit = tmp_path / "audit.jsonl"
+    marker = tmp_path / "late-ran"
+    async with connect(audit, exec_trace="on", containment="off") as client:
+        command = f"(sleep 0.3; /bin/uname -n > {marker}; exec sleep 4.5) >/dev/null 2>&1 & echo started"
+        result = await client.call_tool("shell_exec", {"command": command})
+        assert "started" in text_of(result)
+        deadline = time.monotonic() + 10
+        while not (marker.exists() and marker.stat().st_size) and time.monotonic() < deadline:
+            await anyio.sleep(0.05)
+        assert marker.exists()
+    call_id = [record for record in read_records(audit) if record.get("phase") == "end"][-1]["call_id"]
+    late = [record for record in read_records(audit) if record["tool"] == "exec:late"]
+    assert late and all(record["call_id"] == call_id for record in late), late
+    argvs = [entry["argv"] for record in late for entry in record["execs"]["entries"]]
+    assert ["/bin/uname", "-n"] in argvs and ["sleep", "4.5"] in argvs, argvs
