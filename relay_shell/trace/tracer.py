@@ -341,6 +341,8 @@ class ExecTracer:
         them (its root): a symlink to a denied tool is refused too (a copy of it is not, adr/0019)."""
         if any(pattern.search(text) for pattern in self.deny):
             return True
+        if not path.startswith("/"):
+            return False
         root = f"/proc/{pid}/root"
         resolved = os.path.realpath(root + path)
         if resolved.startswith(root + "/"):  # resolved inside /proc: the process's root could not be followed
@@ -440,7 +442,7 @@ class ExecTracer:
         outcome = "ok"
         if self.deny:
             text = " ".join([path, *argv])[:DENY_TEXT_MAX]
-            if any(pattern.search(text) for pattern in self.deny):
+            if self._denies(text, os.getpid(), os.path.abspath(path), argv):
                 outcome = "denied"
         shown = redacted_argv(argv)
         setid = memory.predict(os.getpid(), path)[1] and self.no_new_privs and outcome == "ok"

@@ -157,6 +157,9 @@ async def test_a_symlink_to_a_denied_program_is_refused_too(client: Client, work
     text = text_of(result)
     assert "uid=" not in text and "refused-126" in text, text
     assert end_record(workdir, result)["execs"]["denied"] == 1
+    # As the call's own program (the server's exec, checked before it spawns) too.
+    alone = await client.call_tool("shell_exec", {"command": [str(link)], "use_shell": False})
+    assert alone.is_error and text_of(alone).startswith("[ERROR: ExecDenied: "), text_of(alone)
 
 
 async def test_late_execs_of_a_tree_still_running_are_written_at_shutdown(tmp_path: Path) -> None:
