@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from relay_shell.config import compile_exec_deny
 from relay_shell.trace import memory, seccomp
 from relay_shell.trace.record import ExecTrace, digest_line, entry_of, redacted_argv, unreadable_entry
 from relay_shell.trace.spawners import REFILL_IDLE, SparePool, Spawner
@@ -45,32 +46,10 @@ LATE_SWEEP = 5.0  # seconds between looks for late execs that waited LATE_WAIT, 
 LateWriter = Callable[[str | None, dict[str, Any]], None]
 
 
-def compile_deny(patterns: list[str]) -> list[Any]:
-    """RELAY_SHELL_EXEC_DENY's patterns in RE2 (linear time: a program controls the text they are matched
-    against). ValueError naming the setting for one RE2 does not accept (backreferences, lookaround)."""
-    if not patterns:
-        return []
-    import re2  # ~3 ms at startup: only when there are patterns
-
-    options = re2.Options()
-    options.log_errors = False
-    compiled = []
-    for pattern in patterns:
-        try:
-            compiled.append(re2.compile(pattern, options))
-        except re2.error as exc:
-            problem = exc.args[0].decode(errors="replace") if exc.args and isinstance(exc.args[0], bytes) else exc
-            raise ValueError(
-                f"RELAY_SHELL_EXEC_DENY: pattern {pattern!r} is not valid RE2 syntax ({problem}); allowed: RE2 "
-                "regexes (no backreferences, no lookaround), a JSON array of them or one per line"
-            ) from None
-    return compiled
-
-
 class ExecTracer:
     def __init__(self, setting: str, deny_patterns: list[str], max_entries: int, metrics: Any = None) -> None:
         self.setting = setting
-        self.deny = compile_deny(deny_patterns)
+        self.deny = compile_exec_deny(deny_patterns)
         self.max_entries = max_entries
         self.metrics = metrics
         self.state = "off"
