@@ -255,11 +255,12 @@ def _spawn_traced(
     with contextlib.ExitStack() as spawning:
         child_env = spawning.enter_context(unit.spawning(full_env)) if unit is not None else full_env
         assert child_env is not None
-        path = resolve_program(argv[0], child_env)
+        path = resolve_program(argv[0], child_env, cwd)
         if trace.state != "traced":  # no filter on this thread (the trace is unavailable for this tree)
             return spawn(argv, cwd, child_env, with_stdin, merge_stderr, path)
         # The server's own exec, the tree's first: recorded here (the service thread lets it go unread).
-        tracer.first_exec(trace, path, argv)
+        # Recorded absolute, like every other entry (a relative path is the child's working directory's).
+        tracer.first_exec(trace, os.path.normpath(os.path.join(cwd or os.getcwd(), path)), argv)
         try:
             child = spawn(argv, cwd, child_env, with_stdin, merge_stderr, path)
         except OSError as exc:

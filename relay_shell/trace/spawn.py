@@ -86,14 +86,15 @@ def _array(items: list[bytes]) -> ctypes.Array[ctypes.c_char_p]:
     return array
 
 
-def resolve_program(program: str, env: dict[str, str] | None) -> str:
+def resolve_program(program: str, env: dict[str, str] | None, cwd: str | None = None) -> str:
     """The executable Popen would run: a name with a slash as it is, else the first executable file found on
-    the child's PATH (its environment's, else the server's)."""
+    the child's PATH (its environment's, else the server's). A relative PATH entry (`.`) is relative to the
+    child's working directory, as in Popen's child after its chdir."""
     if "/" in program:
         return program
     denied = False
     for directory in os.get_exec_path(env):
-        candidate = os.path.join(directory, program)
+        candidate = os.path.join(cwd or "", directory, program)
         if os.path.isfile(candidate):
             if os.access(candidate, os.X_OK):
                 return candidate

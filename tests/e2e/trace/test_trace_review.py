@@ -181,3 +181,16 @@ async def test_late_execs_of_a_tree_still_running_are_written_at_shutdown(tmp_pa
     assert late and all(record["call_id"] == call_id for record in late), late
     argvs = [entry["argv"] for record in late for entry in record["execs"]["entries"]]
     assert ["/bin/uname", "-n"] in argvs and ["sleep", "4.5"] in argvs, argvs
+
+
+async def test_the_calls_own_program_is_found_and_recorded_as_popen_would(client: Client, workdir: Path) -> None:
+    """A relative PATH entry is the call's working directory's (as in Popen's child), and a relative program
+    path is recorded absolute, like every other entry."""
+    by_path = await client.call_tool(
+        "shell_exec", {"command": ["mysql"], "use_shell": False, "cwd": str(workdir), "env": {"PATH": ".:/bin"}}
+    )
+    assert "standin mysql" in text_of(by_path), text_of(by_path)
+    assert end_record(workdir, by_path)["execs"]["entries"][0]["path"] == str(workdir / "mysql")
+    relative = await client.call_tool("shell_exec", {"command": ["./mysql"], "use_shell": False, "cwd": str(workdir)})
+    assert "standin mysql" in text_of(relative)
+    assert end_record(workdir, relative)["execs"]["entries"][0]["path"] == str(workdir / "mysql")
