@@ -73,9 +73,14 @@ class Assembly:
         running (background jobs, whatever escaped): nothing the server started outlives it."""
         with anyio.CancelScope(shield=True):
             await self.sessions.close_all("server stopped")
+            if self.containment.tracer is not None:  # late execs not yet written, before their trees are ended
+                self.containment.tracer.flush_late()
             with anyio.move_on_after(2.0):
                 await self.ssh.close()
             await self.containment.shutdown(min(SHUTDOWN_GRACE, self.runner.settings.kill_grace))
+            if self.containment.tracer is not None:  # late execs not yet written (their trees are gone now)
+                await anyio.sleep(0)  # those the trace's thread handed to the loop first
+                self.containment.tracer.flush_late()
             if self.offhost is not None:  # last: the shutdown checkpoint follows every other record, then it ships
                 await anyio.to_thread.run_sync(self.offhost.stop)
 
@@ -104,6 +109,8 @@ def build_server(
         settings.exec_trace, parse_patterns(settings.exec_deny), settings.exec_trace_entries, metrics
     )
     tracer = containment.tracer
+    # A call's execs after its end record (background jobs) go into `exec:late` records under its call_id.
+    tracer.on_late = lambda call_id, execs: runner.event("exec:late", "server", {"call_id": call_id, "execs": execs})
 
     def session_ended(session: Session) -> None:
         runner.event(

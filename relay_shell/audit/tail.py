@@ -128,6 +128,6 @@ def exec_lines(record: dict[str, Any]) -> list[str]:
         argv = " ".join(item if isinstance(item, str) else orjson.dumps(item).decode() for item in entry["argv"])
         lines.append(
             f"  +{entry.get('t_ms', 0)}ms pid {entry.get('pid')} ppid {entry.get('ppid')} {outcome} "
-            f"{entry.get('path')}: {argv}"
+            f"{entry.get('path') or '(unreadable)'}: {argv}"
         )
     return lines

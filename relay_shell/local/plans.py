@@ -142,6 +142,8 @@ def _process_plan(
         unit = containment.open_unit("call", plan.call_id) if containment is not None else None
         tracer = containment.tracer if containment is not None else None
         trace = tracer.new_trace() if tracer is not None else None
+        if trace is not None:
+            trace.call_id = plan.call_id  # its late execs are recorded under it
         try:
             outcome = await run_process(
                 argv,

@@ -29,8 +29,7 @@ from relay_shell.capture import BoundedCapture, CapturedText
 from relay_shell.containment.units import Unit
 from relay_shell.plan import ProgressFn
 from relay_shell.trace.record import ExecTrace
-from relay_shell.trace.spawn import SpawnedChild, resolve_program, spawn
-from relay_shell.trace.spawners import first_path_buffer
+from relay_shell.trace.spawn import SPAWN_MISSING, SPAWN_READY, SpawnedChild, resolve_program, spawn
 from relay_shell.trace.tracer import ExecTracer
 
 READ_CHUNK = 1024 * 1024
@@ -138,7 +137,9 @@ async def _run_in_unit(
     stdout_capture = BoundedCapture(budget if merge_stderr else budget - budget // 4)
     stderr_capture = None if merge_stderr else BoundedCapture(budget // 4)
     process: _Child
-    if tracer is not None and trace is not None:
+    if trace is not None and not SPAWN_READY:
+        trace.state = f"untraced: {SPAWN_MISSING}"
+    if tracer is not None and trace is not None and SPAWN_READY:
         with_stdin = stdin is not None
         process = await tracer.spawn(
             trace, lambda: _spawn_traced(argv, cwd, env, with_stdin, merge_stderr, unit, tracer, trace)
@@ -254,14 +255,14 @@ def _spawn_traced(
     with contextlib.ExitStack() as spawning:
         child_env = spawning.enter_context(unit.spawning(full_env)) if unit is not None else full_env
         assert child_env is not None
-        path = resolve_program(argv[0], child_env)
-        buffer = first_path_buffer()
-        if buffer is None:  # no filter on this thread (the trace is unavailable for this tree)
+        path = resolve_program(argv[0], child_env, cwd)
+        if trace.state != "traced":  # no filter on this thread (the trace is unavailable for this tree)
             return spawn(argv, cwd, child_env, with_stdin, merge_stderr, path)
-        # The filter lets this one exec through untrapped (it is the server's own): recorded here instead.
-        tracer.first_exec(trace, path, argv)
+        # The server's own exec, the tree's first: recorded here (the service thread lets it go unread).
+        # Recorded absolute, like every other entry (a relative path is the child's working directory's).
+        tracer.first_exec(trace, os.path.normpath(os.path.join(cwd or os.getcwd(), path)), argv)
         try:
-            child = spawn(argv, cwd, child_env, with_stdin, merge_stderr, path, buffer)
+            child = spawn(argv, cwd, child_env, with_stdin, merge_stderr, path)
         except OSError as exc:
             tracer.first_exec_failed(trace, exc)
             raise

@@ -167,6 +167,7 @@ def spawn_plan(
         exec_trace = getattr(terminal, "exec_trace", None)
         tracer = registry.containment.tracer if registry.containment is not None else None
         if tracer is not None and exec_trace is not None:  # what ran until the first output settled
+            exec_trace.call_id = plan.call_id  # execs after session:end are recorded under shell_spawn's call
             plan.record_fields = {**(plan.record_fields or {}), "execs": tracer.snapshot(exec_trace)}
             notes.extend(refusal_notes(exec_trace))
         return _read_result(

@@ -2,9 +2,12 @@
 number and in size), and a SHA-256 over the full ordered list, computed as entries arrive. Memory stays bounded
 whatever the tree does: a fork bomb of execs only moves the counters and the digest.
 
-An entry: pid, ppid, the program's absolute path, argv redacted like audited arguments and bounded the same way
-(adr/0016: head + tail + length + SHA-256 of a long argument, the first 64 arguments then a digest), the time
-offset from the start of the trace, and whether the exec went on (`ok`; a refused one has `denied`).
+An entry: pid, ppid, the program's absolute path, argv redacted like audited arguments and bounded tighter
+(adr/0016's head + tail + length + SHA-256 of a long argument, from 256 characters on with 64 of head and of
+tail; the first 64 arguments then a digest), the time offset from the start of the trace, and whether the exec
+went on (`ok`; a refused one has `denied`). The kept entries are charged by their encoded size before they are
+added: one that does not fit keeps only a digest of its argv, or is left out (the count and digest go on), so
+the record's `execs` always fits in the record.
 
 The digest covers what does not change between two runs of the same commands: per entry, in order, the path,
 the redacted argv and the outcome (not pids nor times), so identical runs give identical digests.
@@ -21,7 +24,10 @@ import orjson
 from relay_shell.audit.record import audit_arguments
 
 DEFAULT_ENTRIES = 64
-ENTRY_CHARS = 24 * 1024  # the kept entries' argv text, together: the end record stays well under its 64 KiB
+ENTRY_BYTES = 24 * 1024  # the kept entries, encoded, together: the end record stays well under its 64 KiB
+COMPACT_ROOM = 512  # room an entry reduced to a digest of its argv needs
+TRACE_LONG = 256  # characters from which an argument is summarised (audited arguments: 1,024)
+TRACE_KEEP = 64  # characters of head and of tail kept of a summarised argument (audited arguments: 256)
 DENIED_KEPT = 16
 _REDACTED_CACHE_MAX = 1024
 
@@ -37,22 +43,35 @@ class ExecTrace:
         self.denied = 0
         self.setid_dropped = 0  # set-user-ID programs run without their privilege (no_new_privs)
         self.entries: list[dict[str, Any]] = []
-        self.entry_chars = 0
+        self.entry_bytes = 0
         self.denied_execs: list[str] = []
         self.digest = hashlib.sha256()
         self.state = "traced"  # or "untraced: <why>" when the filter could not be installed for this tree
         self.window: ExecTrace | None = None  # a session_send's trace gets the same entries while it runs
-        self.closed = False  # its record was written: later execs of the tree are late (counted by the tracer)
-        # The tree's first exec, made by the server itself and recorded by it (not trapped): its digest line
-        # waits until its outcome is known, and goes in before any other exec's (trace.flush_first).
+        self.closed = False  # its record was written: later execs of the tree are late (trace.late)
+        self.call_id: str | None = None  # the call whose record this is: late execs are recorded under it
+        self.late: ExecTrace | None = None  # execs after the record was written, until an `exec:late` record
+        self.late_since = 0.0
+        # The tree's first exec, made by the server itself and recorded by it: its notification (the first of the
+        # listener, the spawned process being the tree's only one until then) is answered without being read.
+        # Its digest line waits until its outcome is known, and goes in before any other exec's (flush_first).
+        self.server_first = False
         self.first_line: bytes | None = None
         self.first_entry: dict[str, Any] = {}
 
     def wants_entry(self) -> bool:
         """Whether the next exec is listed (here or in the window): only then is its entry made."""
-        if len(self.entries) < self.max_entries and self.entry_chars < ENTRY_CHARS:
+        if len(self.entries) < self.max_entries and self.entry_bytes <= ENTRY_BYTES - COMPACT_ROOM:
             return True
         return self.window is not None and self.window.wants_entry()
+
+    def late_trace(self) -> ExecTrace:
+        """Where an exec after the record was written goes (the tracer writes it as an `exec:late` record)."""
+        if self.late is None:
+            self.late = ExecTrace(self.max_entries)
+            self.late.started = self.started  # offsets from the start of the call, like its end record's
+            self.late_since = time.monotonic()
+        return self.late
 
     def flush_first(self) -> None:
         if self.first_line is not None:
@@ -69,11 +88,22 @@ class ExecTrace:
                 self.denied_execs.append(denied_text)
         if setid:
             self.setid_dropped += 1
-        if entry is not None and len(self.entries) < self.max_entries and self.entry_chars < ENTRY_CHARS:
-            self.entries.append(entry)
-            self.entry_chars += len(entry["path"]) + sum(len(str(item)) for item in entry["argv"])
+        if entry is not None and len(self.entries) < self.max_entries:
+            self._keep(entry)
         if self.window is not None:
             self.window.add(entry, digest_line, denied_text, setid)
+
+    def _keep(self, entry: dict[str, Any]) -> None:
+        """Charge the entry's encoded size before keeping it: too large for what is left, it keeps a digest of
+        its argv instead of the argv; still too large, it is left out (counted in entries_omitted)."""
+        size = len(orjson.dumps(entry))
+        if self.entry_bytes + size > ENTRY_BYTES:
+            entry = compact(entry)
+            size = len(orjson.dumps(entry))
+            if self.entry_bytes + size > ENTRY_BYTES:
+                return
+        self.entries.append(entry)
+        self.entry_bytes += size
 
     def missed(self) -> None:
         self.flush_first()
@@ -106,13 +136,13 @@ _unchanged: dict[tuple[str, ...], list[Any]] = {}
 
 
 def redacted_argv(argv: list[str]) -> list[Any]:
-    """argv redacted and bounded like audited arguments."""
+    """argv redacted and bounded like audited arguments, long arguments tighter (TRACE_LONG, TRACE_KEEP)."""
     key = tuple(argv)
     cached = _unchanged.get(key)
     if cached is not None:
         return cached
     bounded = audit_arguments({"argv": argv})["argv"]
-    shown = list(bounded) if isinstance(bounded, list) else [bounded]
+    shown = [_tighter(item) for item in bounded] if isinstance(bounded, list) else [bounded]
     if shown == argv:
         if len(_unchanged) >= _REDACTED_CACHE_MAX:
             _unchanged.clear()
@@ -120,7 +150,46 @@ def redacted_argv(argv: list[str]) -> list[Any]:
     return shown
 
 
-def digest_line(path: str, shown: list[Any], outcome: str) -> bytes:
+def _tighter(item: Any) -> Any:
+    """One argument as audit_arguments bounded it, summarised from TRACE_LONG characters with TRACE_KEEP of
+    head and tail (the length and SHA-256 are of the whole redacted argument, as there)."""
+    if isinstance(item, str) and len(item) > TRACE_LONG:
+        return {
+            "head": item[:TRACE_KEEP],
+            "tail": item[-TRACE_KEEP:],
+            "len": len(item),
+            "sha256": hashlib.sha256(item.encode("utf-8", "surrogatepass")).hexdigest(),
+        }
+    if isinstance(item, dict) and "head" in item and "tail" in item:
+        return {**item, "head": item["head"][:TRACE_KEEP], "tail": item["tail"][-TRACE_KEEP:]}
+    return item
+
+
+def compact(entry: dict[str, Any]) -> dict[str, Any]:
+    """An entry whose argv is replaced by its count and digest (what does not fit the record's room)."""
+    argv = entry.get("argv") or []
+    digest = hashlib.sha256(orjson.dumps(argv)).hexdigest()
+    return {**entry, "argv": [{"omitted": len(argv), "sha256_of_all": digest}], "argv_cut": True}
+
+
+def unreadable_entry(trace_started: float, pid: int, ppid: int, refused: bool) -> dict[str, Any]:
+    """An exec whose request could not be read (a 32-bit pointer the layer misread, a process that made itself
+    non-dumpable under a server without CAP_SYS_PTRACE): listed all the same, with what is known."""
+    entry: dict[str, Any] = {
+        "pid": pid,
+        "ppid": ppid,
+        "path": None,
+        "argv": [],
+        "t_ms": round((time.monotonic() - trace_started) * 1000, 1),
+        "ok": not refused,
+        "error": "unreadable",
+    }
+    if refused:
+        entry["denied"] = True
+    return entry
+
+
+def digest_line(path: str | None, shown: list[Any], outcome: str) -> bytes:
     """One exec's line of the trace's digest: what two identical runs share (no pid, no time)."""
     return orjson.dumps([path, shown, outcome]) + b"\n"
 

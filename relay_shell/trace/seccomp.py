@@ -54,10 +54,36 @@ _ARCHES: dict[str, tuple[int, dict[int, tuple[int, ...]]]] = {
     "aarch64": (277, {0xC00000B7: (221, 281)}),
 }
 EXECVEAT_NUMBERS = {322, _X32_BIT | 545, 358, 281}
+AUDIT_ARCH_I386 = 0x40000003
+
+
+def compat_abi(arch: int, number: int) -> bool:
+    """An exec of a 32-bit ABI (i386, also by `int 0x80` from a 64-bit process; x32): its pointers, in the
+    arguments and in the argv array, are 32 bits wide."""
+    return arch == AUDIT_ARCH_I386 or bool(number & _X32_BIT)
+
+
+SECCOMP_GET_NOTIF_SIZES = 3
+
+
+def check_notif_sizes() -> None:
+    """The kernel's sizes of the notification structs must not exceed what this layer reads and writes (a
+    future kernel with larger ones would otherwise be read truncated): TraceUnavailable when they do."""
+    sizes = (ctypes.c_uint16 * 3)()
+    number = _ARCHES[platform.machine()][0]
+    result = _libc.syscall(ctypes.c_long(number), ctypes.c_long(SECCOMP_GET_NOTIF_SIZES), ctypes.c_long(0), sizes)
+    if result != 0:
+        code = ctypes.get_errno()
+        raise TraceUnavailable(f"seccomp(SECCOMP_GET_NOTIF_SIZES): {os.strerror(code)}")
+    if sizes[0] > NOTIF_SIZE or sizes[1] > RESP_SIZE:
+        raise TraceUnavailable(
+            f"this kernel's seccomp_notif ({sizes[0]} bytes) or seccomp_notif_resp ({sizes[1]}) is larger than "
+            f"the {NOTIF_SIZE} and {RESP_SIZE} bytes this server knows"
+        )
+
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.syscall.restype = ctypes.c_long
-_libc.ioctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_void_p]
 _libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
 
 
@@ -69,55 +95,42 @@ class _SockFprog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 
 
-def _program(first_path: int | None) -> bytes:
-    """The BPF program: per known audit arch, trap its execve/execveat numbers; allow everything else. With
-    `first_path`, the native execve whose path pointer is exactly that address is allowed untrapped: the one
-    exec the server makes itself, from its own memory, as the tree's first (trace/spawn.py); no program of the
-    tree can know that address of the server's memory (a process that could read the server's memory could
-    ptrace it, which the trace does not claim to withstand, adr/0019).
+def _program() -> bytes:
+    """The BPF program: per known audit arch, trap its execve/execveat numbers; allow everything else. Every
+    exec is trapped, the tree's first (the server's own) too: a filter that let one exec through by its path
+    pointer could be used by any program of the tree that found that address (adr/0019).
 
     Layout: load arch; one `jeq arch` per arch to its block; allow. A block: load nr; one `jeq nr` per trapped
-    number to `notify` (the native execve to `check` when first_path is set); allow. Then `check` (both 32-bit
-    halves of args[0]), `notify`, `allow`. BPF jumps only forward; offsets count from the next instruction."""
+    number to `notify`; allow. Then `notify`, `allow`. On x86_64 the kernel knows three ABIs (x86_64, x32 with
+    the same audit arch and __X32_SYSCALL_BIT, i386): all are dispatched; an unknown arch cannot occur there.
+    BPF jumps only forward; offsets count from the next instruction."""
     machine = platform.machine()
     if machine not in _ARCHES:
         raise TraceUnavailable(f"no exec filter for the {machine} architecture (x86_64, aarch64 are known)")
     arches = _ARCHES[machine][1]
-    native_execve = next(iter(arches.values()))[0]
     block_sizes = [len(numbers) + 2 for numbers in arches.values()]
     dispatch_end = 1 + len(arches) + 1
-    check_at = dispatch_end + sum(block_sizes)
-    notify_at = check_at + (4 if first_path is not None else 0)
-    allow_at = notify_at + 1
+    notify_at = dispatch_end + sum(block_sizes)
     instructions = [(_BPF_LD_W_ABS, 0, 0, 4)]  # seccomp_data.arch
     block_start = dispatch_end
     for index, arch in enumerate(arches):
         instructions.append((_BPF_JEQ_K, block_start - len(instructions) - 1, 0, arch))
         block_start += block_sizes[index]
     instructions.append((_BPF_RET_K, 0, 0, SECCOMP_RET_ALLOW))
-    for arch_index, numbers in enumerate(arches.values()):
+    for numbers in arches.values():
         instructions.append((_BPF_LD_W_ABS, 0, 0, 0))  # seccomp_data.nr
         for number in numbers:
-            checked = first_path is not None and arch_index == 0 and number == native_execve
-            target = check_at if checked else notify_at
-            instructions.append((_BPF_JEQ_K, target - len(instructions) - 1, 0, number))
+            instructions.append((_BPF_JEQ_K, notify_at - len(instructions) - 1, 0, number))
         instructions.append((_BPF_RET_K, 0, 0, SECCOMP_RET_ALLOW))
-    if first_path is not None:
-        here = len(instructions)
-        instructions.append((_BPF_LD_W_ABS, 0, 0, 16))  # args[0], low half (little-endian)
-        instructions.append((_BPF_JEQ_K, 0, notify_at - here - 2, first_path & 0xFFFFFFFF))
-        instructions.append((_BPF_LD_W_ABS, 0, 0, 20))  # args[0], high half
-        instructions.append((_BPF_JEQ_K, allow_at - here - 4, notify_at - here - 4, first_path >> 32))
     instructions.append((_BPF_RET_K, 0, 0, SECCOMP_RET_USER_NOTIF))
-    instructions.append((_BPF_RET_K, 0, 0, SECCOMP_RET_ALLOW))
     return b"".join(struct.pack("=HBBI", *instruction) for instruction in instructions)
 
 
-def install_listener(no_new_privs: bool, first_path: int | None = None) -> int:
+def install_listener(no_new_privs: bool) -> int:
     """Install the exec filter on the calling thread; returns the listener fd (close-on-exec). With
     `no_new_privs` the thread (and what it starts) first gets no_new_privs, which a filter needs without
-    CAP_SYS_ADMIN. `first_path`: see _program. OSError when the kernel refuses."""
-    code_bytes = _program(first_path)
+    CAP_SYS_ADMIN. OSError when the kernel refuses."""
+    code_bytes = _program()
     if no_new_privs and _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
         code = ctypes.get_errno()
         raise OSError(code, f"prctl(PR_SET_NO_NEW_PRIVS): {os.strerror(code)}")
@@ -158,8 +171,8 @@ class Notifications:
     def __init__(self, listener: int) -> None:
         self.listener = listener
 
-    def receive(self) -> tuple[int, int, int, tuple[int, ...]] | None:
-        """(id, pid, syscall nr, its six arguments); None when nothing is pending (the process was killed
+    def receive(self) -> tuple[int, int, int, int, tuple[int, ...]] | None:
+        """(id, pid, syscall nr, audit arch, its six arguments); None when nothing is pending (the process was killed
         between the wake-up and the receive: ENOENT) or on EINTR."""
         buffer = bytearray(NOTIF_SIZE)  # NOTIF_RECV refuses a buffer that is not zeroed (EINVAL)
         try:
@@ -169,7 +182,7 @@ class Notifications:
                 return None
             raise
         fields = _NOTIF.unpack(buffer)
-        return fields[0], fields[1], fields[3], fields[6:12]
+        return fields[0], fields[1], fields[3], fields[4], fields[6:12]
 
     def valid(self, notif_id: int) -> bool:
         """The process is still waiting on this notification: what was read from its memory was its own."""

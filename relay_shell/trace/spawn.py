@@ -38,6 +38,14 @@ _libc.posix_spawn.argtypes = [
 ]
 _HAS_CLOSEFROM = hasattr(_libc, "posix_spawn_file_actions_addclosefrom_np")
 _HAS_CHDIR = hasattr(_libc, "posix_spawn_file_actions_addchdir_np")
+# Without these (glibc < 2.34) a traced spawn could not close the server's other descriptors or change directory
+# in the child: traced calls are then spawned untraced with Popen (local/process.py), and their record says so.
+SPAWN_READY = _HAS_CLOSEFROM and _HAS_CHDIR
+SPAWN_MISSING = "glibc lacks posix_spawn_file_actions_addclosefrom_np/addchdir_np (before 2.34): spawned untraced"
+# glibc's internal signals (SIGCANCEL 32, SIGSETXID 33): its posix_spawn sets them to SIG_IGN in the child, and an
+# ignored disposition survives exec. sigaddset refuses them; SETSIGDEF's set is checked first, so their bits
+# (signal n is bit n-1 of the set's first word) set directly give them their defaults, as Popen's children have.
+_INTERNAL_SIGNAL_BITS = (1 << 31) | (1 << 32)
 
 
 class SpawnedChild:
@@ -78,14 +86,15 @@ def _array(items: list[bytes]) -> ctypes.Array[ctypes.c_char_p]:
     return array
 
 
-def resolve_program(program: str, env: dict[str, str] | None) -> str:
+def resolve_program(program: str, env: dict[str, str] | None, cwd: str | None = None) -> str:
     """The executable Popen would run: a name with a slash as it is, else the first executable file found on
-    the child's PATH (its environment's, else the server's)."""
+    the child's PATH (its environment's, else the server's). A relative PATH entry (`.`) is relative to the
+    child's working directory, as in Popen's child after its chdir."""
     if "/" in program:
         return program
     denied = False
     for directory in os.get_exec_path(env):
-        candidate = os.path.join(directory, program)
+        candidate = os.path.join(cwd or "", directory, program)
         if os.path.isfile(candidate):
             if os.access(candidate, os.X_OK):
                 return candidate
@@ -102,16 +111,10 @@ def spawn(
     with_stdin: bool,
     merge_stderr: bool,
     path: str,
-    path_buffer: ctypes.Array[ctypes.c_char] | None = None,
 ) -> SpawnedChild:
     """Start the program at `path` (resolve_program's) with argv in a new session, with pipes for stdout (and
-    stderr unless merged) and stdin (or /dev/null). OSError as Popen raises it when the program cannot run.
-    `path_buffer`: the spawner thread's (trace/spawners.py), the one path its filter lets through."""
+    stderr unless merged) and stdin (or /dev/null). OSError as Popen raises it when the program cannot run."""
     encoded_path = os.fsencode(path)
-    path_argument: bytes | ctypes.c_char_p = encoded_path
-    if path_buffer is not None and len(encoded_path) < len(path_buffer):
-        path_buffer.value = encoded_path
-        path_argument = ctypes.cast(path_buffer, ctypes.c_char_p)
     encoded_env = [os.fsencode(f"{name}={value}") for name, value in env.items()]
     actions = ctypes.create_string_buffer(_OPAQUE)
     attributes = ctypes.create_string_buffer(_OPAQUE)
@@ -148,11 +151,12 @@ def spawn(
                     if not _HAS_CHDIR:
                         raise OSError(errno.ENOSYS, "posix_spawn_file_actions_addchdir_np is missing (glibc < 2.29)")
                     _check(_libc.posix_spawn_file_actions_addchdir_np(actions, os.fsencode(cwd)))
-                if _HAS_CLOSEFROM:
-                    _check(_libc.posix_spawn_file_actions_addclosefrom_np(actions, 3))
+                _check(_libc.posix_spawn_file_actions_addclosefrom_np(actions, 3))
                 _libc.sigemptyset(defaults)
                 _libc.sigaddset(defaults, signal.SIGPIPE)
                 _libc.sigaddset(defaults, signal.SIGXFSZ)
+                first_word = int.from_bytes(defaults.raw[:8], "little") | _INTERNAL_SIGNAL_BITS
+                ctypes.memmove(defaults, first_word.to_bytes(8, "little"), 8)
                 _libc.sigemptyset(empty_mask)
                 _check(_libc.posix_spawnattr_setsigdefault(attributes, defaults))
                 _check(_libc.posix_spawnattr_setsigmask(attributes, empty_mask))
@@ -160,10 +164,10 @@ def spawn(
                 _check(_libc.posix_spawnattr_setflags(attributes, ctypes.c_short(flags)))
                 pid = ctypes.c_int(0)
                 encoded_argv = [os.fsencode(item) for item in argv]
-                # The GIL is released for this call: the trace's answer to the first execve comes from the loop.
+                # The GIL is released for this call: the service thread answers the first execve meanwhile.
                 code = _libc.posix_spawn(
                     ctypes.byref(pid),
-                    path_argument,
+                    encoded_path,
                     actions,
                     attributes,
                     _array(encoded_argv),

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import _thread
 import contextlib
-import ctypes
 import os
 import threading
 from collections.abc import Callable
@@ -24,14 +23,6 @@ from relay_shell.trace import seccomp
 SPARES = 2  # spawner threads kept ready
 REFILL_IDLE = 0.001  # seconds without an exec to answer before the service thread makes spares
 USED_KEPT = 8  # used spawner threads waiting for an idle moment to end, at most
-PATH_BUFFER = 4096 + 1  # PATH_MAX and its NUL
-_local = threading.local()
-
-
-def first_path_buffer() -> ctypes.Array[ctypes.c_char] | None:
-    """On a spawner thread: the buffer whose address its filter lets one execve through untrapped (the tree's
-    first, made by the server itself: seccomp._program); None elsewhere."""
-    return getattr(_local, "path_buffer", None)
 
 
 class Spawner:
@@ -49,18 +40,15 @@ class Spawner:
         self.listener: int | None = None
         self.problem = ""
         self.work: Callable[[int | None, str], None] | None = None
-        # Made before the filter, which names its address; one buffer per thread, used for one spawn.
-        self.path_buffer = ctypes.create_string_buffer(PATH_BUFFER)
 
     def run(self) -> None:
         try:
-            self.listener = seccomp.install_listener(self.no_new_privs, ctypes.addressof(self.path_buffer))
+            self.listener = seccomp.install_listener(self.no_new_privs)
         except (OSError, seccomp.TraceUnavailable) as exc:
             self.problem = str(exc)
         self.made.set()
         self.go.acquire()
         if self.work is not None:
-            _local.path_buffer = self.path_buffer if self.listener is not None else None
             self.work(self.listener, self.problem)
         self.release.wait()
         # The thread ends here and its filter with it: only the tree it started keeps the filter.

@@ -1,7 +1,8 @@
 """The exec tracer: installs the exec filter on a short-lived spawner thread per call or session, so the process
 tree that thread starts (and only that tree) is traced; answers every exec of every traced tree on one service
 thread until the kernel says no process of the tree is left (EPOLLHUP), so a background job that execs after its
-call ended is answered too (counted as late); refuses the execs RELAY_SHELL_EXEC_DENY matches with EPERM.
+call ended is answered too, and recorded in an `exec:late` record under the call's id; refuses the execs
+RELAY_SHELL_EXEC_DENY matches with EPERM (RE2: linear time, matched outside the lock the event loop may take).
 
 Why a thread of its own, not the event loop: an exec waits for its answer, so the answer's latency is the
 trace's cost. Served from asyncio a round trip cost ~70 µs more than from a thread blocked in epoll_wait (the
@@ -9,25 +10,28 @@ loop's wake-up and callback machinery), on top of reading the request (adr/0019 
 thread needs the GIL only while it answers; the event loop sleeps in epoll meanwhile.
 
 Never fails or hangs a call because of tracing: if the filter cannot be installed the tree runs untraced and its
-record says so; every notification is answered (CONTINUE) whatever goes wrong while reading it; if the service
+record says so; every notification is answered whatever goes wrong while reading it (CONTINUE, or EPERM when
+EXEC_DENY is configured: an exec that cannot be read cannot be checked, so it fails closed); if the service
 thread itself fails, every listener is closed (the trees' later execs fail with ENOSYS, none waits for ever).
 """
 
 from __future__ import annotations
 
 import _thread
+import asyncio
 import contextlib
 import errno
 import logging
 import os
-import re
 import select
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from relay_shell.config import compile_exec_deny
 from relay_shell.trace import memory, seccomp
-from relay_shell.trace.record import ExecTrace, digest_line, entry_of, redacted_argv
+from relay_shell.trace.record import ExecTrace, digest_line, entry_of, redacted_argv, unreadable_entry
 from relay_shell.trace.spawners import REFILL_IDLE, SparePool, Spawner
 
 logger = logging.getLogger("relay_shell")
@@ -35,12 +39,17 @@ T = TypeVar("T")
 _CAP_SYS_ADMIN = 21
 DENY_TEXT_MAX = 8192  # characters of `path argv…` the deny patterns see (bounded matching time)
 _HANGUP = select.EPOLLHUP | select.EPOLLERR
+UNWATCHED = "untraced: the listener could not be watched"
+LATE_BATCH = 64  # late execs of one call written as one `exec:late` record, at most
+LATE_WAIT = 60.0  # seconds a late exec waits at most for its record (the next late exec or hangup writes it)
+LATE_SWEEP = 5.0  # seconds between looks for late execs that waited LATE_WAIT, while the server is idle
+LateWriter = Callable[[str | None, dict[str, Any]], None]
 
 
 class ExecTracer:
     def __init__(self, setting: str, deny_patterns: list[str], max_entries: int, metrics: Any = None) -> None:
         self.setting = setting
-        self.deny = [re.compile(pattern) for pattern in deny_patterns]
+        self.deny = compile_exec_deny(deny_patterns)
         self.max_entries = max_entries
         self.metrics = metrics
         self.state = "off"
@@ -50,9 +59,12 @@ class ExecTracer:
         self.denied = 0
         self.late = 0  # execs of a tree whose call had already ended (background jobs)
         self.untraced_trees = 0  # trees the filter could not be installed for
-        self.faults = 0  # notifications that could not be read (answered CONTINUE all the same)
-        # Held by the service thread while it answers and records a batch of execs: whoever takes a trace's
-        # record takes it first, so an exec answered before the program that ran it exited is in the record.
+        self.faults = 0  # notifications that could not be read (recorded as unreadable when still waiting)
+        self.on_late: LateWriter | None = None  # writes an `exec:late` record (set by the server's assembly)
+        self.loop: asyncio.AbstractEventLoop | None = None  # where on_late runs (the loop of the calls)
+        # Held by the service thread from an exec's answer until it is recorded (never while it reads or matches
+        # EXEC_DENY): whoever takes a trace's record takes it first, so an exec answered before the program that
+        # ran it exited is in it.
         self.lock = threading.Lock()
         self.watched: dict[int, tuple[seccomp.Notifications, ExecTrace]] = {}
         self.epoll: Any = None
@@ -81,6 +93,15 @@ class ExecTracer:
             self.reason = f"the exec filter cannot be installed here ({first.problem}); calls run untraced"
             self.no_new_privs = False
             return
+        try:
+            seccomp.check_notif_sizes()
+        except seccomp.TraceUnavailable as exc:
+            seccomp.close_quietly(first.listener)
+            first.discard()
+            self.state = "unavailable"
+            self.reason = f"the exec filter cannot be used here ({exc}); calls run untraced"
+            self.no_new_privs = False
+            return
         self.spares = SparePool(self.no_new_privs, first)
         self.state = "on"
         self.reason = "seccomp user notification on every execve/execveat of the trees calls and sessions start"
@@ -104,6 +125,7 @@ class ExecTracer:
         service thread, never by the loop."""
         if trace is None or self.spares is None:
             return start()
+        self.loop = asyncio.get_running_loop()
         outcome: list[tuple[T | None, BaseException | None]] = []
         finished = _thread.allocate_lock()  # released by the spawner thread when the spawn is done
         finished.acquire()
@@ -115,10 +137,13 @@ class ExecTracer:
                     trace.state = f"untraced: {problem}"
                     result = start()
                 elif not self._watch(listener, trace):
-                    # Unserviced, the filter would leave every exec of the tree waiting: spawn from a thread
-                    # without it.
-                    trace.state = "untraced: the listener could not be watched"
-                    result = _on_plain_thread(start, hold)
+                    # Unserviced, the filter would leave every exec of the tree waiting: the listener is closed
+                    # and the spawn done by the event loop's thread, which has no filter (a thread started from
+                    # this one would inherit it).
+                    seccomp.close_quietly(listener)
+                    trace.state = UNWATCHED
+                    outcome.append((None, None))
+                    return
                 else:
                     result = start()
                 outcome.append((result, None))
@@ -137,6 +162,8 @@ class ExecTracer:
             self.spares.done_with(spawner)
         if trace.state != "traced":
             self.untraced_trees += 1
+        if trace.state == UNWATCHED:
+            return start()
         result, failure = outcome[0]
         if failure is not None:
             raise failure
@@ -172,16 +199,21 @@ class ExecTracer:
         try:
             while True:
                 assert self.spares is not None
-                events = self.epoll.poll(REFILL_IDLE if self.spares.needs_refill() else -1)
+                timeout = REFILL_IDLE if self.spares.needs_refill() else -1
+                if timeout < 0 and any(trace.late is not None for _, trace in list(self.watched.values())):
+                    timeout = LATE_SWEEP  # late execs wait for their record at most LATE_WAIT (and this)
+                events = self.epoll.poll(timeout)
                 if not events:
                     self.spares.refill()  # idle: spares for the next calls
+                    with self.lock:
+                        for _, trace in list(self.watched.values()):
+                            self._write_late(trace, now=False)
                     continue
-                with self.lock:
-                    for listener, mask in events:
-                        if listener == self.spares.wake:
-                            self.spares.woken()  # a spawner was used: refill at the next idle moment
-                        else:
-                            self._ready(listener, mask)
+                for listener, mask in events:
+                    if listener == self.spares.wake:
+                        self.spares.woken()  # a spawner was used: refill at the next idle moment
+                    else:
+                        self._ready(listener, mask)
         except BaseException as exc:  # the thread must not end with listeners open: their trees would hang
             logger.exception("the exec tracer stopped")
             with self.lock:
@@ -191,11 +223,14 @@ class ExecTracer:
                     self._unwatch(listener)
 
     def _unwatch(self, listener: int) -> None:
-        self.watched.pop(listener, None)
+        """Under the lock. A call's late execs not yet written are written now."""
+        watched = self.watched.pop(listener, None)
         with contextlib.suppress(OSError):
             self.epoll.unregister(listener)
         with contextlib.suppress(OSError):
             os.close(listener)
+        if watched is not None:
+            self._write_late(watched[1], now=True)
 
     def _ready(self, listener: int, mask: int) -> None:
         watched = self.watched.get(listener)
@@ -204,7 +239,8 @@ class ExecTracer:
         notifications, trace = watched
         if not mask & select.EPOLLIN:
             if mask & _HANGUP:
-                self._unwatch(listener)  # no process of the tree is left: nothing can exec under it any more
+                with self.lock:
+                    self._unwatch(listener)  # no process of the tree is left: nothing can exec under it any more
             return
         try:
             received = notifications.receive()
@@ -213,11 +249,18 @@ class ExecTracer:
             # the kernel fails that exec and every later one of the tree with ENOSYS (a fault, never a hang).
             self.faults += 1
             trace.state = f"broken: the listener could not be read ({exc}); later execs of the tree failed"
-            self._unwatch(listener)
+            with self.lock:
+                self._unwatch(listener)
             return
         if received is None:
             return
-        notif_id, pid, number, args = received
+        notif_id, pid, number, arch, args = received
+        if trace.server_first:
+            # The listener's first notification: the server's own exec (the spawned process is the tree's only
+            # one until it is answered), recorded by first_exec already. Let go without reading it.
+            trace.server_first = False
+            notifications.answer(notif_id, 0)
+            return
         outcome = ""
         raw = None
         path = ""
@@ -225,63 +268,151 @@ class ExecTracer:
         answer = 0
         setid = False
         ppid = 0
-        listed = False
+        unreadable = False
+        target = trace.late_trace() if trace.closed else trace
+        listed = target.wants_entry()
         try:
             # Only what must be read while the process waits (each microsecond here delays the exec): its
             # request; where the path is relative, the directory it is relative to (a descriptor closed on exec,
-            # a process that exits at once); the parent of a listed entry; for EXEC_DENY the verdict. Decoding,
-            # the file's state, redaction and the digest come once it is on its way.
+            # a process that exits at once); the parent of a listed entry; for EXEC_DENY the verdict (RE2, out
+            # of the lock). Decoding, the file's state, redaction and the digest come once it is on its way.
+            compat = seccomp.compat_abi(arch, number)
+            if compat:
+                args = tuple(value & 0xFFFFFFFF for value in args)
             execveat = number in seccomp.EXECVEAT_NUMBERS
             path_address, argv_address = (args[1], args[2]) if execveat else (args[0], args[1])
-            raw = memory.read_request(pid, path_address, argv_address)
+            raw = memory.read_request(pid, path_address, argv_address, 4 if compat else 8)
             if execveat or not raw[0].startswith(b"/"):
                 path = memory.absolute(pid, memory.decode(raw[0]), execveat, args[0], args[4])
-            listed = not trace.closed and trace.wants_entry()
             if listed:
                 ppid = memory.parent_of(pid)
             if self.deny:
                 path = path or memory.absolute(pid, memory.decode(raw[0]), False, 0, 0)
                 outcome, setid = memory.predict(pid, path)
-                text = " ".join([path, *map(memory.decode, raw[1])])[:DENY_TEXT_MAX]
-                if outcome == "ok" and any(pattern.search(text) for pattern in self.deny):
+                arguments = list(map(memory.decode, raw[1]))
+                text = " ".join([path, *arguments])[:DENY_TEXT_MAX]
+                if outcome == "ok" and self._denies(text, pid, path, arguments):
                     outcome, answer, denied_text = "denied", errno.EPERM, text
             if not notifications.valid(notif_id):
                 raw = None  # the process is gone: what was read may not have been its memory
         except Exception:  # never leave a process waiting: it is answered below whatever happened here
             self.faults += 1
             raw = None
-        finally:
+            # Still waiting: an exec that could not be read. Recorded as such; with EXEC_DENY it cannot be
+            # checked, so it is refused (fail closed).
+            unreadable = notifications.valid(notif_id)
+            answer = errno.EPERM if unreadable and self.deny else 0
+            if unreadable:
+                ppid = memory.parent_of(pid)
+        with self.lock:
             try:
                 notifications.answer(notif_id, answer)
             except OSError:
                 self.faults += 1
-        if raw is None:
-            return
+            target = trace.late_trace() if trace.closed else trace  # the call may have ended meanwhile
+            if unreadable:
+                self._unreadable(trace, target, pid, ppid, answer != 0)
+            elif raw is not None:
+                self._record(trace, target, listed, pid, ppid, raw, path, outcome, setid, denied_text)
+
+    def _denies(self, text: str, pid: int, path: str, arguments: list[str]) -> bool:
+        """A pattern matches `path argv…`, or the same with the path's symlinks resolved as the process sees
+        them (its root): a symlink to a denied tool is refused too (a copy of it is not, adr/0019)."""
+        if any(pattern.search(text) for pattern in self.deny):
+            return True
+        if not path.startswith("/"):
+            return False
+        root = f"/proc/{pid}/root"
+        resolved = os.path.realpath(root + path)
+        if resolved.startswith(root + "/"):  # resolved inside /proc: the process's root could not be followed
+            return False
+        if resolved == path:
+            return False
+        real_text = " ".join([resolved, *arguments])[:DENY_TEXT_MAX]
+        return any(pattern.search(real_text) for pattern in self.deny)
+
+    def _unreadable(self, trace: ExecTrace, target: ExecTrace, pid: int, ppid: int, refused: bool) -> None:
+        outcome = "unreadable-denied" if refused else "unreadable"
+        self._count("denied" if refused else outcome)
+        entry = unreadable_entry(target.started, pid, ppid, refused) if target.wants_entry() else None
+        shown_denied = None
+        if refused:
+            shown_denied = f"an exec of pid {pid} that could not be read (RELAY_SHELL_EXEC_DENY fails closed)"
+        target.add(entry, digest_line(None, [], outcome), shown_denied, False)
+        self._late_added(trace, target)
+
+    def _record(
+        self,
+        trace: ExecTrace,
+        target: ExecTrace,
+        listed: bool,
+        pid: int,
+        ppid: int,
+        raw: tuple[bytes, list[bytes], int, bool],
+        path: str,
+        outcome: str,
+        setid: bool,
+        denied_text: str | None,
+    ) -> None:
+        """Under the lock, once the exec was answered: its entry, its digest line, the counters."""
         raw_path, raw_argv, argc, cut = raw
         path = path or memory.absolute(pid, memory.decode(raw_path), False, 0, 0)
         if not outcome:
             outcome, setid = memory.predict_cached(pid, path)
         if outcome == "ENOENT":
-            trace.missed()
+            target.missed()
             return
         self._count(outcome)
-        if trace.closed:
-            self.late += 1
-            return
         argv = [memory.decode(item) for item in raw_argv]
         shown = redacted_argv(argv)
         entry = None
-        if listed:
-            entry = entry_of(trace.started, pid, ppid, path, shown, argc, len(argv), cut, outcome)
+        if listed and target.wants_entry():
+            entry = entry_of(target.started, pid, ppid, path, shown, argc, len(argv), cut, outcome)
         dropped = setid and self.no_new_privs and outcome == "ok"
         if entry is not None and dropped:
             entry["setid_dropped"] = True
         shown_denied = None
         if denied_text is not None:
             shown_denied = " ".join(str(item) for item in [path, *shown[1:]])[:300]
-        trace.add(entry, digest_line(path, shown, outcome), shown_denied, dropped)
+        target.add(entry, digest_line(path, shown, outcome), shown_denied, dropped)
+        self._late_added(trace, target)
 
-    # -- the tree's first exec: the server's own posix_spawn, let through by the filter (seccomp._program) --------
+    # -- late execs: after the call's record was written ---------------------------------------------------------
+
+    def _late_added(self, trace: ExecTrace, target: ExecTrace) -> None:
+        if target is trace:
+            return
+        self.late += 1
+        self._write_late(trace, now=False)
+
+    def _write_late(self, trace: ExecTrace, now: bool) -> None:
+        """Under the lock: the late execs of a call as one `exec:late` record, when its tree is gone (`now`), or
+        LATE_BATCH of them are waiting, or the oldest has waited LATE_WAIT seconds."""
+        late = trace.late
+        if late is None or not late.count:
+            return
+        if not now and late.count < LATE_BATCH and time.monotonic() - trace.late_since < LATE_WAIT:
+            return
+        trace.late = None
+        record = late.record()
+        if self.on_late is None:
+            return
+        if self.loop is not None and not self.loop.is_closed():  # on the service thread: written by the loop
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile (the server is gone)
+                self.loop.call_soon_threadsafe(self.on_late, trace.call_id, record)
+
+    def flush_late(self) -> None:
+        """At shutdown, on the event loop: every call's late execs not yet written."""
+        with self.lock:
+            for _, trace in list(self.watched.values()):
+                late = trace.late
+                if late is None or not late.count:
+                    continue
+                trace.late = None
+                if self.on_late is not None:
+                    self.on_late(trace.call_id, late.record())
+
+    # -- the tree's first exec: the server's own posix_spawn, answered unread (trace.server_first) ---------------
 
     def first_exec(self, trace: ExecTrace, path: str, argv: list[str]) -> None:
         """Before the spawn, on the spawner thread: the entry of the exec about to happen (nothing of the tree
@@ -290,7 +421,7 @@ class ExecTracer:
         outcome = "ok"
         if self.deny:
             text = " ".join([path, *argv])[:DENY_TEXT_MAX]
-            if any(pattern.search(text) for pattern in self.deny):
+            if self._denies(text, os.getpid(), os.path.abspath(path), argv):
                 outcome = "denied"
         shown = redacted_argv(argv)
         setid = memory.predict(os.getpid(), path)[1] and self.no_new_privs and outcome == "ok"
@@ -306,6 +437,7 @@ class ExecTracer:
             trace.add(entry if trace.wants_entry() else None, b"", None, setid)
             trace.first_line = digest_line(path, shown, outcome)
             trace.first_entry = entry
+            trace.server_first = True
 
     def first_exec_started(self, trace: ExecTrace, pid: int) -> None:
         with self.lock:
@@ -343,28 +475,6 @@ class ExecTracer:
             "read_faults": self.faults,
             "trees_open": len(self.watched),
         }
-
-
-def _on_plain_thread(start: Callable[[], T], hold: threading.Event | None) -> T:
-    """`start` on a thread without the filter (kept until `hold` is set, for a PTY's parent-death signal)."""
-    outcome: list[Any] = []
-    started = threading.Event()
-
-    def run() -> None:
-        try:
-            outcome.append((start(), None))
-        except BaseException as exc:
-            outcome.append((None, exc))
-        started.set()
-        if hold is not None:
-            hold.wait()
-
-    threading.Thread(target=run, name="relay-shell-spawn-untraced", daemon=True).start()
-    started.wait()
-    result, failure = outcome[0]
-    if failure is not None:
-        raise failure
-    return result
 
 
 def _has_sys_admin() -> bool:

@@ -9,7 +9,15 @@ import hashlib
 import orjson
 
 from relay_shell.trace import record
-from relay_shell.trace.record import DENIED_KEPT, ENTRY_CHARS, ExecTrace, digest_line, entry_of, redacted_argv
+from relay_shell.trace.record import (
+    COMPACT_ROOM,
+    DENIED_KEPT,
+    ENTRY_BYTES,
+    ExecTrace,
+    digest_line,
+    entry_of,
+    redacted_argv,
+)
 
 
 def add(trace: ExecTrace, argv: list[str], outcome: str = "ok") -> None:
@@ -40,8 +48,21 @@ def test_long_argv_text_stops_the_entries_before_their_number_does() -> None:
     for _ in range(200):
         add(trace, ["echo", "x" * 1000])
     assert trace.count == 200
-    assert trace.entry_chars >= ENTRY_CHARS and len(trace.entries) < 200
+    assert ENTRY_BYTES - COMPACT_ROOM < trace.entry_bytes <= ENTRY_BYTES and len(trace.entries) < 200
     assert len(orjson.dumps(trace.record())) < 48 * 1024  # the end record stays under its 64 KiB
+
+
+def test_one_exec_with_huge_arguments_cannot_push_the_record_over_its_bound() -> None:
+    """64 arguments of 1,000 characters each, three times (audit_arguments alone would keep ~64 KiB of each),
+    then a short exec: the entries stay within their bytes, the later short one is still listed."""
+    trace = ExecTrace(64)
+    for _ in range(3):
+        add(trace, ["true", *(chr(97 + index % 26) * 1000 for index in range(64))])
+    add(trace, ["mysql", "-pSECRET1"])
+    fields = trace.record()
+    assert fields["count"] == 4 and len(orjson.dumps(fields)) <= ENTRY_BYTES + 1024
+    assert fields["entries"][-1]["argv"] == ["mysql", "-p[REDACTED]"]
+    assert fields["entries"][0]["argv"][1]["len"] == 1000 and len(fields["entries"][0]["argv"][1]["head"]) == 64
 
 
 def test_a_secret_argv_is_redacted_and_not_kept_as_a_cache_key() -> None:

@@ -1,6 +1,8 @@
 """End to end: a server without CAP_SYS_ADMIN (run as `nobody` with setpriv) traces with no_new_privs on the
 traced trees only, and says so: server_info (state, no_new_privs, why), and a set-user-ID program run by a call
-(`su --version`) is marked in its entry and named in the call's result, since it ran without its privilege.
+(`su --version`) is marked in its entry and named in the call's result, since it ran without its privilege. A
+program that makes itself non-dumpable (PR_SET_DUMPABLE 0) before its exec cannot be read by such a server: the
+exec is listed as unreadable all the same, and refused when RELAY_SHELL_EXEC_DENY is configured (fail closed).
 Needs root to switch users; fails (does not skip) where it cannot."""
 
 from __future__ import annotations
@@ -11,12 +13,14 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
 from tests.conftest import fields, read_records, server_env, text_of
+from tests.e2e.trace.attacks import NODUMP, compile_program
 
 pytestmark = pytest.mark.anyio
 
@@ -30,19 +34,27 @@ def shared_dir() -> Iterator[Path]:
     shutil.rmtree(directory, ignore_errors=True)
 
 
-async def test_unprivileged_server_traces_with_no_new_privs_and_says_so(shared_dir: Path) -> None:
+def as_nobody(shared_dir: Path, **settings: str) -> StdioServerParameters:
     assert os.geteuid() == 0, "this test switches to nobody with setpriv: run it as root"
     setpriv = shutil.which("setpriv")
     assert setpriv is not None, "setpriv (util-linux) is needed"
-    audit_path = shared_dir / "audit.jsonl"
-    env = server_env(audit_path, exec_trace="on")
+    env = server_env(shared_dir / "audit.jsonl", exec_trace="on", **settings)
     env["HOME"] = str(shared_dir)
-    params = StdioServerParameters(
+    return StdioServerParameters(
         command=setpriv,
         args=["--reuid=nobody", "--regid=nogroup", "--clear-groups", sys.executable, "-m", "relay_shell"],
         env=env,
     )
-    async with Client(params) as client:  # type: ignore[arg-type]
+
+
+def last_end(audit_path: Path) -> dict[str, Any]:
+    return [record for record in read_records(audit_path) if record.get("phase") == "end"][-1]
+
+
+async def test_unprivileged_server_traces_with_no_new_privs_and_says_so(shared_dir: Path) -> None:
+    audit_path = shared_dir / "audit.jsonl"
+    nodump = compile_program(NODUMP, shared_dir / "nodump")
+    async with Client(as_nobody(shared_dir)) as client:  # type: ignore[arg-type]
         info = fields(await client.call_tool("server_info", {}))["info"]["exec_trace"]
         assert info["state"] == "on" and info["no_new_privs"] is True, info
         assert "set-user-ID" in info["reason"], info
@@ -50,8 +62,27 @@ async def test_unprivileged_server_traces_with_no_new_privs_and_says_so(shared_d
         text = text_of(result)
         assert fields(result)["status"] == "ok", text
         assert "set-user-ID program(s) ran without their privilege" in text
-    end = [record for record in read_records(audit_path) if record["tool"] == "shell_exec" and record["phase"] == "end"]
-    entries = end[-1]["execs"]["entries"]
-    su = [entry for entry in entries if entry["path"].endswith("/su")]
-    assert su and su[0]["setid_dropped"] is True and end[-1]["execs"]["setid_dropped"] == 1
-    assert any(entry["argv"] == ["id", "-u"] for entry in entries)
+        end = last_end(audit_path)
+        entries = end["execs"]["entries"]
+        su = [entry for entry in entries if entry["path"].endswith("/su")]
+        assert su and su[0]["setid_dropped"] is True and end["execs"]["setid_dropped"] == 1
+        assert any(entry["argv"] == ["id", "-u"] for entry in entries)
+        # A program this server may not read: its exec runs (no EXEC_DENY here) and is listed as unreadable.
+        result = await client.call_tool("shell_exec", {"command": [str(nodump), "MARK-nodump"], "use_shell": False})
+        assert "MARK-nodump" in text_of(result)
+        execs = last_end(audit_path)["execs"]
+        unreadable = [entry for entry in execs["entries"] if entry.get("error") == "unreadable"]
+        assert execs["count"] == 2 and len(unreadable) == 1, execs
+        assert unreadable[0]["path"] is None and unreadable[0]["ok"] is True and unreadable[0]["ppid"] > 0
+
+
+async def test_an_unreadable_exec_is_refused_when_exec_deny_is_configured(shared_dir: Path) -> None:
+    """EXEC_DENY cannot check an exec it cannot read: it fails closed, and the result says so."""
+    nodump = compile_program(NODUMP, shared_dir / "nodump")
+    async with Client(as_nobody(shared_dir, exec_deny='["^/never/matches$"]')) as client:  # type: ignore[arg-type]
+        result = await client.call_tool("shell_exec", {"command": [str(nodump), "MARK-nodump"], "use_shell": False})
+        text = text_of(result)
+        assert "MARK-nodump" not in text.splitlines() and "could not be read" in text, text
+        execs = last_end(shared_dir / "audit.jsonl")["execs"]
+        refused = [entry for entry in execs["entries"] if entry.get("error") == "unreadable"]
+        assert execs["denied"] == 1 and len(refused) == 1 and refused[0]["denied"] is True, execs
