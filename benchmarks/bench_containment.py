@@ -14,7 +14,6 @@ import os
 import secrets
 import sys
 import tempfile
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -23,7 +22,7 @@ import anyio
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
-from benchmarks.common import median, relay_params
+from benchmarks.common import measure, median, relay_params
 
 CALLS = 600
 SPACED_CALLS = 90  # per mode, each after a pause: how an agent calls, seconds apart (shortened here)
@@ -60,15 +59,6 @@ async def server(mode: str, audit_dir: str, cgroup: Path | None = None) -> Async
         chosen = info.structured_content["info"]["containment"]["mode"]
         assert chosen == mode, f"asked for {mode}, got {chosen}"
         yield client
-
-
-async def measure(call: Callable[[], Awaitable[None]], rounds: int) -> list[float]:
-    samples = []
-    for _ in range(rounds):
-        started = time.perf_counter()
-        await call()
-        samples.append(time.perf_counter() - started)
-    return samples
 
 
 async def main() -> bool:

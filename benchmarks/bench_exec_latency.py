@@ -6,23 +6,12 @@ the disk's flush costs, and is reported for information."""
 
 from __future__ import annotations
 
-import time
-
 import anyio
 
-from benchmarks.common import bare_client, median, relay_client, verdict
+from benchmarks.common import bare_client, measure, median, relay_client, verdict
 
 CALLS = 300
 LIMIT = 1.10
-
-
-async def measure(call: object, rounds: int) -> list[float]:
-    samples = []
-    for _ in range(rounds):
-        started = time.perf_counter()
-        await call()  # type: ignore[operator]
-        samples.append(time.perf_counter() - started)
-    return samples
 
 
 async def main() -> bool:

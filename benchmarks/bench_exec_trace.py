@@ -10,28 +10,18 @@ Batches interleave so that machine noise hits every configuration alike.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Awaitable, Callable
 
 import anyio
 from mcp import Client
 
-from benchmarks.common import bare_client, median, relay_client, verdict
+from benchmarks.common import bare_client, measure, median, relay_client, verdict
 
 CALLS = 300
 LOOP_CALLS = 12
 LOOP = "for i in $(seq 1000); do /bin/true; done"
 LIMIT_TRUE = 1.10
 LIMIT_LOOP = 1.15
-
-
-async def measure(call: Callable[[], Awaitable[None]], rounds: int) -> list[float]:
-    samples = []
-    for _ in range(rounds):
-        started = time.perf_counter()
-        await call()
-        samples.append(time.perf_counter() - started)
-    return samples
 
 
 def caller(client: Client, command: str) -> Callable[[], Awaitable[None]]:

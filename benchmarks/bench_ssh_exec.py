@@ -31,7 +31,7 @@ import anyio
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
-from benchmarks.common import bare_client, median, relay_client, verdict
+from benchmarks.common import bare_client, measure, median, relay_client, verdict
 from tests.sshd import SshFleet, SshHost  # run as `python -m benchmarks.…` from the project root, like the others
 
 CALLS = 250
@@ -40,15 +40,6 @@ LIMIT = 1.10
 HOST = "h01"
 PROJECT = Path(__file__).resolve().parent.parent
 REFERENCE_FLAG = "--serve-reference"
-
-
-async def measure(call: Callable[[], Awaitable[object]], rounds: int) -> list[float]:
-    samples = []
-    for _ in range(rounds):
-        started = time.perf_counter()
-        await call()
-        samples.append(time.perf_counter() - started)
-    return samples
 
 
 def reference_params(fleet: SshFleet, host: SshHost) -> StdioServerParameters:

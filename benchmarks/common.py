@@ -6,7 +6,8 @@ import os
 import statistics
 import sys
 import tempfile
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -79,3 +80,13 @@ def median(values: list[float]) -> float:
 def verdict(ratio: float, limit: float, higher_is_better: bool = False) -> str:
     ok = ratio >= limit if higher_is_better else ratio <= limit
     return "PASS" if ok else "FAIL"
+
+
+async def measure(call: Callable[[], Awaitable[object]], rounds: int) -> list[float]:
+    """Wall time of `rounds` calls of `call`, one after another."""
+    samples = []
+    for _ in range(rounds):
+        started = time.perf_counter()
+        await call()
+        samples.append(time.perf_counter() - started)
+    return samples
