@@ -55,10 +55,7 @@ def generate_keypair(path: Path) -> Path:
 
 def load_signing_key(path: Path) -> Ed25519PrivateKey:
     """The Ed25519 private key in `path` (PKCS#8 PEM or OpenSSH); KeyFileError says what is wrong."""
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise KeyFileError(f"cannot read {path}: {exc.strerror or exc}") from None
+    data = _read(path)
     key: object
     try:
         if b"OPENSSH PRIVATE KEY" in data:
@@ -82,25 +79,27 @@ def load_signing_key(path: Path) -> Ed25519PrivateKey:
 
 def load_public_key(path: Path) -> Ed25519PublicKey:
     """The Ed25519 public key in `path` (PEM, or an OpenSSH `ssh-ed25519 …` line)."""
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise KeyFileError(f"cannot read {path}: {exc.strerror or exc}") from None
+    data = _read(path)
+    if b"PRIVATE KEY" in data:
+        raise KeyFileError(f"{path} is a private key; give the public key (PATH.pub from relay-shell audit keygen)")
     key: object
     try:
         if data.startswith(b"ssh-"):
             key = serialization.load_ssh_public_key(data.strip())
-        elif b"PRIVATE KEY" in data:
-            raise KeyFileError(f"{path} is a private key; give the public key (PATH.pub from relay-shell audit keygen)")
         else:
             key = serialization.load_pem_public_key(data)
     except (ValueError, TypeError, UnsupportedAlgorithm) as exc:
-        if isinstance(exc, KeyFileError):
-            raise
         raise KeyFileError(f"{path} is not a public key in PEM or OpenSSH format ({exc})") from None
     if not isinstance(key, Ed25519PublicKey):
         raise KeyFileError(f"{path} holds a {type(key).__name__.removeprefix('_')}, not an Ed25519 key")
     return key
+
+
+def _read(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise KeyFileError(f"cannot read {path}: {exc.strerror or exc}") from None
 
 
 def key_id(public_key: Ed25519PublicKey) -> str:
