@@ -22,6 +22,11 @@ NONINTERACTIVE_ENV = {
 }
 MIN_TIMEOUT = 0.1
 MIN_OUTPUT = 256
+# runbook_search and begin_session: the keywords of a task and the size of a briefing. The tools' schemas show
+# them and the plans apply them; here, so that a server without runbooks loads nothing of runbooks/ to list them.
+MAX_KEYWORDS = 64
+MAX_QUERY_CHARS = 4096
+DEFAULT_BRIEFING_BYTES = 8192
 
 
 def call_limits(

@@ -153,7 +153,7 @@ def serve(check_only: bool) -> int:
             file=sys.stderr,
         )
     assembly = build_server(settings, audit_log, http_auth.tokens, http_auth.oauth, containment, offhost)
-    assembly.runner.server_started(restart_fields(previous, [leftover.record() for leftover in leftovers]))
+    assembly.recorder.server_started(restart_fields(previous, [leftover.record() for leftover in leftovers]))
     if offhost is not None:  # after server:start: the first record this process ships or signs is its own start
         offhost.start()
     if not audit_log.healthy:

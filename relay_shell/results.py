@@ -86,6 +86,23 @@ def truncation_line(captured: CapturedText) -> str:
     )
 
 
+def result_text(execution: Execution, tier: int, timeout: float | None, notes: list[str]) -> tuple[str, str]:
+    """A call's result as the model reads it: its first line, and the whole text (first line, notes, output,
+    stderr kept apart, truncation lines)."""
+    captured = execution.output
+    first = execution.headline or status_line(
+        execution.status, execution.exit_code, execution.signal, timeout, execution.error, tier
+    )
+    body = captured.text
+    trailer = [truncation_line(captured)] if captured.truncated else []
+    stderr = execution.stderr
+    if stderr is not None and stderr.produced_bytes:
+        body += ("" if not body or body.endswith("\n") else "\n") + "[stderr]\n" + stderr.text
+        if stderr.truncated:
+            trailer.append("stderr " + truncation_line(stderr))
+    return first, render_text(first, notes, body, trailer)
+
+
 def render_text(first_line: str, notes: list[str], body: str, trailer: list[str]) -> str:
     lines = [first_line]
     lines.extend(f"[NOTE: {note}]" for note in notes)

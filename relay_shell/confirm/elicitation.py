@@ -95,8 +95,8 @@ async def ask_human(request_context: ServerRequestContext[Any, Any], summary: st
 
 
 class InputRequired(Exception):
-    """The call's answer is `input_required` (2026-07-28): raised through the tool function to the server's
-    tool-call gate, which returns `result` instead of a tool result. Nothing ran; the plan is recorded."""
+    """The call's answer is `input_required` (2026-07-28): raised through the tool function to the call router
+    (surface/router.py), which returns `result` instead of a tool result. Nothing ran; the plan is recorded."""
 
     def __init__(self, result: InputRequiredResult) -> None:
         super().__init__("input required")

@@ -114,6 +114,14 @@ class BriefingGate:
         return state
 
 
+def describe_gate(gate: BriefingGate | None, owner: str) -> dict[str, Any]:
+    """For server_info: the gate's state for this owner; a server without a gate (RELAY_SHELL_GATE=off) describes
+    it as a disabled gate would."""
+    if gate is None:
+        return {"mode": "off", "this_session": "open", "briefed_calls": 0, "sessions_open": 0}
+    return gate.describe(owner)
+
+
 def call_digest(tool: str, arguments: dict[str, Any]) -> str:
     """The identity of a call: the tool and its arguments (defaults filled in), as canonical JSON."""
     canonical = orjson.dumps([tool, arguments], option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS, default=str)

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from relay_shell.arguments import DEFAULT_BRIEFING_BYTES, MAX_KEYWORDS
 from relay_shell.capture import BoundedCapture
 from relay_shell.config import Settings, clamp
 from relay_shell.errors import ArgumentError
@@ -18,11 +19,8 @@ from relay_shell.runbooks.retrieval import Retrieval
 if TYPE_CHECKING:
     from relay_shell.runbooks.search import Briefing
 
-MAX_KEYWORDS = 64
 MAX_KEYWORD_CHARS = 64
-MAX_QUERY_CHARS = 4096
 MIN_BYTES = 1024
-DEFAULT_BYTES = 8192
 QUERY_WORD = re.compile(r"[^\W_][\w@.-]*")
 # Words of a question that say nothing about which runbook applies.
 STOP_WORDS = frozenset(
@@ -89,7 +87,7 @@ def prepare_begin_session(settings: Settings, retrieval: Retrieval, tags: list[s
     plan = Plan(subject=Subject(fixed_tier=0), execute=_never, opens_gate=gate_on)
 
     async def execute(progress: ProgressFn) -> Execution:
-        briefing = retrieval.session_briefing(keywords, min(DEFAULT_BYTES, settings.max_output))
+        briefing = retrieval.session_briefing(keywords, min(DEFAULT_BRIEFING_BYTES, settings.max_output))
         plan.record_fields = briefing_record(keywords, briefing)
         return briefing_execution(settings, keywords, briefing, gate="open" if gate_on else "off")
 

@@ -18,13 +18,12 @@ import os
 import secrets
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack, get_args, get_origin, get_type_hints
 
 import orjson
 import pydantic
 from mcp.server.mcpserver.tools import Tool
 from mcp.server.mcpserver.utilities import func_metadata as sdk_func_metadata
-from mcp.server.mcpserver.utilities.context_injection import find_context_parameter
 from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase, FuncMetadata, func_metadata
 from mcp_types import ToolAnnotations
 from pydantic import PrivateAttr
@@ -34,19 +33,22 @@ import relay_shell
 PACKAGE_DIR = Path(relay_shell.__file__).parent
 
 
+# The parameters a tool function gets from the call router (surface/router.py), not from the client.
+INJECTED = ("call", "services")
+
+
 def make_tool(
     function: Callable[..., Any], title: str, *, read_only: bool, destructive: bool, idempotent: bool, open_world: bool
 ) -> Tool:
-    # Our tools take their Context as `ctx`; the SDK's search evaluates every type hint (~0.5 ms a tool).
-    context_kwarg = "ctx" if "ctx" in inspect.signature(function).parameters else find_context_parameter(function)
+    function.__signature__ = client_signature(function)  # type: ignore[attr-defined]  # see client_signature
     schemas = SCHEMA_CACHE.tools().get(function.__name__)
-    metadata = LazyArguments.of(function, [context_kwarg] if context_kwarg else [])
+    metadata = LazyArguments.of(function)
     if schemas is None:
         schemas = {
             "parameters": metadata.model().model_json_schema(by_alias=True),
             # From the result model in the return annotation; several tools share a model (six return
             # SessionResult), so each model's schema is generated once.
-            "output": output_schema(inspect.signature(function, eval_str=True).return_annotation),
+            "output": output_schema(_evaluated(function.__annotations__["return"], function)),
         }
         SCHEMA_CACHE.store(function.__name__, schemas)
     metadata.output_schema = schemas["output"]
@@ -58,7 +60,7 @@ def make_tool(
         parameters=schemas["parameters"],
         fn_metadata=metadata,
         is_async=inspect.iscoroutinefunction(function),
-        context_kwarg=context_kwarg,
+        context_kwarg=None,  # the router passes `call` and `services` itself
         annotations=ToolAnnotations(
             title=title,
             read_only_hint=read_only,
@@ -69,23 +71,54 @@ def make_tool(
     )
 
 
+def client_signature(function: Callable[..., Any]) -> inspect.Signature:
+    """What a client passes to a tool: the function's parameters without those the call router injects
+    (INJECTED), and with `**connection: Unpack[SshConnection]` spelled out as the keyword arguments it stands for,
+    each optional (None), in the TypedDict's order. The SDK builds the argument model (and its own inputSchema) from
+    a function's signature and knows no Unpack, so this becomes the tool function's `__signature__`: whoever
+    inspects a tool sees what a client may send. Parameter annotations are evaluated (the SDK needs them so); the
+    return annotation stays as written, since evaluating it loads the result models (results.py)."""
+    written = inspect.signature(function)
+    parameters = []
+    for parameter in written.parameters.values():
+        if parameter.name in INJECTED:
+            continue
+        annotation = _evaluated(parameter.annotation, function)
+        if parameter.kind is inspect.Parameter.VAR_KEYWORD and get_origin(annotation) is Unpack:
+            fields = get_type_hints(get_args(annotation)[0], include_extras=True)
+            keyword = inspect.Parameter.KEYWORD_ONLY
+            parameters += [
+                inspect.Parameter(name, keyword, default=None, annotation=hint) for name, hint in fields.items()
+            ]
+            continue
+        parameters.append(parameter.replace(annotation=annotation))
+    return inspect.Signature(parameters, return_annotation=written.return_annotation)
+
+
+def _evaluated(annotation: Any, function: Callable[..., Any]) -> Any:
+    """An annotation as inspect.signature(eval_str=True) gives it (the modules use postponed annotations: `from
+    __future__ import annotations`), one at a time."""
+    if not isinstance(annotation, str):
+        return annotation
+    return eval(annotation, function.__globals__)  # what inspect does with eval_str=True, for one annotation
+
+
 class LazyArguments(FuncMetadata):
     """The SDK's FuncMetadata whose argument model (a pydantic model per tool, ~1 ms each) is built on the tool's
     first call: a start with cached schemas needs none of them."""
 
     _function: Any = PrivateAttr(default=None)
-    _skip_names: list[str] = PrivateAttr(default_factory=list)
 
     @classmethod
-    def of(cls, function: Callable[..., Any], skip_names: list[str]) -> LazyArguments:
+    def of(cls, function: Callable[..., Any]) -> LazyArguments:
         metadata = cls.model_construct(arg_model=None, output_schema=None)  # type: ignore[arg-type]  # see model()
         metadata._function = function
-        metadata._skip_names = skip_names
         return metadata
 
     def model(self) -> type[ArgModelBase]:
         if self.arg_model is None:
-            self.arg_model = func_metadata(self._function, skip_names=self._skip_names).arg_model
+            # From the client's signature (client_signature); the output schema is the registry's business.
+            self.arg_model = func_metadata(self._function, structured_output=False).arg_model
         return self.arg_model
 
     def validate_arguments(self, arguments_to_validate: dict[str, Any]) -> dict[str, Any]:

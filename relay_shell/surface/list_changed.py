@@ -30,7 +30,7 @@ from mcp.server.lowlevel.server import NotificationOptions, Server
 from mcp.server.subscriptions import PromptsListChanged, ResourcesListChanged, SubscriptionBus
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from relay_shell.runbooks.retrieval import Retrieval
+from relay_shell.surface.runbook_access import RunbookAccess
 
 logger = logging.getLogger("relay_shell")
 
@@ -53,18 +53,13 @@ def declare_list_changed(server: Server[Any]) -> None:
 class ListChangedNotifier:
     """Server middleware that remembers the connections to notify, and the watcher task that notifies them."""
 
-    def __init__(
-        self,
-        retrieval: Retrieval,
-        bus: SubscriptionBus,
-        on_change: Callable[[], None],
-    ) -> None:
-        self.retrieval = retrieval
+    def __init__(self, runbooks: RunbookAccess, bus: SubscriptionBus, on_change: Callable[[], None]) -> None:
+        self.runbooks = runbooks
         self.bus = bus
         self.on_change = on_change  # re-register prompts, refresh the instructions: before clients re-list
         self.connections: weakref.WeakSet[Connection] = weakref.WeakSet()
         self.watching = False
-        self.notified_generation = retrieval.catalog().generation
+        self.notified_generation = runbooks.generation()
         self.notifications_sent = 0
 
     async def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
@@ -76,13 +71,14 @@ class ListChangedNotifier:
 
     async def watch_forever(self) -> None:
         """One watcher per server (the lifespan may be entered once per connection)."""
-        if self.watching or self.retrieval.library is None:
+        if self.watching or not self.runbooks.configured:  # no directory, nothing to watch
             return
-        assert self.retrieval.library is not None
+        library = self.runbooks.retrieval.library
+        assert library is not None
         self.watching = True
         try:
             while True:
-                await anyio.sleep(max(WATCH_INTERVAL, self.retrieval.library.poll_interval()))
+                await anyio.sleep(max(WATCH_INTERVAL, library.poll_interval()))
                 try:
                     await self.notify_if_changed()
                 except Exception:  # a failed scan or send must not end the watcher
@@ -91,7 +87,7 @@ class ListChangedNotifier:
             self.watching = False
 
     async def notify_if_changed(self) -> None:
-        library = self.retrieval.library
+        library = self.runbooks.retrieval.library
         assert library is not None
         generation = (await anyio.to_thread.run_sync(library.refresh)).generation
         if generation == self.notified_generation:

@@ -48,7 +48,7 @@ from relay_shell.surface.workflows import (
 )
 
 if TYPE_CHECKING:
-    from relay_shell.runner import Runner
+    from relay_shell.runner.context import ContextPulls
     from relay_shell.ssh.access import SshAccess
 
 logger = logging.getLogger("relay_shell")
@@ -218,15 +218,22 @@ class WorkflowPrompts:
     """The prompts offered in this server's policy mode: listed through the SDK, checked strictly on
     prompts/get (as server middleware), rendered through the runner's tier-0 helper, and completed."""
 
-    def __init__(self, runner: Runner, ssh: SshAccess, tool_names: set[str]) -> None:
-        self.runner = runner
+    def __init__(
+        self,
+        pulls: ContextPulls,
+        ssh: SshAccess,
+        mode: str,
+        tool_names: set[str],
+        other_sources: Callable[[str, str], CompletionSource | None] | None = None,
+    ) -> None:
+        self.pulls = pulls
         self.ssh = ssh
-        self.mode: str = runner.settings.policy_mode
+        self.mode = mode
         self.catalog = validate_definitions(PROMPTS, tool_names)
         self.visible = {name: spec for name, spec in self.catalog.items() if self.mode in spec.modes}
         self.mcp: MCPServer | None = None
         # Prompts registered elsewhere (the runbooks) name the completion source of an argument here.
-        self.other_sources: Callable[[str, str], CompletionSource | None] | None = None
+        self.other_sources = other_sources
 
     def register(self, mcp: MCPServer) -> None:
         """Only the prompts this mode admits are listed; completion/complete answers for their arguments."""
@@ -252,7 +259,7 @@ class WorkflowPrompts:
             context: Context = arguments.pop(CONTEXT_KWARG)
             text = render(spec, arguments)
             try:
-                return self.runner.context_pull(context.request_context, f"prompt:{spec.name}", text)
+                return self.pulls.pull(context.request_context, f"prompt:{spec.name}", text)
             except RuntimeError as exc:  # the audit log failed: fail closed, say why
                 raise MCPError(INTERNAL_ERROR, f"prompt {spec.name}: {exc}") from None
 
@@ -289,7 +296,7 @@ class WorkflowPrompts:
     def _refuse(
         self, ctx: ServerRequestContext[Any, Any], label: str, outcome: Literal["denied", "error"], message: str
     ) -> NoReturn:
-        self.runner.context_refused(ctx, label, outcome, message)
+        self.pulls.refuse(ctx, label, outcome, message)
         raise MCPError(INVALID_PARAMS, message)
 
     async def complete(

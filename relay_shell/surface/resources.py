@@ -16,9 +16,10 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError
 
 from relay_shell.audit.tail import TailFilter, recent_records
+from relay_shell.config import Settings
 from relay_shell.diagnostics import check_call_id
 from relay_shell.errors import ToolError
-from relay_shell.runner import Runner
+from relay_shell.runner.context import ContextPulls
 from relay_shell.ssh.access import SshAccess
 
 RECENT_RECORDS = 50
@@ -28,7 +29,9 @@ RECENT_RECORDS = 50
 current_request: ContextVar[ServerRequestContext[Any, Any] | None] = ContextVar("current_request", default=None)
 
 
-def register_context(mcp: MCPServer, runner: Runner, ssh: SshAccess) -> None:
+def register_context(mcp: MCPServer, pulls: ContextPulls, settings: Settings, ssh: SshAccess) -> None:
+    audit_path = pulls.recorder.audit_log.path
+
     @mcp.resource(
         "relay-shell://audit/recent",
         name="audit_recent",
@@ -37,9 +40,9 @@ def register_context(mcp: MCPServer, runner: Runner, ssh: SshAccess) -> None:
         mime_type="application/json",
     )
     async def audit_recent() -> str:
-        records = recent_records(runner.audit_log.path, RECENT_RECORDS)
+        records = recent_records(audit_path, RECENT_RECORDS)
         text = orjson.dumps(records, option=orjson.OPT_INDENT_2).decode()
-        return runner.context_pull(current_request.get(), "resource:audit_recent", text)
+        return pulls.pull(current_request.get(), "resource:audit_recent", text)
 
     @mcp.resource(
         "relay-shell://audit/recent{?call_id}",
@@ -53,11 +56,11 @@ def register_context(mcp: MCPServer, runner: Runner, ssh: SshAccess) -> None:
         try:
             check_call_id(call_id)
         except ToolError as exc:  # a typo is an error naming the argument, audited like a refused prompt
-            runner.context_refused(current_request.get(), "resource:audit_recent", "error", str(exc))
+            pulls.refuse(current_request.get(), "resource:audit_recent", "error", str(exc))
             raise ResourceError(str(exc)) from None
-        records = recent_records(runner.audit_log.path, RECENT_RECORDS, TailFilter(call_id=call_id))
+        records = recent_records(audit_path, RECENT_RECORDS, TailFilter(call_id=call_id))
         text = orjson.dumps(records, option=orjson.OPT_INDENT_2).decode()
-        return runner.context_pull(current_request.get(), "resource:audit_recent", text)
+        return pulls.pull(current_request.get(), "resource:audit_recent", text)
 
     @mcp.resource(
         "relay-shell://inventory",
@@ -70,7 +73,7 @@ def register_context(mcp: MCPServer, runner: Runner, ssh: SshAccess) -> None:
         from relay_shell.ssh.hosts_plan import inventory_view
 
         text = orjson.dumps(inventory_view(ssh.get()), option=orjson.OPT_INDENT_2).decode()
-        return runner.context_pull(current_request.get(), "resource:inventory", text)
+        return pulls.pull(current_request.get(), "resource:inventory", text)
 
     @mcp.resource(
         "relay-shell://inventory/{host}",
@@ -83,7 +86,7 @@ def register_context(mcp: MCPServer, runner: Runner, ssh: SshAccess) -> None:
     async def inventory_host(host: str) -> str:
         from relay_shell.ssh.hosts_plan import host_view
 
-        return runner.context_pull(current_request.get(), "resource:inventory_host", host_view(ssh.get(), host))
+        return pulls.pull(current_request.get(), "resource:inventory_host", host_view(ssh.get(), host))
 
     @mcp.resource(
         "relay-shell://ssh-config",
@@ -94,7 +97,7 @@ def register_context(mcp: MCPServer, runner: Runner, ssh: SshAccess) -> None:
     )
     async def ssh_config() -> str:
         parts = []
-        inventory_file = runner.settings.inventory
+        inventory_file = settings.inventory
         # The files the inventory loaded, less the inventory file itself: ssh_config and what it includes.
         for path in ssh.get().inventory.files():
             if inventory_file is not None and path == inventory_file:
@@ -103,5 +106,5 @@ def register_context(mcp: MCPServer, runner: Runner, ssh: SshAccess) -> None:
                 parts.append(f"# file: {path}\n{path.read_text(errors='replace')}")
             except OSError as exc:
                 parts.append(f"# file: {path}: unreadable ({exc.strerror})")
-        text = "\n".join(parts) if parts else f"# no ssh_config file ({runner.settings.ssh_config})\n"
-        return runner.context_pull(current_request.get(), "resource:ssh_config", text)
+        text = "\n".join(parts) if parts else f"# no ssh_config file ({settings.ssh_config})\n"
+        return pulls.pull(current_request.get(), "resource:ssh_config", text)

@@ -9,7 +9,7 @@ with one entry per runbook.
 `prompts/get` and `resources/read` of a runbook are checked strictly before the SDK sees them, like the workflow
 prompts (surface/prompts.py): an unknown or hidden runbook, unknown, missing or non-string arguments are -32602
 naming the argument, and an audited refusal. A fetch renders the body with the argument values only in a quoted
-user-data section, and goes through the runner's tier-0 helper (`prompt:<name>`, `resource:runbooks`).
+user-data section, and is audited as a context pull (runner/context.py: `prompt:<name>`, `resource:runbooks`).
 """
 
 from __future__ import annotations
@@ -24,15 +24,15 @@ from mcp.server.mcpserver.prompts.base import PromptArgument
 from mcp.shared.exceptions import MCPError
 from mcp_types import INTERNAL_ERROR, INVALID_PARAMS
 
-from relay_shell.runbooks.document import Runbook
-from relay_shell.runbooks.index import index_document
-from relay_shell.runbooks.retrieval import Retrieval
+from relay_shell.runner.context import ContextPulls
 from relay_shell.surface.prompts import argument_problems, quote_value
 from relay_shell.surface.resources import current_request
+from relay_shell.surface.runbook_access import RunbookAccess
 from relay_shell.surface.workflows import ALL_MODES, ArgumentSpec, CompletionSource, Mode, PromptSpec
 
 if TYPE_CHECKING:
-    from relay_shell.runner import Runner
+    from relay_shell.runbooks.document import Runbook
+    from relay_shell.runbooks.retrieval import Retrieval
 
 INDEX_URI = "relay-shell://runbooks"
 RUNBOOK_PREFIX = "relay-shell://runbooks/"
@@ -98,13 +98,17 @@ class RunbookContext:
     """Server middleware keeping the runbook prompts and resources in step with the directory, and checking
     their fetches strictly."""
 
-    def __init__(self, runner: Runner, retrieval: Retrieval) -> None:
-        self.runner = runner
-        self.retrieval = retrieval
-        self.mode = retrieval.mode
+    def __init__(self, pulls: ContextPulls, runbooks: RunbookAccess) -> None:
+        self.pulls = pulls
+        self.runbooks = runbooks
+        self.mode = runbooks.mode
         self.mcp: MCPServer | None = None
         self.registered: dict[str, str] = {}  # prompt name -> digest of the runbook it was registered for
         self.synced_generation = -1
+
+    @property
+    def retrieval(self) -> Retrieval:
+        return self.runbooks.retrieval  # made on first use: a server without runbooks loads them only now
 
     def register(self, mcp: MCPServer) -> None:
         self.mcp = mcp
@@ -118,11 +122,13 @@ class RunbookContext:
             mime_type="application/json",
         )
         def runbook_index() -> str:
+            from relay_shell.runbooks.index import index_document
+
             library = self.retrieval.library
             directory = str(library.directory) if library is not None else None
             document = index_document(self.retrieval.catalog(), self.mode, directory)
             text = json.dumps(document, indent=2, ensure_ascii=False)
-            return self.runner.context_pull(current_request.get(), "resource:runbooks", text)
+            return self.pulls.pull(current_request.get(), "resource:runbooks", text)
 
         @mcp.resource(
             RUNBOOK_PREFIX + "{name}",
@@ -136,10 +142,17 @@ class RunbookContext:
             text = self.retrieval.read_text(runbook) if runbook is not None else None
             if text is None:
                 raise MCPError(INVALID_PARAMS, f"uri: runbook {name[:64]!r} changed or went away; read the index again")
-            return self.runner.context_pull(current_request.get(), "resource:runbooks", text)
+            return self.pulls.pull(current_request.get(), "resource:runbooks", text)
 
         # The prompts are registered at the first prompts or resources request (`sync`, from the middleware), not
         # here: building 1,000 prompt objects would delay the answer to `initialize` by ~30 ms.
+
+    def changed(self) -> None:
+        """The directory changed (the list_changed watcher): the prompts follow it, and clients that connect from now
+        on get a fresh index in the instructions."""
+        self.sync()
+        if self.mcp is not None:
+            self.mcp._lowlevel_server.instructions = self.runbooks.instructions()
 
     def sync(self) -> None:
         """Register the prompts of the current catalog (a new or changed runbook), unregister the gone ones."""
@@ -179,7 +192,7 @@ class RunbookContext:
                 raise MCPError(INVALID_PARAMS, f"name: runbook {name!r} changed or went away; list the prompts again")
             text = render_runbook(runbook, body, arguments)
             try:
-                return self.runner.context_pull(context.request_context, f"prompt:{name}", text, PROMPT_METRIC)
+                return self.pulls.pull(context.request_context, f"prompt:{name}", text, PROMPT_METRIC)
             except RuntimeError as exc:  # the audit log failed: fail closed, say why
                 raise MCPError(INTERNAL_ERROR, f"prompt {name}: {exc}") from None
 
@@ -248,7 +261,7 @@ class RunbookContext:
         self, ctx: ServerRequestContext[Any, Any], label: str, outcome: Literal["denied", "error"], message: str
     ) -> NoReturn:
         counted_as = PROMPT_METRIC if label.startswith("prompt:") else ""  # every prompt refused here is a runbook
-        self.runner.context_refused(ctx, label, outcome, message, counted_as)
+        self.pulls.refuse(ctx, label, outcome, message, counted_as)
         raise MCPError(INVALID_PARAMS, message)
 
     def resource_entries(self) -> list[dict[str, Any]]:

@@ -21,7 +21,7 @@ from relay_shell.config import Settings
 from relay_shell.plan import Plan
 from relay_shell.server import build_server
 from relay_shell.sessions.registry import SessionRegistry
-from relay_shell.surface import session_tools
+from relay_shell.surface.tools import sessions as session_tools
 from tests.conftest import fields, read_records, text_of
 
 pytestmark = pytest.mark.anyio

@@ -112,7 +112,7 @@ def test_arguments_are_pre_parsed_as_the_sdk_does(value: str) -> None:
         session_id: str, data: str = "", keys: list[str] | None = None, until: str | list[str] | None = None
     ) -> None: ...
 
-    ours = LazyArguments.of(session_send, [])
+    ours = LazyArguments.of(session_send)
     sdk = FuncMetadata(arg_model=ours.model())
     for arguments in ({"session_id": "s-1", "data": value}, {"session_id": "s-1", "until": value, "keys": value}):
         assert ours.pre_parse_json(arguments) == sdk.pre_parse_json(arguments)
