@@ -5,6 +5,8 @@ shell_exec, HTTP until it listens and serves /metrics. At exit it writes down wh
 
 from __future__ import annotations
 
+import hashlib
+import importlib.util
 import json
 import re
 import signal
@@ -114,6 +116,8 @@ def test_a_start_that_only_answers_initialize_loads_no_classifier_result_models_
     tmp_path: Path,
 ) -> None:
     environment = server_env(tmp_path / "audit.jsonl")
+    # Its own schema cache: a server of another checkout (another cache key) must not replace it between the starts.
+    environment["XDG_CACHE_HOME"] = str(tmp_path / "cache")
     hello = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "probe", "version": "1"}}
     for round_number in range(2):  # the first start may build the schema cache (which needs the result models)
         result_path = tmp_path / f"loaded-{round_number}.json"
@@ -156,3 +160,121 @@ def test_an_http_server_starts_and_serves_without_asyncssh(tmp_path: Path) -> No
     loaded = result_of(result_path, process)
     assert "relay_shell.http" in loaded["relay_shell"]
     assert loaded["asyncssh"] == [], "startup imported asyncssh (ssh/access.py: it belongs to the first SSH call)"
+
+
+# Startup pays only for what is on (issue 25): the modules only a feature needs, which a start with the feature off
+# must not load. The names are checked to exist (a renamed module must not let the check pass by naming nothing),
+# and a start with the feature on loads the first of each list.
+FEATURE_MODULES = {
+    "runbooks": ("relay_shell.runbooks.library", "relay_shell.runbooks.retrieval", "relay_shell.runbooks.gate"),
+    "oauth": ("relay_shell.auth.oauth",),
+    "shipping": (
+        "relay_shell.audit.offhost",
+        "relay_shell.audit.ship",
+        "relay_shell.audit.syslog",
+        "relay_shell.audit.journald",
+        "relay_shell.audit.checkpoint",
+    ),
+}
+# Runs as `python -c SERVE RESULT_PATH [relay-shell arguments]`: the real startup, and at the end what it loaded.
+SERVE = INITIALIZE_ONLY
+
+
+def loaded_by_a_stdio_start(tmp_path: Path, *requests: dict[str, Any], **settings: str) -> list[str]:
+    """The relay_shell modules a stdio server loaded, having answered initialize and then `requests`."""
+    environment = server_env(tmp_path / "audit.jsonl", **settings)
+    environment["XDG_CACHE_HOME"] = str(tmp_path / "cache")  # this start's own schema cache
+    result_path = tmp_path / "loaded.json"
+    process = subprocess.Popen(
+        [sys.executable, "-c", SERVE, str(result_path)],
+        env=environment,
+        cwd=REPO_ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    hello = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "probe", "version": "1"}}
+    try:
+        send(process, {"id": 1, "method": "initialize", "params": hello})
+        assert "result" in answer(process, 1)
+        send(process, {"method": "notifications/initialized"})
+        for number, request in enumerate(requests, start=2):
+            send(process, {"id": number, **request})
+            assert "result" in answer(process, number), request
+    finally:
+        assert process.stdin is not None
+        process.stdin.close()
+    names: list[str] = result_of(result_path, process)["relay_shell"]
+    return names
+
+
+def test_the_feature_modules_named_here_exist() -> None:
+    for feature, modules in FEATURE_MODULES.items():
+        for module in modules:
+            assert importlib.util.find_spec(module) is not None, f"{feature}: no module {module}; rename it here"
+
+
+def test_a_start_with_runbooks_oauth_and_shipping_off_loads_none_of_them(tmp_path: Path) -> None:
+    # The defaults: no RUNBOOK_DIR, GATE=off, stdio (no OAuth), no syslog, journald or signing key. Listing the
+    # tools (runbook_search among them) and running a command need none of them either.
+    call = {"name": "shell_exec", "arguments": {"command": "true"}}
+    loaded = loaded_by_a_stdio_start(
+        tmp_path, {"method": "tools/list"}, {"method": "tools/call", "params": call}, ssh_config=""
+    )
+    assert "relay_shell.server" in loaded and "relay_shell.policy.classify" in loaded  # it started, and ran a call
+    for feature, modules in FEATURE_MODULES.items():
+        assert [module for module in modules if module in loaded] == [], f"{feature} is off"
+    assert [module for module in loaded if module.startswith("relay_shell.runbooks")] == []
+
+
+def test_a_start_with_runbooks_and_a_signing_key_loads_them(tmp_path: Path) -> None:
+    runbooks = tmp_path / "runbooks"
+    runbooks.mkdir()
+    (runbooks / "disks.md").write_text("---\ntags: [disk]\n---\n# Disks\nCheck df first.\n")
+    key = tmp_path / "signing.key"
+    keygen = subprocess.run(
+        [sys.executable, "-m", "relay_shell", "audit", "keygen", str(key)], capture_output=True, text=True
+    )
+    assert keygen.returncode == 0, keygen.stderr
+    loaded = loaded_by_a_stdio_start(
+        tmp_path, runbook_dir=str(runbooks), gate="briefing", audit_signing_key=str(key), ssh_config=""
+    )
+    assert set(FEATURE_MODULES["runbooks"]) <= set(loaded)
+    assert FEATURE_MODULES["shipping"][0] in loaded
+
+
+def test_an_http_start_with_oauth_loads_it(tmp_path: Path) -> None:
+    token_file = tmp_path / "tokens"
+    token_file.write_text(f"operator {hashlib.sha256(b'operator-token').hexdigest()}\n")
+    token_file.chmod(0o600)
+    environment = server_env(
+        tmp_path / "audit.jsonl",
+        transport="http",
+        http_port="0",
+        token_file=str(token_file),
+        oauth_state_dir=str(tmp_path / "oauth"),
+    )
+    result_path = tmp_path / "loaded.json"
+    process = subprocess.Popen(
+        [sys.executable, "-c", SERVE, str(result_path)],
+        env=environment,
+        cwd=REPO_ROOT,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert process.stderr is not None
+    url = None
+    deadline = time.monotonic() + 20
+    while url is None and time.monotonic() < deadline:
+        line = process.stderr.readline().decode()
+        assert line, "the HTTP server exited before it listened"
+        found = re.search(r"speaking MCP at (http://\S+)/mcp", line)
+        url = found.group(1) if found else None
+    try:
+        assert url is not None, "the HTTP server did not say where it listens"
+        with urllib.request.urlopen(f"{url}/.well-known/oauth-authorization-server", timeout=10) as metadata:
+            assert json.loads(metadata.read())["issuer"].startswith("http://")  # it serves OAuth
+    finally:
+        process.send_signal(signal.SIGTERM)  # a graceful stop: the probe writes what it loaded
+    assert FEATURE_MODULES["oauth"][0] in result_of(result_path, process)["relay_shell"]
