@@ -1,8 +1,14 @@
 """What a call that cannot proceed raises: a ToolError is reported as `[ERROR: Kind: message]`, an ArgumentError
-names the argument, the problem and what is allowed. Depends on nothing.
+names the argument, the problem and what is allowed; InputRequired answers the call with a question for the
+client's human. Depends on nothing.
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from mcp_types import InputRequiredResult
 
 
 class ToolError(Exception):
@@ -18,3 +24,13 @@ class ArgumentError(ToolError):
 
     def __init__(self, message: str) -> None:
         super().__init__("InvalidArgument", message)
+
+
+class InputRequired(Exception):
+    """The call's answer is `input_required` (2026-07-28): raised by a tier-3 confirmation (confirm/elicitation.py)
+    through the tool function to the call router (surface/router.py), which returns `result` instead of a tool
+    result. Nothing ran; the plan is recorded."""
+
+    def __init__(self, result: InputRequiredResult) -> None:
+        super().__init__("input required")
+        self.result = result

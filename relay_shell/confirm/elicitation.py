@@ -14,6 +14,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import ElicitRequest, ElicitRequestFormParams, ElicitResult, InputRequiredResult
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from relay_shell.errors import InputRequired
 from relay_shell.plan import Outcome
 
 logger = logging.getLogger("relay_shell")
@@ -92,15 +93,6 @@ async def ask_human(request_context: ServerRequestContext[Any, Any], summary: st
         logger.warning("elicitation failed", exc_info=True)
         return "failed"
     return _answer(result)
-
-
-class InputRequired(Exception):
-    """The call's answer is `input_required` (2026-07-28): raised through the tool function to the call router
-    (surface/router.py), which returns `result` instead of a tool result. Nothing ran; the plan is recorded."""
-
-    def __init__(self, result: InputRequiredResult) -> None:
-        super().__init__("input required")
-        self.result = result
 
 
 def is_modern(request_context: ServerRequestContext[Any, Any]) -> bool:

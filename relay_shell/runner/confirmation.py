@@ -24,6 +24,7 @@ from relay_shell.confirm.elicitation import (
     round_state,
 )
 from relay_shell.confirm.store import ConfirmationStore, confirm_required
+from relay_shell.confirm.tool import prepare_confirm
 from relay_shell.errors import ToolError
 from relay_shell.plan import Execution, Plan
 from relay_shell.runner.finish import Finisher, empty_output
@@ -68,6 +69,10 @@ class Confirmation:
         token, plan.confirmation = self.tokens.issue(binding, owner)
         execution = confirm_required(token, binding, self.ttl, reason)
         return self.finisher.finish(call, 3, execution, plan=plan)
+
+    def arming_plan(self, owner: str, token: str) -> Plan:
+        """operation_confirm's plan: arm the pending confirmation this token names, for this owner."""
+        return prepare_confirm(self.tokens, self.mode, owner, token)
 
     async def _ask(
         self, request: CallRequest, call: CallAudit, plan: Plan, binding: CallBinding, reason: str

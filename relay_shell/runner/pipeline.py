@@ -13,6 +13,7 @@ gate briefing.py, prompt and resource reads context.py.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -22,13 +23,11 @@ import anyio
 from mcp_types import CallToolResult
 
 from relay_shell.config import Settings
-from relay_shell.confirm.elicitation import InputRequired
-from relay_shell.errors import ToolError
+from relay_shell.errors import InputRequired, ToolError
 from relay_shell.plan import Execution, Plan, Subject
 from relay_shell.policy.admission import Policy
 from relay_shell.progress import Progress
 from relay_shell.runner.briefing import hold_unbriefed, open_gate
-from relay_shell.runner.confirmation import Confirmation
 from relay_shell.runner.finish import Finisher, stopped
 from relay_shell.runner.recorder import Recorder
 from relay_shell.runner.records import CallAudit, start_record
@@ -37,6 +36,7 @@ from relay_shell.runner.tools import ToolTable
 
 if TYPE_CHECKING:
     from relay_shell.runbooks.gate import BriefingGate
+    from relay_shell.runner.confirmation import Confirmation
 
 logger = logging.getLogger("relay_shell")
 ReportProgress = Callable[[float, float | None, str], Any]
@@ -58,7 +58,14 @@ class Runner:
         # RELAY_SHELL_GATE=briefing: runbooks before the first calls; None when off (a gate made disabled is off)
         self.gate = gate if gate is not None and gate.enabled else None
         self.finisher = Finisher(recorder, tools)
-        self.confirmation = Confirmation(settings, self.finisher)
+
+    @functools.cached_property
+    def confirmation(self) -> Confirmation:
+        """The tier-3 dialogue and its pending tokens, made for the first tier-3 call or operation_confirm: with
+        RELAY_SHELL_CONFIRM_TIER3=off (the default) a server never loads confirm/."""
+        from relay_shell.runner.confirmation import Confirmation
+
+        return Confirmation(self.settings, self.finisher)
 
     async def run(
         self, request: CallRequest, prepare: Callable[[], Plan], report_progress: ReportProgress | None = None
@@ -90,7 +97,7 @@ class Runner:
             if held is not None:
                 return held
         decision = "admitted"
-        if tier == 3 and self.confirmation.mode != "off":
+        if tier == 3 and self.settings.confirm_tier3 != "off":
             # After every deny and mode check: a refused call never reaches confirmation.
             stop = await self._confirm(request, call, plan, reason)
             if stop is not None:

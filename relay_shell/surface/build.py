@@ -149,6 +149,9 @@ def output_schema(return_annotation: Any) -> dict[str, Any] | None:
 
 
 class SchemaCache:
+    """The schemas by tool name. In the file each distinct outputSchema is kept once (six tools return
+    SessionResult), and the tools refer to it: loaded, the tools sharing a result model share its schema."""
+
     def __init__(self) -> None:
         self.loaded: dict[str, Any] | None = None
         self.key = ""
@@ -158,10 +161,14 @@ class SchemaCache:
         if self.loaded is None:
             self.key = cache_key()
             self.loaded = {}
-            with contextlib.suppress(OSError, orjson.JSONDecodeError, TypeError, KeyError):
+            with contextlib.suppress(OSError, orjson.JSONDecodeError, TypeError, KeyError, IndexError):
                 stored = orjson.loads(cache_path().read_bytes())
-                if stored["key"] == self.key and isinstance(stored["tools"], dict):
-                    self.loaded = stored["tools"]
+                if stored["key"] == self.key:
+                    outputs = stored["outputs"]
+                    self.loaded = {
+                        name: {"parameters": entry["parameters"], "output": _output(outputs, entry["output"])}
+                        for name, entry in stored["tools"].items()
+                    }
         return self.loaded
 
     def store(self, name: str, schemas: dict[str, Any]) -> None:
@@ -173,16 +180,34 @@ class SchemaCache:
         if not self.changed or self.loaded is None:
             return
         self.changed = False
+        numbers: dict[bytes, int] = {}  # each distinct outputSchema (as JSON) -> its place in `outputs`
+        outputs: list[Any] = []
+        tools = {}
+        for name, schemas in self.loaded.items():
+            output = schemas["output"]
+            number = None
+            if output is not None:
+                serialized = orjson.dumps(output)
+                if serialized not in numbers:
+                    numbers[serialized] = len(outputs)
+                    outputs.append(output)
+                number = numbers[serialized]
+            tools[name] = {"parameters": schemas["parameters"], "output": number}
+        stored = {"key": self.key, "outputs": outputs, "tools": tools}
         path = cache_path()
         temporary = path.with_name(f".{path.name}.{secrets.token_hex(4)}")
         with contextlib.suppress(OSError):
             path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
             with os.fdopen(descriptor, "wb") as handle:
-                handle.write(orjson.dumps({"key": self.key, "tools": self.loaded}))
+                handle.write(orjson.dumps(stored))
             os.replace(temporary, path)
         with contextlib.suppress(OSError):
             temporary.unlink()
+
+
+def _output(outputs: list[Any], number: int | None) -> Any:
+    return None if number is None else outputs[number]
 
 
 SCHEMA_CACHE = SchemaCache()
@@ -196,10 +221,12 @@ def cache_path() -> Path:
 def cache_key() -> str:
     """Every package file's path, size and modification time, and the versions that shape a schema."""
     digest = hashlib.sha256(f"{relay_shell.__version__}|{pydantic.VERSION}".encode())
-    sdk_file = Path(sdk_func_metadata.__file__ or "")
-    files = [*sorted(PACKAGE_DIR.rglob("*.py")), sdk_file]
-    for path in files:
+    files = []
+    for directory, subdirectories, names in os.walk(PACKAGE_DIR):
+        subdirectories[:] = [name for name in subdirectories if name != "__pycache__"]
+        files += [os.path.join(directory, name) for name in names if name.endswith(".py")]
+    for path in [*sorted(files), sdk_func_metadata.__file__ or ""]:
         with contextlib.suppress(OSError):
-            status = path.stat()
+            status = os.stat(path)
             digest.update(f"{path}|{status.st_size}|{status.st_mtime_ns}\n".encode())
     return digest.hexdigest()

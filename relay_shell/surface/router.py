@@ -13,7 +13,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS, INVALID_REQUEST
 from pydantic import ValidationError
 
-from relay_shell.confirm.elicitation import InputRequired
+from relay_shell.errors import InputRequired
 from relay_shell.identity import declared_client, initialized
 from relay_shell.runner.request import CallRequest
 from relay_shell.runner.tools import ToolEntry, ToolTable

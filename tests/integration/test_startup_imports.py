@@ -168,6 +168,8 @@ def test_an_http_server_starts_and_serves_without_asyncssh(tmp_path: Path) -> No
 FEATURE_MODULES = {
     "runbooks": ("relay_shell.runbooks.library", "relay_shell.runbooks.retrieval", "relay_shell.runbooks.gate"),
     "oauth": ("relay_shell.auth.oauth",),
+    # CONFIRM_TIER3 is off by default; on, the dialogue still loads with the first call that needs it.
+    "confirmation": ("relay_shell.runner.confirmation", "relay_shell.confirm.binding", "relay_shell.confirm.store"),
     "shipping": (
         "relay_shell.audit.offhost",
         "relay_shell.audit.ship",
@@ -214,9 +216,9 @@ def test_the_feature_modules_named_here_exist() -> None:
             assert importlib.util.find_spec(module) is not None, f"{feature}: no module {module}; rename it here"
 
 
-def test_a_start_with_runbooks_oauth_and_shipping_off_loads_none_of_them(tmp_path: Path) -> None:
-    # The defaults: no RUNBOOK_DIR, GATE=off, stdio (no OAuth), no syslog, journald or signing key. Listing the
-    # tools (runbook_search among them) and running a command need none of them either.
+def test_a_start_with_runbooks_oauth_shipping_and_confirmation_off_loads_none_of_them(tmp_path: Path) -> None:
+    # The defaults: no RUNBOOK_DIR, GATE=off, stdio (no OAuth), no syslog, journald or signing key, CONFIRM_TIER3
+    # off. Listing the tools (runbook_search among them) and running a command need none of them either.
     call = {"name": "shell_exec", "arguments": {"command": "true"}}
     loaded = loaded_by_a_stdio_start(
         tmp_path, {"method": "tools/list"}, {"method": "tools/call", "params": call}, ssh_config=""
@@ -227,7 +229,7 @@ def test_a_start_with_runbooks_oauth_and_shipping_off_loads_none_of_them(tmp_pat
     assert [module for module in loaded if module.startswith("relay_shell.runbooks")] == []
 
 
-def test_a_start_with_runbooks_and_a_signing_key_loads_them(tmp_path: Path) -> None:
+def test_a_start_with_runbooks_a_signing_key_and_confirmation_loads_them(tmp_path: Path) -> None:
     runbooks = tmp_path / "runbooks"
     runbooks.mkdir()
     (runbooks / "disks.md").write_text("---\ntags: [disk]\n---\n# Disks\nCheck df first.\n")
@@ -236,11 +238,19 @@ def test_a_start_with_runbooks_and_a_signing_key_loads_them(tmp_path: Path) -> N
         [sys.executable, "-m", "relay_shell", "audit", "keygen", str(key)], capture_output=True, text=True
     )
     assert keygen.returncode == 0, keygen.stderr
+    confirm = {"name": "operation_confirm", "arguments": {"token": "not-a-token"}}  # the dialogue's first use
     loaded = loaded_by_a_stdio_start(
-        tmp_path, runbook_dir=str(runbooks), gate="briefing", audit_signing_key=str(key), ssh_config=""
+        tmp_path,
+        {"method": "tools/call", "params": confirm},
+        runbook_dir=str(runbooks),
+        gate="briefing",
+        audit_signing_key=str(key),
+        confirm_tier3="token",
+        ssh_config="",
     )
     assert set(FEATURE_MODULES["runbooks"]) <= set(loaded)
     assert FEATURE_MODULES["shipping"][0] in loaded
+    assert set(FEATURE_MODULES["confirmation"]) <= set(loaded)
 
 
 def test_an_http_start_with_oauth_loads_it(tmp_path: Path) -> None:
