@@ -41,7 +41,7 @@ class Finisher:
         plan: Plan | None = None,
         reason_withheld: bool = False,
     ) -> CallToolResult:
-        """The result of a call that did not run: refused, invalid, or failed before it ran."""
+        """The result of a call that ends with no output of its own: refused, invalid, failed or cancelled."""
         return self.finish(call, tier, stopped(outcome, error), plan=plan, reason_withheld=reason_withheld)
 
     def finish(

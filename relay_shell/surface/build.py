@@ -1,4 +1,5 @@
-"""Building an MCP tool from a thin function: schema from the signature, a clean description, annotations.
+"""Building an MCP tool from a thin function: schema from what a client passes (its signature, less what the call
+router passes in), a clean description, annotations.
 
 Generating the JSON schemas (every tool's inputSchema, every result model's outputSchema) is most of the work
 of building the server, and they depend only on the code. So they are kept in a cache file
@@ -31,7 +32,6 @@ from pydantic import PrivateAttr
 import relay_shell
 
 PACKAGE_DIR = Path(relay_shell.__file__).parent
-
 
 # The parameters a tool function gets from the call router (surface/router.py), not from the client.
 INJECTED = ("call", "services")
