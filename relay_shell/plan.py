@@ -16,7 +16,6 @@ ProgressFn = Callable[[int], Awaitable[None]]
 Outcome = Literal["ok", "exit_nonzero", "timeout", "denied", "error", "confirm_required", "cancelled", "gated"]
 
 
-
 @dataclass(frozen=True)
 class Subject:
     """All the text that reaches the target."""

@@ -53,13 +53,17 @@ def withhold_data(arguments: dict[str, Any]) -> dict[str, Any]:
     return {name: ("[withheld]" if name == "data" else value) for name, value in arguments.items()}
 
 
+def log_path(tmp_path: Path) -> Path:
+    return tmp_path / "logs" / "audit.jsonl"
+
+
 class Server:
     """A runner as the server makes one, with its log open."""
 
-    def __init__(self, tmp_path: Path, **settings: Any) -> None:
-        self.directory = tmp_path / "logs"
-        self.audit_path = self.directory / "audit.jsonl"
-        self.settings = Settings(audit_path=self.audit_path, **settings)
+    def __init__(self, tmp_path: Path, settings: Settings | None = None) -> None:
+        self.audit_path = log_path(tmp_path)
+        self.directory = self.audit_path.parent
+        self.settings = settings or Settings(audit_path=self.audit_path)
         self.audit_log = AuditLog(self.audit_path)
         self.audit_log.open()
         self.metrics = Metrics(enabled=True)
@@ -112,7 +116,7 @@ async def test_the_start_record_is_on_disk_before_the_plan_runs(tmp_path: Path) 
 
 
 async def test_a_refused_call_gets_one_end_record_and_nothing_runs(tmp_path: Path) -> None:
-    server = Server(tmp_path, policy_mode="readonly")
+    server = Server(tmp_path, Settings(audit_path=log_path(tmp_path), policy_mode="readonly"))
     ran: list[bool] = []
 
     async def execute(progress: ProgressFn) -> Execution:
@@ -242,7 +246,7 @@ async def test_a_name_that_is_not_a_tool_is_recorded_as_unknown(tmp_path: Path) 
 
 
 async def test_a_tier3_call_runs_once_a_token_for_exactly_it_was_confirmed(tmp_path: Path) -> None:
-    server = Server(tmp_path, confirm_tier3="token")
+    server = Server(tmp_path, Settings(audit_path=log_path(tmp_path), confirm_tier3="token"))
     runs: list[bool] = []
     wipe = Subject(command="dd if=/dev/zero of=/dev/sda")
 
