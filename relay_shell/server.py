@@ -26,10 +26,12 @@ if TYPE_CHECKING:
 from relay_shell import __version__
 from relay_shell.audit.log import AuditLog
 from relay_shell.auth.setup import server_auth
-from relay_shell.config import Settings, parse_patterns
+from relay_shell.config import Settings
 from relay_shell.confirm.elicitation import InputRequired
-from relay_shell.containment.units import Containment, scope_of, start_containment
+from relay_shell.containment.start import start_containment
+from relay_shell.containment.units import Containment, scope_of
 from relay_shell.identity import connected, declared_client, initialized
+from relay_shell.launch import Launcher, start_launcher
 from relay_shell.metrics import Metrics
 from relay_shell.policy.admission import Policy
 from relay_shell.results import schema_defaults
@@ -53,7 +55,6 @@ from relay_shell.surface.runbook_tools import runbook_tools
 from relay_shell.surface.session_tools import session_tools
 from relay_shell.surface.ssh_tools import ssh_tools
 from relay_shell.surface.workflows import PROMPTS
-from relay_shell.trace.tracer import ExecTracer, session_execs
 from relay_shell.wire import LONE_SURROGATES
 
 
@@ -64,7 +65,7 @@ class Assembly:
     metrics: Metrics
     sessions: SessionRegistry
     ssh: SshAccess
-    containment: Containment
+    launcher: Launcher  # containment and the exec trace: every process tree starts through it
     metrics_port: int | None = None
     offhost: OffHost | None = None  # shipping and signed checkpoints (adr/0020)
 
@@ -73,14 +74,10 @@ class Assembly:
         running (background jobs, whatever escaped): nothing the server started outlives it."""
         with anyio.CancelScope(shield=True):
             await self.sessions.close_all("server stopped")
-            if self.containment.tracer is not None:  # late execs not yet written, before their trees are ended
-                self.containment.tracer.flush_late()
+            self.launcher.flush_late()  # late execs not yet written, before their trees are ended
             with anyio.move_on_after(2.0):
                 await self.ssh.close()
-            await self.containment.shutdown(min(SHUTDOWN_GRACE, self.runner.settings.kill_grace))
-            if self.containment.tracer is not None:  # late execs not yet written (their trees are gone now)
-                await anyio.sleep(0)  # those the trace's thread handed to the loop first
-                self.containment.tracer.flush_late()
+            await self.launcher.shutdown(min(SHUTDOWN_GRACE, self.runner.settings.kill_grace))
             if self.offhost is not None:  # last: the shutdown checkpoint follows every other record, then it ships
                 await anyio.to_thread.run_sync(self.offhost.stop)
 
@@ -104,13 +101,13 @@ def build_server(
         offhost.attach(metrics)
     policy = Policy(settings.policy_mode, settings.deny_patterns, settings.allow_patterns)
     runner = Runner(settings, audit_log, policy, metrics)
-    # The exec trace rides on the containment object: both go wherever a call or session starts processes.
-    containment.tracer = ExecTracer(
-        settings.exec_trace, parse_patterns(settings.exec_deny), settings.exec_trace_entries, metrics
-    )
-    tracer = containment.tracer
     # A call's execs after its end record (background jobs) go into `exec:late` records under its call_id.
-    tracer.on_late = lambda call_id, execs: runner.event("exec:late", "server", {"call_id": call_id, "execs": execs})
+    launcher = start_launcher(
+        settings,
+        containment,
+        metrics,
+        on_late=lambda call_id, execs: runner.event("exec:late", "server", {"call_id": call_id, "execs": execs}),
+    )
 
     def session_ended(session: Session) -> None:
         runner.event(
@@ -126,7 +123,7 @@ def build_server(
                 "transcript_truncated": session.transcript.truncated if session.transcript else None,
                 "transcript_error": session.transcript.error if session.transcript else None,
                 "duration_ms": int(((session.ended_at or 0) - session.created) * 1000),
-                **session_execs(tracer, session),
+                **session.terminal.exec_trace.end_fields(),
             },
         )
 
@@ -138,7 +135,7 @@ def build_server(
         kill_grace=settings.kill_grace,
         on_end=session_ended,
         connected=connected,
-        containment=containment,
+        launcher=launcher,
     )
     metrics.sessions_open.set_function(lambda: len(sessions.sessions))  # read at scrape time
     forwards = ForwardRegistry(
@@ -147,7 +144,7 @@ def build_server(
         connected=connected,
         idle_timeout=settings.forward_idle_timeout,
     )
-    ssh = SshAccess(settings, forwards, on_helper=containment.helper_started)
+    ssh = SshAccess(settings, forwards, on_helper=launcher.helper_started)
     metrics.ssh_connections_open.set_function(ssh.connections)
     metrics.ssh_forwards_open.set_function(lambda: len(forwards.forwards))
     metrics.ssh_forwards_max.set(settings.max_forwards)
@@ -159,7 +156,7 @@ def build_server(
     retrieval = runbook_retrieval(settings, runner, ssh)
     assembly: Assembly
     tools = [
-        *local_tools(runner, containment),
+        *local_tools(runner, launcher),
         *session_tools(runner, sessions),
         *ssh_tools(runner, sessions, ssh),
         *diag_tools(
@@ -167,8 +164,8 @@ def build_server(
             lambda: assembly.metrics_port,
             lambda: len(sessions.sessions),
             ssh.connections,
-            containment.status,
-            lambda owner: {**runbook_state(settings, retrieval, runner, owner), "exec_trace": tracer.status()},
+            launcher.containment.status,
+            lambda owner: {**runbook_state(settings, retrieval, runner, owner), "exec_trace": launcher.tracer.status()},
             offhost.describe if offhost is not None else None,
         ),
         *runbook_tools(runner, retrieval),
@@ -215,7 +212,7 @@ def build_server(
     runbooks.register(mcp)
     prompts.other_sources = runbooks.completion_source  # runbook arguments `host`/`hosts` complete too
     assembly = Assembly(
-        mcp=mcp, runner=runner, metrics=metrics, sessions=sessions, ssh=ssh, containment=containment, offhost=offhost
+        mcp=mcp, runner=runner, metrics=metrics, sessions=sessions, ssh=ssh, launcher=launcher, offhost=offhost
     )
     return assembly
 

@@ -13,7 +13,6 @@ import os
 import re
 import shlex
 import signal
-import threading
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -29,8 +28,6 @@ from relay_shell.sessions.keys import KEYS, key_name
 from relay_shell.sessions.registry import Session, SessionRegistry, Terminal, WaitResult
 from relay_shell.sessions.transcript import Transcript
 from relay_shell.sessions.typed import typed_lines
-from relay_shell.trace.record import ExecTrace
-from relay_shell.trace.tracer import denied_first, refusal_notes
 
 DEFAULT_SHELL = ["bash", "--noprofile", "--norc"]  # predictable prompt, no user aliases in the way
 TERM = "xterm-256color"
@@ -97,34 +94,13 @@ def prepare_spawn(
     async def open_terminal(session_id: str) -> Terminal:
         # Imported on first use: ptyprocess, ctypes and termios cost startup time a server that never
         # spawns a terminal should not pay.
-        from relay_shell.sessions.local_pty import LocalPty, spawn_pty
+        from relay_shell.sessions.local_pty import start_local_pty
 
-        containment = registry.containment
-        unit = containment.open_unit("session", session_id) if containment is not None else None
-        tracer = containment.tracer if containment is not None else None
-        exec_trace = tracer.new_trace() if tracer is not None else None
-        hold = threading.Event()
+        tree = registry.launcher.session_tree(session_id)
         try:
-            spawned = None
-            if tracer is not None and exec_trace is not None:
-                spawned = await tracer.spawn(
-                    exec_trace, lambda: spawn_pty(argv, work_dir, terminal_env, cols, rows, unit), hold
-                )
-            return LocalPty(argv, work_dir, terminal_env, cols, rows, unit, spawned, exec_trace, hold)
+            return await start_local_pty(tree, argv, work_dir, terminal_env, cols, rows)
         except FileNotFoundError:
-            hold.set()  # nothing started: the spawner thread may end
             raise ArgumentError(f"command: {argv[0]!r} was not found; allowed: an installed program") from None
-        except PermissionError:
-            hold.set()
-            if exec_trace is not None and exec_trace.denied and exec_trace.count == exec_trace.denied:
-                raise ToolError("ExecDenied", denied_first(exec_trace)) from None
-            raise
-        except BaseException:
-            hold.set()
-            raise
-        finally:
-            if unit is not None and unit.leader is None:  # nothing started: no unit to keep
-                unit.release()
 
     return spawn_plan(
         settings, registry, owner, client_id, subject, shown, cols, rows, patterns, wait_timeout, notes, open_terminal
@@ -164,12 +140,7 @@ def spawn_plan(
             raise
         session = registry.add(session_id, owner, client_id, shown, terminal, cols, rows, transcript)
         result = await session.wait(0, patterns, wait_timeout, SETTLE, settle_from_start=True)
-        exec_trace = getattr(terminal, "exec_trace", None)
-        tracer = registry.containment.tracer if registry.containment is not None else None
-        if tracer is not None and exec_trace is not None:  # what ran until the first output settled
-            exec_trace.call_id = plan.call_id  # execs after session:end are recorded under shell_spawn's call
-            plan.record_fields = {**(plan.record_fields or {}), "execs": tracer.snapshot(exec_trace)}
-            notes.extend(refusal_notes(exec_trace))
+        terminal.exec_trace.snapshot_into(plan)  # what ran until the first output settled
         return _read_result(
             session, None, settings.max_output, False, result, bool(patterns), wait_timeout, spawned=True
         )
@@ -226,19 +197,8 @@ def prepare_send(
 
     async def execute(progress: ProgressFn) -> Execution:
         """The send, with a window on the session's exec trace: the programs started while it is handled."""
-        session_trace = getattr(session.terminal, "exec_trace", None)
-        tracer = registry.containment.tracer if registry.containment is not None else None
-        if session_trace is None or tracer is None:
+        with session.terminal.exec_trace.window_into(plan):
             return await send(progress)
-        window = ExecTrace(session_trace.max_entries)
-        session_trace.window = window
-        try:
-            return await send(progress)
-        finally:
-            if session_trace.window is window:
-                session_trace.window = None
-            plan.record_fields = {**(plan.record_fields or {}), "execs": tracer.snapshot(window)}
-            notes.extend(refusal_notes(window))
 
     async def send(progress: ProgressFn) -> Execution:
         async with session.input_lock:

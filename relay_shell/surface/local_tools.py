@@ -10,7 +10,7 @@ from mcp_types import CallToolResult
 from pydantic import Field
 
 from relay_shell import results
-from relay_shell.containment.units import Containment
+from relay_shell.launch import Launcher
 from relay_shell.local.plans import prepare_exec, prepare_script
 from relay_shell.runner import Runner
 from relay_shell.surface.build import make_tool
@@ -30,7 +30,7 @@ Env = Annotated[
 ]
 
 
-def local_tools(runner: Runner, containment: Containment | None = None) -> list[Tool]:
+def local_tools(runner: Runner, launcher: Launcher) -> list[Tool]:
     settings = runner.settings
 
     async def shell_exec(
@@ -70,7 +70,7 @@ def local_tools(runner: Runner, containment: Containment | None = None) -> list[
                 env=env,
                 merge_stderr=merge_stderr,
                 use_shell=use_shell,
-                containment=containment,
+                launcher=launcher,
             ),
             ctx.report_progress,
         )
@@ -103,7 +103,7 @@ def local_tools(runner: Runner, containment: Containment | None = None) -> list[
                 max_output=max_output,
                 cwd=cwd,
                 env=env,
-                containment=containment,
+                launcher=launcher,
             ),
             ctx.report_progress,
         )
