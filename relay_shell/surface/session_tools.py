@@ -12,16 +12,9 @@ from pydantic import Field
 from relay_shell import results
 from relay_shell.identity import identify, owner_of
 from relay_shell.runner import Runner
-from relay_shell.sessions.plans import (
-    prepare_kill,
-    prepare_list,
-    prepare_recv,
-    prepare_resize,
-    prepare_send,
-    prepare_spawn,
-    withhold_at_password_prompt,
-)
+from relay_shell.sessions.plans import prepare_kill, prepare_list, prepare_recv, prepare_resize, prepare_spawn
 from relay_shell.sessions.registry import SessionRegistry
+from relay_shell.sessions.send_plan import prepare_send, withhold_at_password_prompt
 from relay_shell.surface.build import make_tool
 from relay_shell.surface.local_tools import Cwd, Env
 

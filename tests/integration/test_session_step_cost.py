@@ -23,8 +23,8 @@ from relay_shell.launch import Launcher, TraceOff
 from relay_shell.server import build_server
 from relay_shell.sessions.ansi import strip_ansi
 from relay_shell.sessions.local_pty import start_local_pty
-from relay_shell.sessions.plans import confirm_state
 from relay_shell.sessions.registry import SessionRegistry
+from relay_shell.sessions.send_plan import confirm_state
 from relay_shell.surface.build import LazyArguments
 from tests.conftest import text_of
 
