@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from relay_shell.trace.tracer import ExecTracer
 
 T = TypeVar("T")
+Spawning = Callable[[dict[str, str]], AbstractContextManager[dict[str, str] | None]]  # a unit's `spawning`
 LateWriter = Callable[[str | None, dict[str, Any]], None]  # writes an `exec:late` record: (call_id, execs)
 
 
@@ -71,7 +72,7 @@ class TreeTrace(Protocol):
         env: dict[str, str] | None,
         with_stdin: bool,
         merge_stderr: bool,
-        unit: Unit | NoUnit,
+        spawning: Spawning,
         untraced: Callable[[], Child],
     ) -> Child: ...
 
@@ -100,7 +101,7 @@ class Untraced:
         env: dict[str, str] | None,
         with_stdin: bool,
         merge_stderr: bool,
-        unit: Unit | NoUnit,
+        spawning: Spawning,
         untraced: Callable[[], Child],
     ) -> Child:
         return untraced()
@@ -178,7 +179,7 @@ class ProcessTree:
                 env,
                 with_stdin,
                 merge_stderr,
-                self.unit,
+                self.unit.spawning,
                 lambda: _popen(argv, cwd, env, with_stdin, merge_stderr, self.unit),
             )
         except PermissionError:

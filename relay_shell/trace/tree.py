@@ -11,8 +11,8 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, TypeVar
+from contextlib import AbstractContextManager, contextmanager
+from typing import Any, TypeVar
 
 from relay_shell.errors import ToolError
 from relay_shell.plan import Plan
@@ -20,11 +20,12 @@ from relay_shell.trace.record import ExecTrace
 from relay_shell.trace.spawn import SPAWN_MISSING, SPAWN_READY, SpawnedChild, resolve_program, spawn
 from relay_shell.trace.tracer import ExecTracer
 
-if TYPE_CHECKING:
-    from relay_shell.containment.units import NoUnit, Unit
-
 T = TypeVar("T")
 C = TypeVar("C")
+# The tree's containment unit starting its process (containment/units.py `Unit.spawning`): the environment with
+# the unit's marker, the spawning thread in the unit's cgroup. The launcher hands it over; trace/ imports nothing
+# of containment.
+Spawning = Callable[[dict[str, str]], AbstractContextManager[dict[str, str] | None]]
 
 
 class TracedTree:
@@ -45,7 +46,7 @@ class TracedTree:
         env: dict[str, str] | None,
         with_stdin: bool,
         merge_stderr: bool,
-        unit: Unit | NoUnit,
+        spawning: Spawning,
         untraced: Callable[[], C],
     ) -> SpawnedChild | C:
         """A one-shot command's first process, by posix_spawn on the spawner thread (Popen's vfork would deadlock
@@ -53,7 +54,7 @@ class TracedTree:
         if not SPAWN_READY:
             self.execs.state = f"untraced: {SPAWN_MISSING}"
             return untraced()
-        return await self.place(lambda: self._spawn(argv, cwd, env, with_stdin, merge_stderr, unit), None)
+        return await self.place(lambda: self._spawn(argv, cwd, env, with_stdin, merge_stderr, spawning), None)
 
     def _spawn(
         self,
@@ -62,12 +63,12 @@ class TracedTree:
         env: dict[str, str] | None,
         with_stdin: bool,
         merge_stderr: bool,
-        unit: Unit | NoUnit,
+        spawning: Spawning,
     ) -> SpawnedChild:
         """On the spawner thread. The environment is always explicit: the server's own (env None) is not changed
         for a spawn that runs beside the event loop."""
         full_env = env if env is not None else dict(os.environ)
-        with unit.spawning(full_env) as child_env:
+        with spawning(full_env) as child_env:
             assert child_env is not None
             path = resolve_program(argv[0], child_env, cwd)
             if self.execs.state != "traced":  # no filter on this thread (the trace is unavailable for this tree)
