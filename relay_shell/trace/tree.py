@@ -111,8 +111,11 @@ class TracedTree:
         try:
             yield
         finally:
-            if self.execs.window is window:
-                self.execs.window = None
+            # Under the lock the service thread holds from an exec's answer until it is recorded, as a record is
+            # taken: an exec answered before the window closed is in it.
+            with self.tracer.lock:
+                if self.execs.window is window:
+                    self.execs.window = None
             _into(plan, self.tracer.snapshot(window), window)
 
     def end_fields(self) -> dict[str, Any]:

@@ -107,7 +107,7 @@ async def terminal(launcher):
     sent = new_plan("send-call")
     with tree.trace.window_into(sent):
         process.write(b"/bin/echo mark$((40+2))\n")
-        read_until(process, b"mark42")
+        read_until(process, b"mark42")  # answered before it ran: in the window, however soon it closes
     found["send_execs"] = (sent.record_fields or {}).get("execs")
     found["terminal_members"] = process.pid in tree.signal_all((signal.SIGKILL,))
     if not found["terminal_members"]:  # containment off: its owner ends it
