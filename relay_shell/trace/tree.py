@@ -54,35 +54,28 @@ class TracedTree:
         if not SPAWN_READY:
             self.execs.state = f"untraced: {SPAWN_MISSING}"
             return untraced()
-        return await self.place(lambda: self._spawn(argv, cwd, env, with_stdin, merge_stderr, spawning), None)
 
-    def _spawn(
-        self,
-        argv: list[str],
-        cwd: str | None,
-        env: dict[str, str] | None,
-        with_stdin: bool,
-        merge_stderr: bool,
-        spawning: Spawning,
-    ) -> SpawnedChild:
-        """On the spawner thread. The environment is always explicit: the server's own (env None) is not changed
-        for a spawn that runs beside the event loop."""
-        full_env = env if env is not None else dict(os.environ)
-        with spawning(full_env) as child_env:
-            assert child_env is not None
-            path = resolve_program(argv[0], child_env, cwd)
-            if self.execs.state != "traced":  # no filter on this thread (the trace is unavailable for this tree)
-                return spawn(argv, cwd, child_env, with_stdin, merge_stderr, path)
-            # The server's own exec, the tree's first: recorded here (the service thread lets it go unread).
-            # Recorded absolute, like every other entry (a relative path is the child's working directory's).
-            self.tracer.first_exec(self.execs, os.path.normpath(os.path.join(cwd or os.getcwd(), path)), argv)
-            try:
-                child = spawn(argv, cwd, child_env, with_stdin, merge_stderr, path)
-            except OSError as exc:
-                self.tracer.first_exec_failed(self.execs, exc)
-                raise
-            self.tracer.first_exec_started(self.execs, child.pid)
-            return child
+        def start() -> SpawnedChild:
+            """On the spawner thread. The environment is always explicit: the server's own (env None) is not
+            changed for a spawn that runs beside the event loop."""
+            full_env = env if env is not None else dict(os.environ)
+            with spawning(full_env) as child_env:
+                assert child_env is not None
+                path = resolve_program(argv[0], child_env, cwd)
+                if self.execs.state != "traced":  # no filter on this thread (the trace is unavailable for this tree)
+                    return spawn(argv, cwd, child_env, with_stdin, merge_stderr, path)
+                # The server's own exec, the tree's first: recorded here (the service thread lets it go unread).
+                # Recorded absolute, like every other entry (a relative path is the child's working directory's).
+                self.tracer.first_exec(self.execs, os.path.normpath(os.path.join(cwd or os.getcwd(), path)), argv)
+                try:
+                    child = spawn(argv, cwd, child_env, with_stdin, merge_stderr, path)
+                except OSError as exc:
+                    self.tracer.first_exec_failed(self.execs, exc)
+                    raise
+                self.tracer.first_exec_started(self.execs, child.pid)
+                return child
+
+        return await self.place(start, None)
 
     def raise_if_refused(self) -> None:
         """After the start failed with EPERM: ExecDenied when RELAY_SHELL_EXEC_DENY refused every exec of the tree,
