@@ -190,8 +190,9 @@ class ProcessTree:
 
     async def start_terminal(self, spawn: Callable[[dict[str, str]], S], env: dict[str, str]) -> S:
         """A terminal's program, started by `spawn` with the environment the tree gives it; traced, on a spawner
-        thread that stays until release(). ExecDenied when RELAY_SHELL_EXEC_DENY refused the program; whatever
-        fails, nothing of the tree is left."""
+        thread that stays until release(). Whatever fails, nothing of the tree is left; a PermissionError is
+        ExecDenied when RELAY_SHELL_EXEC_DENY refused the program (ptyprocess reports a refused exec as a plain
+        OSError with errno EPERM, which passes through as it is)."""
 
         def start() -> S:
             with self.unit.spawning(env) as child_env:
