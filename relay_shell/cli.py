@@ -117,7 +117,8 @@ def serve(check_only: bool) -> int:
         except ConfigError as exc:
             print(f"relay-shell: configuration error: {exc}", file=sys.stderr)
             return EXIT_CONFIG
-    from relay_shell.containment.units import ContainmentStart, ContainmentUnavailable, scope_of
+    from relay_shell.containment.start import ContainmentStart, ContainmentUnavailable
+    from relay_shell.containment.units import scope_of
 
     # Its cgroup setup waits in the kernel (~10 ms) in a thread while the server's modules are imported; the
     # containment is complete (result()) before anything below runs a process or looks for leftovers.
@@ -170,16 +171,13 @@ def serve(check_only: bool) -> int:
     chain = "on" if settings.audit_chain else "off"
     print(
         f"relay-shell {__version__} | transport {settings.transport} | policy {settings.policy_mode} | "
-        f"audit {settings.audit_path} (chain {chain}) | metrics {metrics_note} | containment {containment.mode} | "
-        f"exec trace {assembly.containment.tracer.state if assembly.containment.tracer else 'off'}"
+        f"audit {settings.audit_path} (chain {chain}) | metrics {metrics_note} | {assembly.launcher.banner()}"
         + (f" | {offhost.startup_note()}" if offhost is not None else ""),
         file=sys.stderr,
         flush=True,
     )
-    if assembly.containment.tracer is not None and assembly.containment.tracer.state == "unavailable":
-        print(f"relay-shell: exec trace unavailable: {assembly.containment.tracer.reason}", file=sys.stderr, flush=True)
-    elif assembly.containment.tracer is not None and assembly.containment.tracer.no_new_privs:
-        print(f"relay-shell: exec trace: {assembly.containment.tracer.reason}", file=sys.stderr, flush=True)
+    for note in assembly.launcher.banner_notes():
+        print(f"relay-shell: {note}", file=sys.stderr, flush=True)
     if settings.transport == "http":
         from relay_shell.http import serve_http
 
@@ -243,7 +241,7 @@ async def _serve_stdio(assembly: Assembly) -> None:
                     return
 
         group.start_soon(stop_on_signal)
-        group.start_soon(assembly.containment.maintain_forever)
+        group.start_soon(assembly.launcher.maintain_forever)
         server = assembly.mcp._lowlevel_server  # the SDK's own in-memory client reaches it the same way
         try:
             async with stdio_transport() as (read_stream, write_stream):

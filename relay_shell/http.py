@@ -92,7 +92,7 @@ def serve_http(assembly: Assembly, settings: Settings, auth: HttpAuth) -> None:
     async def run() -> None:
         try:
             async with anyio.create_task_group() as group:
-                group.start_soon(assembly.containment.maintain_forever)
+                group.start_soon(assembly.launcher.maintain_forever)
                 await server.serve(sockets=[listener])
                 group.cancel_scope.cancel()
         finally:

@@ -21,9 +21,11 @@ if TYPE_CHECKING:
 from relay_shell import __version__
 from relay_shell.audit.log import AuditLog
 from relay_shell.auth.setup import server_auth
-from relay_shell.config import Settings, parse_patterns
-from relay_shell.containment.units import Containment, scope_of, start_containment
+from relay_shell.config import Settings
+from relay_shell.containment.start import start_containment
+from relay_shell.containment.units import Containment, scope_of
 from relay_shell.identity import connected
+from relay_shell.launch import Launcher, start_launcher
 from relay_shell.metrics import Metrics
 from relay_shell.policy.admission import Policy
 from relay_shell.runner.context import ContextPulls
@@ -41,7 +43,6 @@ from relay_shell.surface.runbook_access import RunbookAccess
 from relay_shell.surface.runbook_context import RunbookContext
 from relay_shell.surface.services import Services
 from relay_shell.surface.tools import confirmation, diagnostics, local, runbooks, sessions, ssh
-from relay_shell.trace.tracer import ExecTracer, session_execs
 
 
 @dataclass
@@ -64,8 +65,8 @@ class Assembly:
         return self.services.ssh
 
     @property
-    def containment(self) -> Containment:
-        return self.services.containment
+    def launcher(self) -> Launcher:
+        return self.services.launcher
 
     @property
     def metrics_port(self) -> int | None:
@@ -79,17 +80,12 @@ class Assembly:
     async def shutdown(self) -> None:
         """Close every session (local and remote), then every SSH connection, then end what the calls left
         running (background jobs, whatever escaped): nothing the server started outlives it."""
-        containment = self.containment
         with anyio.CancelScope(shield=True):
             await self.sessions.close_all("server stopped")
-            if containment.tracer is not None:  # late execs not yet written, before their trees are ended
-                containment.tracer.flush_late()
+            self.launcher.flush_late()  # late execs not yet written, before their trees are ended
             with anyio.move_on_after(2.0):
                 await self.ssh.close()
-            await containment.shutdown(min(SHUTDOWN_GRACE, self.services.settings.kill_grace))
-            if containment.tracer is not None:  # late execs not yet written (their trees are gone now)
-                await anyio.sleep(0)  # those the trace's thread handed to the loop first
-                containment.tracer.flush_late()
+            await self.launcher.shutdown(min(SHUTDOWN_GRACE, self.services.settings.kill_grace))
             offhost = self.services.offhost
             if offhost is not None:  # last: the shutdown checkpoint follows every other record, then it ships
                 await anyio.to_thread.run_sync(offhost.stop)
@@ -113,15 +109,21 @@ def build_server(
     if offhost is not None:
         offhost.attach(metrics)
     recorder = Recorder(settings, audit_log, metrics)
-    tracer = attach_exec_trace(settings, containment, recorder, metrics)
-    session_registry = open_sessions(settings, containment, tracer, recorder)
-    ssh_access = open_ssh(settings, containment, recorder)
+    # A call's execs after its end record (background jobs) go into `exec:late` records under its call_id.
+    launcher = start_launcher(
+        settings,
+        containment,
+        metrics,
+        on_late=lambda call_id, execs: recorder.event("exec:late", "server", {"call_id": call_id, "execs": execs}),
+    )
+    session_registry = open_sessions(settings, launcher, recorder)
+    ssh_access = open_ssh(settings, launcher, recorder)
     publish_gauges(settings, metrics, session_registry, ssh_access)
     runbook_access = RunbookAccess(settings, ssh_access)
     tools = tool_registry(session_registry)
     policy = Policy(settings.policy_mode, settings.deny_patterns, settings.allow_patterns)
     runner = Runner(settings, recorder, policy, tools.entries, runbook_access.briefing_gate())
-    services = Services(settings, runner, session_registry, ssh_access, containment, runbook_access, offhost)
+    services = Services(settings, runner, session_registry, ssh_access, launcher, runbook_access, offhost)
     mcp = mcp_server(settings, tools, services, token_verifier, oauth)
     if oauth is not None:  # registrations, approvals and revocations are audited like everything else
         oauth.on_event = recorder.event
@@ -129,18 +131,7 @@ def build_server(
     return Assembly(mcp=mcp, services=services, recorder=recorder, metrics=metrics)
 
 
-def attach_exec_trace(settings: Settings, containment: Containment, recorder: Recorder, metrics: Metrics) -> ExecTracer:
-    """The exec trace rides on the containment object: both go wherever a call or session starts processes. A
-    call's execs after its end record (background jobs) go into `exec:late` records under its call_id."""
-    tracer = ExecTracer(settings.exec_trace, parse_patterns(settings.exec_deny), settings.exec_trace_entries, metrics)
-    tracer.on_late = lambda call_id, execs: recorder.event("exec:late", "server", {"call_id": call_id, "execs": execs})
-    containment.tracer = tracer
-    return tracer
-
-
-def open_sessions(
-    settings: Settings, containment: Containment, tracer: ExecTracer, recorder: Recorder
-) -> SessionRegistry:
+def open_sessions(settings: Settings, launcher: Launcher, recorder: Recorder) -> SessionRegistry:
     """The PTY sessions, local and remote; each one's end is a `session:end` record."""
     return SessionRegistry(
         max_sessions=settings.max_sessions,
@@ -148,13 +139,13 @@ def open_sessions(
         idle_timeout=settings.session_idle_timeout,
         max_lifetime=settings.session_max_lifetime,
         kill_grace=settings.kill_grace,
-        on_end=lambda session: recorder.event("session:end", session.client_id, session_end(session, tracer)),
+        on_end=lambda session: recorder.event("session:end", session.client_id, session_end(session)),
         connected=connected,
-        containment=containment,
+        launcher=launcher,
     )
 
 
-def session_end(session: Session, tracer: ExecTracer) -> dict[str, Any]:
+def session_end(session: Session) -> dict[str, Any]:
     """The fields of a session's `session:end` record: exit status, why, transcript digest, its execs."""
     return {
         "session_id": session.session_id,
@@ -166,11 +157,11 @@ def session_end(session: Session, tracer: ExecTracer) -> dict[str, Any]:
         "transcript_truncated": session.transcript.truncated if session.transcript else None,
         "transcript_error": session.transcript.error if session.transcript else None,
         "duration_ms": int(((session.ended_at or 0) - session.created) * 1000),
-        **session_execs(tracer, session),
+        **session.terminal.exec_trace.end_fields(),
     }
 
 
-def open_ssh(settings: Settings, containment: Containment, recorder: Recorder) -> SshAccess:
+def open_ssh(settings: Settings, launcher: Launcher, recorder: Recorder) -> SshAccess:
     """The SSH side (asyncssh loads with the first SSH call) and its port forwards; a forward's end is a
     `forward:end` record."""
     forwards = ForwardRegistry(
@@ -179,7 +170,7 @@ def open_ssh(settings: Settings, containment: Containment, recorder: Recorder) -
         connected=connected,
         idle_timeout=settings.forward_idle_timeout,
     )
-    return SshAccess(settings, forwards, on_helper=containment.helper_started)
+    return SshAccess(settings, forwards, on_helper=launcher.helper_started)
 
 
 def publish_gauges(

@@ -1,7 +1,7 @@
 """Process containment: every process a call or a session starts belongs to a unit the server can end as a
 whole, whatever it does to its process group or session (setsid, double fork, nohup, daemonizing).
 
-Two kinds of unit, chosen at startup (`RELAY_SHELL_CONTAINMENT`, adr/0015):
+Two kinds of unit, chosen at startup (`RELAY_SHELL_CONTAINMENT`, containment/start.py, adr/0015):
 
 - **cgroup**: a threaded cgroup v2 per unit (containment/cgroup.py), frozen and killed as a whole. The server
   is a child subreaper here too (it costs one prctl): an orphan stays its descendant even after it left its
@@ -14,63 +14,41 @@ Two kinds of unit, chosen at startup (`RELAY_SHELL_CONTAINMENT`, adr/0015):
 
 Both modes set the marker: it also finds processes that left a cgroup, and after a `kill -9` of the server
 the next start finds what its predecessor left (containment/leftovers.py). `off` keeps only the process
-groups of before (for measurements).
+groups of before (NoUnit; for measurements).
 
-A unit is opened per call or session; its first process is started inside `spawning()`; its owner ends it
-with `send()` (TERM, HUP, … to every member, escapes included), a grace, then `kill()` (SIGSTOP to every
-member until none is left running, then SIGKILL: a stopped process cannot fork, so a fork loop cannot outrun
-the sweeps); `release()` after a normal end keeps a unit whose background jobs still run (`sh -c` semantics)
-until they end or the server stops (`shutdown()`).
+A unit is opened per call or session (by the launch point, launch.py); its first process is started inside
+`spawning()`; its owner ends it with `send()` (TERM, HUP, … to every member, escapes included), a grace, then
+`kill()` (SIGSTOP to every member until none is left running, then SIGKILL: a stopped process cannot fork, so a
+fork loop cannot outrun the sweeps); `release()` after a normal end keeps a unit whose background jobs still run
+(`sh -c` semantics) until they end or the server stops (`shutdown()`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import hashlib
 import os
 import re
 import secrets
 import signal
-import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from relay_shell.containment import proc
-from relay_shell.containment.cgroup import (
-    INSTANCE_PREFIX,
-    CgroupError,
-    CgroupTree,
-    locate,
-    pids_directly_in,
-    pids_in,
-    populated,
-)
+from relay_shell.containment.cgroup import CgroupTree, pids_directly_in, pids_in, populated
 from relay_shell.containment.proc import MARKER_VARIABLE
-
-if TYPE_CHECKING:
-    from relay_shell.trace.tracer import ExecTracer
+from relay_shell.containment.stopping import POLL, stop_all
 
 Mode = Literal["cgroup", "subreaper", "off"]
 Setting = Literal["auto", "cgroup", "subreaper", "off"]
-_PR_SET_CHILD_SUBREAPER = 36
 _SAFE_ID = re.compile(r"[A-Za-z0-9_.-]{1,64}")
-POLL = 0.01  # seconds between checks while a unit is being ended
-# Stopped by a signal or a tracer (it cannot fork until continued), a zombie, or in uninterruptible sleep after
-# the SIGSTOP was sent (the signal is handled before it returns to user space; a fork under way is restarted).
-_SETTLED_STATES = ("T", "t", "Z", "D")
 MAINTAIN_INTERVAL = 1.0
 _ANCESTRY_DEPTH = 64  # parents looked at to tell a stray from the server's own helper (deeper: a stray)
-SPARE_UNITS = 16  # unit cgroups made ahead (cgroup mode): a burst of calls within TIDY_DELAY uses them
-
-
-class ContainmentUnavailable(Exception):
-    """The containment asked for cannot work here; the message says why."""
 
 
 def scope_of(audit_path: Path) -> str:
@@ -211,6 +189,32 @@ class Unit:
             self.containment.units.pop(self.name, None)
 
 
+class NoUnit:
+    """RELAY_SHELL_CONTAINMENT=off: the tree is its process group alone, which its owner signals itself (the
+    behaviour before containment: escapes escape). Nothing is marked, found, signalled or killed here."""
+
+    leader: int | None = None
+
+    @contextmanager
+    def spawning(self, env: dict[str, str] | None) -> Iterator[dict[str, str] | None]:
+        yield env
+
+    def started(self, pid: int) -> None:
+        pass
+
+    def send(self, signals: Iterable[int]) -> set[int]:
+        return set()
+
+    async def kill(self, grace: float) -> None:
+        pass
+
+    def release(self) -> None:
+        pass
+
+
+NO_UNIT = NoUnit()
+
+
 class Containment:
     def __init__(self, mode: Mode, reason: str, scope: str, tree: CgroupTree | None = None) -> None:
         self.mode = mode
@@ -227,7 +231,6 @@ class Containment:
         self.helpers: dict[int, int] = {}  # processes the server started for itself outside units (pid -> start)
         self.subreaper = False  # orphans of the server's descendants are re-parented to it (set by start_containment)
         self.can_freeze = tree is not None and tree.can_freeze
-        self.tracer: ExecTracer | None = None  # the exec trace (adr/0019), set by build_server; also with mode off
         if mode != "off":
             # Once, before any thread runs: later changes only replace this entry's value, so the environ
             # array is never reallocated under a thread reading it.
@@ -235,11 +238,11 @@ class Containment:
 
     # -- units -------------------------------------------------------------------------------------------
 
-    def open_unit(self, kind: str, unit_id: str | None = None) -> Unit | None:
+    def open_unit(self, kind: str, unit_id: str | None = None) -> Unit | NoUnit:
         """A unit for a call or a session, named after its id (a call's `call_id`, a session's id; one is
-        generated when none is given). None with containment off."""
+        generated when none is given). With containment off, the process group alone (NoUnit)."""
         if self.mode == "off":
-            return None
+            return NO_UNIT
         if unit_id is None or not _SAFE_ID.fullmatch(unit_id):
             unit_id = secrets.token_hex(6) if unit_id is None else hashlib.sha256(unit_id.encode()).hexdigest()[:16]
         unit = Unit(self, kind, unit_id)
@@ -424,85 +427,6 @@ class Containment:
         return status
 
 
-def start_containment(setting: Setting, scope: str) -> Containment:
-    """Choose the containment: `auto` takes a cgroup where the server may manage one, else the subreaper;
-    ContainmentUnavailable when the one asked for explicitly cannot work (with the reason)."""
-    return ContainmentStart(setting, scope).result()
-
-
-class ContainmentStart:
-    """start_containment in two halves. The cgroup tree's setup runs in a thread from the moment this is made:
-    moving the server into its instance directory (cgroup.procs) waits in the kernel for an RCU grace period
-    (~10 ms, containment/cgroup.py), time the server spends importing meanwhile (cli.serve). `result()` waits
-    for it and finishes on the calling thread (the marker in the environment, the filler thread, the
-    subreaper), so the server runs nothing before its containment is in place: no child is spawned before."""
-
-    def __init__(self, setting: Setting, scope: str) -> None:
-        self.setting = setting
-        self.scope = scope
-        self.tree: CgroupTree | None = None
-        self.cgroup_problem: str | None = None
-        self.failure: BaseException | None = None  # an unexpected error of the thread, raised by result()
-        self.thread: threading.Thread | None = None
-        if setting in ("auto", "cgroup"):
-            self.thread = threading.Thread(target=self._prepare_tree, name="relay-shell-containment", daemon=True)
-            self.thread.start()
-
-    def _prepare_tree(self) -> None:
-        try:
-            tree = CgroupTree(locate(), f"{INSTANCE_PREFIX}{self.scope}-{instance_of_this_process()}")
-            tree.setup()
-            tree.spare_target = SPARE_UNITS  # the first spares, made here too (start_filler keeps them)
-            tree.tidy()
-            self.tree = tree
-        except (CgroupError, OSError) as exc:
-            self.cgroup_problem = str(exc)
-        except BaseException as exc:  # handed to result(), which raises it on the calling thread
-            self.failure = exc
-
-    def cancel(self) -> None:
-        """The server will not serve (it failed before `result()`): undo what the thread made — back to the
-        server's own cgroup, the spares and the instance directory removed."""
-        if self.thread is not None:
-            self.thread.join()
-        if self.tree is not None:
-            with contextlib.suppress(OSError):  # the failure that brought us here is the one to report
-                self.tree.step_out()  # also removes the spares
-                self.tree.remove(self.tree.directory)
-            self.tree = None
-
-    def result(self) -> Containment:
-        if self.thread is not None:
-            self.thread.join()
-        if self.failure is not None:
-            raise self.failure
-        setting, scope, tree = self.setting, self.scope, self.tree
-        if setting == "off":
-            return Containment("off", "RELAY_SHELL_CONTAINMENT=off: process groups only", scope)
-        if setting == "cgroup" and tree is None:
-            raise ContainmentUnavailable(f"no cgroup v2 this server may manage: {self.cgroup_problem}")
-        if tree is not None:
-            tree.start_filler(SPARE_UNITS)
-            chosen = "asked for" if setting == "cgroup" else "auto"
-            reason = f"{chosen}: a threaded cgroup v2 per unit under {tree.directory}"
-            problem = become_subreaper()
-            if problem is not None:  # the cgroup still holds every unit; only orphans that left it go to init
-                reason += f" (not a child subreaper: {problem})"
-            containment = Containment("cgroup", reason, scope, tree)
-            containment.subreaper = problem is None
-            return containment
-        problem = become_subreaper()
-        if problem is not None:
-            raise ContainmentUnavailable(f"cannot become a child subreaper: {problem}")
-        if setting == "subreaper":
-            reason = "asked for: child subreaper + RELAY_SHELL_UNIT marker"
-        else:
-            reason = f"auto: no cgroup ({self.cgroup_problem}); child subreaper + RELAY_SHELL_UNIT marker"
-        containment = Containment("subreaper", reason, scope)
-        containment.subreaper = True
-        return containment
-
-
 def _unit_directories(directory: Path) -> list[Path]:
     with contextlib.suppress(OSError):
         return [path for path in directory.iterdir() if path.is_dir()]
@@ -513,48 +437,3 @@ def _kill_method(containment: Containment) -> str:
     if containment.tree is not None:
         return "freeze + SIGKILL per process" if containment.tree.can_freeze else "SIGKILL per process"
     return "SIGKILL per process" if containment.mode != "off" else "process group"
-
-
-async def stop_all(find: Callable[[], set[int]], frozen: list[Path], deadline: float) -> None:
-    """SIGSTOP every process `find` returns, find again, stop the new ones, until a search finds nothing new
-    after every process of the search before was seen settled: then none can have forked since, and the
-    SIGKILL sweeps that follow cannot be outrun by a fork loop. Settled: stopped (T), gone, in a `frozen` cgroup
-    (frozen, they show as sleeping and a SIGSTOP waits for the thaw), in uninterruptible sleep with the SIGSTOP
-    pending (D: it is handled before the process runs a user instruction again, so it cannot fork first), or
-    refusing the SIGSTOP (another uid's process: the server can neither stop nor kill it, and waiting for it
-    would only spin). Between searches it sleeps at least as long as the search took, so the event loop is
-    never held more than half the time, whatever the size of the process table."""
-    stopped: set[int] = set()
-    unstoppable: set[int] = set()  # SIGSTOP raised PermissionError
-    settled = False  # every process of the last search was seen settled after that search
-    while time.monotonic() < deadline:
-        began = time.monotonic()
-        found = find()
-        fresh = found - stopped
-        if not fresh and settled:
-            return
-        for pid in fresh:
-            try:
-                os.kill(pid, signal.SIGSTOP)
-            except ProcessLookupError:
-                pass
-            except PermissionError:
-                unstoppable.add(pid)
-        stopped |= fresh
-        in_frozen = set().union(*(pids_in(path) for path in frozen))
-        settled = all(pid in unstoppable or pid in in_frozen or _stopped_or_gone(pid) for pid in found)
-        if not settled:
-            await asyncio.sleep(max(POLL, time.monotonic() - began))
-
-
-def _stopped_or_gone(pid: int) -> bool:
-    """Stopped, gone, or in uninterruptible sleep with our SIGSTOP pending (see stop_all)."""
-    entry = proc.read_entry(pid)
-    return entry is None or entry.state in _SETTLED_STATES
-
-
-def become_subreaper() -> str | None:
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
-        return os.strerror(ctypes.get_errno())
-    return None

@@ -6,11 +6,10 @@ import shlex
 
 from relay_shell.arguments import call_limits, check_cwd, check_no_nul, child_env
 from relay_shell.config import Settings
-from relay_shell.containment.units import Containment
-from relay_shell.errors import ArgumentError, ToolError
+from relay_shell.errors import ArgumentError
+from relay_shell.launch import Launcher
 from relay_shell.local.process import run_process
 from relay_shell.plan import Execution, Plan, ProgressFn, Subject, command_execution
-from relay_shell.trace.tracer import denied_first, refusal_notes
 
 INTERPRETERS = {
     "bash": ["bash", "-s"],
@@ -31,7 +30,7 @@ def prepare_exec(
     env: dict[str, str | None] | None,
     merge_stderr: bool,
     use_shell: bool,
-    containment: Containment | None = None,
+    launcher: Launcher,
 ) -> Plan:
     notes: list[str] = []
     if isinstance(command, list):
@@ -68,7 +67,7 @@ def prepare_exec(
 
     return _process_plan(
         settings,
-        containment,
+        launcher,
         subject,
         notes,
         argv,
@@ -91,7 +90,7 @@ def prepare_script(
     max_output: int | None,
     cwd: str | None,
     env: dict[str, str | None] | None,
-    containment: Containment | None = None,
+    launcher: Launcher,
 ) -> Plan:
     notes: list[str] = []
     if interpreter not in INTERPRETERS:
@@ -110,7 +109,7 @@ def prepare_script(
     argv = INTERPRETERS[interpreter]
     return _process_plan(
         settings,
-        containment,
+        launcher,
         subject,
         notes,
         argv,
@@ -125,7 +124,7 @@ def prepare_script(
 
 def _process_plan(
     settings: Settings,
-    containment: Containment | None,
+    launcher: Launcher,
     subject: Subject,
     notes: list[str],
     argv: list[str],
@@ -137,16 +136,12 @@ def _process_plan(
     budget: int,
 ) -> Plan:
     async def execute(progress: ProgressFn) -> Execution:
-        # The unit is named after the call (plan.call_id, set by the runner), so its processes can be traced
-        # to the call's audit records, after a restart too.
-        unit = containment.open_unit("call", plan.call_id) if containment is not None else None
-        tracer = containment.tracer if containment is not None else None
-        trace = tracer.new_trace() if tracer is not None else None
-        if trace is not None:
-            trace.call_id = plan.call_id  # its late execs are recorded under it
+        # Named after the call (plan.call_id, set by the runner): its processes lead to the call's audit records.
+        tree = launcher.call_tree(plan.call_id)
         try:
             outcome = await run_process(
                 argv,
+                tree=tree,
                 cwd=cwd,
                 env=env,
                 stdin=stdin,
@@ -155,19 +150,9 @@ def _process_plan(
                 budget=budget,
                 kill_grace=settings.kill_grace,
                 progress=progress,
-                unit=unit,
-                tracer=tracer,
-                trace=trace,
             )
-        except PermissionError:
-            if trace is not None and trace.denied and trace.count == trace.denied:
-                raise ToolError("ExecDenied", denied_first(trace)) from None
-            raise
         finally:
-            if tracer is not None and trace is not None:
-                # What the tree executed goes into the end record; later execs (background jobs) count as late.
-                plan.record_fields = {**(plan.record_fields or {}), "execs": tracer.finish(trace)}
-                plan.notes.extend(refusal_notes(trace))
+            tree.trace.finish_into(plan)  # what the tree executed, into the end record
         return command_execution(outcome)
 
     plan = Plan(subject=subject, execute=execute, notes=notes, timeout=timeout)

@@ -1,10 +1,10 @@
 """One-shot local processes: own session and process group, a containment unit, bounded capture, kill
 escalation.
 
-The child starts a new session (so it is its own process-group leader with no controlling terminal) inside
-its containment unit (containment/units.py), which also holds what leaves the group (setsid, double forks,
-daemons). On timeout or cancellation the group and the unit get SIGTERM, a grace period, then SIGKILL, so
-no descendant survives, escaped or not.
+The child starts a new session (so it is its own process-group leader with no controlling terminal) through
+the launch point (launch.py): inside its containment unit, which also holds what leaves the group (setsid,
+double forks, daemons), and under the exec trace when it is on. On timeout or cancellation the group and the
+unit get SIGTERM, a grace period, then SIGKILL, so no descendant survives, escaped or not.
 
 Exit is observed through a pidfd, not through the pipes: asyncio's `Process.wait()` only returns once every
 pipe is closed, so `sleep 600 & echo started` would hold the call for ten minutes. Here, after the command
@@ -21,16 +21,12 @@ import signal
 import subprocess
 import time
 from dataclasses import dataclass
-from typing import IO, Protocol
 
 import anyio
 
 from relay_shell.capture import BoundedCapture, CapturedText
-from relay_shell.containment.units import Unit
+from relay_shell.launch import Child, ProcessTree
 from relay_shell.plan import ProgressFn
-from relay_shell.trace.record import ExecTrace
-from relay_shell.trace.spawn import SPAWN_MISSING, SPAWN_READY, SpawnedChild, resolve_program, spawn
-from relay_shell.trace.tracer import ExecTracer
 
 READ_CHUNK = 1024 * 1024
 PIPE_SIZE = 1024 * 1024  # fewer wake-ups for chatty commands; the kernel caps it at pipe-max-size
@@ -46,18 +42,6 @@ class ProcessOutcome:
     timed_out: bool
     stdout: CapturedText
     stderr: CapturedText | None
-
-
-class _Child(Protocol):
-    """subprocess.Popen, or trace/spawn.py's SpawnedChild for a traced call."""
-
-    pid: int
-    stdin: IO[bytes] | None
-    stdout: IO[bytes] | None
-    stderr: IO[bytes] | None
-    returncode: int | None
-
-    def wait(self, timeout: float | None = None) -> int: ...
 
 
 class _Pipe:
@@ -98,6 +82,7 @@ class _Pipe:
 async def run_process(
     argv: list[str],
     *,
+    tree: ProcessTree,  # the call's processes: their unit and exec trace (launch.py)
     cwd: str | None,
     env: dict[str, str] | None,  # None: inherit the server's environment
     stdin: bytes | None,
@@ -106,20 +91,15 @@ async def run_process(
     budget: int,
     kill_grace: float,
     progress: ProgressFn,
-    unit: Unit | None = None,  # None: the process group alone (containment off)
-    tracer: ExecTracer | None = None,
-    trace: ExecTrace | None = None,  # None: untraced
 ) -> ProcessOutcome:
     try:
-        return await _run_in_unit(
-            argv, cwd, env, stdin, merge_stderr, timeout, budget, kill_grace, progress, unit, tracer, trace
-        )
+        return await _run(tree, argv, cwd, env, stdin, merge_stderr, timeout, budget, kill_grace, progress)
     finally:
-        if unit is not None:
-            unit.release()  # after the leader was reaped; a unit whose background jobs run on stays
+        tree.release()  # after the leader was reaped; a unit whose background jobs run on stays
 
 
-async def _run_in_unit(
+async def _run(
+    tree: ProcessTree,
     argv: list[str],
     cwd: str | None,
     env: dict[str, str] | None,
@@ -129,25 +109,11 @@ async def _run_in_unit(
     budget: int,
     kill_grace: float,
     progress: ProgressFn,
-    unit: Unit | None,
-    tracer: ExecTracer | None,
-    trace: ExecTrace | None,
 ) -> ProcessOutcome:
     loop = asyncio.get_running_loop()
     stdout_capture = BoundedCapture(budget if merge_stderr else budget - budget // 4)
     stderr_capture = None if merge_stderr else BoundedCapture(budget // 4)
-    process: _Child
-    if trace is not None and not SPAWN_READY:
-        trace.state = f"untraced: {SPAWN_MISSING}"
-    if tracer is not None and trace is not None and SPAWN_READY:
-        with_stdin = stdin is not None
-        process = await tracer.spawn(
-            trace, lambda: _spawn_traced(argv, cwd, env, with_stdin, merge_stderr, unit, tracer, trace)
-        )
-    else:
-        process = _spawn(argv, cwd, env, stdin is not None, merge_stderr, unit)
-    if unit is not None:
-        unit.started(process.pid)
+    process = await tree.start_command(argv, cwd, env, stdin is not None, merge_stderr)
     process_group = process.pid
     pidfd = os.pidfd_open(process.pid)
     exited: asyncio.Future[None] = loop.create_future()
@@ -172,7 +138,7 @@ async def _run_in_unit(
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 timed_out = True
-                await _kill_group(exited, process_group, kill_grace, unit)
+                await _kill_group(exited, process_group, kill_grace, tree)
                 break
             await asyncio.wait([exited], timeout=min(PROGRESS_TICK, remaining))
             if not exited.done():
@@ -181,7 +147,7 @@ async def _run_in_unit(
     except BaseException:
         # Cancellation (MCP notifications/cancelled, client gone, shutdown): nothing may outlive the call.
         with anyio.CancelScope(shield=True):
-            await _kill_group(exited, process_group, kill_grace, unit)
+            await _kill_group(exited, process_group, kill_grace, tree)
         raise
     finally:
         if timed_out:
@@ -200,81 +166,27 @@ async def _run_in_unit(
         # The leader has exited (pidfd fired) or was SIGKILLed: reap it so no zombie is left.
         with contextlib.suppress(subprocess.TimeoutExpired):
             process.wait(timeout=kill_grace)
+    stderr = stderr_capture.result() if stderr_capture is not None else None
+    return _outcome(process.returncode, timed_out, stdout_capture.result(), stderr)
 
-    return_code = process.returncode
+
+def _outcome(
+    return_code: int | None, timed_out: bool, stdout: CapturedText, stderr: CapturedText | None
+) -> ProcessOutcome:
+    """A negative return code is the signal that ended the command."""
     signal_name = None
     exit_code = return_code
     if return_code is not None and return_code < 0:
         signal_name = _signal_name(-return_code)
         exit_code = None
-    return ProcessOutcome(
-        exit_code=exit_code,
-        signal=signal_name,
-        timed_out=timed_out,
-        stdout=stdout_capture.result(),
-        stderr=stderr_capture.result() if stderr_capture is not None else None,
-    )
-
-
-def _spawn(
-    argv: list[str],
-    cwd: str | None,
-    env: dict[str, str] | None,
-    with_stdin: bool,
-    merge_stderr: bool,
-    unit: Unit | None,
-) -> subprocess.Popen[bytes]:
-    with contextlib.ExitStack() as spawning:
-        child_env = spawning.enter_context(unit.spawning(env)) if unit is not None else env
-        # Raises OSError (missing program, E2BIG for a huge command line, bad cwd): the runner reports it.
-        return subprocess.Popen(
-            argv,
-            stdin=subprocess.PIPE if with_stdin else subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
-            cwd=cwd,
-            env=child_env,
-            start_new_session=True,
-            close_fds=True,
-        )
-
-
-def _spawn_traced(
-    argv: list[str],
-    cwd: str | None,
-    env: dict[str, str] | None,
-    with_stdin: bool,
-    merge_stderr: bool,
-    unit: Unit | None,
-    tracer: ExecTracer,
-    trace: ExecTrace,
-) -> SpawnedChild:
-    """On the tracer's spawner thread. The environment is always explicit: the server's own (env None) is
-    not changed for a spawn that runs beside the event loop."""
-    full_env = env if env is not None else dict(os.environ)
-    with contextlib.ExitStack() as spawning:
-        child_env = spawning.enter_context(unit.spawning(full_env)) if unit is not None else full_env
-        assert child_env is not None
-        path = resolve_program(argv[0], child_env, cwd)
-        if trace.state != "traced":  # no filter on this thread (the trace is unavailable for this tree)
-            return spawn(argv, cwd, child_env, with_stdin, merge_stderr, path)
-        # The server's own exec, the tree's first: recorded here (the service thread lets it go unread).
-        # Recorded absolute, like every other entry (a relative path is the child's working directory's).
-        tracer.first_exec(trace, os.path.normpath(os.path.join(cwd or os.getcwd(), path)), argv)
-        try:
-            child = spawn(argv, cwd, child_env, with_stdin, merge_stderr, path)
-        except OSError as exc:
-            tracer.first_exec_failed(trace, exc)
-            raise
-        tracer.first_exec_started(trace, child.pid)
-        return child
+    return ProcessOutcome(exit_code=exit_code, signal=signal_name, timed_out=timed_out, stdout=stdout, stderr=stderr)
 
 
 def _produced(stdout: BoundedCapture, stderr: BoundedCapture | None) -> int:
     return stdout.total + (stderr.total if stderr is not None else 0)
 
 
-async def _feed_stdin(process: _Child, data: bytes) -> None:
+async def _feed_stdin(process: Child, data: bytes) -> None:
     """Write stdin without blocking the loop, then close it so a command reading stdin sees EOF."""
     assert process.stdin is not None
     loop = asyncio.get_running_loop()
@@ -315,16 +227,14 @@ async def _drain(pipes: list[_Pipe], activity: list[float]) -> None:
         await asyncio.wait(pending, timeout=DRAIN_QUIET)
 
 
-async def _kill_group(exited: asyncio.Future[None], process_group: int, grace: float, unit: Unit | None) -> None:
+async def _kill_group(exited: asyncio.Future[None], process_group: int, grace: float, tree: ProcessTree) -> None:
     _signal_group(process_group, signal.SIGTERM)
-    if unit is not None:
-        unit.send((signal.SIGTERM,))  # escaped processes too: they get the same chance to clean up
+    tree.signal_all((signal.SIGTERM,))  # escaped processes too: they get the same chance to clean up
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(asyncio.shield(exited), grace)
     # SIGKILL the whole group even if the leader exited: its children may ignore SIGTERM.
     _signal_group(process_group, signal.SIGKILL)
-    if unit is not None:
-        await unit.kill(grace)
+    await tree.kill(grace)
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(asyncio.shield(exited), grace)
 

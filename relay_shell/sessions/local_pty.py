@@ -13,14 +13,12 @@ import ctypes
 import os
 import signal
 import termios
-import threading
 import time
 from collections.abc import Callable
 
 from ptyprocess import PtyProcess
 
-from relay_shell.containment.units import Unit
-from relay_shell.trace.record import ExecTrace
+from relay_shell.launch import ProcessTree
 
 READ_CHUNK = 64 * 1024
 DRAIN_QUIET = 0.05  # after the leader exits, output still arriving within this window belongs to it
@@ -41,40 +39,30 @@ def _prepare_child() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
-def spawn_pty(
-    argv: list[str], cwd: str | None, env: dict[str, str], cols: int, rows: int, unit: Unit | None
-) -> PtyProcess:
-    """Start the terminal's program; on the exec tracer's spawner thread when the session is traced."""
-    with contextlib.ExitStack() as spawning:
-        child_env = spawning.enter_context(unit.spawning(env)) if unit is not None else env
-        # Raises FileNotFoundError when argv[0] is not found and OSError when exec fails.
-        return PtyProcess.spawn(argv, cwd=cwd, env=child_env, dimensions=(rows, cols), preexec_fn=_prepare_child)
+async def start_local_pty(
+    tree: ProcessTree, argv: list[str], cwd: str | None, env: dict[str, str], cols: int, rows: int
+) -> LocalPty:
+    """Start the terminal's program through its tree (launch.py: in its unit; traced, on a spawner thread).
+    Raises FileNotFoundError when argv[0] is not found and OSError when exec fails."""
+    process = await tree.start_terminal(
+        lambda child_env: PtyProcess.spawn(
+            argv, cwd=cwd, env=child_env, dimensions=(rows, cols), preexec_fn=_prepare_child
+        ),
+        env,
+    )
+    return LocalPty(process, tree)
 
 
 class LocalPty:
     kind = "local"
 
-    def __init__(
-        self,
-        argv: list[str],
-        cwd: str | None,
-        env: dict[str, str],
-        cols: int,
-        rows: int,
-        unit: Unit | None = None,
-        spawned: PtyProcess | None = None,  # started already (traced: trace/tracer.py's spawner thread)
-        exec_trace: ExecTrace | None = None,
-        spawner_hold: threading.Event | None = None,  # set when the terminal closes: its spawner thread may end
-    ) -> None:
-        # The terminal's processes live in a containment unit (None: its session alone), so closing it ends
-        # those that left the terminal's session too (setsid, daemons).
-        self.unit = unit
-        self.exec_trace = exec_trace  # every exec of the terminal's tree; session_send takes windows of it
-        self.spawner_hold = spawner_hold
-        self.process = spawned if spawned is not None else spawn_pty(argv, cwd, env, cols, rows, unit)
-        self.pid = self.process.pid
-        if unit is not None:
-            unit.started(self.pid)
+    def __init__(self, process: PtyProcess, tree: ProcessTree) -> None:
+        # The terminal's processes live in the tree's containment unit (or in its session alone, containment
+        # off), so closing it ends those that left the terminal's session too (setsid, daemons).
+        self.tree = tree
+        self.exec_trace = tree.trace  # every exec of the terminal's tree; session_send takes windows of it
+        self.process = process
+        self.pid = process.pid
         self.where = f"pid {self.pid}"
         self.fd = self.process.fd
         self.loop = asyncio.get_running_loop()
@@ -159,8 +147,7 @@ class LocalPty:
             for signal_number in signals:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, signal_number)
-        if self.unit is not None:
-            members = sorted(set(members) | self.unit.send(signals))
+        members = sorted(set(members) | self.tree.signal_all(signals))
         deadline = time.monotonic() + grace
         while members and time.monotonic() < deadline:
             await asyncio.sleep(0.02)
@@ -168,15 +155,13 @@ class LocalPty:
         for pid in session_members(self.pid) + members:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
-        if self.unit is not None:
-            await self.unit.kill(grace)
+        await self.tree.kill(grace)
         end = time.monotonic() + grace
         while not self.leader_exited and time.monotonic() < end:
             await asyncio.sleep(0.01)
             self._reap()
         self._shutdown_io()
-        if self.unit is not None:
-            self.unit.release()
+        self.tree.release()  # the spawner thread a traced terminal kept may end now
 
     # -- events ------------------------------------------------------------------------------------------
 
@@ -248,8 +233,6 @@ class LocalPty:
             self.process.closed = True
         with contextlib.suppress(OSError):
             os.close(self.pidfd)
-        if self.spawner_hold is not None:
-            self.spawner_hold.set()
         if not self.ended:
             self.ended = True
             self.on_exit(self.exit_code, self.signal_name)

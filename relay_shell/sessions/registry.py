@@ -18,8 +18,8 @@ from typing import Literal, Protocol
 
 import anyio
 
-from relay_shell.containment.units import Containment
 from relay_shell.errors import ToolError
+from relay_shell.launch import Launcher, TreeTrace
 from relay_shell.sessions.expect import SEARCH_WINDOW, Match, Patterns, find
 from relay_shell.sessions.ring import OutputRing, RingRead
 from relay_shell.sessions.transcript import Transcript
@@ -35,6 +35,7 @@ class Terminal(Protocol):
     kind: str  # "local" or "ssh"
     pid: int | None  # the local program's pid; None for a remote one
     where: str  # for the spawn result: "pid 1234", "on root@db1:22"
+    exec_trace: TreeTrace  # every exec of a local terminal's tree (launch.py); UNTRACED for a remote one
 
     def start(self, on_output: Callable[[bytes], None], on_exit: Callable[[int | None, str | None], None]) -> None: ...
 
@@ -249,11 +250,11 @@ class SessionRegistry:
         max_lifetime: float,
         kill_grace: float,
         on_end: Callable[[Session], None],
+        launcher: Launcher,  # starts local terminals (their unit, their exec trace)
         connected: Callable[[str], bool] = lambda owner: True,
-        containment: Containment | None = None,  # local terminals get a unit from it (None: their session alone)
     ) -> None:
         self.connected = connected
-        self.containment = containment
+        self.launcher = launcher
         self.max_sessions = max_sessions
         self.buffer_bytes = buffer_bytes
         self.idle_timeout = idle_timeout

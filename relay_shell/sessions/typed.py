@@ -8,9 +8,7 @@ from relay_shell.sessions.keys import LINE_ENDING_KEYS
 MAX_FRAGMENTS = 32  # pieces of one typed line kept for the policy; more control keys than that is no line
 
 
-def typed_lines(
-    pending: list[str], data: str, enter: bool, keys: list[str]
-) -> tuple[list[str], list[str], bool]:
+def typed_lines(pending: list[str], data: str, enter: bool, keys: list[str]) -> tuple[list[str], list[str], bool]:
     """What the policy classifies for this input, the pieces of the line still being typed, and whether a
     submitted line was edited with control keys.
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from relay_shell.audit.offhost import OffHost
     from relay_shell.config import Settings
-    from relay_shell.containment.units import Containment
+    from relay_shell.launch import Launcher
     from relay_shell.runner.pipeline import Runner
     from relay_shell.sessions.registry import SessionRegistry
     from relay_shell.ssh.access import SshAccess
@@ -22,7 +22,7 @@ class Services:
     runner: Runner  # THE audited path: every tool function makes one call into it
     sessions: SessionRegistry  # PTY sessions, local and remote
     ssh: SshAccess  # the SSH side, built on the first SSH call
-    containment: Containment  # where every process of a call or session is started and ended
+    launcher: Launcher  # containment and the exec trace: every process tree of a call or session starts here
     runbooks: RunbookAccess
     offhost: OffHost | None = None  # shipping and signed checkpoints (adr/0020), when configured
     metrics_port: int | None = None  # the metrics listener's port, once the command line started it

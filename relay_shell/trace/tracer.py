@@ -27,17 +27,18 @@ import select
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from relay_shell.config import compile_exec_deny
 from relay_shell.trace import memory, seccomp
+from relay_shell.trace.deny import denies, deny_text, refusal_shown
 from relay_shell.trace.record import ExecTrace, digest_line, entry_of, redacted_argv, unreadable_entry
 from relay_shell.trace.spawners import REFILL_IDLE, SparePool, Spawner
 
 logger = logging.getLogger("relay_shell")
 T = TypeVar("T")
 _CAP_SYS_ADMIN = 21
-DENY_TEXT_MAX = 8192  # characters of `path argv…` the deny patterns see (bounded matching time)
 _HANGUP = select.EPOLLHUP | select.EPOLLERR
 UNWATCHED = "untraced: the listener could not be watched"
 LATE_BATCH = 64  # late execs of one call written as one `exec:late` record, at most
@@ -46,14 +47,30 @@ LATE_SWEEP = 5.0  # seconds between looks for late execs that waited LATE_WAIT, 
 LateWriter = Callable[[str | None, dict[str, Any]], None]
 
 
+@dataclass(slots=True)
+class _Paused:
+    """What the service thread learnt of a paused exec before answering it."""
+
+    raw: tuple[bytes, list[bytes], int, bool] | None = None  # path, argv, argc, argv cut; None: not its memory
+    path: str = ""  # absolute, when it had to be resolved while the process waits (relative, execveat, EXEC_DENY)
+    outcome: str = ""  # predicted while it waits only for EXEC_DENY
+    setid: bool = False
+    ppid: int = 0
+    denied_text: str | None = None
+    answer: int = 0  # 0: CONTINUE, else the errno it fails with
+    unreadable: bool = False  # still waiting, but its request could not be read
+
+
 class ExecTracer:
-    def __init__(self, setting: str, deny_patterns: list[str], max_entries: int, metrics: Any = None) -> None:
-        self.setting = setting
+    """The exec trace of a server with RELAY_SHELL_EXEC_TRACE=on (the launcher, launch.py, makes one only then):
+    `unavailable` with the reason when the filter cannot be installed here, else `on`."""
+
+    def __init__(self, deny_patterns: list[str], max_entries: int, metrics: Any = None) -> None:
         self.deny = compile_exec_deny(deny_patterns)
         self.max_entries = max_entries
         self.metrics = metrics
-        self.state = "off"
-        self.reason = "RELAY_SHELL_EXEC_TRACE=off"
+        self.state = "unavailable"  # until the probe says
+        self.reason = ""
         self.no_new_privs = False  # traced trees get no_new_privs (the server lacks CAP_SYS_ADMIN)
         self.traced = 0
         self.denied = 0
@@ -69,8 +86,7 @@ class ExecTracer:
         self.watched: dict[int, tuple[seccomp.Notifications, ExecTrace]] = {}
         self.epoll: Any = None
         self.spares: SparePool | None = None  # spawner threads made ahead (trace/spawners.py)
-        if setting == "on":
-            self._probe()
+        self._probe()
         if self.state == "on":
             assert self.spares is not None
             self.epoll = select.epoll()
@@ -111,19 +127,16 @@ class ExecTracer:
                 "run without their privilege (RELAY_SHELL_EXEC_TRACE=off restores it)"
             )
 
-    def new_trace(self) -> ExecTrace | None:
-        return ExecTrace(self.max_entries) if self.active else None
-
-    async def spawn(self, trace: ExecTrace | None, start: Callable[[], T], hold: threading.Event | None = None) -> T:
+    async def spawn(self, trace: ExecTrace, start: Callable[[], T], hold: threading.Event | None = None) -> T:
         """Run `start` (which starts the tree's first process) on a spawner thread carrying the exec filter
-        (trace/spawners.py); the service thread answers the tree's execs. Untraced (on the calling thread)
-        without a trace. With `hold` the spawner thread stays until it is set (a PTY: until it closes).
+        (trace/spawners.py); the service thread answers the tree's execs. With `hold` the spawner thread stays
+        until it is set (a PTY: until it closes).
 
         The event loop waits for the spawn without returning to the loop, as it waits for Popen's: a spawn
         takes a fraction of a millisecond, and going through the loop (a future set from the other thread)
         cost ~0.1 ms more per call. It cannot deadlock: the execs the spawn waits for are answered by the
         service thread, never by the loop."""
-        if trace is None or self.spares is None:
+        if self.spares is None:  # the probe failed (the launcher then makes no traced tree)
             return start()
         self.loop = asyncio.get_running_loop()
         outcome: list[tuple[T | None, BaseException | None]] = []
@@ -261,75 +274,65 @@ class ExecTracer:
             trace.server_first = False
             notifications.answer(notif_id, 0)
             return
-        outcome = ""
-        raw = None
-        path = ""
-        denied_text = None
-        answer = 0
-        setid = False
-        ppid = 0
-        unreadable = False
         target = trace.late_trace() if trace.closed else trace
         listed = target.wants_entry()
+        paused = self._read_paused(notifications, notif_id, pid, number, arch, args, listed)
+        with self.lock:
+            try:
+                notifications.answer(notif_id, paused.answer)
+            except OSError:
+                self.faults += 1
+            target = trace.late_trace() if trace.closed else trace  # the call may have ended meanwhile
+            if paused.unreadable:
+                self._unreadable(trace, target, pid, paused.ppid, paused.answer != 0)
+            elif paused.raw is not None:
+                self._record(trace, target, listed, pid, paused)
+
+    def _read_paused(
+        self,
+        notifications: seccomp.Notifications,
+        notif_id: int,
+        pid: int,
+        number: int,
+        arch: int,
+        args: tuple[int, ...],
+        listed: bool,
+    ) -> _Paused:
+        """Only what must be read while the process waits (each microsecond here delays the exec): its request;
+        where the path is relative, the directory it is relative to (a descriptor closed on exec, a process that
+        exits at once); the parent of a listed entry; for EXEC_DENY the verdict (RE2, out of the lock).
+        Decoding, the file's state, redaction and the digest come once it is on its way."""
+        paused = _Paused()
         try:
-            # Only what must be read while the process waits (each microsecond here delays the exec): its
-            # request; where the path is relative, the directory it is relative to (a descriptor closed on exec,
-            # a process that exits at once); the parent of a listed entry; for EXEC_DENY the verdict (RE2, out
-            # of the lock). Decoding, the file's state, redaction and the digest come once it is on its way.
             compat = seccomp.compat_abi(arch, number)
             if compat:
                 args = tuple(value & 0xFFFFFFFF for value in args)
             execveat = number in seccomp.EXECVEAT_NUMBERS
             path_address, argv_address = (args[1], args[2]) if execveat else (args[0], args[1])
-            raw = memory.read_request(pid, path_address, argv_address, 4 if compat else 8)
+            raw = paused.raw = memory.read_request(pid, path_address, argv_address, 4 if compat else 8)
             if execveat or not raw[0].startswith(b"/"):
-                path = memory.absolute(pid, memory.decode(raw[0]), execveat, args[0], args[4])
+                paused.path = memory.absolute(pid, memory.decode(raw[0]), execveat, args[0], args[4])
             if listed:
-                ppid = memory.parent_of(pid)
+                paused.ppid = memory.parent_of(pid)
             if self.deny:
-                path = path or memory.absolute(pid, memory.decode(raw[0]), False, 0, 0)
-                outcome, setid = memory.predict(pid, path)
+                paused.path = paused.path or memory.absolute(pid, memory.decode(raw[0]), False, 0, 0)
+                paused.outcome, paused.setid = memory.predict(pid, paused.path)
                 arguments = list(map(memory.decode, raw[1]))
-                text = " ".join([path, *arguments])[:DENY_TEXT_MAX]
-                if outcome == "ok" and self._denies(text, pid, path, arguments):
-                    outcome, answer, denied_text = "denied", errno.EPERM, text
+                text = deny_text(paused.path, arguments)
+                if paused.outcome == "ok" and denies(self.deny, text, pid, paused.path, arguments):
+                    paused.outcome, paused.answer, paused.denied_text = "denied", errno.EPERM, text
             if not notifications.valid(notif_id):
-                raw = None  # the process is gone: what was read may not have been its memory
-        except Exception:  # never leave a process waiting: it is answered below whatever happened here
+                paused.raw = None  # the process is gone: what was read may not have been its memory
+        except Exception:  # never leave a process waiting: it is answered whatever happened here
             self.faults += 1
-            raw = None
+            paused.raw = None
             # Still waiting: an exec that could not be read. Recorded as such; with EXEC_DENY it cannot be
             # checked, so it is refused (fail closed).
-            unreadable = notifications.valid(notif_id)
-            answer = errno.EPERM if unreadable and self.deny else 0
-            if unreadable:
-                ppid = memory.parent_of(pid)
-        with self.lock:
-            try:
-                notifications.answer(notif_id, answer)
-            except OSError:
-                self.faults += 1
-            target = trace.late_trace() if trace.closed else trace  # the call may have ended meanwhile
-            if unreadable:
-                self._unreadable(trace, target, pid, ppid, answer != 0)
-            elif raw is not None:
-                self._record(trace, target, listed, pid, ppid, raw, path, outcome, setid, denied_text)
-
-    def _denies(self, text: str, pid: int, path: str, arguments: list[str]) -> bool:
-        """A pattern matches `path argv…`, or the same with the path's symlinks resolved as the process sees
-        them (its root): a symlink to a denied tool is refused too (a copy of it is not, adr/0019)."""
-        if any(pattern.search(text) for pattern in self.deny):
-            return True
-        if not path.startswith("/"):
-            return False
-        root = f"/proc/{pid}/root"
-        resolved = os.path.realpath(root + path)
-        if resolved.startswith(root + "/"):  # resolved inside /proc: the process's root could not be followed
-            return False
-        if resolved == path:
-            return False
-        real_text = " ".join([resolved, *arguments])[:DENY_TEXT_MAX]
-        return any(pattern.search(real_text) for pattern in self.deny)
+            paused.unreadable = notifications.valid(notif_id)
+            paused.answer = errno.EPERM if paused.unreadable and self.deny else 0
+            if paused.unreadable:
+                paused.ppid = memory.parent_of(pid)
+        return paused
 
     def _unreadable(self, trace: ExecTrace, target: ExecTrace, pid: int, ppid: int, refused: bool) -> None:
         outcome = "unreadable-denied" if refused else "unreadable"
@@ -341,22 +344,12 @@ class ExecTracer:
         target.add(entry, digest_line(None, [], outcome), shown_denied, False)
         self._late_added(trace, target)
 
-    def _record(
-        self,
-        trace: ExecTrace,
-        target: ExecTrace,
-        listed: bool,
-        pid: int,
-        ppid: int,
-        raw: tuple[bytes, list[bytes], int, bool],
-        path: str,
-        outcome: str,
-        setid: bool,
-        denied_text: str | None,
-    ) -> None:
+    def _record(self, trace: ExecTrace, target: ExecTrace, listed: bool, pid: int, paused: _Paused) -> None:
         """Under the lock, once the exec was answered: its entry, its digest line, the counters."""
-        raw_path, raw_argv, argc, cut = raw
-        path = path or memory.absolute(pid, memory.decode(raw_path), False, 0, 0)
+        assert paused.raw is not None
+        raw_path, raw_argv, argc, cut = paused.raw
+        path = paused.path or memory.absolute(pid, memory.decode(raw_path), False, 0, 0)
+        outcome, setid = paused.outcome, paused.setid
         if not outcome:
             outcome, setid = memory.predict_cached(pid, path)
         if outcome == "ENOENT":
@@ -367,13 +360,11 @@ class ExecTracer:
         shown = redacted_argv(argv)
         entry = None
         if listed and target.wants_entry():
-            entry = entry_of(target.started, pid, ppid, path, shown, argc, len(argv), cut, outcome)
+            entry = entry_of(target.started, pid, paused.ppid, path, shown, argc, len(argv), cut, outcome)
         dropped = setid and self.no_new_privs and outcome == "ok"
         if entry is not None and dropped:
             entry["setid_dropped"] = True
-        shown_denied = None
-        if denied_text is not None:
-            shown_denied = " ".join(str(item) for item in [path, *shown[1:]])[:300]
+        shown_denied = refusal_shown(path, shown) if paused.denied_text is not None else None
         target.add(entry, digest_line(path, shown, outcome), shown_denied, dropped)
         self._late_added(trace, target)
 
@@ -419,10 +410,8 @@ class ExecTracer:
         runs yet, so it is first), its digest line held until its outcome is known. PermissionError when
         EXEC_DENY refuses it (recorded as refused; nothing is spawned)."""
         outcome = "ok"
-        if self.deny:
-            text = " ".join([path, *argv])[:DENY_TEXT_MAX]
-            if self._denies(text, os.getpid(), os.path.abspath(path), argv):
-                outcome = "denied"
+        if self.deny and denies(self.deny, deny_text(path, argv), os.getpid(), os.path.abspath(path), argv):
+            outcome = "denied"
         shown = redacted_argv(argv)
         setid = memory.predict(os.getpid(), path)[1] and self.no_new_privs and outcome == "ok"
         entry = entry_of(trace.started, 0, os.getpid(), path, shown, len(argv), len(argv), False, outcome)
@@ -431,8 +420,7 @@ class ExecTracer:
         with self.lock:
             self._count(outcome)
             if outcome == "denied":
-                shown_denied = " ".join(str(item) for item in [path, *shown[1:]])[:300]
-                trace.add(entry, digest_line(path, shown, outcome), shown_denied, False)
+                trace.add(entry, digest_line(path, shown, outcome), refusal_shown(path, shown), False)
                 raise PermissionError(errno.EPERM, os.strerror(errno.EPERM), path)
             trace.add(entry if trace.wants_entry() else None, b"", None, setid)
             trace.first_line = digest_line(path, shown, outcome)
@@ -483,33 +471,3 @@ def _has_sys_admin() -> bool:
             if line.startswith("CapEff:"):
                 return bool(int(line.split()[1], 16) >> _CAP_SYS_ADMIN & 1)
     return False
-
-
-def refusal_notes(trace: ExecTrace | None) -> list[str]:
-    """What a call's result says about its tree: the programs RELAY_SHELL_EXEC_DENY refused, and set-user-ID
-    programs that ran without their privilege."""
-    if trace is None:
-        return []
-    notes = [f"exec refused by RELAY_SHELL_EXEC_DENY (EPERM): {text}" for text in trace.denied_execs]
-    if trace.denied > len(trace.denied_execs):
-        notes.append(f"{trace.denied - len(trace.denied_execs)} more execs refused by RELAY_SHELL_EXEC_DENY")
-    if trace.setid_dropped:
-        notes.append(
-            f"{trace.setid_dropped} set-user-ID program(s) ran without their privilege: the exec trace needs "
-            "no_new_privs here (RELAY_SHELL_EXEC_TRACE=off restores it)"
-        )
-    return notes
-
-
-def denied_first(trace: ExecTrace) -> str:
-    """The error of a call or session whose first program RELAY_SHELL_EXEC_DENY refused: nothing ran."""
-    shown = trace.denied_execs[0] if trace.denied_execs else "the program"
-    return f"{shown} was refused by RELAY_SHELL_EXEC_DENY (EPERM); nothing ran"
-
-
-def session_execs(tracer: ExecTracer, session: Any) -> dict[str, Any]:
-    """The `execs` summary of a local session's whole tree, for its `session:end` record (none over SSH)."""
-    trace = getattr(session.terminal, "exec_trace", None)
-    if trace is None:
-        return {}
-    return {"execs": tracer.finish(trace)}  # what the tree still executes is late now

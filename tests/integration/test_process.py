@@ -9,10 +9,13 @@ from pathlib import Path
 import anyio
 import pytest
 
+from relay_shell.containment.start import start_containment
+from relay_shell.launch import Launcher, TraceOff
 from relay_shell.local.process import ProcessOutcome, run_process
 from tests.procs import alive
 
 pytestmark = pytest.mark.anyio
+LAUNCHER = Launcher(start_containment("off", "test"), TraceOff(0, 64))  # the process group alone, untraced
 
 
 async def no_progress(produced: int) -> None:
@@ -24,6 +27,7 @@ async def run(
 ) -> ProcessOutcome:
     return await run_process(
         ["/bin/sh", "-c", command],
+        tree=LAUNCHER.call_tree(None),
         cwd=None,
         env=dict(os.environ),
         stdin=stdin,
@@ -110,6 +114,7 @@ async def test_missing_program_raises_oserror() -> None:
     with pytest.raises(FileNotFoundError):
         await run_process(
             ["/no/such/program"],
+            tree=LAUNCHER.call_tree(None),
             cwd=None,
             env={},
             stdin=None,

@@ -13,7 +13,9 @@ from typing import Any
 
 import pytest
 
-from relay_shell.sessions.local_pty import LocalPty, session_members
+from relay_shell.containment.start import start_containment
+from relay_shell.launch import Launcher, TraceOff
+from relay_shell.sessions.local_pty import session_members, start_local_pty
 from relay_shell.sessions.registry import Session, SessionRegistry
 from relay_shell.sessions.transcript import Transcript
 from tests.procs import comm, gone
@@ -33,11 +35,13 @@ def _registry(ended: list[Session], **limits: Any) -> SessionRegistry:
         "kill_grace": 1.0,
     }
     options.update(limits)
-    return SessionRegistry(on_end=ended.append, **options)
+    launcher = Launcher(start_containment("off", "test"), TraceOff(0, 64))  # each terminal its session alone
+    return SessionRegistry(on_end=ended.append, launcher=launcher, **options)
 
 
-def _spawn(registry: SessionRegistry, argv: list[str], owner: str = "a") -> Session:
-    terminal = LocalPty(argv, None, SHELL_ENV, 80, 24)
+async def _spawn(registry: SessionRegistry, argv: list[str], owner: str = "a") -> Session:
+    tree = registry.launcher.session_tree(registry.new_id())
+    terminal = await start_local_pty(tree, argv, None, SHELL_ENV, 80, 24)
     return registry.add(registry.new_id(), owner, "test", " ".join(argv), terminal, 80, 24, None)
 
 
@@ -54,7 +58,7 @@ async def _type(session: Session, text: str, until: str, timeout: float = 5.0) -
 @pytest.mark.parametrize("shell", [["bash", "--norc", "--noprofile"], ["sh"]])
 async def test_ctrl_c_interrupts_the_foreground_job(shell: list[str]) -> None:
     registry = _registry([])
-    session = _spawn(registry, shell)
+    session = await _spawn(registry, shell)
     try:
         await _type(session, "", PROMPT)  # the first prompt
         output = await _type(session, "echo job-$((6*7))\r", PROMPT)
@@ -73,7 +77,7 @@ async def test_ctrl_c_interrupts_the_foreground_job(shell: list[str]) -> None:
 async def test_close_kills_every_process_of_the_session_even_those_ignoring_term() -> None:
     ended: list[Session] = []
     registry = _registry(ended)
-    session = _spawn(registry, ["bash", "--norc", "--noprofile"])
+    session = await _spawn(registry, ["bash", "--norc", "--noprofile"])
     await _type(session, "", PROMPT)
     await _type(session, "sleep 300 & (trap '' TERM HUP INT; sleep 300) & echo started\r", "started")
     await session.terminal.write(b"sleep 301\r", time.monotonic() + 5)
@@ -92,7 +96,7 @@ async def test_close_kills_every_process_of_the_session_even_those_ignoring_term
 async def test_reaper_closes_idle_sessions_on_its_own_schedule() -> None:
     ended: list[Session] = []
     registry = _registry(ended, idle_timeout=1.0)
-    session = _spawn(registry, ["sleep", "300"])
+    session = await _spawn(registry, ["sleep", "300"])
     pid = session.terminal.pid or 0
     reaper = asyncio.ensure_future(registry.reap_forever())
     try:
@@ -111,7 +115,7 @@ async def test_reaper_closes_idle_sessions_on_its_own_schedule() -> None:
 
 async def test_reaper_enforces_the_absolute_lifetime_despite_activity() -> None:
     registry = _registry([], max_lifetime=1.0, idle_timeout=600.0)
-    session = _spawn(registry, ["cat"])
+    session = await _spawn(registry, ["cat"])
     reaper = asyncio.ensure_future(registry.reap_forever())
     try:
         for _ in range(30):  # keep it busy: activity does not extend the lifetime
@@ -129,7 +133,7 @@ async def test_reaper_enforces_the_absolute_lifetime_despite_activity() -> None:
 
 async def test_password_prompt_is_detected_while_echo_is_off() -> None:
     registry = _registry([])
-    session = _spawn(registry, ["bash", "--norc", "--noprofile"])
+    session = await _spawn(registry, ["bash", "--norc", "--noprofile"])
     try:
         await _type(session, "", PROMPT)
         assert not session.terminal.password_mode()  # readline edits with its own echo: not a password prompt
@@ -151,15 +155,15 @@ async def test_session_limit_refuses_then_evicts_ended_sessions() -> None:
     from relay_shell.errors import ToolError
 
     registry = _registry([], max_sessions=2)
-    first = _spawn(registry, ["cat"])
-    _spawn(registry, ["true"])
+    first = await _spawn(registry, ["cat"])
+    await _spawn(registry, ["true"])
     try:
         for _ in range(40):  # `true` ends at once; an ended session makes room
             if len([s for s in registry.sessions.values() if s.state == "running"]) == 1:
                 break
             await asyncio.sleep(0.05)
         await registry.reserve()
-        _spawn(registry, ["cat"])
+        await _spawn(registry, ["cat"])
         with pytest.raises(ToolError, match="RELAY_SHELL_MAX_SESSIONS=2"):
             await registry.reserve()
         assert first.session_id in registry.sessions
@@ -169,7 +173,7 @@ async def test_session_limit_refuses_then_evicts_ended_sessions() -> None:
 
 async def test_programs_in_a_session_get_default_signal_handling() -> None:
     registry = _registry([])
-    session = _spawn(registry, ["bash", "--norc", "--noprofile"])
+    session = await _spawn(registry, ["bash", "--norc", "--noprofile"])
     try:
         await _type(session, "", PROMPT)
         output = await _type(session, "yes | head -1; echo status=${PIPESTATUS[*]}\r", "status=[0-9]+ [0-9]+")

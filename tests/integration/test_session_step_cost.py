@@ -18,11 +18,13 @@ from mcp.server.mcpserver.utilities.func_metadata import FuncMetadata
 
 from relay_shell.audit.log import AuditLog
 from relay_shell.config import Settings
+from relay_shell.containment.start import start_containment
+from relay_shell.launch import Launcher, TraceOff
 from relay_shell.server import build_server
 from relay_shell.sessions.ansi import strip_ansi
-from relay_shell.sessions.local_pty import LocalPty
-from relay_shell.sessions.plans import confirm_state
+from relay_shell.sessions.local_pty import start_local_pty
 from relay_shell.sessions.registry import SessionRegistry
+from relay_shell.sessions.send_plan import confirm_state
 from relay_shell.surface.build import LazyArguments
 from tests.conftest import text_of
 
@@ -37,6 +39,8 @@ _REFERENCE_ESCAPES = re.compile(
     rb"|\x1b[ -/]*[0-~]"
     rb"|[\x07\x0e\x0f]"
 )
+
+
 def test_stripping_gives_what_the_reference_pattern_gives() -> None:
     randomness = random.Random(15)
     alphabet = b"\x1b\x07\x0e\x0f\\[]PX^_ ;?0m~@/-\r\na\xc3\xa9"
@@ -63,10 +67,18 @@ def _reference_last_line(recent: str) -> str:
 
 
 async def test_the_line_a_confirmation_shows_is_the_last_line_with_something_on_it() -> None:
+    launcher = Launcher(start_containment("off", "test"), TraceOff(0, 64))
     registry = SessionRegistry(
-        max_sessions=1, buffer_bytes=4096, idle_timeout=600.0, max_lifetime=600.0, kill_grace=1.0, on_end=lambda _: None
+        max_sessions=1,
+        buffer_bytes=4096,
+        idle_timeout=600.0,
+        max_lifetime=600.0,
+        kill_grace=1.0,
+        on_end=lambda _: None,
+        launcher=launcher,
     )
-    terminal = LocalPty(["cat"], None, {**os.environ, "TERM": "xterm-256color"}, 80, 24)
+    tree = launcher.session_tree(registry.new_id())
+    terminal = await start_local_pty(tree, ["cat"], None, {**os.environ, "TERM": "xterm-256color"}, 80, 24)
     session = registry.add(registry.new_id(), "a", "test", "cat", terminal, 80, 24, None)
     try:
         randomness = random.Random(5)

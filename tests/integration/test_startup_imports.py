@@ -288,3 +288,31 @@ def test_an_http_start_with_oauth_loads_it(tmp_path: Path) -> None:
     finally:
         process.send_signal(signal.SIGTERM)  # a graceful stop: the probe writes what it loaded
     assert FEATURE_MODULES["oauth"][0] in result_of(result_path, process)["relay_shell"]
+
+
+def test_with_the_exec_trace_off_nothing_of_the_trace_is_loaded(tmp_path: Path) -> None:
+    """The exec trace is off by default, and then nothing under relay_shell/trace/ is imported, neither at start
+    nor by a command or a PTY session (the launch point's null objects stand in for it). The same start with the
+    trace on loads it: the probe sees what it is looking for."""
+    hello = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "probe", "version": "1"}}
+    loaded: dict[str, list[str]] = {}
+    for setting in ("off", "on"):
+        result_path = tmp_path / f"loaded-{setting}.json"
+        process = probe(result_path, tmp_path / f"audit-{setting}.jsonl", exec_trace=setting)
+        try:
+            send(process, {"id": 1, "method": "initialize", "params": hello})
+            assert "result" in answer(process, 1)
+            send(process, {"method": "notifications/initialized"})
+            call = {"name": "shell_exec", "arguments": {"command": "echo hi"}}
+            send(process, {"id": 2, "method": "tools/call", "params": call})
+            assert answer(process, 2)["result"]["content"][0]["text"].startswith("[exit 0]")
+            spawn = {"name": "shell_spawn", "arguments": {"command": "echo spawned", "timeout": 5}}
+            send(process, {"id": 3, "method": "tools/call", "params": spawn})
+            assert "spawned" in answer(process, 3)["result"]["content"][0]["text"]
+        finally:
+            assert process.stdin is not None
+            process.stdin.close()
+        modules = result_of(result_path, process)["relay_shell"]
+        loaded[setting] = [name for name in modules if name.startswith("relay_shell.trace")]
+    assert loaded["off"] == [], "the exec trace is off, yet the server imported " + ", ".join(loaded["off"])
+    assert "relay_shell.trace.tracer" in loaded["on"] and "relay_shell.trace.tree" in loaded["on"], loaded["on"]

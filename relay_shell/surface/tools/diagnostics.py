@@ -49,10 +49,9 @@ async def audit_tail(
 def server_info_plan(call: CallRequest, services: Services) -> Plan:
     """server_info's plan, from what the server's parts say of themselves."""
     recorder = services.runner.recorder
-    tracer = services.containment.tracer
     described = {
         **services.runbooks.state(services.runner.gate, call.owner),  # the runbooks, this session's briefing gate
-        "exec_trace": tracer.status() if tracer is not None else None,
+        "exec_trace": services.launcher.tracer.status(),
     }
     return prepare_server_info(
         services.settings,
@@ -61,7 +60,7 @@ def server_info_plan(call: CallRequest, services: Services) -> Plan:
         len(services.sessions.sessions),
         services.ssh.connections(),
         recorder.audit_counts(),
-        services.containment.status(),
+        services.launcher.containment.status(),
         described,
         services.offhost.describe() if services.offhost is not None else None,
     )

@@ -63,7 +63,7 @@ async def shell_exec(
             env=env,
             merge_stderr=merge_stderr,
             use_shell=use_shell,
-            containment=services.containment,
+            launcher=services.launcher,
         ),
         call.report_progress,
     )
@@ -97,7 +97,7 @@ async def shell_script(
             max_output=max_output,
             cwd=cwd,
             env=env,
-            containment=services.containment,
+            launcher=services.launcher,
         ),
         call.report_progress,
     )

@@ -10,16 +10,9 @@ from pydantic import Field
 
 from relay_shell import results
 from relay_shell.runner.request import CallRequest
-from relay_shell.sessions.plans import (
-    prepare_kill,
-    prepare_list,
-    prepare_recv,
-    prepare_resize,
-    prepare_send,
-    prepare_spawn,
-    withhold_at_password_prompt,
-)
+from relay_shell.sessions.plans import prepare_kill, prepare_list, prepare_recv, prepare_resize, prepare_spawn
 from relay_shell.sessions.registry import SessionRegistry
+from relay_shell.sessions.send_plan import prepare_send, withhold_at_password_prompt
 from relay_shell.surface.registry import ToolKind, ToolRegistry
 from relay_shell.surface.services import Services
 from relay_shell.surface.tools.local import Cwd, Env

@@ -206,7 +206,7 @@ def test_stop_all_does_not_wait_for_a_process_it_may_not_stop(tmp_path: Path) ->
     script = (
         "import asyncio, os, sys, time\n"
         "os.setgid(65534); os.setuid(65534)\n"
-        "from relay_shell.containment.units import stop_all\n"
+        "from relay_shell.containment.stopping import stop_all\n"
         "searches = []\n"
         "def find():\n"
         "    searches.append(time.monotonic())\n"

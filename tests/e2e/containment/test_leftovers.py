@@ -308,7 +308,7 @@ def test_a_start_that_fails_before_serving_leaves_no_instance_cgroup(cgroup_pare
     moves the process back to its own cgroup and removes the instance directory and its spares."""
     script = (
         "import sys\n"
-        "from relay_shell.containment.units import ContainmentStart\n"
+        "from relay_shell.containment.start import ContainmentStart\n"
         "start = ContainmentStart('cgroup', '0123456789ab')\n"
         "start.thread.join()\n"
         "made = start.tree is not None and start.tree.directory.is_dir() and len(start.tree.spares) > 0\n"

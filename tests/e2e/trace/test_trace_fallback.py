@@ -17,6 +17,8 @@ from pathlib import Path
 
 PROGRAM = r"""
 import asyncio, errno
+from relay_shell.containment.start import start_containment
+from relay_shell.launch import Launcher
 from relay_shell.local.process import run_process
 from relay_shell.trace.tracer import ExecTracer
 
@@ -30,18 +32,17 @@ class RegisterFails:
         return getattr(self.real, name)
 
 async def main():
-    tracer = ExecTracer("on", [], 64)
+    tracer = ExecTracer([], 64)
     assert tracer.state == "on", tracer.reason
     tracer.epoll = RegisterFails(tracer.epoll)
-    trace = tracer.new_trace()
+    tree = Launcher(start_containment("off", "test"), tracer).call_tree(None)
     async def progress(produced):
         pass
     outcome = await run_process(
-        ["/bin/sh", "-c", "grep Seccomp: /proc/self/status; /bin/echo untraced-ran"], cwd=None, env=None,
-        stdin=None, merge_stderr=True, timeout=10, budget=65536, kill_grace=1.0, progress=progress,
-        tracer=tracer, trace=trace,
+        ["/bin/sh", "-c", "grep Seccomp: /proc/self/status; /bin/echo untraced-ran"], tree=tree, cwd=None,
+        env=None, stdin=None, merge_stderr=True, timeout=10, budget=65536, kill_grace=1.0, progress=progress,
     )
-    print(outcome.exit_code, repr(outcome.stdout.text), trace.state, tracer.status()["untraced_trees"])
+    print(outcome.exit_code, repr(outcome.stdout.text), tree.trace.execs.state, tracer.status()["untraced_trees"])
 
 asyncio.run(main())
 """

@@ -1,0 +1,211 @@
+"""session_send: what a send types (every line submitted, with the part typed earlier without Enter, is classified
+like a one-shot command: `typed_lines`), a secret typed from the server's environment at a password prompt, what a
+tier-3 confirmation of input is bound to, and input withheld from the audit record at a password prompt (adr/0005).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fnmatch
+import os
+import time
+from typing import Any
+
+from relay_shell.config import Settings
+from relay_shell.errors import ArgumentError, ToolError
+from relay_shell.plan import Execution, Plan, ProgressFn, Subject
+from relay_shell.sessions.ansi import strip_ansi
+from relay_shell.sessions.expect import compile_until, expected_echo
+from relay_shell.sessions.keys import KEYS, key_name
+from relay_shell.sessions.plans import SETTLE, budget_for, check_running, read_result, wait_timeout_for
+from relay_shell.sessions.registry import Session, SessionRegistry
+from relay_shell.sessions.typed import typed_lines
+
+PASSWORD_MODE_WAIT = 0.5  # seconds a secret waits for the terminal to turn echo off
+MAX_SEND = 64 * 1024  # characters per session_send; a terminal line holds 4095
+MAX_KEYS = 256
+
+
+def prepare_send(
+    settings: Settings,
+    registry: SessionRegistry,
+    owner: str,
+    *,
+    session_id: str,
+    data: str,
+    enter: bool,
+    keys: list[str] | None,
+    secret_env: str | None,
+    until: str | list[str] | None,
+    timeout: float,
+    max_bytes: int | None,
+    strip_ansi_codes: bool,
+) -> Plan:
+    notes: list[str] = []
+    session = registry.get(owner, session_id)
+    key_names = _checked_keys(data, keys)
+    secret = _secret_value(settings, secret_env, data) if secret_env is not None else None
+    patterns = compile_until(until)
+    wait_timeout = wait_timeout_for(settings, timeout, notes)
+    budget = budget_for(settings, max_bytes, notes)
+    # Enter follows `data` unless only keys were given (keys=["ctrl-c"] must not also press Enter).
+    press_enter = enter and (bool(data) or secret is not None or not key_names)
+    typed, payload = _keystrokes(data, secret, press_enter, key_names)
+
+    password_prompt = session.state == "running" and session.terminal.password_mode()
+    version = session.input_version
+    call_arguments = {"session_id": session_id, "data": data, "enter": enter, "keys": keys, "until": until}
+    lines, pending, edited = typed_lines(session.pending_input, data if secret is None else "", press_enter, key_names)
+    subject = Subject(typed="\n".join(lines), typed_edited=edited)
+    echo = None if password_prompt or secret is not None or key_names else expected_echo(typed)
+
+    async def execute(progress: ProgressFn) -> Execution:
+        """The send, with a window on the session's exec trace: the programs started while it is handled."""
+        with session.terminal.exec_trace.window_into(plan):
+            return await send(progress)
+
+    async def send(progress: ProgressFn) -> Execution:
+        async with session.input_lock:
+            check_running(session)
+            if session.input_version != version:
+                # The line was classified with what had been typed before; another call has typed since.
+                raise ToolError(
+                    "InputRace", "another call typed into (or signalled) this session meanwhile; send this again"
+                )
+            if secret is not None:
+                await _await_password_prompt(session)
+            # Sampled again just before writing: a program may have turned echo off since the call was prepared.
+            # The start record is written by now; the end record withholds the input (adr/0014).
+            if data and plan.recorded_arguments is None and session.terminal.password_mode():
+                plan.recorded_arguments = withheld_input(call_arguments, session)
+            session.last_activity = time.monotonic()
+            match_from = session.ring.end
+            try:
+                await session.terminal.write(payload, time.monotonic() + max(wait_timeout, 1.0))
+            except TimeoutError as exc:
+                raise ToolError("InputBlocked", f"{exc}: the program is not reading its input") from None
+            finally:
+                # Even a write cut short may have typed part of the line: the policy assumes all of it.
+                session.input_version += 1
+                session.pending_input = pending
+            if session.transcript is not None and plan.recorded_arguments is None and secret is None:
+                session.transcript.input(payload)
+        result = await session.wait(match_from, patterns, wait_timeout, SETTLE, settle_from_start=False, echo=echo)
+        session.last_activity = time.monotonic()
+        return read_result(session, None, budget, strip_ansi_codes, result, bool(patterns), wait_timeout)
+
+    plan = Plan(subject=subject, execute=execute, notes=notes, timeout=wait_timeout, session_id=session_id)
+    plan.confirm_state_of = lambda: confirm_state(session, version)
+    if password_prompt and data:
+        plan.recorded_arguments = withheld_input(call_arguments, session)
+    return plan
+
+
+def _checked_keys(data: str, keys: list[str] | None) -> list[str]:
+    """The names of the keys to press after `data`, once both are within their bounds."""
+    if len(data) > MAX_SEND:
+        raise ArgumentError(
+            f"data: is {len(data)} characters; allowed: at most {MAX_SEND} per call (send large input as a file "
+            "with shell_exec and read it in the session)"
+        )
+    key_names = [key_name(key) for key in keys or []]
+    if len(key_names) > MAX_KEYS:
+        raise ArgumentError(f"keys: {len(key_names)} keys; allowed: at most {MAX_KEYS} per call")
+    return key_names
+
+
+def _keystrokes(data: str, secret: str | None, press_enter: bool, key_names: list[str]) -> tuple[str, bytes]:
+    """What the policy and the echo see as typed, and the bytes written to the terminal (the secret's, when one
+    is typed; then the keys)."""
+    typed = data + ("\r" if press_enter and secret is None else "")
+    payload = typed.encode("utf-8", errors="surrogateescape")
+    if secret is not None:
+        payload = secret.encode("utf-8", errors="surrogateescape") + (b"\r" if press_enter else b"")
+    payload += b"".join(KEYS[name] for name in key_names)
+    return typed, payload
+
+
+def confirm_state(session: Session, input_version: int) -> dict[str, Any]:
+    """What a tier-3 confirmation of input to this session is bound to: the inputs written (and signals sent)
+    and the output produced so far, since either can mean that another directory, user or program now reads
+    the line (`cd ../prod` typed after the confirmation; a job typed earlier that ends and gives the shell
+    back). Also what the human is shown about where the input goes: the program, what is already on the line,
+    and the last line of output (the prompt, as the program printed it)."""
+    ring = session.ring
+    recent = strip_ansi(ring.read(max(ring.start, ring.end - 2048)).data).decode("utf-8", errors="replace")
+    last = ""
+    # The last line with something on it, found from the end (this runs on every send; splitting all of the
+    # recent output into lines cost more than the rest of the send's preparation).
+    content_end = len(recent.rstrip())
+    if content_end:
+        line_end = recent.find("\n", content_end)
+        line = recent[recent.rfind("\n", 0, content_end) + 1 : line_end if line_end >= 0 else len(recent)]
+        redrawn = line.rsplit("\r", 1)[-1]  # a carriage return starts the line over
+        last = redrawn if redrawn.strip() else line
+    return {
+        "inputs": input_version,
+        "output": ring.end,
+        "program": f"{session.command[:200]}{'…' if len(session.command) > 200 else ''} ({session.terminal.where})",
+        "pending": list(session.pending_input),
+        "last_output": last[-200:],
+    }
+
+
+def withheld_input(arguments: dict[str, Any], session: Session) -> dict[str, Any] | None:
+    """The arguments of a send typed at a no-echo prompt, as the audit log keeps them: no `data`. None when
+    the input is kept: a program can turn echo off (`stty -echo`) or print "Password:" on purpose to hide
+    what is typed next, so only a whole line that reads like a password is withheld: nothing typed before it
+    without Enter, no control characters (line editing), one line, and tier 0 or 1 (ADR 0005)."""
+    data = arguments.get("data")
+    if not isinstance(data, str) or data == "" or session.pending_input:
+        return None
+    line = data.removesuffix("\n").removesuffix("\r")
+    from relay_shell.policy.classify import classify  # loaded on first use (policy/admission.py says why)
+
+    if any(ord(char) < 32 or ord(char) == 127 for char in line) or classify(Subject(typed=line)).tier >= 2:
+        return None
+    return {**arguments, "data": f"[withheld: {len(data)} characters typed with terminal echo off]"}
+
+
+def withhold_at_password_prompt(registry: SessionRegistry, arguments: dict[str, Any]) -> dict[str, Any]:
+    """For every session_send record, valid or not: withhold `data` while the session reads a password."""
+    session_id = arguments.get("session_id")
+    session = registry.sessions.get(session_id) if isinstance(session_id, str) else None
+    if session is not None and session.state == "running" and session.terminal.password_mode():
+        return withheld_input(arguments, session) or arguments
+    return arguments
+
+
+def _secret_value(settings: Settings, secret_env: str, data: str) -> str:
+    if data:
+        raise ArgumentError("data: must be empty with secret_env (the secret is the input); allowed: data=''")
+    allowed = [pattern.strip() for pattern in settings.secret_env_allow.split(",") if pattern.strip()]
+    # A program that reads the "password" can print it: only variables the operator set aside for typing.
+    if not any(fnmatch.fnmatchcase(secret_env, pattern) for pattern in allowed) or secret_env.startswith(
+        "RELAY_SHELL_"
+    ):
+        listed = ", ".join(allowed) if allowed else "none"
+        raise ArgumentError(
+            f"secret_env: {secret_env[:64]!r} is not a variable the operator allows to be typed; allowed: "
+            f"{listed} (RELAY_SHELL_SECRET_ENV_ALLOW)"
+        )
+    value = os.environ.get(secret_env)
+    if not secret_env or value is None:
+        raise ArgumentError(
+            f"secret_env: {secret_env[:64]!r} is not set in the server's environment; allowed: the name of a "
+            "variable the operator set for relay-shell"
+        )
+    return value
+
+
+async def _await_password_prompt(session: Session) -> None:
+    """A program prints its prompt and turns echo off in either order: give it a moment before refusing."""
+    deadline = time.monotonic() + PASSWORD_MODE_WAIT
+    while not session.terminal.password_mode():
+        if time.monotonic() >= deadline:
+            raise ToolError(
+                "EchoOn",
+                "the terminal is echoing input, so the secret would appear in the output; wait for the password "
+                "prompt (session_recv with until) and send it then",
+            )
+        await asyncio.sleep(0.01)

@@ -1,0 +1,135 @@
+"""One process tree's exec trace, as the launch point drives it (launch.py; adr/0019). The tree starts on a spawner
+thread carrying the exec filter: a one-shot command through glibc's posix_spawn, its first exec (the server's own)
+recorded before the spawn; a terminal as its executor starts it. What the tree executed goes into the records: a
+call's end record takes the whole tree (`finish_into`), shell_spawn what ran until its first output settled
+(`snapshot_into`), each session_send a window of the session's trace (`window_into`), session:end the session's
+whole tree (`end_fields`). With the trace off, launch.py's UNTRACED stands in for it.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from typing import Any, TypeVar
+
+from relay_shell.errors import ToolError
+from relay_shell.plan import Plan
+from relay_shell.trace.record import ExecTrace
+from relay_shell.trace.spawn import SPAWN_MISSING, SPAWN_READY, SpawnedChild, resolve_program, spawn
+from relay_shell.trace.tracer import ExecTracer
+
+T = TypeVar("T")
+C = TypeVar("C")
+# The tree's containment unit starting its process (containment/units.py `Unit.spawning`): the environment with
+# the unit's marker, the spawning thread in the unit's cgroup. The launcher hands it over; trace/ imports nothing
+# of containment.
+Spawning = Callable[[dict[str, str]], AbstractContextManager[dict[str, str] | None]]
+
+
+class TracedTree:
+    def __init__(self, tracer: ExecTracer, call_id: str | None) -> None:
+        self.tracer = tracer
+        self.execs = ExecTrace(tracer.max_entries)
+        self.execs.call_id = call_id  # execs after its record was written are recorded under it (`exec:late`)
+
+    async def place(self, start: Callable[[], T], hold: threading.Event | None) -> T:
+        """Run `start` (which starts the tree's first process) on a spawner thread carrying the exec filter; with
+        `hold` that thread stays until it is set."""
+        return await self.tracer.spawn(self.execs, start, hold)
+
+    async def start_command(
+        self,
+        argv: list[str],
+        cwd: str | None,
+        env: dict[str, str] | None,
+        with_stdin: bool,
+        merge_stderr: bool,
+        spawning: Spawning,
+        untraced: Callable[[], C],
+    ) -> SpawnedChild | C:
+        """A one-shot command's first process, by posix_spawn on the spawner thread (Popen's vfork would deadlock
+        under the filter, adr/0019); `untraced()` (Popen) where glibc lacks what that needs, said in the record."""
+        if not SPAWN_READY:
+            self.execs.state = f"untraced: {SPAWN_MISSING}"
+            return untraced()
+
+        def start() -> SpawnedChild:
+            """On the spawner thread. The environment is always explicit: the server's own (env None) is not
+            changed for a spawn that runs beside the event loop."""
+            full_env = env if env is not None else dict(os.environ)
+            with spawning(full_env) as child_env:
+                assert child_env is not None
+                path = resolve_program(argv[0], child_env, cwd)
+                if self.execs.state != "traced":  # no filter on this thread (the trace is unavailable for this tree)
+                    return spawn(argv, cwd, child_env, with_stdin, merge_stderr, path)
+                # The server's own exec, the tree's first: recorded here (the service thread lets it go unread).
+                # Recorded absolute, like every other entry (a relative path is the child's working directory's).
+                self.tracer.first_exec(self.execs, os.path.normpath(os.path.join(cwd or os.getcwd(), path)), argv)
+                try:
+                    child = spawn(argv, cwd, child_env, with_stdin, merge_stderr, path)
+                except OSError as exc:
+                    self.tracer.first_exec_failed(self.execs, exc)
+                    raise
+                self.tracer.first_exec_started(self.execs, child.pid)
+                return child
+
+        return await self.place(start, None)
+
+    def raise_if_refused(self) -> None:
+        """After the start failed with EPERM: ExecDenied when RELAY_SHELL_EXEC_DENY refused every exec of the tree,
+        its first program included (nothing ran)."""
+        execs = self.execs
+        if execs.denied and execs.count == execs.denied:
+            shown = execs.denied_execs[0] if execs.denied_execs else "the program"
+            message = f"{shown} was refused by RELAY_SHELL_EXEC_DENY (EPERM); nothing ran"
+            raise ToolError("ExecDenied", message) from None
+
+    def finish_into(self, plan: Plan) -> None:
+        """A call's end: what the tree executed goes into its end record; later execs (background jobs) are late."""
+        _into(plan, self.tracer.finish(self.execs), self.execs)
+
+    def snapshot_into(self, plan: Plan) -> None:
+        """shell_spawn: what ran until the first output settled. Execs after session:end are recorded under this
+        call."""
+        self.execs.call_id = plan.call_id
+        _into(plan, self.tracer.snapshot(self.execs), self.execs)
+
+    @contextmanager
+    def window_into(self, plan: Plan) -> Iterator[None]:
+        """session_send: the programs the session started while the send is handled."""
+        window = ExecTrace(self.execs.max_entries)
+        self.execs.window = window
+        try:
+            yield
+        finally:
+            # Under the lock the service thread holds from an exec's answer until it is recorded, as a record is
+            # taken: an exec answered before the window closed is in it.
+            with self.tracer.lock:
+                if self.execs.window is window:
+                    self.execs.window = None
+            _into(plan, self.tracer.snapshot(window), window)
+
+    def end_fields(self) -> dict[str, Any]:
+        """session:end: the summary of the session's whole tree (what it still executes is late now)."""
+        return {"execs": self.tracer.finish(self.execs)}
+
+
+def _into(plan: Plan, execs: dict[str, Any], trace: ExecTrace) -> None:
+    plan.record_fields = {**(plan.record_fields or {}), "execs": execs}
+    plan.notes.extend(refusal_notes(trace))
+
+
+def refusal_notes(trace: ExecTrace) -> list[str]:
+    """What a call's result says about its tree: the programs RELAY_SHELL_EXEC_DENY refused, and set-user-ID
+    programs that ran without their privilege."""
+    notes = [f"exec refused by RELAY_SHELL_EXEC_DENY (EPERM): {text}" for text in trace.denied_execs]
+    if trace.denied > len(trace.denied_execs):
+        notes.append(f"{trace.denied - len(trace.denied_execs)} more execs refused by RELAY_SHELL_EXEC_DENY")
+    if trace.setid_dropped:
+        notes.append(
+            f"{trace.setid_dropped} set-user-ID program(s) ran without their privilege: the exec trace needs "
+            "no_new_privs here (RELAY_SHELL_EXEC_TRACE=off restores it)"
+        )
+    return notes
