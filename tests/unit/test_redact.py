@@ -1,4 +1,4 @@
-"""relay_shell.audit.redact: which secrets disappear (and which names stay), what ordinary text is left alone,
+"""relay_shell.redaction: which secrets disappear (and which names stay), what ordinary text is left alone,
 redact_value on JSON-like values, idempotence, and linear time on adversarial megabytes."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from relay_shell.audit.redact import REDACTED, redact, redact_value
+from relay_shell.redaction.redact import REDACTED, redact, redact_value
 
 # Provider tokens are assembled at run time so this file does not itself look like it leaks credentials to
 # secret scanners. Each has the real shape (prefix, alphabet, length).
@@ -408,7 +408,7 @@ def test_linear_time_on_adversarial_input(unit: str) -> None:
 def test_texts_left_unchanged_are_remembered_and_secrets_are_not() -> None:
     # The per-call shortcut (issue 15 item 5): a short text redaction left as it was is not redacted again, and
     # a text a pass changed (a secret) is never kept in memory for it. Both give what the full passes give.
-    from relay_shell.audit import redact as module
+    from relay_shell.redaction import redact as module
 
     plain = "session_id s-0123456789ab ^>>> "
     secret = f"export GITHUB_TOKEN={GITHUB_CLASSIC}"
