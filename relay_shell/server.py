@@ -20,8 +20,8 @@ from pydantic import ValidationError
 if TYPE_CHECKING:
     from mcp.server.auth.provider import TokenVerifier
 
-    from relay_shell.audit.offhost import OffHost
     from relay_shell.auth.oauth import OAuthProvider
+    from relay_shell.offhost.setup import OffHost
 
 from relay_shell import __version__
 from relay_shell.audit.log import AuditLog
