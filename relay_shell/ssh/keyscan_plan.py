@@ -12,8 +12,10 @@ from relay_shell.arguments import call_limits
 from relay_shell.capture import BoundedCapture
 from relay_shell.errors import ArgumentError
 from relay_shell.plan import Execution, Plan, ProgressFn, Subject
-from relay_shell.ssh.connection_args import ConnectionArgs, Ssh, expand_hosts, host_subject, target_record
-from relay_shell.ssh.target import Route
+from relay_shell.ssh.connection_args import ConnectionArgs
+from relay_shell.ssh.hosts_argument import expand_hosts
+from relay_shell.ssh.state import Ssh
+from relay_shell.ssh.target import Route, host_subject, target_record
 from relay_shell.ssh.trust import trusted_keys
 
 KEY_TYPES = ("ssh-ed25519", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384", "ecdsa-sha2-nistp521", "rsa-sha2-512")

@@ -14,7 +14,8 @@ from relay_shell.ssh.forwards.spec import host_port, parse_bind_address, parse_s
 from relay_shell.ssh.forwards.traffic import Traffic
 
 if TYPE_CHECKING:
-    from relay_shell.ssh.connection_args import ConnectionArgs, Ssh
+    from relay_shell.ssh.connection_args import ConnectionArgs
+    from relay_shell.ssh.state import Ssh
 
 
 # Admission of a SOCKS destination when a client names it: (subject, fields for a refusal record, whether a refusal
@@ -43,8 +44,8 @@ def prepare_forward(
     connection: ConnectionArgs,
 ) -> Plan:
     """ssh_forward: validate, resolve the SSH route, let policy see both ends; execute opens the listener."""
-    from relay_shell.ssh.connection_args import target_record
     from relay_shell.ssh.forwards.io import open_tunnel
+    from relay_shell.ssh.target import target_record
 
     parsed = parse_spec(spec)
     bind, loopback = parse_bind_address(bind_address)
