@@ -255,7 +255,6 @@ def test_journald_gets_every_record_with_its_fields(tmp_path: Path) -> None:
     assert metrics.registry.get_sample_value("relay_shell_audit_shipped_records_total", {"target": "journald"}) == 101
 
 
-
 def test_mutual_tls_refuses_a_client_without_a_certificate_and_takes_one_with(
     tmp_path: Path, collector: Rsyslog
 ) -> None:

@@ -32,7 +32,7 @@ LINE = (
 def test_a_record_becomes_one_rfc5424_message_with_the_line_as_msg() -> None:
     message = syslog_message(LINE, b"box.example", b"4242")
     assert message == (
-        b'<110>1 2026-11-27T02:00:00.123456Z box.example relay-shell 4242 shell_exec '
+        b"<110>1 2026-11-27T02:00:00.123456Z box.example relay-shell 4242 shell_exec "
         b'[audit@32473 seq="41" call_id="3f9a1b2c4d5e-17"] ' + LINE[:-1]
     )
     denied = LINE.replace(b'"denied":false', b'"denied":true')

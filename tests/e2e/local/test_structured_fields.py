@@ -26,7 +26,6 @@ from tests.sshd import SshFleet
 pytestmark = [pytest.mark.anyio, pytest.mark.fleet(hosts=1)]
 
 
-
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("structured-fields")
