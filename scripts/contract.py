@@ -183,8 +183,13 @@ def live_surface(root: Path) -> dict[str, list[dict[str, Any]]]:
             stderr=subprocess.PIPE,
         )
         try:
-            initialize = {"protocolVersion": PROTOCOL_VERSION, "capabilities": {}, "clientInfo": {"name": "contract"}}
-            ask(process, 1, "initialize", {**initialize, "clientInfo": {"name": "contract", "version": "1"}})
+            client = {"name": "relay-shell contract", "version": "1"}
+            ask(
+                process,
+                1,
+                "initialize",
+                {"protocolVersion": PROTOCOL_VERSION, "capabilities": {}, "clientInfo": client},
+            )
             send(process, {"jsonrpc": "2.0", "method": "notifications/initialized"})
             return {
                 "tools": listed(process, 2, "tools/list", "tools"),

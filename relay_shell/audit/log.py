@@ -82,7 +82,7 @@ def encode_line(record: dict[str, Any], prev: str | None) -> bytes:
     return canonical[:-1] + b',"chain":"' + chain.encode("ascii") + b'"}\n'
 
 
-def parse_line(line: bytes) -> dict[str, object]:
+def parse_line(line: bytes) -> dict[str, Any]:
     """The record a log line holds; {} for a line that is no JSON object (damage `audit:repair` names)."""
     try:
         record = orjson.loads(line)
