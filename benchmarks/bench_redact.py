@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 
-from relay_shell.audit.redact import redact
+from relay_shell.redaction.redact import redact
 
 MIB = 2**20
 RATIO_TARGET = 5.0

@@ -1,5 +1,6 @@
 """Argument helpers every executor shares: the timeout and output limits (clamped, with a note), the working
-directory, the env overlay as a child's environment, and the NUL check for text that passes through exec.
+directory, the env overlay as a child's environment, the NUL check for text that passes through exec, and a
+command to run on a remote shell.
 """
 
 from __future__ import annotations
@@ -86,3 +87,10 @@ def check_no_nul(argument: str, value: str) -> None:
         raise ArgumentError(
             f"{argument}: contains a NUL byte; allowed: text without NUL (NUL cannot pass through exec)"
         )
+
+
+def command_text(command: str) -> str:
+    if not command.strip():
+        raise ArgumentError("command: is empty; allowed: a non-empty command")
+    check_no_nul("command", command)
+    return command

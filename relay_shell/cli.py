@@ -69,7 +69,7 @@ def serve(check_only: bool) -> int:
                 print(f"relay-shell: configuration error: {exc}", file=sys.stderr)
                 return EXIT_CONFIG
         if settings.audit_signing_key is not None:
-            from relay_shell.audit.keys import KeyFileError, load_signing_key
+            from relay_shell.offhost.signing_keys import KeyFileError, load_signing_key
 
             try:
                 load_signing_key(settings.audit_signing_key)
@@ -77,7 +77,7 @@ def serve(check_only: bool) -> int:
                 print(f"relay-shell: configuration error: RELAY_SHELL_AUDIT_SIGNING_KEY: {exc}", file=sys.stderr)
                 return EXIT_CONFIG
         if settings.audit_syslog.startswith("tls://"):  # the CA and client certificate files hold usable PEM
-            from relay_shell.audit.offhost import syslog_tls
+            from relay_shell.offhost.setup import syslog_tls
 
             try:
                 syslog_tls(settings)
@@ -98,7 +98,7 @@ def serve(check_only: bool) -> int:
 
     offhost = None
     if settings.audit_syslog or settings.audit_journald != "off" or settings.audit_signing_key is not None:
-        from relay_shell.audit.offhost import OffHost
+        from relay_shell.offhost.setup import OffHost
 
         try:
             offhost = OffHost(settings, audit_log)
@@ -308,7 +308,7 @@ def audit_command(args: list[str]) -> int:
     if options.action == "verify":
         return verify_command(options.paths or [_configured_audit_path()], options.public_key, options.against)
     if options.action == "keygen":
-        from relay_shell.audit.keys import KeyFileError, generate_keypair
+        from relay_shell.offhost.signing_keys import KeyFileError, generate_keypair
 
         try:
             public = generate_keypair(options.path)
@@ -352,10 +352,10 @@ def verify_command(paths: list[Path], public_key_paths: list[Path] | None, again
     """Exit 0: intact (and signed, and matching the copy); 1: the local log fails, or records are missing locally;
     2: a key or copy that cannot be read, or a copy without any audit record; 3: the local log is intact but the
     copy lacks records (lag or loss); 4: the chain is intact but no checkpoint is in it yet (--public-key)."""
-    from relay_shell.audit.against import LocalChains, compare, read_copy
-    from relay_shell.audit.checkpoint import CHECKPOINT_TOOL, check_checkpoint
-    from relay_shell.audit.keys import KeyFileError, key_id, load_public_key
     from relay_shell.audit.verify import verify_files
+    from relay_shell.offhost.checkpoints import CHECKPOINT_TOOL, check_checkpoint
+    from relay_shell.offhost.copy_verifier import LocalChains, compare, read_copy
+    from relay_shell.offhost.signing_keys import KeyFileError, key_id, load_public_key
 
     keys = {}
     for public_key_path in public_key_paths or []:

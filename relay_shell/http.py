@@ -142,7 +142,7 @@ def add_approval_route(assembly: Assembly, oauth: OAuthProvider, security: Trans
     Origin are checked as for /mcp, so another site's page cannot submit the form."""
     from mcp.server.transport_security import TransportSecurityMiddleware
 
-    from relay_shell.auth.oauth import approval_endpoint
+    from relay_shell.auth.oauth_approval import approval_endpoint
 
     host_check = TransportSecurityMiddleware(security)
 

@@ -8,6 +8,7 @@ METRICS_ADDR would pay for numbers nobody can scrape.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 # 1 ms (a context pull, a refusal) to 10 min (a long build, a fleet upgrade); longer calls land in +Inf
@@ -61,167 +62,239 @@ class _DeniedChild:
         self.denied.inc(amount)
 
 
+@dataclass(frozen=True)
+class Definition:
+    """One metric: the Metrics attribute that holds it, its kind, its name and help text, its label names."""
+
+    attribute: str
+    kind: str  # "counter", "gauge" or "histogram" (CALL_DURATION_BUCKETS)
+    name: str
+    documentation: str
+    labels: tuple[str, ...] = ()
+
+
+# Every metric, in the order the registry exposes them. `tool_calls` also counts denied calls into `denied_calls`
+# (_CallCounter); the shipping targets' series exist from the start.
+DEFINITIONS: tuple[Definition, ...] = (
+    Definition(
+        "denied_calls",
+        "counter",
+        "relay_shell_denied_calls",
+        "Calls denied (outcome denied), whatever tool and tier; 0 from start-up, for the burst alert.",
+    ),
+    Definition(
+        "tool_calls",
+        "counter",
+        "relay_shell_tool_calls",
+        "Tool calls and context pulls by tool, tier and outcome.",
+        ("tool", "tier", "outcome"),
+    ),
+    Definition(
+        "call_duration",
+        "histogram",
+        "relay_shell_tool_call_duration_seconds",
+        "Wall time of tool calls and context pulls.",
+        ("tool",),
+    ),
+    Definition(
+        "audit_records",
+        "counter",
+        "relay_shell_audit_records",
+        "Audit records written.",
+    ),
+    Definition(
+        "audit_errors",
+        "counter",
+        "relay_shell_audit_errors",
+        "Audit records that could not be written.",
+    ),
+    Definition(
+        "audit_degraded",
+        "gauge",
+        "relay_shell_audit_degraded",
+        "1 while the audit log cannot be written (calls are refused unless AUDIT_ON_FAILURE=continue).",
+    ),
+    Definition(
+        "audit_refused_calls",
+        "counter",
+        "relay_shell_audit_refused_calls",
+        "Calls refused because the audit log could not be written (their start record, or the log itself); "
+        "nothing of them ran.",
+    ),
+    Definition(
+        "sessions_open",
+        "gauge",
+        "relay_shell_sessions_open",
+        "Terminal sessions held (running or ended, not yet closed).",
+    ),
+    Definition(
+        "ssh_connections_open",
+        "gauge",
+        "relay_shell_ssh_connections_open",
+        "Pooled SSH connections open.",
+    ),
+    Definition(
+        "gated_calls",
+        "counter",
+        "relay_shell_gated_calls",
+        "Calls the briefing gate answered with runbooks instead of running them, by tool.",
+        ("tool",),
+    ),
+    Definition(
+        "execs_traced",
+        "counter",
+        "relay_shell_execs_traced",
+        "execve/execveat calls of traced process trees (calls, local sessions), refused ones included.",
+    ),
+    Definition(
+        "execs_denied",
+        "counter",
+        "relay_shell_execs_denied",
+        "execs refused with EPERM by RELAY_SHELL_EXEC_DENY.",
+    ),
+    # What the rules and dashboard compare usage with (deploy/prometheus, deploy/grafana; adr/0021).
+    Definition(
+        "sessions_max",
+        "gauge",
+        "relay_shell_sessions_max",
+        "Terminal sessions allowed at once (RELAY_SHELL_MAX_SESSIONS).",
+    ),
+    Definition(
+        "sessions_running",
+        "gauge",
+        "relay_shell_sessions_running",
+        "Terminal sessions whose program still runs (an ended one is evicted to make room, a running one never).",
+    ),
+    Definition(
+        "calls_in_flight",
+        "gauge",
+        "relay_shell_calls_in_flight",
+        "Tool calls running now.",
+    ),
+    Definition(
+        "calls_in_flight_max",
+        "gauge",
+        "relay_shell_calls_in_flight_max",
+        "Tool calls allowed to run at once (RELAY_SHELL_MAX_CONCURRENT_CALLS); beyond it a call is refused as Busy.",
+    ),
+    Definition(
+        "busy_refused_calls",
+        "counter",
+        "relay_shell_busy_refused_calls",
+        "Calls refused as Busy because RELAY_SHELL_MAX_CONCURRENT_CALLS calls were running; nothing of them ran.",
+    ),
+    Definition(
+        "ssh_forwards_open",
+        "gauge",
+        "relay_shell_ssh_forwards_open",
+        "SSH port forwards open, all clients together.",
+    ),
+    Definition(
+        "ssh_forwards_max",
+        "gauge",
+        "relay_shell_ssh_forwards_max",
+        "SSH port forwards allowed at once (RELAY_SHELL_MAX_FORWARDS).",
+    ),
+    # Shipping and signed checkpoints (adr/0020). The target series exist from the start (0), shipping on or off,
+    # so alert rules and dashboards see the metric rather than no data.
+    Definition(
+        "audit_shipped_records",
+        "counter",
+        "relay_shell_audit_shipped_records",
+        "Audit records sent to the off-host collector, by target (resends after an outage included).",
+        ("target",),
+    ),
+    Definition(
+        "audit_ship_errors",
+        "counter",
+        "relay_shell_audit_ship_errors",
+        "Shipping failures by target: connection refused or lost, TLS verification, a position not found.",
+        ("target",),
+    ),
+    Definition(
+        "audit_ship_lag_records",
+        "gauge",
+        "relay_shell_audit_ship_lag_records",
+        "Audit records written and not yet sent to the collector (0 when shipping is off).",
+    ),
+    Definition(
+        "audit_ship_lag_seconds",
+        "gauge",
+        "relay_shell_audit_ship_lag_seconds",
+        "Seconds shipping has been behind the log (0 when caught up or off).",
+    ),
+    Definition(
+        "audit_checkpoints",
+        "counter",
+        "relay_shell_audit_checkpoints",
+        "Signed audit checkpoints written.",
+    ),
+    Definition(
+        "audit_checkpoint_failures",
+        "counter",
+        "relay_shell_audit_checkpoint_failures",
+        "Checkpoints that could not be signed or written (no record was lost).",
+    ),
+)
+SHIP_TARGETS = ("syslog", "journald")
+
+
 class Metrics:
+    """The server's metrics, one attribute per DEFINITIONS entry (a stand-in that discards when metrics are off)."""
+
+    tool_calls: Any
+    call_duration: Any
+    audit_records: Any
+    audit_errors: Any
+    audit_degraded: Any
+    audit_refused_calls: Any
+    sessions_open: Any
+    ssh_connections_open: Any
+    gated_calls: Any
+    sessions_max: Any
+    sessions_running: Any
+    calls_in_flight: Any
+    calls_in_flight_max: Any
+    busy_refused_calls: Any
+    ssh_forwards_open: Any
+    ssh_forwards_max: Any
+    audit_shipped_records: Any
+    audit_ship_errors: Any
+    audit_ship_lag_records: Any
+    audit_ship_lag_seconds: Any
+    audit_checkpoints: Any
+    audit_checkpoint_failures: Any
+    execs_traced: Any
+    execs_denied: Any
+    denied_calls: Any
+
     def __init__(self, enabled: bool = True) -> None:
         self.enabled = enabled
         self.registry: Any = None
         if not enabled:
-            discard = _Discard()
-            self.tool_calls: Any = discard
-            self.call_duration: Any = discard
-            self.audit_records: Any = discard
-            self.audit_errors: Any = discard
-            self.audit_degraded: Any = discard
-            self.audit_refused_calls: Any = discard
-            self.sessions_open: Any = discard
-            self.ssh_connections_open: Any = discard
-            self.gated_calls: Any = discard
-            self.sessions_max: Any = discard
-            self.sessions_running: Any = discard
-            self.calls_in_flight: Any = discard
-            self.calls_in_flight_max: Any = discard
-            self.busy_refused_calls: Any = discard
-            self.ssh_forwards_open: Any = discard
-            self.ssh_forwards_max: Any = discard
-            self.audit_shipped_records: Any = discard
-            self.audit_ship_errors: Any = discard
-            self.audit_ship_lag_records: Any = discard
-            self.audit_ship_lag_seconds: Any = discard
-            self.audit_checkpoints: Any = discard
-            self.audit_checkpoint_failures: Any = discard
-            self.execs_traced: Any = discard
-            self.execs_denied: Any = discard
-            self.denied_calls: Any = discard
+            for definition in DEFINITIONS:
+                setattr(self, definition.attribute, _Discard())
             return
         from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
         self.registry = CollectorRegistry(auto_describe=True)
-        self.denied_calls = Counter(
-            "relay_shell_denied_calls",
-            "Calls denied (outcome denied), whatever tool and tier; 0 from start-up, for the burst alert.",
-            registry=self.registry,
-        )
-        self.tool_calls = _CallCounter(
-            Counter(
-                "relay_shell_tool_calls",
-                "Tool calls and context pulls by tool, tier and outcome.",
-                ["tool", "tier", "outcome"],
-                registry=self.registry,
-            ),
-            self.denied_calls,
-        )
-        self.call_duration = Histogram(
-            "relay_shell_tool_call_duration_seconds",
-            "Wall time of tool calls and context pulls.",
-            ["tool"],
-            buckets=CALL_DURATION_BUCKETS,
-            registry=self.registry,
-        )
-        self.audit_records = Counter("relay_shell_audit_records", "Audit records written.", registry=self.registry)
-        self.audit_errors = Counter(
-            "relay_shell_audit_errors", "Audit records that could not be written.", registry=self.registry
-        )
-        self.audit_degraded = Gauge(
-            "relay_shell_audit_degraded",
-            "1 while the audit log cannot be written (calls are refused unless AUDIT_ON_FAILURE=continue).",
-            registry=self.registry,
-        )
-        self.audit_refused_calls = Counter(
-            "relay_shell_audit_refused_calls",
-            "Calls refused because the audit log could not be written (their start record, or the log itself); "
-            "nothing of them ran.",
-            registry=self.registry,
-        )
-        self.sessions_open = Gauge(
-            "relay_shell_sessions_open",
-            "Terminal sessions held (running or ended, not yet closed).",
-            registry=self.registry,
-        )
-        self.ssh_connections_open = Gauge(
-            "relay_shell_ssh_connections_open", "Pooled SSH connections open.", registry=self.registry
-        )
-        self.gated_calls = Counter(
-            "relay_shell_gated_calls",
-            "Calls the briefing gate answered with runbooks instead of running them, by tool.",
-            ["tool"],
-            registry=self.registry,
-        )
-        self.execs_traced = Counter(
-            "relay_shell_execs_traced",
-            "execve/execveat calls of traced process trees (calls, local sessions), refused ones included.",
-            registry=self.registry,
-        )
-        self.execs_denied = Counter(
-            "relay_shell_execs_denied", "execs refused with EPERM by RELAY_SHELL_EXEC_DENY.", registry=self.registry
-        )
-
-        # What the rules and dashboard compare usage with (deploy/prometheus, deploy/grafana; adr/0021).
-        self.sessions_max = Gauge(
-            "relay_shell_sessions_max",
-            "Terminal sessions allowed at once (RELAY_SHELL_MAX_SESSIONS).",
-            registry=self.registry,
-        )
-        self.sessions_running = Gauge(
-            "relay_shell_sessions_running",
-            "Terminal sessions whose program still runs (an ended one is evicted to make room, a running one never).",
-            registry=self.registry,
-        )
-        self.calls_in_flight = Gauge("relay_shell_calls_in_flight", "Tool calls running now.", registry=self.registry)
-        self.calls_in_flight_max = Gauge(
-            "relay_shell_calls_in_flight_max",
-            "Tool calls allowed to run at once (RELAY_SHELL_MAX_CONCURRENT_CALLS); beyond it a call is refused "
-            "as Busy.",
-            registry=self.registry,
-        )
-        self.busy_refused_calls = Counter(
-            "relay_shell_busy_refused_calls",
-            "Calls refused as Busy because RELAY_SHELL_MAX_CONCURRENT_CALLS calls were running; nothing of them ran.",
-            registry=self.registry,
-        )
-        self.ssh_forwards_open = Gauge(
-            "relay_shell_ssh_forwards_open", "SSH port forwards open, all clients together.", registry=self.registry
-        )
-        self.ssh_forwards_max = Gauge(
-            "relay_shell_ssh_forwards_max",
-            "SSH port forwards allowed at once (RELAY_SHELL_MAX_FORWARDS).",
-            registry=self.registry,
-        )
-
-        # Shipping and signed checkpoints (adr/0020). The target series exist from the start (0), shipping on or off,
-        # so alert rules and dashboards see the metric rather than no data.
-        self.audit_shipped_records = Counter(
-            "relay_shell_audit_shipped_records",
-            "Audit records sent to the off-host collector, by target (resends after an outage included).",
-            ["target"],
-            registry=self.registry,
-        )
-        self.audit_ship_errors = Counter(
-            "relay_shell_audit_ship_errors",
-            "Shipping failures by target: connection refused or lost, TLS verification, a position not found.",
-            ["target"],
-            registry=self.registry,
-        )
-        for target in ("syslog", "journald"):
+        for definition in DEFINITIONS:
+            if definition.kind == "histogram":
+                metric: Any = Histogram(
+                    definition.name,
+                    definition.documentation,
+                    definition.labels,
+                    buckets=CALL_DURATION_BUCKETS,
+                    registry=self.registry,
+                )
+            else:
+                kind = Counter if definition.kind == "counter" else Gauge
+                metric = kind(definition.name, definition.documentation, definition.labels, registry=self.registry)
+            setattr(self, definition.attribute, metric)
+        self.tool_calls = _CallCounter(self.tool_calls, self.denied_calls)
+        for target in SHIP_TARGETS:
             self.audit_shipped_records.labels(target=target)
             self.audit_ship_errors.labels(target=target)
-        self.audit_ship_lag_records = Gauge(
-            "relay_shell_audit_ship_lag_records",
-            "Audit records written and not yet sent to the collector (0 when shipping is off).",
-            registry=self.registry,
-        )
-        self.audit_ship_lag_seconds = Gauge(
-            "relay_shell_audit_ship_lag_seconds",
-            "Seconds shipping has been behind the log (0 when caught up or off).",
-            registry=self.registry,
-        )
-        self.audit_checkpoints = Counter(
-            "relay_shell_audit_checkpoints", "Signed audit checkpoints written.", registry=self.registry
-        )
-        self.audit_checkpoint_failures = Counter(
-            "relay_shell_audit_checkpoint_failures",
-            "Checkpoints that could not be signed or written (no record was lost).",
-            registry=self.registry,
-        )
 
     def exposition(self) -> bytes:
         import prometheus_client

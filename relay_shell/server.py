@@ -15,8 +15,8 @@ from mcp.server.subscriptions import InMemorySubscriptionBus
 if TYPE_CHECKING:
     from mcp.server.auth.provider import TokenVerifier
 
-    from relay_shell.audit.offhost import OffHost
     from relay_shell.auth.oauth import OAuthProvider
+    from relay_shell.offhost.setup import OffHost
 
 from relay_shell import __version__
 from relay_shell.audit.log import AuditLog

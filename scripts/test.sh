@@ -47,7 +47,7 @@ fi
 export RELAY_SHELL_TEST_INSPECTOR="$PWD/$inspector"
 
 "$VENV/bin/python" -c 'import sys; print("scripts/test.sh: Python", sys.version.split()[0], "at", sys.executable)'
-"$VENV/bin/ruff" check relay_shell tests benchmarks
+"$VENV/bin/ruff" check relay_shell tests benchmarks scripts
 "$VENV/bin/mypy" relay_shell
 # Two workers, a test file each at a time (a file's module fixtures, such as its sshd fleet, stay in one worker):
 # most tests wait on processes, PTYs and sshd, so two workers halve the wall time on two cores (adr/0018).

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import orjson
+from relay_shell.audit.log import parse_line
 
 SERVER_START_TOOL = "server:start"
 # Bounded work at start-up whatever the log size (parsing costs ~2-4 µs a record: 16 MiB, ~30,000 records, is
@@ -41,7 +41,6 @@ class InterruptedCall:
         return {"call_id": self.call_id, "tool": self.tool, "ts": self.ts, "client_id": self.client_id}
 
 
-
 @dataclass(frozen=True)
 class PreviousRun:
     interrupted: list[InterruptedCall]  # oldest first
@@ -55,7 +54,7 @@ def find_interrupted(path: Path) -> PreviousRun:
     interrupted: list[InterruptedCall] = []
     scanned = 0
     for raw, scanned in _lines_backwards(path):
-        if _SERVER_START in raw and (started := _parse(raw)).get("tool") == SERVER_START_TOOL:
+        if _SERVER_START in raw and (started := parse_line(raw)).get("tool") == SERVER_START_TOOL:
             interrupted.reverse()
             tag = started.get("call_tag")
             if isinstance(tag, str):
@@ -65,7 +64,7 @@ def find_interrupted(path: Path) -> PreviousRun:
             return PreviousRun(interrupted, scanned, True)
         if _PHASE not in raw:
             continue
-        record = _parse(raw)  # the key literal can also sit in nested arguments: the parsed record decides
+        record = parse_line(raw)  # the key literal can also sit in nested arguments: the parsed record decides
         phase = record.get("phase")
         call_id = str(record.get("call_id"))
         if phase == "end":
@@ -110,11 +109,3 @@ def _lines_backwards(path: Path) -> Iterator[tuple[bytes, int]]:
             for raw in reversed(parts[1:] if position > 0 else parts):
                 if raw:
                     yield raw, scanned
-
-
-def _parse(raw: bytes) -> dict[str, Any]:
-    try:
-        record = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return {}
-    return record if isinstance(record, dict) else {}

@@ -82,6 +82,15 @@ def encode_line(record: dict[str, Any], prev: str | None) -> bytes:
     return canonical[:-1] + b',"chain":"' + chain.encode("ascii") + b'"}\n'
 
 
+def parse_line(line: bytes) -> dict[str, Any]:
+    """The record a log line holds; {} for a line that is no JSON object (damage `audit:repair` names)."""
+    try:
+        record = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
 def damaged_tail(path: Path, size: int) -> tuple[int, bool] | None:
     """Where the damage at the end of a file starts (an incomplete last line, and the lines before it that are no
     JSON record), and whether it is only the incomplete line; None when the file ends with a whole record."""

@@ -45,7 +45,7 @@ class BoundedArguments(dict[str, Any]):
 def audit_arguments(arguments: dict[str, Any]) -> dict[str, Any]:
     # Imported at the first record, not at startup: compiling the redaction patterns takes ~9 ms, which a
     # client waiting for `initialize` should not wait for.
-    from relay_shell.audit.redact import redact_value
+    from relay_shell.redaction.redact import redact_value
 
     redacted = redact_value(arguments)
     assert isinstance(redacted, dict)
@@ -55,7 +55,7 @@ def audit_arguments(arguments: dict[str, Any]) -> dict[str, Any]:
 
 
 def redact_text(text: str) -> str:
-    from relay_shell.audit.redact import redact
+    from relay_shell.redaction.redact import redact
 
     return redact(text)
 

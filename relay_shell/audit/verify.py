@@ -62,7 +62,7 @@ class _Broken(Exception):
 
 
 # Called with every record whose chain checked out; returns why the record is bad, or None (a checkpoint's signature,
-# audit/checkpoint.py; collecting seq and chain to compare with a collector's copy, audit/against.py).
+# offhost/checkpoints.py; collecting seq and chain to compare with a collector's copy, offhost/copy_verifier.py).
 RecordCheck = Callable[[dict[str, Any]], str | None]
 
 

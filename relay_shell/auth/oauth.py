@@ -5,13 +5,13 @@ A client registers itself (dynamic client registration, optionally only the firs
 browser to /authorize with PKCE, and an operator approves it on relay-shell's own page by entering a token
 from the token file: the approver's token name becomes the grant's subject and, with the client's name, the
 `client_id` of every audit record the client causes. The SDK checks PKCE, the exact redirect URI and the
-code's expiry; this module adds what the SDK leaves to the provider:
+code's expiry; this module adds what the SDK leaves to the provider (the operator's page: oauth_approval.py):
 
 - every code and token is random, kept only as its SHA-256, and checked for expiry at every use;
 - access tokens are short-lived; refresh tokens rotate and are single use. A used refresh token or code
   presented again revokes the whole grant (it was stolen or replayed);
 - access, refresh and code are separate kinds with their own prefix: a refresh token is never an access token;
-- state lives in one JSON file, 0600 in a 0700 directory, replaced atomically (temp file, fsync, rename).
+- state lives in one JSON file, 0600 in a 0700 directory, replaced atomically (oauth_state.py).
 
 Client secrets minted at registration are the one credential kept as issued: the SDK's client authentication
 compares the stored secret with the presented one. A secret alone grants nothing (see ADR 0008).
@@ -19,13 +19,9 @@ compares the stored secret with the presented one. A secret alone grants nothing
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import html
-import os
 import re
 import secrets
-import stat
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -46,25 +42,20 @@ from mcp.server.auth.provider import (
 )
 from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
 
-from relay_shell.config import ConfigError
+from relay_shell.auth.oauth_state import read_state, write_state
 
 if TYPE_CHECKING:
-    from starlette.requests import Request
-    from starlette.responses import Response
-
     from relay_shell.auth.tokens import TokenFileVerifier
 
 ACCESS_PREFIX = "rsat_"
 REFRESH_PREFIX = "rsrt_"
 CODE_PREFIX = "rsac_"
-STATE_FILE = "oauth.json"
 CODE_TTL = 300  # seconds from approval to the code's exchange
 APPROVAL_TTL = 600  # seconds an operator has to approve a pending authorization
 MAX_CLIENTS = 64
 MAX_PENDING = 64  # authorizations waiting for an operator
 MAX_GRANTS_PER_CLIENT = 16  # live approvals per client; the oldest is revoked beyond it
 MAX_APPROVAL_ATTEMPTS = 5  # wrong operator tokens before a pending authorization is dropped
-MAX_FORM_BYTES = 8192
 MAX_CLIENT_BYTES = 16384  # a registration's metadata, as stored
 MAX_REDIRECT_URIS = 8
 MAX_PENDING_PER_CLIENT = 4  # one client's waiting authorizations; its oldest goes first
@@ -131,44 +122,11 @@ class OAuthProvider:
     # -- state file ------------------------------------------------------------------------------------------
 
     def _load(self) -> None:
-        variable = "RELAY_SHELL_OAUTH_STATE_DIR"
-        directory = self.state_dir
-        try:
-            directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-            status = os.lstat(directory)
-        except OSError as exc:
-            raise ConfigError(f"{variable}={str(directory)!r}: cannot create it ({exc.strerror})") from None
-        if not stat.S_ISDIR(status.st_mode):
-            raise ConfigError(f"{variable}={str(directory)!r}: not a directory (symlinks are refused)")
-        if status.st_uid != os.geteuid():
-            raise ConfigError(f"{variable}={str(directory)!r}: owned by uid {status.st_uid}, not the server's user")
-        if status.st_mode & 0o077:
-            raise ConfigError(
-                f"{variable}={str(directory)!r}: mode {stat.S_IMODE(status.st_mode):04o} lets group or others in; "
-                "allowed: 0700 (chmod 700 it)"
-            )
-        path = directory / STATE_FILE
-        try:
-            descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-        except FileNotFoundError:
-            return
-        except OSError as exc:
-            raise ConfigError(f"{variable}: cannot open {str(path)!r} ({exc.strerror}; symlinks are refused)") from None
-        with os.fdopen(descriptor, "rb") as handle:
-            file_status = os.fstat(handle.fileno())
-            if file_status.st_mode & 0o077 or file_status.st_uid != os.geteuid():
-                raise ConfigError(f"{variable}: {str(path)!r} must be owned by the server's user and mode 0600")
-            raw = handle.read()
-        try:
-            state = orjson.loads(raw)
-            self.clients = dict(state["clients"])
-            self.grants = dict(state["grants"])
-            self.tokens = dict(state["tokens"])
-        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
-            raise ConfigError(
-                f"{variable}: {str(path)!r} is not a relay-shell OAuth state file; move it away to start afresh "
-                "(every client then registers again)"
-            ) from None
+        state = read_state(self.state_dir)
+        if state is not None:
+            self.clients = state["clients"]
+            self.grants = state["grants"]
+            self.tokens = state["tokens"]
 
     def _save(self) -> None:
         """Drop what expired, then replace the state file atomically: a crash leaves the old file or the new."""
@@ -183,24 +141,7 @@ class OAuthProvider:
                 for key, client in self.clients.items()
                 if key in approved or client.get("client_id_issued_at", now) > now - UNUSED_CLIENT_TTL
             }
-        data = orjson.dumps({"v": 1, "clients": self.clients, "grants": self.grants, "tokens": self.tokens})
-        temporary = self.state_dir / f".{STATE_FILE}.{secrets.token_hex(6)}"
-        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-        try:
-            with os.fdopen(descriptor, "wb") as handle:
-                handle.write(data)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(temporary, self.state_dir / STATE_FILE)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(temporary)
-            raise
-        directory = os.open(self.state_dir, os.O_RDONLY)
-        try:
-            os.fsync(directory)
-        finally:
-            os.close(directory)
+        write_state(self.state_dir, self.clients, self.grants, self.tokens)
 
     def revoke_orphaned_grants(self) -> None:
         """At startup, once events are audited: end the grants of operators no longer in the token file."""
@@ -492,68 +433,3 @@ def redirect_uri_problem(uri: str) -> str | None:
     if "." in parts.scheme:
         return None
     return "allowed: https://…, http:// to localhost, 127.0.0.1 or [::1], or a private-use scheme (com.example.app:/…)"
-
-
-# -- the approval page -----------------------------------------------------------------------------------------
-
-_PAGE = """<!doctype html>
-<html><head><meta charset="utf-8"><title>relay-shell: approve a client</title>
-<style>body{{font-family:sans-serif;max-width:40em;margin:3em auto}}code{{word-break:break-all}}</style></head>
-<body><h1>Approve an MCP client?</h1>
-<p><b>{client_name}</b> (client id <code>{client_id}</code>) asks to operate this relay-shell server: run commands
-on this host and its SSH fleet, under this server's policy and audit log.</p>
-<p>After approval the browser returns to <code>{redirect_uri}</code>.</p>
-<p style="color:#a00">{message}</p>
-<form method="post" action="/oauth/approve">
-<input type="hidden" name="request" value="{request_id}">
-<label>Operator token (a token from relay-shell's token file):
-<input type="password" name="token" autocomplete="off" size="50"></label>
-<p><button name="decision" value="approve">Approve</button> <button name="decision" value="deny">Deny</button></p>
-</form></body></html>
-"""
-
-_HEADERS = {
-    "Cache-Control": "no-store",
-    "X-Frame-Options": "DENY",  # no clickjacking of the approve button
-    "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'none'",
-    "Referrer-Policy": "no-referrer",
-}
-
-
-def approval_page(provider: OAuthProvider, request_id: str, message: str, status_code: int = 200) -> Response:
-    from starlette.responses import HTMLResponse
-
-    pending = provider.pending.get(request_id)
-    if pending is None:
-        return HTMLResponse(
-            "<!doctype html><p>This authorization request is unknown or has expired. Start again from the client.",
-            status_code=400,
-            headers=_HEADERS,
-        )
-    client = provider.clients.get(pending.client_id, {})
-    page = _PAGE.format(
-        client_name=html.escape(client_label_of(client)),
-        client_id=html.escape(pending.client_id),
-        redirect_uri=html.escape(str(pending.params.redirect_uri)),
-        message=html.escape(message),
-        request_id=html.escape(request_id),
-    )
-    return HTMLResponse(page, status_code=status_code, headers=_HEADERS)
-
-
-async def approval_endpoint(provider: OAuthProvider, request: Request) -> Response:
-    """GET shows the pending authorization; POST takes the operator's decision and token."""
-    from starlette.responses import HTMLResponse, RedirectResponse
-
-    if request.method == "GET":
-        return approval_page(provider, request.query_params.get("request", ""), "")
-    if int(request.headers.get("content-length") or 0) > MAX_FORM_BYTES:
-        return HTMLResponse("form too large", status_code=413, headers=_HEADERS)
-    form = await request.form(max_files=0, max_fields=8)
-    request_id = str(form.get("request") or "")
-    answer, problem = provider.approve(request_id, str(form.get("token") or ""), form.get("decision") == "approve")
-    if problem == "retry":
-        return approval_page(provider, request_id, answer, status_code=401)
-    if problem is not None:
-        return HTMLResponse(f"<!doctype html><p>{html.escape(answer)}", status_code=400, headers=_HEADERS)
-    return RedirectResponse(answer, status_code=303, headers={"Cache-Control": "no-store"})

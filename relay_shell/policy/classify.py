@@ -16,13 +16,11 @@ not looked at, and the classifier fails towards caution (confirmation in open mo
 
 from __future__ import annotations
 
-import re
-from collections.abc import Mapping
-from dataclasses import dataclass
-
 from relay_shell.plan import Subject
-from relay_shell.policy.calls import Context, is_device, is_protected
-from relay_shell.policy.programs import fd_selection, find_selection
+from relay_shell.policy.calls import Context
+from relay_shell.policy.env_substitution import Env, substitute, substituted_values, unsubstituted
+from relay_shell.policy.find import fd_selection, find_selection
+from relay_shell.policy.findings import Classification, Finding
 from relay_shell.policy.rules import known_program, program_verdict
 from relay_shell.policy.scripts import dc_commands, dc_reads_stdin
 from relay_shell.policy.shell_tokens import Command, tokenize
@@ -30,7 +28,6 @@ from relay_shell.policy.sql import mongo_tier, redis_tier, sql_tier
 from relay_shell.policy.vocabulary import (
     CODE_INJECTION_ENV,
     COMMAND_ENV,
-    CRITICAL_FILES,
     DB_CLIENTS,
     HARMLESS_PAGERS,
     INTERPRETERS,
@@ -38,35 +35,13 @@ from relay_shell.policy.vocabulary import (
     PYTHON_ROOT_RMTREE,
     PYTHON_SHELL_CALL,
     PYTHON_STATEFUL,
-    REDIRECT_WRITE,
     SHELLS,
     STDIN_SHELLS,
-    USER_CONFIG,
 )
 from relay_shell.policy.wrappers import basename, unwrap
+from relay_shell.policy.writes import redirect_findings, tree_findings
 
 MAX_DEPTH = 6
-_VARIABLE = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
-MAX_SUBSTITUTION = 65536  # an env value longer than this is not substituted into words (linear time)
-Env = Mapping[str, str]
-
-
-@dataclass(frozen=True)
-class Classification:
-    tier: int
-    reasons: tuple[str, ...]
-    canonical: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class Finding:
-    """One simple command (or other piece of text) with its tier; guarded mode admits per finding."""
-
-    canonical: str
-    tier: int
-    reason: str
-
-
 _EDITED_LINE = "a line edited with control keys before Enter: what it became cannot be known"
 _TOO_DEEP = "nested too deeply to classify: treated as irreversible"
 _SHELL_SESSION = "starts a shell that reads its commands from stdin"
@@ -291,33 +266,6 @@ def _upstream(upstream: Context, raw: list[str]) -> Context:
     return upstream
 
 
-def _substitute(words: list[str], env: Env) -> list[str]:
-    """The env overlay's values in place of `$NAME` / `${NAME}`: the text that reaches the program."""
-    if not env or not any("$" in word for word in words):
-        return words
-
-    def value_of(match: re.Match[str]) -> str:
-        value = env.get(match.group(1) or match.group(2))
-        return value if value is not None and len(value) <= MAX_SUBSTITUTION else match.group()
-
-    return [_VARIABLE.sub(value_of, word) if "$" in word else word for word in words]
-
-
-def _substituted_values(words: list[str], env: Env) -> dict[str, str]:
-    """value -> `$NAME` for each overlay variable the words name (longest values first when put back)."""
-    names = {match.group(1) or match.group(2) for word in words if "$" in word for match in _VARIABLE.finditer(word)}
-    values = {
-        env[name]: f"${name}" for name in names if name in env and env[name] and len(env[name]) <= MAX_SUBSTITUTION
-    }
-    return dict(sorted(values.items(), key=lambda item: -len(item[0])))
-
-
-def _unsubstituted(text: str, substituted: dict[str, str]) -> str:
-    for value, name in substituted.items():
-        text = text.replace(value, name)
-    return text
-
-
 def command_findings(command: Command, depth: int, env: Env = _NO_ENV, context: Context | None = None) -> list[Finding]:
     if depth > MAX_DEPTH:  # argv a program runs (kubectl exec … kubectl exec …) nests like shell text
         return [Finding(" ".join(command.words)[:200], 3, _TOO_DEEP)]
@@ -326,8 +274,8 @@ def command_findings(command: Command, depth: int, env: Env = _NO_ENV, context: 
     offset = len(command.words) - len(raw_words)
     if raw_words and raw_words[0] in _HEADERS:
         return findings  # a loop or case header, a function keyword: its substitutions are classified as nested text
-    words = _substitute(raw_words, env)
-    substituted = _substituted_values(raw_words, env) if words is not raw_words else {}
+    words = substitute(raw_words, env)
+    substituted = substituted_values(raw_words, env) if words is not raw_words else {}
     flags = command.dynamic[offset:]
     if words is not raw_words:  # a substituted word is no longer dynamic: its value is known
         flags = [flag and word == original for flag, word, original in zip(flags, words, raw_words, strict=True)]
@@ -356,7 +304,7 @@ def command_findings(command: Command, depth: int, env: Env = _NO_ENV, context: 
     if substituted:
         # Classified with the overlay's values, shown (to deny patterns, the client, the audit log's reason) as
         # written: a value may be a secret whose name only the overlay's key reveals.
-        canonical = _unsubstituted(canonical, substituted)
+        canonical = unsubstituted(canonical, substituted)
     if dynamic and dynamic[0]:
         findings.append(Finding(canonical, 2, "dynamic command word: cannot classify"))
         return findings
@@ -383,7 +331,7 @@ def command_findings(command: Command, depth: int, env: Env = _NO_ENV, context: 
         tier, reason = max(tier, 2), "empties a file"
     if unwrapped.escalated:
         tier, reason = max(tier, 2), reason if tier >= 2 else "privilege escalation"
-    findings.append(Finding(canonical, tier, _unsubstituted(reason, substituted) if substituted else reason))
+    findings.append(Finding(canonical, tier, unsubstituted(reason, substituted) if substituted else reason))
     for text in found.shell:
         findings += shell_findings(text, depth + 1, env)
     for argv in found.commands:
@@ -461,33 +409,6 @@ def _heredoc_findings(program: str, command: Command, depth: int, env: Env) -> l
     if program in DB_CLIENTS and any(operator == "<" for operator, _ in command.redirects):
         findings.append(Finding(" ".join(command.words[:3]), 2, f"{program} runs SQL from a file"))
     return findings
-
-
-def redirect_findings(redirects: list[tuple[str, str]]) -> list[Finding]:
-    findings = []
-    for operator, target in redirects:
-        if operator not in REDIRECT_WRITE:
-            continue
-        if target in ("/dev/null", "/dev/stdout", "/dev/stderr", "/dev/tty") or target.startswith("/dev/fd/"):
-            continue
-        if is_device(target):
-            findings.append(Finding(f"{operator} {target}", 3, f"writes onto block device {target}"))
-        elif target in CRITICAL_FILES or target.startswith("/boot/"):
-            tier = 3 if operator != ">>" and operator != "&>>" else 2
-            findings.append(Finding(f"{operator} {target}", tier, f"writes {target}"))
-        elif is_protected(target) or USER_CONFIG.match(target):
-            findings.append(Finding(f"{operator} {target}", 2, f"writes system or login file {target}"))
-        else:
-            findings.append(Finding(f"{operator} {target}", 1, f"writes {target}"))
-    return findings
-
-
-def tree_findings(root: str) -> list[Finding]:
-    """A tree merged into `root` may replace any file below it: the worst file it could reach counts."""
-    below = root.rstrip("/") + "/"
-    if root.startswith("/boot") or any(path.startswith(below) for path in CRITICAL_FILES):
-        return [Finding(f"tree into {root}", 3, f"a tree merged into {root} can replace critical files there")]
-    return redirect_findings([(">", root)])
 
 
 def _has_fork_bomb(text: str) -> bool:

@@ -8,7 +8,7 @@ import re
 from collections.abc import Callable
 
 from relay_shell.policy.calls import READ, Call, Verdict, verdict
-from relay_shell.policy.programs import writes_onto
+from relay_shell.policy.files import writes_onto
 
 # -- users, network configuration, firewalls ------------------------------------------------------------------
 

@@ -10,7 +10,7 @@ awk and the shell builtins that keep a command for later are in `scripts.py`.
 
 Tiers (the rubric, adr/0004): a new output file is 1 (`> out.txt`), output onto one of the inputs is an in-place
 rewrite without a backup (2, as `sed -i`), onto a system, login or critical file or a device what
-programs.writes_onto says (2 or 3).
+files.writes_onto says (2 or 3).
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ import re
 from collections.abc import Callable
 
 from relay_shell.policy.calls import READ, Call, Option, Verdict, long_names, read_options, verdict
+from relay_shell.policy.files import writes_onto
 from relay_shell.policy.network import listener
 from relay_shell.policy.output_options import SPECS, Spec
-from relay_shell.policy.programs import writes_onto
 from relay_shell.policy.vocabulary import words
 
 _NOT_A_FILE = frozenset(["-", "/dev/stdout", "/dev/stderr", "/dev/null", "/dev/tty"])

@@ -7,7 +7,20 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from relay_shell.policy import devops, disks, network, outputs, packages, programs, scripts, sql, vcs, verbs
+from relay_shell.policy import (
+    devops,
+    disks,
+    files,
+    find,
+    network,
+    outputs,
+    packages,
+    processes,
+    scripts,
+    sql,
+    vcs,
+    verbs,
+)
 from relay_shell.policy.calls import Call, Context, Verdict, verdict
 from relay_shell.policy.vocabulary import (
     ESCALATION,
@@ -28,7 +41,9 @@ RULES: dict[str, Callable[[Call], Verdict]] = {
     **devops.RULES,
     **vcs.RULES,
     **disks.RULES,
-    **programs.RULES,
+    **files.RULES,
+    **find.RULES,
+    **processes.RULES,
     **network.RULES,
     **sql.RULES,
     **verbs.RULES,

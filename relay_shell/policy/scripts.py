@@ -12,8 +12,8 @@ import re
 from collections.abc import Callable
 
 from relay_shell.policy.calls import READ, Call, Verdict, long_names, read_options, verdict
+from relay_shell.policy.files import in_place
 from relay_shell.policy.outputs import commands_in_code, written
-from relay_shell.policy.programs import in_place
 from relay_shell.policy.vocabulary import words
 
 # -- sed ------------------------------------------------------------------------------------------------------------
@@ -111,7 +111,7 @@ def sed_actions(script: str) -> tuple[list[str], list[str], bool]:
 
 
 def _sed(call: Call) -> Verdict:
-    """sed: in place (programs.in_place), and what its script writes or runs. A script file (-f) cannot be seen:
+    """sed: in place (files.in_place), and what its script writes or runs. A script file (-f) cannot be seen:
     tier 1 as a script of unknown effect; --sandbox turns off e, r and w."""
     options, operands = read_options(call.words, _SED_VALUES, _SED_OPTIONAL, _SED_KNOWN)
     names = {name for name, _value in options}

@@ -24,163 +24,180 @@ class Command:
 
 def tokenize(text: str, nested: list[str]) -> list[Command]:
     """Split shell text into simple commands. Contents of `$(…)` and backticks go to `nested`."""
-    commands: list[Command] = []
-    current = Command()
-    word: list[str] = []
-    word_dynamic = False
-    word_started = False
-    pending_redirect: str | None = None
-    pending_heredocs: list[tuple[Command, str]] = []
+    reader = _Reader(text, nested)
     index = 0
     length = len(text)
-
-    def finish_word() -> None:
-        nonlocal word, word_dynamic, word_started, pending_redirect
-        if not word_started:
-            return
-        value = "".join(word)
-        if pending_redirect is not None:
-            if pending_redirect in ("<<", "<<-"):
-                pending_heredocs.append((current, value))
-            else:
-                current.redirects.append((pending_redirect, value))
-            pending_redirect = None
-        elif not current.words and ASSIGNMENT.fullmatch(value):
-            pass  # a leading assignment (VAR=value cmd) is not the command word
-        else:
-            current.words.append(value)
-            current.dynamic.append(word_dynamic)
-        word = []
-        word_dynamic = False
-        word_started = False
-
-    def finish_command(piped: bool) -> None:
-        nonlocal current
-        finish_word()
-        if current.words or current.redirects:
-            commands.append(current)
-            current = Command(piped_into=piped)
-        else:
-            current.piped_into = piped  # reuse the empty command: `;;;;` costs no allocations
-
     while index < length:
         plain = _PLAIN.match(text, index)
         if plain is not None:
-            word.append(plain.group())
-            word_started = True
+            reader.word.append(plain.group())
+            reader.word_started = True
             index = plain.end()
             continue
         char = text[index]
         if char == "\\" and index + 1 < length:
             if text[index + 1] != "\n":
-                word.append(text[index + 1])
-                word_started = True
+                reader.word.append(text[index + 1])
+                reader.word_started = True
             index += 2
-            continue
-        if char == "'":
+        elif char == "'":
             end = text.find("'", index + 1)
             end = length if end < 0 else end
-            word.append(text[index + 1 : end])
-            word_started = True
+            reader.word.append(text[index + 1 : end])
+            reader.word_started = True
             index = end + 1
-            continue
-        if char == '"':
-            index += 1
-            word_started = True
-            while index < length and text[index] != '"':
-                if text[index] == "\\" and index + 1 < length and text[index + 1] in '"\\$`':
-                    word.append(text[index + 1])
-                    index += 2
-                    continue
-                if text[index] == "$" and text.startswith("$(", index):
-                    index = _capture_substitution(text, index + 2, nested)
-                    word_dynamic = True
-                    continue
-                if text[index] == "`":
-                    end = text.find("`", index + 1)
-                    end = length if end < 0 else end
-                    nested.append(text[index + 1 : end])
-                    word_dynamic = True
-                    index = end + 1
-                    continue
-                if text[index] == "$":
-                    word_dynamic = True
-                word.append(text[index])
-                index += 1
-            index += 1
-            continue
-        if char == "$" and text.startswith("$(", index) and not text.startswith("$((", index):
+        elif char == '"':
+            index = reader.double_quoted(index + 1)
+        elif char == "$" and text.startswith("$(", index) and not text.startswith("$((", index):
             index = _capture_substitution(text, index + 2, nested)
-            word_dynamic = True
-            word_started = True
-            continue
-        if char == "`":
-            end = text.find("`", index + 1)
-            end = length if end < 0 else end
-            nested.append(text[index + 1 : end])
-            word_dynamic = word_started = True
-            index = end + 1
-            continue
-        if char == "$":
-            word_dynamic = True
-        if char == "#" and not word_started:
+            reader.word_dynamic = True
+            reader.word_started = True
+        elif char == "`":
+            index = reader.backquoted(index)
+            reader.word_started = True
+        elif char == "#" and not reader.word_started:
             newline = text.find("\n", index)
             index = length if newline < 0 else newline
-            continue
-        if char in " \t":
-            finish_word()
+        elif char in " \t":
+            reader.finish_word()
             index += 1
-            continue
-        if char == "\n":
-            finish_command(False)
+        elif char == "\n":
+            index = reader.line_end(index + 1)
+        elif char in ";&|()":
+            index = reader.separator(index)
+        elif char in "<>":
+            index = reader.redirection(index)
+        elif char in "{}" and not reader.word_started and (index + 1 >= length or text[index + 1] in " \t\n;"):
+            reader.finish_command(False)
             index += 1
-            # Here-documents start after the line that introduced them; their bodies are data.
-            for owner, delimiter in pending_heredocs:
-                body_end = _heredoc_end(text, index, delimiter.strip("'\"-"))
-                owner.heredoc = text[index:body_end]
-                index = min(length, body_end + len(delimiter) + 1)
-            pending_heredocs = []
-            continue
-        if char in ";&|()":
-            if char == "&" and text.startswith("&>", index):
-                finish_word()
-                operator = "&>>" if text.startswith("&>>", index) else "&>"
-                pending_redirect = operator
-                index += len(operator)
-                continue
-            piped = char == "|" and not text.startswith("||", index)
-            finish_command(piped)
-            index += 2 if text.startswith(("&&", "||", ";;"), index) else 1
-            continue
-        if char in "<>":
-            # A redirection: a leading fd number in the current word belongs to it (2>, 1>>).
-            if word_started and "".join(word).isdigit():
-                word = []
-                word_started = False
-            else:
-                finish_word()
-            operator_match = REDIRECT_OPERATOR.match(text, index)
-            assert operator_match is not None
-            operator = operator_match.group(0)
-            index += len(operator)
-            if operator in (">&", "<&"):
-                # fd duplication (2>&1) or close (>&-): nothing is written to a file.
-                while index < length and (text[index].isdigit() or text[index] == "-"):
-                    index += 1
-                continue
-            pending_redirect = operator
-            continue
-        if char in "{}" and not word_started and (index + 1 >= length or text[index + 1] in " \t\n;"):
-            finish_command(False)
+        else:
+            if char == "$":
+                reader.word_dynamic = True
+            reader.word.append(char)
+            reader.word_started = True
             index += 1
-            continue
-        word.append(char)
-        word_started = True
-        index += 1
-    finish_command(False)
-    for owner, _delimiter in pending_heredocs:
+    reader.finish_command(False)
+    for owner, _delimiter in reader.pending_heredocs:
         owner.heredoc = ""
-    return commands
+    return reader.commands
+
+
+class _Reader:
+    """What the tokenizer holds while it reads one text: the commands so far, the command and the word being built,
+    and a redirection or here-documents waiting for their word or the end of their line. Each method reads one
+    construct from an index and returns the index after it."""
+
+    def __init__(self, text: str, nested: list[str]) -> None:
+        self.text = text
+        self.nested = nested
+        self.commands: list[Command] = []
+        self.current = Command()
+        self.word: list[str] = []
+        self.word_dynamic = False
+        self.word_started = False
+        self.pending_redirect: str | None = None
+        self.pending_heredocs: list[tuple[Command, str]] = []
+
+    def finish_word(self) -> None:
+        if not self.word_started:
+            return
+        value = "".join(self.word)
+        if self.pending_redirect is not None:
+            if self.pending_redirect in ("<<", "<<-"):
+                self.pending_heredocs.append((self.current, value))
+            else:
+                self.current.redirects.append((self.pending_redirect, value))
+            self.pending_redirect = None
+        elif not self.current.words and ASSIGNMENT.fullmatch(value):
+            pass  # a leading assignment (VAR=value cmd) is not the command word
+        else:
+            self.current.words.append(value)
+            self.current.dynamic.append(self.word_dynamic)
+        self.word = []
+        self.word_dynamic = False
+        self.word_started = False
+
+    def finish_command(self, piped: bool) -> None:
+        self.finish_word()
+        if self.current.words or self.current.redirects:
+            self.commands.append(self.current)
+            self.current = Command(piped_into=piped)
+        else:
+            self.current.piped_into = piped  # reuse the empty command: `;;;;` costs no allocations
+
+    def double_quoted(self, index: int) -> int:
+        """A double-quoted string from just after its opening quote: escapes, `$(…)` and backticks inside it."""
+        text, length, word = self.text, len(self.text), self.word
+        self.word_started = True
+        while index < length and text[index] != '"':
+            if text[index] == "\\" and index + 1 < length and text[index + 1] in '"\\$`':
+                word.append(text[index + 1])
+                index += 2
+                continue
+            if text[index] == "$" and text.startswith("$(", index):
+                index = _capture_substitution(text, index + 2, self.nested)
+                self.word_dynamic = True
+                continue
+            if text[index] == "`":
+                index = self.backquoted(index)
+                continue
+            if text[index] == "$":
+                self.word_dynamic = True
+            word.append(text[index])
+            index += 1
+        return index + 1
+
+    def backquoted(self, index: int) -> int:
+        """A backquoted command: its text goes to `nested`, the word it is in becomes dynamic."""
+        end = self.text.find("`", index + 1)
+        end = len(self.text) if end < 0 else end
+        self.nested.append(self.text[index + 1 : end])
+        self.word_dynamic = True
+        return end + 1
+
+    def line_end(self, index: int) -> int:
+        """After a newline: the command ends, and the here-documents its line introduced follow; their bodies are
+        data."""
+        self.finish_command(False)
+        text, length = self.text, len(self.text)
+        for owner, delimiter in self.pending_heredocs:
+            body_end = _heredoc_end(text, index, delimiter.strip("'\"-"))
+            owner.heredoc = text[index:body_end]
+            index = min(length, body_end + len(delimiter) + 1)
+        self.pending_heredocs = []
+        return index
+
+    def separator(self, index: int) -> int:
+        """`;`, `&`, `|`, `&&`, `||`, `;;`, `(`, `)` end a command (a pipe feeds the next); `&>` and `&>>` redirect."""
+        text = self.text
+        if text.startswith("&>", index):
+            self.finish_word()
+            operator = "&>>" if text.startswith("&>>", index) else "&>"
+            self.pending_redirect = operator
+            return index + len(operator)
+        piped = text[index] == "|" and not text.startswith("||", index)
+        self.finish_command(piped)
+        return index + (2 if text.startswith(("&&", "||", ";;"), index) else 1)
+
+    def redirection(self, index: int) -> int:
+        """A redirection operator; its target is the next word. A leading fd number in the current word belongs to
+        it (2>, 1>>); fd duplication (2>&1) and closing (>&-) write nothing."""
+        text, length = self.text, len(self.text)
+        if self.word_started and "".join(self.word).isdigit():
+            self.word = []
+            self.word_started = False
+        else:
+            self.finish_word()
+        operator_match = REDIRECT_OPERATOR.match(text, index)
+        assert operator_match is not None
+        operator = operator_match.group(0)
+        index += len(operator)
+        if operator in (">&", "<&"):
+            while index < length and (text[index].isdigit() or text[index] == "-"):
+                index += 1
+            return index
+        self.pending_redirect = operator
+        return index
 
 
 def _capture_substitution(text: str, start: int, nested: list[str]) -> int:

@@ -1,6 +1,6 @@
 """The classifier's vocabulary: program names by tier, wrappers and their options, system directories,
-critical files, devices, Python calls that run commands. Data only; the rules that use it are in
-`programs.py`, `tools.py`, `verbs.py`, `windows.py` and `sql.py`.
+critical files, devices, Python calls that run commands. Data only; the rules that use it are the rule modules
+`rules.py` gathers, `verbs.py`, `windows.py` and `sql.py`.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ READ_ONLY = words(
     # shell-local state
     " cd pushd popd : exit return set shopt read local declare typeset unset export alias unalias trap shift"
     " getopts let history fc compgen complete bind . break continue setopt unsetopt zle clear reset tput"
-    # linters and checkers (their write modes are rules in programs.py)
+    # linters and checkers (their write modes are rules in packages.py)
     " shellcheck hadolint yamllint jsonlint flake8 pylint mypy pyright pyre pydocstyle pycodestyle bandit"
     " safety pip-audit vulture checkov tflint tfsec trivy grype syft semgrep vale proselint ansible-lint"
     " actionlint kubeval kubeconform conftest"

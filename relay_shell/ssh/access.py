@@ -12,7 +12,7 @@ from relay_shell.config import Settings
 from relay_shell.ssh.forwards.registry import ForwardRegistry
 
 if TYPE_CHECKING:
-    from relay_shell.ssh.connection_args import Ssh
+    from relay_shell.ssh.state import Ssh
 
 
 class SshAccess:
@@ -31,9 +31,9 @@ class SshAccess:
 
     def get(self) -> Ssh:
         if self.ssh is None:
-            from relay_shell.ssh.connection_args import Ssh
             from relay_shell.ssh.inventory.load import Inventory
             from relay_shell.ssh.pool import SshPool
+            from relay_shell.ssh.state import Ssh
 
             settings = self.settings
             pool = SshPool(

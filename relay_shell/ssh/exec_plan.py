@@ -9,15 +9,16 @@ from typing import Any
 
 import asyncssh
 
-from relay_shell.arguments import call_limits, check_no_nul
+from relay_shell.arguments import call_limits, check_no_nul, command_text
 from relay_shell.errors import ArgumentError, ToolError
 from relay_shell.plan import Execution, Plan, ProgressFn, command_execution
 from relay_shell.sessions.expect import compile_until
 from relay_shell.sessions.plans import TERM, check_size, spawn_plan, wait_timeout_for
 from relay_shell.sessions.registry import SessionRegistry
-from relay_shell.ssh.connection_args import ConnectionArgs, Ssh, command_text, host_subject, target_record
+from relay_shell.ssh.connection_args import ConnectionArgs
 from relay_shell.ssh.remote_exec import RemoteOutcome, open_channel, run_remote
-from relay_shell.ssh.target import Route
+from relay_shell.ssh.state import Ssh
+from relay_shell.ssh.target import Route, host_subject, target_record
 from relay_shell.ssh.terminal import SshTerminal
 
 

@@ -9,14 +9,16 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from relay_shell.arguments import MIN_OUTPUT, call_limits
+from relay_shell.arguments import MIN_OUTPUT, call_limits, command_text
 from relay_shell.capture import BoundedCapture, CapturedText
 from relay_shell.errors import ArgumentError, ToolError
 from relay_shell.plan import Execution, Outcome, Plan, ProgressFn, Subject
-from relay_shell.ssh.connection_args import ConnectionArgs, Ssh, command_text, expand_hosts, host_subject, target_record
+from relay_shell.ssh.connection_args import ConnectionArgs
+from relay_shell.ssh.hosts_argument import expand_hosts
 from relay_shell.ssh.pool import ConnectFailed
 from relay_shell.ssh.remote_exec import run_remote
-from relay_shell.ssh.target import Route
+from relay_shell.ssh.state import Ssh
+from relay_shell.ssh.target import Route, host_subject, target_record
 
 FANOUT_STATUSES = ("ok", "failed", "unreachable", "timeout", "denied", "auth_failed", "hostkey_rejected")
 DEFAULT_PER_HOST_OUTPUT = 8192

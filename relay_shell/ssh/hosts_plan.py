@@ -11,7 +11,9 @@ import orjson
 from relay_shell.capture import BoundedCapture
 from relay_shell.errors import ToolError
 from relay_shell.plan import Execution, Plan, ProgressFn, Subject
-from relay_shell.ssh.connection_args import ConnectionArgs, Ssh, target_record
+from relay_shell.ssh.connection_args import ConnectionArgs
+from relay_shell.ssh.state import Ssh
+from relay_shell.ssh.target import target_record
 from relay_shell.ssh.trust import trusted_keys
 
 

@@ -1,5 +1,7 @@
 """Where an SSH call goes: parse `host`, `user@host`, `user@host:port` and jump specs, resolve them through the
-inventory and ssh_config into one connection identity, and list every spelling of the target for policy.
+inventory and ssh_config into one connection identity, list every spelling of the target for policy, and describe
+the resolved route to the rest of the server: its audit record (`target_record`) and its policy subject
+(`host_subject`).
 
 Policy sees the target in all its spellings: an IPv4 address written in decimal, hex, octal or shortened
 form (`2130706433`, `0x7f000001`, `0177.0.0.1`, `127.1`) or as IPv4-mapped IPv6 reaches the same host as
@@ -17,8 +19,11 @@ import socket
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from stat import S_ISREG
+from typing import Any
 
 from relay_shell.errors import ArgumentError
+from relay_shell.plan import Subject
+from relay_shell.ssh.connection_args import ConnectionArgs
 from relay_shell.ssh.inventory.fields import KNOWN_HOSTS_MODES
 from relay_shell.ssh.inventory.load import Inventory
 
@@ -389,3 +394,31 @@ def _local_user() -> str:
         return pwd.getpwuid(os.getuid()).pw_name
     except (ImportError, KeyError):
         return os.environ.get("USER", "root")
+
+
+def target_record(route: Route) -> dict[str, Any]:
+    """The SSH identity for the audit record: where, as whom, with which key, through which hops, how trusted."""
+    target = route.target
+    record: dict[str, Any] = {
+        "host": target.name,
+        "address": target.address,
+        "port": target.port,
+        "user": target.user,
+        "key": key_fingerprint(target.key_path) if target.key_path else "default (agent and ~/.ssh keys)",
+        "host_key_mode": target.known_hosts_mode,
+    }
+    if route.jumps:
+        record["jump"] = [hop.describe() for hop in route.jumps]
+    # ssh_config's ProxyCommand runs a local command: the record names it, for the target or the first hop.
+    proxy_commands = [hop.proxy_command for hop in (*route.jumps, target) if hop.proxy_command]
+    if proxy_commands:
+        record["proxy_command"] = proxy_commands[0]
+    return record
+
+
+def host_subject(route: Route, connection: ConnectionArgs, **texts: Any) -> Subject:
+    return Subject(
+        hosts=route.spellings,
+        unverified_host_key=connection.known_hosts == "ignore",
+        **texts,
+    )

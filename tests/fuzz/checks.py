@@ -22,7 +22,7 @@ from tests.fuzz.peers import answer_key
 
 MAX_RECORD_BYTES = 64 * 1024
 LONG_FIELD = 1024  # characters: longer request ids are recorded as head + tail + length + SHA-256
-# The first line of an isError result: what failed, in the grammar of design.md ("Result grammar").
+# The first line of an isError result: what failed, in the grammar of docs/contract.md ("Results").
 ERROR_LINE = re.compile(
     r"\[(?:ERROR: [A-Z][A-Za-z0-9]*: .*|DENIED tier [0-3] \([a-z]+\): .*|TIMEOUT after [0-9.]+s.*"
     r"|CONFIRM REQUIRED tier 3: .*|CANCELLED)\]"

@@ -1,4 +1,4 @@
-"""The shipper (audit/ship.py) against a real rsyslog: over the datagram targets (a Unix socket, UDP), and with the
+"""The shipper (offhost/shipper.py) against a real rsyslog: over the datagram targets (a Unix socket, UDP), and with the
 log rotated by rename and by copy-truncate while the collector is down (so the shipper is behind when the rotation
 happens) or while it keeps up, and with the shipper itself stopped and started again across a rotation: the copy
 always ends up with every line of every file."""
@@ -19,10 +19,11 @@ from pathlib import Path
 import pytest
 
 from relay_shell.audit.log import AuditLog
-from relay_shell.audit.ship import Shipper, state_path_for
-from relay_shell.audit.syslog import tls_context
 from relay_shell.config import SyslogTarget, syslog_target
 from relay_shell.metrics import Metrics
+from relay_shell.offhost.ship_state import state_path_for
+from relay_shell.offhost.shipper import Shipper
+from relay_shell.offhost.syslog import tls_context
 from tests.journald import Journald
 from tests.rsyslog import Rsyslog, make_test_ca
 
@@ -252,7 +253,6 @@ def test_journald_gets_every_record_with_its_fields(tmp_path: Path) -> None:
     assert entries[0]["PRIORITY"] == "6"
     assert shipper.state_path.name == ".audit.jsonl.journald-state.json"
     assert metrics.registry.get_sample_value("relay_shell_audit_shipped_records_total", {"target": "journald"}) == 101
-
 
 
 def test_mutual_tls_refuses_a_client_without_a_certificate_and_takes_one_with(

@@ -26,12 +26,14 @@ from pathlib import Path
 import orjson
 import pytest
 
-from relay_shell.audit import ship
 from relay_shell.audit.log import AuditLog
-from relay_shell.audit.ship import Position, Shipper, state_path_for
-from relay_shell.audit.syslog import UDP_MAX
 from relay_shell.config import syslog_target
 from relay_shell.metrics import Metrics
+from relay_shell.offhost import shipper as ship
+from relay_shell.offhost.positions import Position
+from relay_shell.offhost.ship_state import state_path_for
+from relay_shell.offhost.shipper import Shipper
+from relay_shell.offhost.syslog import UDP_MAX
 from tests.rsyslog import Rsyslog, free_port
 
 READ_CHUNK = 1500  # the slow peer reads this many bytes …

@@ -12,13 +12,13 @@ from pathlib import Path
 import orjson
 import pytest
 
-from relay_shell.audit.checkpoint import CHECKPOINT_TOOL, Checkpointer, check_checkpoint
-from relay_shell.audit.keys import KeyFileError, generate_keypair, load_public_key, load_signing_key
 from relay_shell.audit.log import AuditLog
-from relay_shell.audit.syslog import message_of, syslog_message, tool_class
 from relay_shell.audit.verify import verify_files
 from relay_shell.config import CheckpointInterval, ConfigError, checkpoint_interval, load_settings, syslog_target
 from relay_shell.metrics import Metrics
+from relay_shell.offhost.checkpoints import CHECKPOINT_TOOL, Checkpointer, check_checkpoint
+from relay_shell.offhost.signing_keys import KeyFileError, generate_keypair, load_public_key, load_signing_key
+from relay_shell.offhost.syslog import message_of, syslog_message, tool_class
 
 LINE = (
     b'{"call_id":"3f9a1b2c4d5e-17","denied":false,"phase":"end","prev":"'
@@ -32,7 +32,7 @@ LINE = (
 def test_a_record_becomes_one_rfc5424_message_with_the_line_as_msg() -> None:
     message = syslog_message(LINE, b"box.example", b"4242")
     assert message == (
-        b'<110>1 2026-11-27T02:00:00.123456Z box.example relay-shell 4242 shell_exec '
+        b"<110>1 2026-11-27T02:00:00.123456Z box.example relay-shell 4242 shell_exec "
         b'[audit@32473 seq="41" call_id="3f9a1b2c4d5e-17"] ' + LINE[:-1]
     )
     denied = LINE.replace(b'"denied":false', b'"denied":true')
@@ -326,7 +326,7 @@ def test_against_keeps_compact_tables_and_counts_duplicates_and_conflicts_in_any
     import random
     import tracemalloc
 
-    from relay_shell.audit.against import LocalChains, compare, read_copy
+    from relay_shell.offhost.copy_verifier import LocalChains, compare, read_copy
 
     count = 20_000
     log = AuditLog(tmp_path / "audit.jsonl")

@@ -1,4 +1,4 @@
-"""relay_shell.audit.redact: which secrets disappear (and which names stay), what ordinary text is left alone,
+"""relay_shell.redaction: which secrets disappear (and which names stay), what ordinary text is left alone,
 redact_value on JSON-like values, idempotence, and linear time on adversarial megabytes."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from relay_shell.audit.redact import REDACTED, redact, redact_value
+from relay_shell.redaction.redact import REDACTED, redact, redact_value
 
 # Provider tokens are assembled at run time so this file does not itself look like it leaks credentials to
 # secret scanners. Each has the real shape (prefix, alphabet, length).
@@ -28,8 +28,10 @@ OPENAI_LEGACY = "sk-" + ALNUM + ALNUM[:12]
 ANTHROPIC = "sk-ant-api03-" + ALNUM + ALNUM + "-" + ALNUM[:20] + "AA"
 GOOGLE = "AIza" + "SyA" + ALNUM[:32]
 JWT = (
-    "eyJ" + "hbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9"
-    + ".eyJ" + "zdWIiOiIxMjM0NTY3ODkwIiwibmFtZSI6IkpvaG4gRG9lIn0"
+    "eyJ"
+    + "hbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9"
+    + ".eyJ"
+    + "zdWIiOiIxMjM0NTY3ODkwIiwibmFtZSI6IkpvaG4gRG9lIn0"
     + ".SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c"
 )
 NPM = "npm_" + ALNUM
@@ -39,9 +41,30 @@ SENDGRID = "SG." + ALNUM[:22] + "." + ALNUM + ALNUM[:7]
 TWILIO = "SK" + HEX * 2
 DIGITALOCEAN = "dop_v1_" + HEX * 4
 PROVIDER_TOKENS = [
-    AWS_KEY_ID, AWS_SESSION_KEY_ID, GITHUB_CLASSIC, "gho_" + ALNUM, "ghu_" + ALNUM, "ghs_" + ALNUM, "ghr_" + ALNUM,
-    GITHUB_FINE_GRAINED, GITLAB, SLACK, STRIPE, STRIPE_TEST, STRIPE_RESTRICTED, OPENAI, OPENAI_LEGACY, ANTHROPIC,
-    GOOGLE, JWT, NPM, PYPI, HUGGING_FACE, SENDGRID, TWILIO, DIGITALOCEAN,
+    AWS_KEY_ID,
+    AWS_SESSION_KEY_ID,
+    GITHUB_CLASSIC,
+    "gho_" + ALNUM,
+    "ghu_" + ALNUM,
+    "ghs_" + ALNUM,
+    "ghr_" + ALNUM,
+    GITHUB_FINE_GRAINED,
+    GITLAB,
+    SLACK,
+    STRIPE,
+    STRIPE_TEST,
+    STRIPE_RESTRICTED,
+    OPENAI,
+    OPENAI_LEGACY,
+    ANTHROPIC,
+    GOOGLE,
+    JWT,
+    NPM,
+    PYPI,
+    HUGGING_FACE,
+    SENDGRID,
+    TWILIO,
+    DIGITALOCEAN,
 ]
 
 # (text, secrets that must be absent from the output, text that must still be present)
@@ -375,12 +398,54 @@ def test_redact_value_cases(value: object, expected: object) -> None:
 # --------------------------------------------------------------------------------------------------------------
 
 ADVERSARIAL_UNITS = [
-    "a", "=", " ", "password", "passwordpassword=", "password ", "--password ", "--password x ", "eyJ",
-    "eyJaaaaaaaaa.", "-----BEGIN RSA PRIVATE KEY-----", "PuTTY-User-Key-File-2:", "https://", "://", "a:b@",
-    "x://a:", '"password":"', "PASSWORD='", "token=$(", "AKIA", "sk-", "SG.", "Authorization: ", "Bearer ",
-    "Bearer 1", "a=b ", "a_token=b&", "mysql -p ", "mysql ", "curl -u a:b ", "set ", "config set token ",
-    "<password>", "<a>", "login a password b\n", "password x\n", "'", '"', "\\", "-p", "A" * 15 + "a",
-    "openssl -key ", "sshpass -p x ", "gh secret set x --body ", "mysql;", "password:'", "a'b'", "(",
+    "a",
+    "=",
+    " ",
+    "password",
+    "passwordpassword=",
+    "password ",
+    "--password ",
+    "--password x ",
+    "eyJ",
+    "eyJaaaaaaaaa.",
+    "-----BEGIN RSA PRIVATE KEY-----",
+    "PuTTY-User-Key-File-2:",
+    "https://",
+    "://",
+    "a:b@",
+    "x://a:",
+    '"password":"',
+    "PASSWORD='",
+    "token=$(",
+    "AKIA",
+    "sk-",
+    "SG.",
+    "Authorization: ",
+    "Bearer ",
+    "Bearer 1",
+    "a=b ",
+    "a_token=b&",
+    "mysql -p ",
+    "mysql ",
+    "curl -u a:b ",
+    "set ",
+    "config set token ",
+    "<password>",
+    "<a>",
+    "login a password b\n",
+    "password x\n",
+    "'",
+    '"',
+    "\\",
+    "-p",
+    "A" * 15 + "a",
+    "openssl -key ",
+    "sshpass -p x ",
+    "gh secret set x --body ",
+    "mysql;",
+    "password:'",
+    "a'b'",
+    "(",
 ]
 MIB = 1 << 20
 
@@ -408,7 +473,7 @@ def test_linear_time_on_adversarial_input(unit: str) -> None:
 def test_texts_left_unchanged_are_remembered_and_secrets_are_not() -> None:
     # The per-call shortcut (issue 15 item 5): a short text redaction left as it was is not redacted again, and
     # a text a pass changed (a secret) is never kept in memory for it. Both give what the full passes give.
-    from relay_shell.audit import redact as module
+    from relay_shell.redaction import redact as module
 
     plain = "session_id s-0123456789ab ^>>> "
     secret = f"export GITHUB_TOKEN={GITHUB_CLASSIC}"

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from relay_shell.audit.patterns import compile_pattern, possessive_as_atomic
-from relay_shell.audit.redact import redact
+from relay_shell.redaction.pattern_compiler import compile_pattern, possessive_as_atomic
+from relay_shell.redaction.redact import redact
 
 
 def test_the_cpython_bug_report_example_matches_as_an_atomic_group() -> None:

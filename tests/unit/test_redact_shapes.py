@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from relay_shell.audit.redact import redact, redact_value
+from relay_shell.redaction.redact import redact, redact_value
 
 # Tokens are assembled at run time so this file does not look like a credential leak to secret scanners.
 ALNUM = "a1B2c3D4e5F6g7H8i9J0kLmNoPqRsTuVwXyZ"

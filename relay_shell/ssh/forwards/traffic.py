@@ -1,4 +1,4 @@
-"""What moved through a forward (`Traffic`, updated by forwards/io.py on every chunk and connection), and the
+"""What moved through a forward (`Traffic`, updated by forwards/connections.py on every chunk and connection), and the
 bound on connections all forwards carry at once (`ConnectionBudget`). Imports no asyncssh.
 """
 
@@ -14,7 +14,7 @@ OTHER_DESTINATIONS = "others"  # the count of refusals beyond them (a destinatio
 
 @dataclass
 class Traffic:
-    """What moved through one forward. forwards/io.py updates it on every chunk and connection."""
+    """What moved through one forward. forwards/connections.py updates it on every chunk and connection."""
 
     to_destination: int = 0  # bytes from the clients of the listener toward the destination
     from_destination: int = 0  # bytes back

@@ -32,10 +32,11 @@ from asyncssh import SFTPClient
 from relay_shell.arguments import call_limits, check_no_nul
 from relay_shell.errors import ArgumentError, ToolError
 from relay_shell.plan import Execution, Outcome, Plan, ProgressFn, Subject
-from relay_shell.ssh.connection_args import ConnectionArgs, Ssh, target_record
+from relay_shell.ssh.connection_args import ConnectionArgs
 from relay_shell.ssh.pool import PooledConnection
 from relay_shell.ssh.remote_exec import on_channel
-from relay_shell.ssh.target import Route
+from relay_shell.ssh.state import Ssh
+from relay_shell.ssh.target import Route, target_record
 from relay_shell.ssh.transfers.ends import (
     CONNECTION_LOST,
     KIND_NAMES,

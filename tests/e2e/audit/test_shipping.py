@@ -20,7 +20,7 @@ import orjson
 import pytest
 
 from relay_shell.audit.log import encode_line
-from relay_shell.audit.ship import state_path_for
+from relay_shell.offhost.ship_state import state_path_for
 from tests.conftest import connect, fields, read_records
 from tests.journald import Journald
 from tests.procs import server_pid

@@ -1,6 +1,6 @@
 """End to end: every tool's structuredContent carries every field of its outputSchema, defaults included.
 
-The contract (design.md, "Result grammar") says a result carries `status`, `exit_code`, `signal`, `timed_out`,
+The contract (docs/contract.md, "Results") says a result carries `status`, `exit_code`, `signal`, `timed_out`,
 `truncated`, `output`, `output_bytes`, `duration_ms` and the tool's own fields: a client that reads
 `result["timed_out"]` must not get a KeyError. So every property a tool's outputSchema declares is in every
 result, success or error, and the schema lists every one of them as required. Every listed tool is called
@@ -24,7 +24,6 @@ from tests.conftest import connect, text_of
 from tests.sshd import SshFleet
 
 pytestmark = [pytest.mark.anyio, pytest.mark.fleet(hosts=1)]
-
 
 
 @pytest.fixture(scope="module")

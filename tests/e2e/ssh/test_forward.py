@@ -246,7 +246,7 @@ async def test_an_unreachable_destination_is_counted_as_failed(client: Client) -
 
 
 async def test_open_connections_per_forward_are_bounded(client: Client) -> None:
-    from relay_shell.ssh.forwards.io import MAX_OPEN_CONNECTIONS
+    from relay_shell.ssh.forwards.tunnel import MAX_OPEN_CONNECTIONS
 
     # A destination that never accepts: the kernel completes sshd's connects into its backlog, and they stay open.
     holder = socket.create_server(("127.0.0.1", 0), backlog=2 * MAX_OPEN_CONNECTIONS)
@@ -553,7 +553,7 @@ async def settled(client: Client, condition: Callable[[dict[str, dict[str, Any]]
 async def test_forwarded_connections_together_stay_within_half_the_open_file_limit(
     tmp_path: Path, fleet: SshFleet
 ) -> None:
-    from relay_shell.ssh.forwards.io import MAX_OPEN_CONNECTIONS
+    from relay_shell.ssh.forwards.tunnel import MAX_OPEN_CONNECTIONS
 
     limit = 256
     budget = limit // 2

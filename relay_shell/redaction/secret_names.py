@@ -16,6 +16,7 @@ _SECRET_WORD = re.compile(
     r"|(?:api|access|private|account|auth|signing|master|encryption|session|client|license|shared[_.-]?access)"
     r"[_.-]?key"
 )
+# fmt: off
 # Short words that name a secret only as a whole segment of the name: MYSQL_PWD, DB_PASS, --pw, `auth`
 # (docker config.json), `sig` (Azure SAS), openssl's -passin/-passout, curl's --oauth2-bearer. As substrings
 # they are everywhere, and even as a whole name they are weak evidence (`auth: handle expiry` is a commit
@@ -41,6 +42,7 @@ _FILE_EXTENSIONS = frozenset(
      "php", "sh", "bash", "txt", "md", "rst", "html", "htm", "css", "json", "yaml", "yml", "toml", "ini", "cfg",
      "conf", "xml", "log", "lock", "pem", "key", "crt", "csv", "sql", "tmpl", "j2", "tf"}
 )
+# fmt: on
 # The shell's own working-directory variables are not passwords (env output, `PWD=/tmp cmd`).
 _NOT_SECRET_NAMES = frozenset({"PWD", "OLDPWD"})
 # Header names whose whole value is a credential when they are dict keys ({"Authorization": "Basic …"}).

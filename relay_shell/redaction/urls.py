@@ -1,7 +1,6 @@
-"""Secret shapes that need a scan of their own, used by `redact`: webhook URLs whose path is the secret (Slack,
-Discord, Teams, Google Chat, Zapier, IFTTT, Mattermost), credentials in a URL's path (`relay-shell://inventory/
-user:pass@host`, percent-encoded too), PowerShell secure strings (`ConvertTo-SecureString 'pw' -AsPlainText`) and
-Windows `net user NAME PASSWORD`.
+"""Credentials in URLs: in the authority of any scheme (`https://user:pw@host`, postgres, mysql, redis, amqp,
+mongodb+srv, …), in a URL's path (`relay-shell://inventory/user:pass@host`, percent-encoded too), and webhook URLs
+whose path is the secret (Slack, Discord, Teams, Google Chat, Zapier, IFTTT, Mattermost).
 
 Linear time, like the rest of redaction: every pattern starts only at the start of a run (lookbehind) and
 consumes runs possessively; the path scan splits each URL once.
@@ -9,9 +8,24 @@ consumes runs possessively; the path scan splits each URL once.
 
 from __future__ import annotations
 
-from relay_shell.audit.patterns import compile_pattern
+from relay_shell.redaction.pattern_compiler import compile_pattern
+from relay_shell.redaction.values import REDACTED
 
-REDACTED = "[REDACTED]"
+# The scheme may only start where a run of scheme characters starts (lookbehind) and is consumed
+# possessively, so each run is tried once. The user part stops at ':' possessively; the password then
+# backtracks only to the last '@' before the end of the authority (whitespace, '/', '?', '#', a quote),
+# and the next `://` always holds a '/', so no two attempts scan the same authority: linear.
+# `user@host` (no password) and `host:port` (no '@') do not match.
+_URL_CREDENTIALS = compile_pattern(
+    r"(?<![A-Za-z0-9+.-])([A-Za-z][A-Za-z0-9+.-]*+://[^\s/?#@:\"'<>`\\]*+:)([^\s/?#\"'<>`\\]+)@"
+)
+
+
+def redact_url_credentials(text: str) -> str:
+    if "://" not in text:
+        return text
+    return _URL_CREDENTIALS.sub(lambda match: f"{match.group(1)}{REDACTED}@", text)
+
 
 # The part of a webhook URL before its secret, then the secret: everything up to the end of the URL.
 _WEBHOOK = compile_pattern(
@@ -62,28 +76,3 @@ def redact_path_credentials(text: str) -> str:
         return f"{head}{separator}{authority}/{'/'.join(segments)}"
 
     return _URL.sub(lambda match: one(match.group()), text)
-
-
-# ConvertTo-SecureString [-AsPlainText] [-Force] [-String] VALUE: the value is the secret (a variable is not).
-_SECURE_STRING = compile_pattern(
-    r"(?i)(?<![\w-])(convertto-securestring(?:[ \t]++-(?:asplaintext|force|string)\b){0,3}[ \t]++)"
-    r"(\"(?:[^\"`\n]|`.)*+\"?|'[^'\n]*+'?|(?![$(-])[^\s)]++)"
-)
-# net user NAME PASSWORD [/add]: the second operand (`*` prompts, `/x` is a switch).
-_NET_USER = compile_pattern(r"(?i)(?<![\w-])(net(?:\.exe)?[ \t]++user[ \t]++[^\s/]++[ \t]++)([^\s/*][^\s]*+)")
-
-
-def redact_windows(text: str) -> str:
-    lowered = text.lower()
-    if "convertto-securestring" in lowered:
-        text = _SECURE_STRING.sub(lambda match: match.group(1) + _quoted_mask(match.group(2)), text)
-    if "net" in lowered and "user" in lowered:
-        text = _NET_USER.sub(lambda match: match.group(1) + _quoted_mask(match.group(2)), text)
-    return text
-
-
-def _quoted_mask(value: str) -> str:
-    for quote in ('"', "'"):
-        if len(value) >= 2 and value.startswith(quote) and value.endswith(quote):
-            return f"{quote}{REDACTED}{quote}"
-    return REDACTED

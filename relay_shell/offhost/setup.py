@@ -1,5 +1,5 @@
-"""What takes the audit log off the host, assembled from the settings: the shipper (audit/ship.py) and the signed
-checkpoints (audit/checkpoint.py). Started before the server serves, stopped after everything else at shutdown:
+"""What takes the audit log off the host, assembled from the settings: the shipper (offhost/shipper.py) and the signed
+checkpoints (offhost/checkpoints.py). Started before the server serves, stopped after everything else at shutdown:
 the shutdown checkpoint first (it is the last record), then shipping flushes it to the collector."""
 
 from __future__ import annotations
@@ -9,13 +9,13 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from relay_shell.audit.checkpoint import Checkpointer
-from relay_shell.audit.keys import KeyFileError, load_signing_key
 from relay_shell.audit.log import AuditLog
-from relay_shell.audit.ship import Shipper
-from relay_shell.audit.syslog import tls_context
 from relay_shell.config import ConfigError, Settings, SyslogTarget, checkpoint_interval, journald_socket, syslog_target
 from relay_shell.metrics import Metrics
+from relay_shell.offhost.checkpoints import Checkpointer
+from relay_shell.offhost.shipper import Shipper
+from relay_shell.offhost.signing_keys import KeyFileError, load_signing_key
+from relay_shell.offhost.syslog import tls_context
 
 
 class OffHost:

@@ -18,6 +18,9 @@ from collections.abc import Callable
 
 import orjson
 
+from relay_shell.audit.log import parse_line
+from relay_shell.offhost.sink import Sink
+
 DEFAULT_SOCKET = "/run/systemd/journal/socket"
 SEND_BUFFER = 8 * 1024 * 1024  # a record's datagram (its line and its fields: ~2× the line) must fit
 _NAME = re.compile(r"[^A-Z0-9_]")
@@ -37,11 +40,7 @@ def journal_message(line: bytes, record: dict[str, object] | None = None) -> byt
     alone, as `audit:repair` names damage)."""
     body = line[:-1] if line.endswith(b"\n") else line
     if record is None:
-        try:
-            parsed = orjson.loads(body)
-        except orjson.JSONDecodeError:
-            parsed = None
-        record = parsed if isinstance(parsed, dict) else {}
+        record = parse_line(body)
     parts = [
         _field(b"MESSAGE", body),
         _field(b"SYSLOG_IDENTIFIER", b"relay-shell"),
@@ -54,10 +53,8 @@ def journal_message(line: bytes, record: dict[str, object] | None = None) -> byt
     return b"".join(parts)
 
 
-class JournalConnection:
+class JournaldSink(Sink):
     """journald's socket: a Unix datagram socket; a send that succeeded is in journald's queue."""
-
-    stream = False
 
     def __init__(self, path: str) -> None:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
@@ -69,29 +66,10 @@ class JournalConnection:
         except OSError:
             sock.close()
             raise
-        self.sock: socket.socket | None = sock
+        super().__init__(sock)
 
     def send(self, messages: list[bytes], stub_for: Callable[[int], bytes] | None = None) -> int:
         assert self.sock is not None
         for message in messages:
             self.sock.send(message)
         return 0
-
-    def acknowledged_end(self) -> int:
-        return 0
-
-    def bytes_acked(self) -> int:
-        return 0
-
-    def peer_closed(self) -> bool:
-        return False
-
-    def close_gracefully(self, timeout: float) -> bool:
-        self.close()
-        return True
-
-    def close(self) -> None:
-        if self.sock is not None:
-            with contextlib.suppress(OSError):
-                self.sock.close()
-            self.sock = None

@@ -103,5 +103,5 @@ def _group_prefix_end(pattern: str, start: int) -> int:
         return pattern.index(")", start) + 1
     flags = re.match(r"[aiLmsux-]*[:)]", rest)
     if flags is None:
-        raise ValueError(f"unsupported group opening in {pattern[start:start + 12]!r}")
+        raise ValueError(f"unsupported group opening in {pattern[start : start + 12]!r}")
     return start + 2 + flags.end()

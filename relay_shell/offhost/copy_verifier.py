@@ -1,7 +1,7 @@
 """`relay-shell audit verify PATH --against COPY`: the local log against the collector's copy (adr/0020).
 
 The copy is what the collector wrote: one record per line, either the record alone (the `%msg%` template the README
-documents), an RFC 5424 line, or any line whose record starts at `{"` (audit/syslog.py `message_of`). Duplicates
+documents), an RFC 5424 line, or any line whose record starts at `{"` (offhost/syslog.py `message_of`). Duplicates
 (at-least-once shipping) count once. Each record of the copy is checked against its own chain hash, then compared
 with the local record of the same `seq`:
 
@@ -26,7 +26,7 @@ from typing import Any
 import orjson
 
 from relay_shell.audit.log import CHAIN_SUFFIX_LEN
-from relay_shell.audit.syslog import message_of
+from relay_shell.offhost.syslog import message_of
 
 LISTED = 10  # ranges named one by one in a report; the counts are always complete
 

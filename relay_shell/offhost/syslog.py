@@ -28,7 +28,9 @@ from pathlib import Path
 
 import orjson
 
+from relay_shell.audit.log import parse_line
 from relay_shell.config import ConfigError, SyslogTarget
+from relay_shell.offhost.sink import Sink
 
 APP_NAME = b"relay-shell"
 # SD-ID `audit@32473`: 32473 is the private enterprise number RFC 5612 reserves for examples and documentation;
@@ -60,15 +62,6 @@ def tool_class(tool: object) -> bytes:
 def _sd_value(value: object) -> bytes:
     text = str(value)[:128]
     return text.replace("\\", "\\\\").replace('"', '\\"').replace("]", "\\]").encode("utf-8", "replace")
-
-
-def parse_line(line: bytes) -> dict[str, object]:
-    """The record a log line holds; {} for a line that is no JSON object (damage `audit:repair` names)."""
-    try:
-        record = orjson.loads(line)
-    except orjson.JSONDecodeError:
-        return {}
-    return record if isinstance(record, dict) else {}
 
 
 def syslog_message(line: bytes, hostname: bytes, procid: bytes, record: dict[str, object] | None = None) -> bytes:
@@ -152,13 +145,12 @@ def local_hostname() -> bytes:
     return cleaned.encode() or b"-"
 
 
-class SyslogConnection:
+class SyslogSink(Sink):
     """One connection to the collector. TCP and TLS are streams of octet-counted frames; UDP and Unix datagram
     sockets take one message per datagram."""
 
     def __init__(self, target: SyslogTarget, context: ssl.SSLContext | None = None) -> None:
         self.target = target
-        self.sock: socket.socket | None = None
         if target.scheme == "unix":
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
             sock.settimeout(SEND_TIMEOUT)
@@ -167,12 +159,12 @@ class SyslogConnection:
             except OSError:
                 sock.close()
                 raise
-            self.sock = sock
+            super().__init__(sock)
         elif target.scheme == "udp":
             family = socket.getaddrinfo(target.host, target.port, type=socket.SOCK_DGRAM)[0]
             sock = socket.socket(family[0], socket.SOCK_DGRAM)
             sock.connect(family[4])
-            self.sock = sock
+            super().__init__(sock)
         else:
             sock = socket.create_connection((target.host, target.port), timeout=CONNECT_TIMEOUT)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -192,7 +184,7 @@ class SyslogConnection:
                     sock.close()
                     raise
             sock.settimeout(SEND_TIMEOUT)
-            self.sock = sock
+            super().__init__(sock)
 
     @property
     def stream(self) -> bool:
@@ -266,11 +258,8 @@ class SyslogConnection:
     def close_gracefully(self, timeout: float) -> bool:
         """Half-close and wait for the collector to close too: it then has read everything we sent. True when it
         did within `timeout` (datagram sockets: at once)."""
-        if self.sock is None:
-            return True
-        if not self.stream:
-            self.close()
-            return True
+        if self.sock is None or not self.stream:
+            return super().close_gracefully(timeout)
         try:
             if isinstance(self.sock, ssl.SSLSocket):
                 self.sock.settimeout(timeout)
@@ -284,12 +273,6 @@ class SyslogConnection:
         finally:
             self.close()
         return True
-
-    def close(self) -> None:
-        if self.sock is not None:
-            with contextlib.suppress(OSError):
-                self.sock.close()
-            self.sock = None
 
 
 _RFC5424 = re.compile(rb"(?:<\d{1,3}>)?1 \S+ \S+ \S+ \S+ \S+ ")

@@ -1,0 +1,166 @@
+"""Rules for processes, services, power and schedulers: kill and pkill (signals that only report are read-only),
+systemctl and service (queries, changes, stopping), shutdown and reboot, init levels, crontab and at. The rubric
+they follow is in adr/0004.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from relay_shell.policy.calls import (
+    READ,
+    Call,
+    Verdict,
+    every_file,
+    verdict,
+)
+
+_REPORT_SIGNALS = {"WINCH", "SIGWINCH", "INFO", "SIGINFO", "28"}
+
+
+def _kill(call: Call) -> Verdict:
+    args = call.words[1:]
+    if any(word in ("-l", "-L", "--list", "--table") for word in args):
+        return verdict(0, "lists signals")
+    signal = "TERM"
+    if args and args[0] in ("-s", "-n", "--signal") and len(args) > 1:
+        signal, args = args[1], args[2:]
+    elif args and args[0].startswith("-") and args[0] != "--":
+        signal, args = args[0][1:], args[1:]
+    pids = [word for word in args if word != "--"]
+    if signal in ("0", "SIG0"):
+        return verdict(0, "checks that a process exists")
+    if "-1" in pids or "1" in pids:
+        return verdict(3, "kills every process or init")
+    if signal.upper() in _REPORT_SIGNALS:
+        return verdict(1, "asks a process for a report")
+    return verdict(2, "signals processes")
+
+
+def _pkill(call: Call) -> Verdict:
+    # pkill -l only lists the names of what it kills; killall -l lists signals and kills nothing.
+    if call.program == "killall" and call.has_exact("-l", "--list", "-L"):
+        return verdict(0, "lists signals")
+    if any(word in ("-0", "--signal=0") for word in call.words):
+        return verdict(0, "checks that processes exist")
+    return verdict(2, f"{call.program} signals processes")
+
+
+_SYSTEMCTL_READ = frozenset(
+    [
+        "status",
+        "show",
+        "cat",
+        "help",
+        "list-units",
+        "list-unit-files",
+        "list-sockets",
+        "list-timers",
+        "list-jobs",
+        "list-dependencies",
+        "list-machines",
+        "list-automounts",
+        "list-paths",
+        "is-active",
+        "is-enabled",
+        "is-failed",
+        "is-system-running",
+        "get-default",
+        "show-environment",
+        "whoami",
+    ]
+)
+_SYSTEMCTL_QUERY_OR_SET = {"log-level": 1, "log-target": 1, "service-watchdogs": 1, "service-log-level": 2}
+_SYSTEMCTL_DOWN = frozenset(
+    ["reboot", "poweroff", "halt", "kexec", "rescue", "emergency", "switch-root", "soft-reboot", "exit"]
+)
+
+
+def _systemctl(call: Call) -> Verdict:
+    verb = call.subcommand
+    if verb in ("", "--failed") or verb in _SYSTEMCTL_READ:
+        return READ
+    arguments = call.operands[1:]
+    limit = _SYSTEMCTL_QUERY_OR_SET.get(verb.replace("service-log-target", "service-log-level"))
+    if limit is not None:
+        shown = len(arguments) < limit if verb.startswith("service-") else not arguments
+        return READ if shown else verdict(2, f"systemctl {verb} sets it")
+    if verb == "kill" and call.value("-s", "--signal") == "help":
+        return verdict(0, "lists signals")
+    when = call.value("--when")
+    if verb in _SYSTEMCTL_DOWN:
+        if when == "cancel":
+            return verdict(2, f"systemctl {verb} cancels a scheduled one")
+        return verdict(3, f"systemctl {verb} takes the machine's services down")
+    if verb == "isolate" and any(unit.split(".")[0] in ("rescue", "emergency") for unit in arguments):
+        return verdict(3, "isolates the rescue or emergency target")
+    if verb == "freeze" and any(every_file(unit) for unit in arguments):
+        return verdict(3, "freezes every unit")
+    if verb == "reset-failed":
+        return verdict(1, "clears the failed state")
+    return verdict(2, f"systemctl {verb} changes services")
+
+
+def _service(call: Call) -> Verdict:
+    if call.has_exact("--status-all") or (len(call.operands) >= 2 and call.operands[1] in ("status", "help")):
+        return READ
+    return verdict(2, "service changes a service")
+
+
+def _shutdown(call: Call) -> Verdict:
+    if call.has("-c"):
+        return verdict(2, "cancels a scheduled shutdown")
+    if call.has("-k"):
+        return verdict(1, "only warns users")
+    if call.has_exact("--help"):
+        return READ
+    return verdict(3, "shuts down or reboots the machine")
+
+
+def _power(call: Call) -> Verdict:
+    if call.has_exact("-w", "--wtmp-only"):
+        return verdict(1, f"{call.program} -w writes a wtmp record only")
+    if call.has_exact("--help", "--version"):
+        return READ
+    return verdict(3, f"{call.program} stops the machine")
+
+
+def _init(call: Call) -> Verdict:
+    level = call.subcommand
+    if level in ("0", "6", "1", "s", "S", "single", "emergency"):
+        return verdict(3, f"{call.program} {level} halts, reboots or drops to single-user mode")
+    if not level and call.has_exact("--help", "--version"):
+        return READ
+    return verdict(2, f"{call.program} changes the runlevel")
+
+
+def _crontab(call: Call) -> Verdict:
+    if "r" in call.short:
+        return verdict(3, "removes the crontab")
+    if "l" in call.short and not call.short & {"e"}:
+        return verdict(0, "lists the crontab")
+    return verdict(2, "changes the crontab")
+
+
+def _at(call: Call) -> Verdict:
+    if call.short & {"l", "c", "V"} and not call.short & {"f", "r", "d"}:
+        return verdict(0, "lists or shows queued jobs")
+    return verdict(2, f"{call.program} schedules or removes jobs")
+
+
+RULES: dict[str, Callable[[Call], Verdict]] = {
+    "kill": _kill,
+    "pkill": _pkill,
+    "killall": _pkill,
+    "systemctl": _systemctl,
+    "service": _service,
+    "shutdown": _shutdown,
+    "reboot": _power,
+    "halt": _power,
+    "poweroff": _power,
+    "init": _init,
+    "telinit": _init,
+    "crontab": _crontab,
+    "at": _at,
+    "atq": lambda call: READ,
+}
