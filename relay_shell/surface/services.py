@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from relay_shell.audit.offhost import OffHost
+    from relay_shell.offhost.setup import OffHost
     from relay_shell.config import Settings
     from relay_shell.launch import Launcher
     from relay_shell.runner.pipeline import Runner

@@ -171,11 +171,11 @@ FEATURE_MODULES = {
     # CONFIRM_TIER3 is off by default; on, the dialogue still loads with the first call that needs it.
     "confirmation": ("relay_shell.runner.confirmation", "relay_shell.confirm.binding", "relay_shell.confirm.store"),
     "shipping": (
-        "relay_shell.audit.offhost",
-        "relay_shell.audit.ship",
-        "relay_shell.audit.syslog",
-        "relay_shell.audit.journald",
-        "relay_shell.audit.checkpoint",
+        "relay_shell.offhost.setup",
+        "relay_shell.offhost.shipper",
+        "relay_shell.offhost.syslog",
+        "relay_shell.offhost.journald",
+        "relay_shell.offhost.checkpoints",
     ),
 }
 # Runs as `python -c SERVE RESULT_PATH [relay-shell arguments]`: the real startup, and at the end what it loaded.
