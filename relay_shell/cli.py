@@ -45,7 +45,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def serve(check_only: bool) -> int:
     from relay_shell.audit.log import AuditLog, AuditWriteError, check_writable
-    from relay_shell.config import ConfigError, Settings, load_settings, metrics_host_port, unknown_variables
+    from relay_shell.errors import ConfigError
+    from relay_shell.settings.limits import LimitSettings
+    from relay_shell.settings.load import load_settings, unknown_variables
 
     try:
         settings = load_settings()
@@ -56,11 +58,11 @@ def serve(check_only: bool) -> int:
         print(f"relay-shell: warning: {name} is not a relay-shell setting (typo?); ignored", file=sys.stderr)
 
     if check_only:
-        problem = check_writable(settings.audit_path)
+        problem = check_writable(settings.audit.audit_path)
         if problem is not None:
             print(f"relay-shell: configuration error: RELAY_SHELL_AUDIT_PATH: {problem}", file=sys.stderr)
             return EXIT_CONFIG
-        if settings.transport == "http":  # the token file, the OAuth state and the bind address
+        if settings.http.transport == "http":  # the token file, the OAuth state and the bind address
             from relay_shell.auth.setup import check_http_settings
 
             try:
@@ -68,15 +70,15 @@ def serve(check_only: bool) -> int:
             except ConfigError as exc:
                 print(f"relay-shell: configuration error: {exc}", file=sys.stderr)
                 return EXIT_CONFIG
-        if settings.audit_signing_key is not None:
+        if settings.offhost.audit_signing_key is not None:
             from relay_shell.audit.keys import KeyFileError, load_signing_key
 
             try:
-                load_signing_key(settings.audit_signing_key)
+                load_signing_key(settings.offhost.audit_signing_key)
             except KeyFileError as exc:
                 print(f"relay-shell: configuration error: RELAY_SHELL_AUDIT_SIGNING_KEY: {exc}", file=sys.stderr)
                 return EXIT_CONFIG
-        if settings.audit_syslog.startswith("tls://"):  # the CA and client certificate files hold usable PEM
+        if settings.offhost.audit_syslog is not None:  # the CA and client certificate files hold usable PEM
             from relay_shell.audit.offhost import syslog_tls
 
             try:
@@ -84,20 +86,21 @@ def serve(check_only: bool) -> int:
             except ConfigError as exc:
                 print(f"relay-shell: configuration error: {exc}", file=sys.stderr)
                 return EXIT_CONFIG
-        print(f"relay-shell {__version__}: configuration OK (audit log {settings.audit_path} is writable)")
+        print(f"relay-shell {__version__}: configuration OK (audit log {settings.audit.audit_path} is writable)")
         return 0
 
-    audit_log = AuditLog(settings.audit_path, chain=settings.audit_chain, fsync=settings.audit_fsync == "always")
+    audit = settings.audit
+    audit_log = AuditLog(audit.audit_path, chain=audit.audit_chain, fsync=audit.audit_fsync == "always")
     try:
         audit_log.open()
     except AuditWriteError as exc:
-        if settings.audit_on_failure == "refuse":
+        if settings.audit.audit_on_failure == "refuse":
             print(f"relay-shell: configuration error: RELAY_SHELL_AUDIT_PATH: {exc}", file=sys.stderr)
             return EXIT_CONFIG
         print(f"relay-shell: warning: {exc}; serving degraded (AUDIT_ON_FAILURE=continue)", file=sys.stderr)
 
     offhost = None
-    if settings.audit_syslog or settings.audit_journald != "off" or settings.audit_signing_key is not None:
+    if settings.offhost.ships():
         from relay_shell.audit.offhost import OffHost
 
         try:
@@ -109,7 +112,7 @@ def serve(check_only: bool) -> int:
     from relay_shell.auth.setup import HttpAuth
 
     http_auth = HttpAuth()
-    if settings.transport == "http":
+    if settings.http.transport == "http":
         from relay_shell.auth.setup import check_http_settings
 
         try:
@@ -121,7 +124,7 @@ def serve(check_only: bool) -> int:
 
     # Its cgroup setup waits in the kernel (~10 ms) in a thread while the server's modules are imported; the
     # containment is complete (result()) before anything below runs a process or looks for leftovers.
-    containment_start = ContainmentStart(settings.containment, scope_of(settings.audit_path))
+    containment_start = ContainmentStart(settings.limits.containment, scope_of(settings.audit.audit_path))
     try:
         from relay_shell.audit.interrupted import find_interrupted, restart_fields
         from relay_shell.containment.leftovers import find_leftovers
@@ -135,14 +138,14 @@ def serve(check_only: bool) -> int:
         containment = containment_start.result()
     except ContainmentUnavailable as exc:
         print(
-            f"relay-shell: configuration error: RELAY_SHELL_CONTAINMENT={settings.containment}: {exc}; allowed: "
-            f"{Settings.model_fields['containment'].description}",
+            f"relay-shell: configuration error: RELAY_SHELL_CONTAINMENT={settings.limits.containment}: {exc}; "
+            f"allowed: {LimitSettings.model_fields['containment'].description}",
             file=sys.stderr,
         )
         return EXIT_CONFIG
     # What a server of this audit log killed with -9 left running: the processes of the calls it left
     # interrupted (start records without end records) are ended, background jobs of calls that ended are kept.
-    previous = find_interrupted(settings.audit_path)  # before this process writes its own server:start record
+    previous = find_interrupted(settings.audit.audit_path)  # before this process writes its own server:start record
     interrupted = {call.call_id for call in previous.interrupted} if previous.complete else None
     leftovers = find_leftovers(containment, interrupted_call_ids=interrupted)
     for leftover in leftovers:
@@ -159,19 +162,19 @@ def serve(check_only: bool) -> int:
     if not audit_log.healthy:
         assembly.metrics.audit_degraded.set(1)
     metrics_note = "off"
-    if settings.metrics_addr:
-        host, port = metrics_host_port(settings.metrics_addr)
+    if settings.metrics.metrics_addr is not None:
+        host, port = settings.metrics.metrics_addr
         try:
             assembly.metrics_port = assembly.metrics.serve(host, port)
         except OSError as exc:
             print(f"relay-shell: configuration error: RELAY_SHELL_METRICS_ADDR: cannot listen: {exc}", file=sys.stderr)
             return EXIT_CONFIG
         metrics_note = f"http://{host}:{assembly.metrics_port}/metrics"
-    chain = "on" if settings.audit_chain else "off"
+    chain = "on" if settings.audit.audit_chain else "off"
     print(
-        f"relay-shell {__version__} | transport {settings.transport} | policy {settings.policy_mode} | "
-        f"audit {settings.audit_path} (chain {chain}) | metrics {metrics_note} | containment {containment.mode} | "
-        f"exec trace {assembly.containment.tracer.state if assembly.containment.tracer else 'off'}"
+        f"relay-shell {__version__} | transport {settings.http.transport} | policy {settings.policy.policy_mode} | "
+        f"audit {settings.audit.audit_path} (chain {chain}) | metrics {metrics_note} | containment {containment.mode} "
+        f"| exec trace {assembly.containment.tracer.state if assembly.containment.tracer else 'off'}"
         + (f" | {offhost.startup_note()}" if offhost is not None else ""),
         file=sys.stderr,
         flush=True,
@@ -180,7 +183,7 @@ def serve(check_only: bool) -> int:
         print(f"relay-shell: exec trace unavailable: {assembly.containment.tracer.reason}", file=sys.stderr, flush=True)
     elif assembly.containment.tracer is not None and assembly.containment.tracer.no_new_privs:
         print(f"relay-shell: exec trace: {assembly.containment.tracer.reason}", file=sys.stderr, flush=True)
-    if settings.transport == "http":
+    if settings.http.transport == "http":
         from relay_shell.http import serve_http
 
         try:
@@ -399,9 +402,13 @@ def verify_command(paths: list[Path], public_key_paths: list[Path] | None, again
             )
             return EXIT_NOT_SIGNED
         uncovered = last_seq[0] - signed[-1]
-        note = "" if uncovered == 0 else (
-            f"; {uncovered} record(s) after it are not covered by a signature (the server is running, or stopped "
-            "without its shutdown checkpoint)"
+        note = (
+            ""
+            if uncovered == 0
+            else (
+                f"; {uncovered} record(s) after it are not covered by a signature (the server is running, or stopped "
+                "without its shutdown checkpoint)"
+            )
         )
         print(f"checkpoints: {len(signed)} signature(s) verified, the last at seq {signed[-1]}{note}")
     if against is None:
@@ -427,10 +434,11 @@ def verify_command(paths: list[Path], public_key_paths: list[Path] | None, again
 
 
 def _configured_audit_path() -> Path:
-    from relay_shell.config import ConfigError, load_settings
+    from relay_shell.errors import ConfigError
+    from relay_shell.settings.load import load_settings
 
     try:
-        return load_settings().audit_path
+        return load_settings().audit.audit_path
     except ConfigError as exc:
         print(f"relay-shell: configuration error: {exc}", file=sys.stderr)
         raise SystemExit(EXIT_CONFIG) from None

@@ -1,5 +1,6 @@
 """What a call that cannot proceed raises: a ToolError is reported as `[ERROR: Kind: message]`, an ArgumentError
-names the argument, the problem and what is allowed. Depends on nothing.
+names the argument, the problem and what is allowed; and what a setting that cannot be used raises at startup, a
+ConfigError. Depends on nothing.
 """
 
 from __future__ import annotations
@@ -18,3 +19,8 @@ class ArgumentError(ToolError):
 
     def __init__(self, message: str) -> None:
         super().__init__("InvalidArgument", message)
+
+
+class ConfigError(Exception):
+    """A setting that cannot be used: one line naming the setting, the bad value and what is allowed; startup
+    stops with exit code 2."""

@@ -29,7 +29,6 @@ from relay_shell import __version__
 from relay_shell.audit.log import RECORD_VERSION, AuditLog, AuditWriteError, utc_timestamp
 from relay_shell.audit.record import audit_arguments, output_digests, redact_text
 from relay_shell.capture import BoundedCapture, CapturedText
-from relay_shell.config import Settings
 from relay_shell.confirm.binding import bind_call, token_digest
 from relay_shell.confirm.elicitation import (
     ANSWER_OUTCOMES,
@@ -51,6 +50,7 @@ from relay_shell.policy.admission import Policy
 from relay_shell.progress import Progress
 from relay_shell.results import NO_DEFAULTS, capped_text, render_text, status_line, structured_content, truncation_line
 from relay_shell.runbooks.gate import BriefingGate, call_digest
+from relay_shell.settings.model import Settings
 
 logger = logging.getLogger("relay_shell")
 RequestContext = ServerRequestContext[Any, Any] | None
@@ -62,7 +62,7 @@ class Runner:
         self.audit_log = audit_log
         self.policy = policy
         self.metrics = metrics
-        self.transport = settings.transport
+        self.transport = settings.http.transport
         # Registered tool names: only these become metric labels, so an unknown name cannot add series.
         self.known_tools: set[str] = set()
         self._call_counters: dict[tuple[str, int, str], Any] = {}
@@ -74,8 +74,12 @@ class Runner:
         # Per tool, its argument validation (defaults filled in): a tier-3 confirmation binds the arguments as
         # the tool received them, so `timeout` omitted and `timeout=60` are the same call.
         self.argument_validators: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {}
-        self.confirmations = ConfirmationStore(settings.confirm_ttl)  # tokens (token mode, and elicit's fallback)
-        self.elicitations = ConfirmationStore(settings.confirm_ttl)  # questions put to the human, one answer each
+        self.confirmations = ConfirmationStore(
+            settings.policy.confirm_ttl
+        )  # tokens (token mode, and elicit's fallback)
+        self.elicitations = ConfirmationStore(
+            settings.policy.confirm_ttl
+        )  # questions put to the human, one answer each
         self.gate: BriefingGate | None = None  # RELAY_SHELL_GATE=briefing: runbooks before the first calls
         # Tools that run nothing and touch nothing outside the server (read-only, not open-world): one record.
         self.pure_reads: set[str] = set()
@@ -131,7 +135,7 @@ class Runner:
             gated = self._gated(request_context, call, plan, tier)
             if gated is not None:
                 return gated
-        if tier == 3 and self.settings.confirm_tier3 != "off":
+        if tier == 3 and self.settings.policy.confirm_tier3 != "off":
             # After every deny and mode check: a refused call never reaches confirmation.
             reason = decision.reason if decision.tier == 3 else "a target host makes this call tier 3"
             try:
@@ -207,11 +211,11 @@ class Runner:
         series is the bounded `prompt:runbook`: label values are the server's own)."""
         started = time.monotonic()
         identity = identify(request_context, self.transport)
-        body, captured = capped_text(text, self.settings.max_output)
+        body, captured = capped_text(text, self.settings.limits.max_output)
         record = self._record(label, 0, "ok", identity, audit_arguments(_raw_arguments(request_context)), started)
         record.update(call_id=self.new_call_id(), phase="end", **output_digests(body, captured))
         self._write(record, counted_as or label, 0, "ok", started)
-        if not self.audit_log.healthy and self.settings.audit_on_failure == "refuse":
+        if not self.audit_log.healthy and self.settings.audit.audit_on_failure == "refuse":
             raise RuntimeError("audit log unavailable: " + (self.audit_log.last_error or "unknown error"))
         return body
 
@@ -287,7 +291,11 @@ class Runner:
         if armed is not None:
             plan.confirmation = armed
             return None
-        if self.settings.confirm_tier3 == "elicit" and request_context is not None and can_elicit(request_context):
+        if (
+            self.settings.policy.confirm_tier3 == "elicit"
+            and request_context is not None
+            and can_elicit(request_context)
+        ):
             state = round_state(request_context)
             if state is None:  # first ask: the plan is recorded before the human sees the question
                 state, plan.confirmation = self.elicitations.issue(binding, owner)
@@ -297,7 +305,7 @@ class Runner:
                     return planned  # the plan could not be recorded: do not even ask
                 if is_modern(request_context):
                     raise question_round(binding.summary, state)  # the client asks, then repeats the call
-                answer = await ask_human(request_context, binding.summary, self.settings.confirm_ttl)
+                answer = await ask_human(request_context, binding.summary, self.settings.policy.confirm_ttl)
             else:  # the repeated call carries the human's answer
                 plan.confirmation = token_digest(state)
                 answer = round_answer(request_context)
@@ -309,14 +317,14 @@ class Runner:
             record["confirmation"] = plan.confirmation
             written = self._write(record, "confirm:elicitation", 3, outcome, call.started)
             if answer == "accept":
-                if written or self.settings.audit_on_failure != "refuse":
+                if written or self.settings.audit.audit_on_failure != "refuse":
                     return None
                 failed = "AuditWriteFailed: the human's confirmation could not be recorded; nothing ran"
                 return self._finish(call, 3, "error", error=failed, plan=plan)
             if answer != "failed":  # a client that could not ask after all gets a token below
                 return self._finish(call, 3, "denied", error=REFUSED_BECAUSE[answer], plan=plan)
         token, plan.confirmation = self.confirmations.issue(binding, owner)
-        execution = confirm_required(token, binding, self.settings.confirm_ttl, reason)
+        execution = confirm_required(token, binding, self.settings.policy.confirm_ttl, reason)
         return self._finish(call, 3, "confirm_required", plan=plan, execution=execution)
 
     # -- the briefing gate (runbooks/gate.py) ------------------------------------------------------------
@@ -328,7 +336,7 @@ class Runner:
         digest = call_digest(call.tool, self._call_arguments(call.tool, request_context))
         if self.gate.admits(owner, digest):
             return None
-        held = self.gate.hold(call.tool, plan, _raw_arguments(request_context), self.settings.max_output)
+        held = self.gate.hold(call.tool, plan, _raw_arguments(request_context), self.settings.limits.max_output)
         result = self._finish(call, tier, held.status, plan=plan, execution=held, record_label="gate:brief")
         self.metrics.gated_calls.labels(tool=call.tool if call.tool in self.known_tools else "unknown").inc()
         if held.status == "gated" and (result.structured_content or {}).get("status") == "gated":
@@ -341,7 +349,10 @@ class Runner:
             return None
         record = self._record("gate:open", 0, "ok", call.identity, {}, call.started)
         record.update(plan.record_fields or {})
-        if not self._write(record, "gate:open", 0, "ok", call.started) and self.settings.audit_on_failure == "refuse":
+        if (
+            not self._write(record, "gate:open", 0, "ok", call.started)
+            and self.settings.audit.audit_on_failure == "refuse"
+        ):
             return "AuditWriteFailed: the gate:open record could not be written; the gate stays shut"
         self.gate.open(owner_of(request_context))
         return None
@@ -418,7 +429,7 @@ class Runner:
         """What a call the log cannot record gets: refused (fail closed) unless AUDIT_ON_FAILURE=continue."""
         self.metrics.audit_errors.inc()
         self.metrics.audit_degraded.set(1)
-        if self.settings.audit_on_failure != "refuse":
+        if self.settings.audit.audit_on_failure != "refuse":
             return None
         self.refused_calls += 1
         self.metrics.audit_refused_calls.inc()
@@ -488,7 +499,7 @@ class Runner:
         record["duration_ms"] = duration_ms
         written = self._write(record, label, tier, outcome, call.started)
         defaults = self.result_defaults.get(tool, NO_DEFAULTS)
-        if not written and self.settings.audit_on_failure == "refuse" and outcome not in ("denied", "error"):
+        if not written and self.settings.audit.audit_on_failure == "refuse" and outcome not in ("denied", "error"):
             # It ran, but without its record the result may not be shown: fail closed, say what happened. Its
             # start record is in the log, so `audit verify` lists the call as interrupted.
             what = "nothing ran" if outcome in ("confirm_required", "gated") else f"the call ran ({first})"

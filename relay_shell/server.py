@@ -26,7 +26,6 @@ if TYPE_CHECKING:
 from relay_shell import __version__
 from relay_shell.audit.log import AuditLog
 from relay_shell.auth.setup import server_auth
-from relay_shell.config import Settings, parse_patterns
 from relay_shell.confirm.elicitation import InputRequired
 from relay_shell.containment.units import Containment, scope_of, start_containment
 from relay_shell.identity import connected, declared_client, initialized
@@ -39,6 +38,7 @@ from relay_shell.runbooks.library import RunbookLibrary
 from relay_shell.runbooks.retrieval import Retrieval
 from relay_shell.runner import Runner
 from relay_shell.sessions.registry import SHUTDOWN_GRACE, Session, SessionRegistry
+from relay_shell.settings.model import Settings
 from relay_shell.ssh.access import SshAccess
 from relay_shell.ssh.forwards.registry import ForwardRegistry, end_fields
 from relay_shell.surface.build import SCHEMA_CACHE
@@ -77,7 +77,7 @@ class Assembly:
                 self.containment.tracer.flush_late()
             with anyio.move_on_after(2.0):
                 await self.ssh.close()
-            await self.containment.shutdown(min(SHUTDOWN_GRACE, self.runner.settings.kill_grace))
+            await self.containment.shutdown(min(SHUTDOWN_GRACE, self.runner.settings.limits.kill_grace))
             if self.containment.tracer is not None:  # late execs not yet written (their trees are gone now)
                 await anyio.sleep(0)  # those the trace's thread handed to the loop first
                 self.containment.tracer.flush_late()
@@ -97,16 +97,16 @@ def build_server(
         # Containment changes the whole process (child subreaper, its cgroup, an environment variable): the
         # command line opts in (cli.serve, from RELAY_SHELL_CONTAINMENT); a process that embeds the server
         # (tests with an in-memory client) passes one when it wants it.
-        containment = start_containment("off", scope_of(settings.audit_path))
+        containment = start_containment("off", scope_of(settings.audit.audit_path))
     # Metrics are collected when something can read them: the stdio listener or the HTTP transport's /metrics.
-    metrics = Metrics(enabled=bool(settings.metrics_addr) or settings.transport == "http")
+    metrics = Metrics(enabled=bool(settings.metrics.metrics_addr) or settings.http.transport == "http")
     if offhost is not None:
         offhost.attach(metrics)
-    policy = Policy(settings.policy_mode, settings.deny_patterns, settings.allow_patterns)
+    policy = Policy(settings.policy.policy_mode, settings.policy.policy_deny, settings.policy.policy_allow)
     runner = Runner(settings, audit_log, policy, metrics)
     # The exec trace rides on the containment object: both go wherever a call or session starts processes.
     containment.tracer = ExecTracer(
-        settings.exec_trace, parse_patterns(settings.exec_deny), settings.exec_trace_entries, metrics
+        settings.trace.exec_trace, settings.trace.exec_deny, settings.trace.exec_trace_entries, metrics
     )
     tracer = containment.tracer
     # A call's execs after its end record (background jobs) go into `exec:late` records under its call_id.
@@ -131,31 +131,31 @@ def build_server(
         )
 
     sessions = SessionRegistry(
-        max_sessions=settings.max_sessions,
-        buffer_bytes=settings.session_buffer_bytes,
-        idle_timeout=settings.session_idle_timeout,
-        max_lifetime=settings.session_max_lifetime,
-        kill_grace=settings.kill_grace,
+        max_sessions=settings.sessions.max_sessions,
+        buffer_bytes=settings.sessions.session_buffer_bytes,
+        idle_timeout=settings.sessions.session_idle_timeout,
+        max_lifetime=settings.sessions.session_max_lifetime,
+        kill_grace=settings.limits.kill_grace,
         on_end=session_ended,
         connected=connected,
         containment=containment,
     )
     metrics.sessions_open.set_function(lambda: len(sessions.sessions))  # read at scrape time
     forwards = ForwardRegistry(
-        settings.max_forwards,
+        settings.ssh.max_forwards,
         on_end=lambda forward, reason: runner.event("forward:end", forward.client_id, end_fields(forward, reason)),
         connected=connected,
-        idle_timeout=settings.forward_idle_timeout,
+        idle_timeout=settings.ssh.forward_idle_timeout,
     )
     ssh = SshAccess(settings, forwards, on_helper=containment.helper_started)
     metrics.ssh_connections_open.set_function(ssh.connections)
     metrics.ssh_forwards_open.set_function(lambda: len(forwards.forwards))
-    metrics.ssh_forwards_max.set(settings.max_forwards)
-    metrics.sessions_max.set(settings.max_sessions)
+    metrics.ssh_forwards_max.set(settings.ssh.max_forwards)
+    metrics.sessions_max.set(settings.sessions.max_sessions)
     metrics.sessions_running.set_function(
         lambda: sum(1 for session in sessions.sessions.values() if session.state == "running")
     )
-    metrics.calls_in_flight_max.set(settings.max_concurrent_calls)
+    metrics.calls_in_flight_max.set(settings.limits.max_concurrent_calls)
     retrieval = runbook_retrieval(settings, runner, ssh)
     assembly: Assembly
     tools = [
@@ -224,14 +224,21 @@ def runbook_retrieval(settings: Settings, runner: Runner, ssh: SshAccess) -> Ret
     """The runbooks (adr/0017): loaded now (from the parse cache when unchanged) for the instructions' index, and
     the briefing gate, which the runner consults before a call of tier 1 or more runs."""
     library = None
-    if settings.runbook_dir is not None:
+    if settings.runbooks.runbook_dir is not None:
         reserved = frozenset(spec.name for spec in PROMPTS)
-        library = RunbookLibrary(settings.runbook_dir, settings.runbook_max_files, settings.runbook_max_bytes, reserved)
+        library = RunbookLibrary(
+            settings.runbooks.runbook_dir,
+            settings.runbooks.runbook_max_files,
+            settings.runbooks.runbook_max_bytes,
+            reserved,
+        )
         library.refresh()
-    retrieval = Retrieval(library, settings.policy_mode, lambda host: inventory_groups(ssh, host))
-    budget = min(8192, settings.max_output)
+    retrieval = Retrieval(library, settings.policy.policy_mode, lambda host: inventory_groups(ssh, host))
+    budget = min(8192, settings.limits.max_output)
     runner.gate = BriefingGate(
-        settings.gate == "briefing", connected, lambda words, hosts: retrieval.call_briefing(words, hosts, budget)
+        settings.runbooks.gate == "briefing",
+        connected,
+        lambda words, hosts: retrieval.call_briefing(words, hosts, budget),
     )
     return retrieval
 
@@ -243,9 +250,9 @@ def inventory_groups(ssh: SshAccess, host: str) -> tuple[str, ...]:
 
 
 def instructions(settings: Settings, retrieval: Retrieval) -> str:
-    if retrieval.library is None and settings.gate == "off":
+    if retrieval.library is None and settings.runbooks.gate == "off":
         return INSTRUCTIONS
-    index = instructions_index(retrieval.visible(), settings.gate == "briefing")
+    index = instructions_index(retrieval.visible(), settings.runbooks.gate == "briefing")
     return f"{INSTRUCTIONS}\n{index}"
 
 
@@ -257,9 +264,13 @@ def refresh_runbooks(mcp: MCPServer, runbooks: RunbookContext, settings: Setting
 
 def runbook_state(settings: Settings, retrieval: Retrieval, runner: Runner, owner: str) -> dict[str, Any]:
     """server_info's sections for the runbooks and the calling session's briefing gate."""
-    directory = str(settings.runbook_dir) if settings.runbook_dir is not None else None
+    directory = str(settings.runbooks.runbook_dir) if settings.runbooks.runbook_dir is not None else None
     state = library_state(
-        retrieval.catalog(), settings.policy_mode, directory, settings.runbook_max_files, settings.runbook_max_bytes
+        retrieval.catalog(),
+        settings.policy.policy_mode,
+        directory,
+        settings.runbooks.runbook_max_files,
+        settings.runbooks.runbook_max_bytes,
     )
     return {"runbooks": state, "gate": runner.gate.describe(owner) if runner.gate is not None else {"mode": "off"}}
 
@@ -314,7 +325,7 @@ class ToolCallGate:
                     refusal = "NotInitialized: no tool runs before initialize; send initialize, then the call"
                     await self.runner.reject(ctx, str(params.get("name")), params.get("arguments"), refusal)
                     raise MCPError(INVALID_PARAMS, "Invalid request parameters: " + refusal)
-                limit = self.runner.settings.max_concurrent_calls
+                limit = self.runner.settings.limits.max_concurrent_calls
                 if self.in_flight >= limit:
                     # A bounded service: a clear refusal now beats an unbounded queue of commands.
                     busy = (

@@ -14,8 +14,9 @@ from relay_shell.audit.keys import KeyFileError, load_signing_key
 from relay_shell.audit.log import AuditLog
 from relay_shell.audit.ship import Shipper
 from relay_shell.audit.syslog import tls_context
-from relay_shell.config import ConfigError, Settings, SyslogTarget, checkpoint_interval, journald_socket, syslog_target
+from relay_shell.errors import ConfigError
 from relay_shell.metrics import Metrics
+from relay_shell.settings.model import Settings
 
 
 class OffHost:
@@ -29,9 +30,9 @@ class OffHost:
         self.shipper: Shipper | None = None  # AUDIT_SYSLOG
         self.journal: Shipper | None = None  # AUDIT_JOURNALD
         self._stopped = False
-        if settings.audit_signing_key is not None:
+        if settings.offhost.audit_signing_key is not None:
             try:
-                self.key = load_signing_key(settings.audit_signing_key)
+                self.key = load_signing_key(settings.offhost.audit_signing_key)
             except KeyFileError as exc:
                 raise ConfigError(f"RELAY_SHELL_AUDIT_SIGNING_KEY: {exc}") from None
         self.tls = syslog_tls(settings)
@@ -40,14 +41,12 @@ class OffHost:
         """Make the checkpointer and the shipper, counting into the server's metrics (build_server)."""
         settings = self.settings
         if self.key is not None:
-            interval = checkpoint_interval(settings.audit_checkpoint_interval)
+            interval = settings.offhost.audit_checkpoint_interval
             self.checkpointer = Checkpointer(self.log, self.key, interval, metrics)
-        if settings.audit_syslog:
-            self.shipper = Shipper(self.log, syslog_target(settings.audit_syslog), self.tls, metrics)
-        journal_path = journald_socket(settings.audit_journald)
-        if journal_path is not None:
-            target = SyslogTarget("journald", path=journal_path)
-            self.journal = Shipper(self.log, target, None, metrics, target_label="journald")
+        if settings.offhost.audit_syslog is not None:
+            self.shipper = Shipper(self.log, settings.offhost.audit_syslog, self.tls, metrics)
+        if settings.offhost.audit_journald is not None:
+            self.journal = Shipper(self.log, settings.offhost.audit_journald, None, metrics, target_label="journald")
         if self.shippers():  # the lag of the target furthest behind, read at scrape time
             metrics.audit_ship_lag_records.set_function(lambda: max(each.lag_records() for each in self.shippers()))
             metrics.audit_ship_lag_seconds.set_function(lambda: max(each.lag_seconds() for each in self.shippers()))
@@ -92,6 +91,9 @@ def syslog_tls(settings: Settings) -> ssl.SSLContext | None:
     """The TLS context of a tls:// target, made once (at start-up and by --check-config) so a CA or client
     certificate file that holds no usable PEM is a configuration error naming its setting, not a shipper that keeps
     failing to connect."""
-    if not settings.audit_syslog.startswith("tls://"):
+    target = settings.offhost.audit_syslog
+    if target is None or target.scheme != "tls":
         return None
-    return tls_context(settings.audit_syslog_ca, settings.audit_syslog_cert, settings.audit_syslog_key)
+    return tls_context(
+        settings.offhost.audit_syslog_ca, settings.offhost.audit_syslog_cert, settings.offhost.audit_syslog_key
+    )

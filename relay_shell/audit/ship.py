@@ -52,8 +52,8 @@ from relay_shell.audit.syslog import (
     parse_line,
     syslog_message,
 )
-from relay_shell.config import SyslogTarget
 from relay_shell.metrics import Metrics
+from relay_shell.settings.offhost import SyslogTarget
 
 BATCH_BYTES = 16 * 1024  # read and sent at once: a small batch holds the GIL briefly (~0.5 ms; calls keep latency)
 LINE_MAX = 1 << 20  # a line is read whole up to this (a record is at most 64 KiB); longer is shipped cut

@@ -28,7 +28,8 @@ from pathlib import Path
 
 import orjson
 
-from relay_shell.config import ConfigError, SyslogTarget
+from relay_shell.errors import ConfigError
+from relay_shell.settings.offhost import SyslogTarget
 
 APP_NAME = b"relay-shell"
 # SD-ID `audit@32473`: 32473 is the private enterprise number RFC 5612 reserves for examples and documentation;

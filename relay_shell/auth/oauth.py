@@ -46,7 +46,7 @@ from mcp.server.auth.provider import (
 )
 from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
 
-from relay_shell.config import ConfigError
+from relay_shell.errors import ConfigError
 
 if TYPE_CHECKING:
     from starlette.requests import Request

@@ -5,11 +5,11 @@ from __future__ import annotations
 import shlex
 
 from relay_shell.arguments import call_limits, check_cwd, check_no_nul, child_env
-from relay_shell.config import Settings
 from relay_shell.containment.units import Containment
 from relay_shell.errors import ArgumentError, ToolError
 from relay_shell.local.process import run_process
 from relay_shell.plan import Execution, Plan, ProgressFn, Subject, command_execution
+from relay_shell.settings.model import Settings
 from relay_shell.trace.tracer import denied_first, refusal_notes
 
 INTERPRETERS = {
@@ -153,7 +153,7 @@ def _process_plan(
                 merge_stderr=merge_stderr,
                 timeout=timeout,
                 budget=budget,
-                kill_grace=settings.kill_grace,
+                kill_grace=settings.limits.kill_grace,
                 progress=progress,
                 unit=unit,
                 tracer=tracer,

@@ -18,9 +18,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from relay_shell.arguments import MIN_OUTPUT, check_cwd, check_no_nul, child_env
+from relay_shell.arguments import MIN_OUTPUT, check_cwd, check_no_nul, child_env, clamp
 from relay_shell.capture import BoundedCapture
-from relay_shell.config import Settings, clamp
 from relay_shell.errors import ArgumentError, ToolError
 from relay_shell.plan import Execution, Outcome, Plan, ProgressFn, Subject
 from relay_shell.sessions.ansi import strip_ansi
@@ -29,6 +28,7 @@ from relay_shell.sessions.keys import KEYS, key_name
 from relay_shell.sessions.registry import Session, SessionRegistry, Terminal, WaitResult
 from relay_shell.sessions.transcript import Transcript
 from relay_shell.sessions.typed import typed_lines
+from relay_shell.settings.model import Settings
 from relay_shell.trace.record import ExecTrace
 from relay_shell.trace.tracer import denied_first, refusal_notes
 
@@ -171,7 +171,7 @@ def spawn_plan(
             plan.record_fields = {**(plan.record_fields or {}), "execs": tracer.snapshot(exec_trace)}
             notes.extend(refusal_notes(exec_trace))
         return _read_result(
-            session, None, settings.max_output, False, result, bool(patterns), wait_timeout, spawned=True
+            session, None, settings.limits.max_output, False, result, bool(patterns), wait_timeout, spawned=True
         )
 
     plan = Plan(
@@ -387,7 +387,14 @@ def prepare_resize(
         # redraw here, so that it is not taken for the answer to the next session_send.
         result = await session.wait(match_from, [], RESIZE_WAIT, RESIZE_SETTLE, settle_from_start=True)
         return _read_result(
-            session, None, settings.max_output, False, result, False, RESIZE_WAIT, prefix=f"resized to {cols}x{rows}"
+            session,
+            None,
+            settings.limits.max_output,
+            False,
+            result,
+            False,
+            RESIZE_WAIT,
+            prefix=f"resized to {cols}x{rows}",
         )
 
     return Plan(subject=Subject(fixed_tier=0), execute=execute, session_id=session_id)
@@ -436,7 +443,7 @@ def prepare_list(settings: Settings, registry: SessionRegistry, owner: str) -> P
             + f"  {item['command']}"
             for item in sessions
         ]
-        capture = BoundedCapture(settings.max_output)
+        capture = BoundedCapture(settings.limits.max_output)
         capture.feed("\n".join(lines).encode())
         return Execution(
             status="ok",
@@ -532,15 +539,15 @@ def _ending(session: Session) -> str:
 
 
 def wait_timeout_for(settings: Settings, timeout: float, notes: list[str]) -> float:
-    value, note = clamp("timeout", timeout, 0.0, settings.max_timeout)
+    value, note = clamp("timeout", timeout, 0.0, settings.limits.max_timeout)
     if note:
         notes.append(note)
     return abs(value)  # -0.0 is in range, and would read "-0s"
 
 
 def _budget(settings: Settings, max_bytes: int | None, notes: list[str]) -> int:
-    requested = settings.max_output if max_bytes is None else max_bytes
-    value, note = clamp("max_bytes", requested, MIN_OUTPUT, settings.max_output_hard)
+    requested = settings.limits.max_output if max_bytes is None else max_bytes
+    value, note = clamp("max_bytes", requested, MIN_OUTPUT, settings.limits.max_output_hard)
     if note:
         notes.append(note)
     return int(value)
@@ -549,7 +556,7 @@ def _budget(settings: Settings, max_bytes: int | None, notes: list[str]) -> int:
 def _secret_value(settings: Settings, secret_env: str, data: str) -> str:
     if data:
         raise ArgumentError("data: must be empty with secret_env (the secret is the input); allowed: data=''")
-    allowed = [pattern.strip() for pattern in settings.secret_env_allow.split(",") if pattern.strip()]
+    allowed = settings.sessions.secret_env_allow
     # A program that reads the "password" can print it: only variables the operator set aside for typing.
     if not any(fnmatch.fnmatchcase(secret_env, pattern) for pattern in allowed) or secret_env.startswith(
         "RELAY_SHELL_"
@@ -582,13 +589,15 @@ async def _await_password_prompt(session: Session) -> None:
 
 
 def _transcript(settings: Settings, session_id: str, command: str, cols: int, rows: int) -> Transcript | None:
-    if settings.record_dir is None:
+    if settings.sessions.record_dir is None:
         return None
     try:
-        return Transcript(settings.record_dir, session_id, command, cols, rows, TERM, settings.record_max_bytes)
+        return Transcript(
+            settings.sessions.record_dir, session_id, command, cols, rows, TERM, settings.sessions.record_max_bytes
+        )
     except OSError as exc:
         raise ToolError(
             "TranscriptUnavailable",
-            f"cannot record the session in RELAY_SHELL_RECORD_DIR={settings.record_dir} ({exc.strerror or exc}); "
-            "nothing was started",
+            f"cannot record the session in RELAY_SHELL_RECORD_DIR={settings.sessions.record_dir} "
+            f"({exc.strerror or exc}); nothing was started",
         ) from None

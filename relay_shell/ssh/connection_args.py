@@ -10,9 +10,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from relay_shell.arguments import check_no_nul
-from relay_shell.config import Settings
 from relay_shell.errors import ArgumentError
 from relay_shell.plan import Subject
+from relay_shell.settings.model import Settings
 from relay_shell.ssh.inventory.fields import InventoryError
 from relay_shell.ssh.inventory.load import Inventory
 from relay_shell.ssh.pool import SshPool
@@ -69,10 +69,10 @@ class Ssh:
             key_path=connection.key_path,
             known_hosts=connection.known_hosts,
             jump=connection.jump,
-            default_mode=self.settings.ssh_known_hosts,
+            default_mode=self.settings.ssh.ssh_known_hosts,
             argument=argument,
         )
-        if self.settings.policy_mode == "readonly":
+        if self.settings.policy.policy_mode == "readonly":
             # Trusting a new host key writes known_hosts: a change readonly mode does not make.
             hops = tuple(
                 replace(hop, known_hosts_mode="strict") if hop.known_hosts_mode == "accept-new" else hop
@@ -163,7 +163,7 @@ def expand_hosts(ssh: Ssh, hosts: str | list[str] | None, *, empty_means_all: bo
             "hosts: the inventory has no hosts; allowed: name hosts explicitly, or configure "
             "RELAY_SHELL_INVENTORY / ~/.ssh/config"
         )
-    limit = ssh.settings.fanout_max_hosts
+    limit = ssh.settings.ssh.fanout_max_hosts
     if len(expanded) > limit:
         raise ArgumentError(
             f"hosts: {len(expanded)} hosts; allowed: at most {limit} per call (RELAY_SHELL_FANOUT_MAX_HOSTS); "

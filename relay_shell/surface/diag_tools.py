@@ -86,7 +86,9 @@ def diag_tools(
         return await runner.run(
             ctx.request_context,
             "operation_confirm",
-            lambda: prepare_confirm(runner.confirmations, settings.confirm_tier3, owner_of(ctx.request_context), token),
+            lambda: prepare_confirm(
+                runner.confirmations, settings.policy.confirm_tier3, owner_of(ctx.request_context), token
+            ),
         )
 
     # The token is a bearer credential for one irreversible call: the record keeps its digest only.

@@ -221,7 +221,7 @@ class WorkflowPrompts:
     def __init__(self, runner: Runner, ssh: SshAccess, tool_names: set[str]) -> None:
         self.runner = runner
         self.ssh = ssh
-        self.mode: str = runner.settings.policy_mode
+        self.mode: str = runner.settings.policy.policy_mode
         self.catalog = validate_definitions(PROMPTS, tool_names)
         self.visible = {name: spec for name, spec in self.catalog.items() if self.mode in spec.modes}
         self.mcp: MCPServer | None = None

@@ -94,7 +94,7 @@ def register_context(mcp: MCPServer, runner: Runner, ssh: SshAccess) -> None:
     )
     async def ssh_config() -> str:
         parts = []
-        inventory_file = runner.settings.inventory
+        inventory_file = runner.settings.ssh.inventory
         # The files the inventory loaded, less the inventory file itself: ssh_config and what it includes.
         for path in ssh.get().inventory.files():
             if inventory_file is not None and path == inventory_file:
@@ -103,5 +103,5 @@ def register_context(mcp: MCPServer, runner: Runner, ssh: SshAccess) -> None:
                 parts.append(f"# file: {path}\n{path.read_text(errors='replace')}")
             except OSError as exc:
                 parts.append(f"# file: {path}: unreadable ({exc.strerror})")
-        text = "\n".join(parts) if parts else f"# no ssh_config file ({runner.settings.ssh_config})\n"
+        text = "\n".join(parts) if parts else f"# no ssh_config file ({runner.settings.ssh.ssh_config})\n"
         return runner.context_pull(current_request.get(), "resource:ssh_config", text)

@@ -170,7 +170,7 @@ def ssh_tools(runner: Runner, registry: SessionRegistry, access: SshAccess) -> l
                 command="true",
                 hosts=hosts,
                 timeout=timeout,
-                concurrency=settings.fanout_max_concurrency,
+                concurrency=settings.ssh.fanout_max_concurrency,
                 max_output_per_host=None,
                 connection=connection(user, port, key_path, known_hosts, jump),
                 check=True,
@@ -403,7 +403,7 @@ def ssh_tools(runner: Runner, registry: SessionRegistry, access: SshAccess) -> l
         def prepare() -> Plan:
             from relay_shell.ssh.forwards.plans import prepare_forward_list
 
-            return prepare_forward_list(access.forwards, settings.max_output, owner_of(request_context))
+            return prepare_forward_list(access.forwards, settings.limits.max_output, owner_of(request_context))
 
         return await runner.run(request_context, "ssh_forward_list", prepare)
 

@@ -26,10 +26,10 @@ import os
 import select
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from relay_shell.config import compile_exec_deny
+from relay_shell.settings.patterns import Regex
 from relay_shell.trace import memory, seccomp
 from relay_shell.trace.record import ExecTrace, digest_line, entry_of, redacted_argv, unreadable_entry
 from relay_shell.trace.spawners import REFILL_IDLE, SparePool, Spawner
@@ -47,9 +47,9 @@ LateWriter = Callable[[str | None, dict[str, Any]], None]
 
 
 class ExecTracer:
-    def __init__(self, setting: str, deny_patterns: list[str], max_entries: int, metrics: Any = None) -> None:
+    def __init__(self, setting: str, deny_patterns: Sequence[Regex], max_entries: int, metrics: Any = None) -> None:
         self.setting = setting
-        self.deny = compile_exec_deny(deny_patterns)
+        self.deny = list(deny_patterns)  # compiled in RE2 by the settings (settings/trace.py)
         self.max_entries = max_entries
         self.metrics = metrics
         self.state = "off"

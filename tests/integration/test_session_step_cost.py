@@ -17,12 +17,12 @@ from mcp import Client
 from mcp.server.mcpserver.utilities.func_metadata import FuncMetadata
 
 from relay_shell.audit.log import AuditLog
-from relay_shell.config import Settings
 from relay_shell.server import build_server
 from relay_shell.sessions.ansi import strip_ansi
 from relay_shell.sessions.local_pty import LocalPty
 from relay_shell.sessions.plans import confirm_state
 from relay_shell.sessions.registry import SessionRegistry
+from relay_shell.settings.model import Settings
 from relay_shell.surface.build import LazyArguments
 from tests.conftest import text_of
 
@@ -122,7 +122,7 @@ def test_arguments_are_pre_parsed_as_the_sdk_does(value: str) -> None:
 async def _serve(tmp_path: Path) -> AsyncIterator[Client]:
     audit_log = AuditLog(tmp_path / "audit.jsonl")
     audit_log.open()
-    assembly = build_server(Settings(audit_path=tmp_path / "audit.jsonl"), audit_log)
+    assembly = build_server(Settings(audit={'audit_path': tmp_path / "audit.jsonl"}), audit_log)
     try:
         async with Client(assembly.mcp, mode="legacy") as client:
             yield client

@@ -30,8 +30,8 @@ from relay_shell.audit import ship
 from relay_shell.audit.log import AuditLog
 from relay_shell.audit.ship import Position, Shipper, state_path_for
 from relay_shell.audit.syslog import UDP_MAX
-from relay_shell.config import syslog_target
 from relay_shell.metrics import Metrics
+from relay_shell.settings.offhost import syslog_target
 from tests.rsyslog import Rsyslog, free_port
 
 READ_CHUNK = 1500  # the slow peer reads this many bytes …

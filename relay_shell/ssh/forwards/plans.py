@@ -92,7 +92,7 @@ def prepare_forward(
         registry.reserve(owner)
         try:
             tunnel = await open_tunnel(
-                ssh.pool, route, parsed, bind, ssh.settings.ssh_connect_timeout, admit, registry.budget
+                ssh.pool, route, parsed, bind, ssh.settings.ssh.ssh_connect_timeout, admit, registry.budget
             )
         except BaseException:
             registry.unreserve(owner)
@@ -127,7 +127,7 @@ def prepare_forward(
             reached = f"connections go to {parsed.destination()} from this machine"
         lines = [f"listening on {forward.listen()} {side}; {reached}"]
         lines.append(f"close it with ssh_forward_close(forward_id={forward_id!r}); ssh_forward_list shows its traffic")
-        capture = BoundedCapture(ssh.settings.max_output)
+        capture = BoundedCapture(ssh.settings.limits.max_output)
         capture.feed("\n".join(lines).encode())
         return Execution(
             status="ok",
