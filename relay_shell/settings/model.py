@@ -93,13 +93,16 @@ def setting_fields() -> dict[str, tuple[str, FieldInfo]]:
 
 def by_area(flat: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     """Settings given by name (`max_sessions=2`) grouped by area (`{"sessions": {"max_sessions": 2}}`), as
-    Settings(...) takes them; ValueError for a name that is not a setting."""
+    Settings(...) takes them (an area's dict is merged as it is); ValueError for a name that is neither."""
     fields = setting_fields()
     grouped: dict[str, dict[str, Any]] = {}
     for name, value in flat.items():
-        if name not in fields:
+        if name in Settings.model_fields and isinstance(value, Mapping):
+            grouped.setdefault(name, {}).update(value)
+        elif name in fields:
+            grouped.setdefault(fields[name][0], {})[name] = value
+        else:
             raise ValueError(f"{name!r} is not a relay-shell setting")
-        grouped.setdefault(fields[name][0], {})[name] = value
     return grouped
 
 

@@ -282,3 +282,26 @@ def test_config_show_names_each_source_and_the_defaults(tmp_path: Path) -> None:
     assert all(source == "default" for key, (_, source) in lines.items() if key != ("policy", "policy_mode"))
     assert "# Config file: none" in result.stdout
     assert "RELAY_SHELL_POLICY_MOD is not a relay-shell setting" in result.stderr
+
+
+def test_a_start_without_a_file_pays_for_none_of_it(tmp_path: Path) -> None:
+    """No config file: the TOML reader, the misspelling suggestions, `config show` and RE2 (no patterns) stay
+    unloaded; with a file, only the TOML reader comes in."""
+    probe = (
+        "import sys, relay_shell.cli\n"
+        "code = relay_shell.cli.main(sys.argv[1:])\n"
+        "names = ('tomllib', 'difflib', 'relay_shell.config_show', 're2')\n"
+        "print(code, *[name for name in names if name in sys.modules])\n"
+    )
+    env = {**server_env(tmp_path / "audit.jsonl"), "PYTHONDONTWRITEBYTECODE": "1"}
+    plain = subprocess.run([sys.executable, "-c", probe, "--check-config"], env=env, capture_output=True, text=True)
+    assert plain.stdout.splitlines()[-1] == "0", plain
+    config = tmp_path / "relay.toml"
+    config.write_text("[sessions]\nmax_sessions = 3\n")
+    with_file = subprocess.run(
+        [sys.executable, "-c", probe, "--check-config", "--config", str(config)],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert with_file.stdout.splitlines()[-1] == "0 tomllib", with_file
