@@ -16,7 +16,7 @@ from pydantic.fields import FieldInfo
 
 from relay_shell import __version__
 from relay_shell.audit.redact import REDACTED, redact
-from relay_shell.settings.file import CONFIG_VARIABLE, config_file_path, key_line
+from relay_shell.settings.file import CONFIG_VARIABLE, config_file_path, key_line, toml_value
 from relay_shell.settings.load import load_settings, unknown_variables
 from relay_shell.settings.model import ENV_PREFIX, Settings, areas, environment_values, setting_fields
 
@@ -83,29 +83,3 @@ def masked_value(field: FieldInfo, value: Any) -> tuple[Any, bool]:
     if isinstance(value, list) and any(isinstance(item, str) and redact(item) != item for item in value):
         return [redact(item) if isinstance(item, str) else item for item in value], True
     return value, False
-
-
-def toml_value(value: Any) -> str:
-    """A TOML value: an empty string for an unset optional setting (empty turns it off)."""
-    if value is None:
-        return '""'
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return repr(value)
-    if isinstance(value, list):
-        return "[" + ", ".join(toml_value(item) for item in value) + "]"
-    return toml_string(str(value))
-
-
-def toml_string(text: str) -> str:
-    """A TOML basic string: quote, backslash and control characters escaped (JSON's escapes are not all TOML's)."""
-    escaped = []
-    for character in text:
-        if character in '"\\':
-            escaped.append("\\" + character)
-        elif ord(character) < 0x20 or ord(character) == 0x7F:
-            escaped.append(f"\\u{ord(character):04X}")
-        else:
-            escaped.append(character)
-    return '"' + "".join(escaped) + '"'

@@ -1,6 +1,6 @@
 """The config file (`--config FILE`, RELAY_SHELL_CONFIG): TOML, the settings' names grouped by area, `[sessions]`
 `max_sessions = 16`. pydantic-settings' TOML source reads it (settings/model.py); this module finds where a key is
-written, for errors that name the file and the line.
+written, for errors that name the file and the line, and writes values as TOML (errors, `config show`).
 """
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from typing import Any
 
 CONFIG_VARIABLE = "RELAY_SHELL_CONFIG"  # set by --config too (cli.py), so every command reads the same file
 
@@ -50,3 +51,29 @@ def key_line(text: str, path: tuple[str, ...]) -> int | None:
         if fallback is None and path[: len(written)] == written:
             fallback = number  # an inline table (`sessions = {...}`) that holds the key
     return fallback
+
+
+def toml_value(value: Any) -> str:
+    """A TOML value: an empty string for an unset optional setting (empty turns it off)."""
+    if value is None:
+        return '""'
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(toml_value(item) for item in value) + "]"
+    return toml_string(str(value))
+
+
+def toml_string(text: str) -> str:
+    """A TOML basic string: quote, backslash and control characters escaped (JSON's escapes are not all TOML's)."""
+    escaped = []
+    for character in text:
+        if character in '"\\':
+            escaped.append("\\" + character)
+        elif ord(character) < 0x20 or ord(character) == 0x7F:
+            escaped.append(f"\\u{ord(character):04X}")
+        else:
+            escaped.append(character)
+    return '"' + "".join(escaped) + '"'

@@ -14,7 +14,7 @@ from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
 from relay_shell.errors import ConfigError
-from relay_shell.settings.file import CONFIG_VARIABLE, config_file_path, key_line
+from relay_shell.settings.file import CONFIG_VARIABLE, config_file_path, key_line, toml_value
 from relay_shell.settings.model import ENV_PREFIX, Settings, areas, environment_values, setting_fields
 
 # Set by relay-shell itself, not by an operator: the containment marker every command inherits (a relay-shell
@@ -60,7 +60,8 @@ def describe_error(exc: ValidationError, path: Path | None) -> str:
         variable = ENV_PREFIX + name.upper()
         return f"{variable}={os.environ.get(variable, environment_values()[name])!r}: {problem}; allowed: {description}"
     if path is not None:
-        return f"{_file_prefix(path, (area, name))}[{area}] {name} = {_shown(error)}: {problem}; allowed: {description}"
+        value = toml_value(error.get("input"))
+        return f"{_file_prefix(path, (area, name))}[{area}] {name} = {value}: {problem}; allowed: {description}"
     return f"{ENV_PREFIX}{name.upper()}={'':!r}: {problem}; allowed: {description}"
 
 
@@ -91,11 +92,6 @@ def _rule_prefix(path: Path | None, problem: str) -> str:
         if named and name not in environment and name in in_file.get(area, {}):
             return f"{path}:{key_line(text, (area, name))}: "
     return ""
-
-
-def _shown(error: ErrorDetails) -> str:
-    value = error.get("input")
-    return repr(value) if not isinstance(value, bool) else str(value).lower()
 
 
 def _section_problem(key: str, error: ErrorDetails) -> str:

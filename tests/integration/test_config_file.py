@@ -107,7 +107,7 @@ def test_check_config_and_the_audit_tools_read_the_file(tmp_path: Path, log_path
         (
             '\n[sessions]\nmax_sessions = "many"\n',
             3,
-            ["[sessions] max_sessions = 'many'", "valid integer", "1 to 1024"],
+            ['[sessions] max_sessions = "many"', "valid integer", "1 to 1024"],
         ),
         # out of range
         ("[sessions]\n\nmax_sessions = 5000\n", 3, ["[sessions] max_sessions = 5000", "less than or equal to 1024"]),
