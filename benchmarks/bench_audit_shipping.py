@@ -25,9 +25,9 @@ import anyio
 from benchmarks.bench_exec_latency import measure
 from benchmarks.common import bare_client, median, relay_client, verdict
 from relay_shell.audit.log import AuditLog
-from relay_shell.config import syslog_target
 from relay_shell.metrics import Metrics
 from relay_shell.offhost.shipper import Shipper
+from relay_shell.settings.offhost import syslog_target
 from tests.rsyslog import Rsyslog  # run as `python -m benchmarks.…` from the project root, like the others
 
 CALLS = 300

@@ -15,7 +15,7 @@ from benchmarks.common import child_pid_running, relay_client, reset_peak_rss, s
 
 TOTAL = 500 * 1024 * 1024
 COMMAND = f"head -c {TOTAL} /dev/zero; echo DONE"
-RING_BYTES = 1024 * 1024  # RELAY_SHELL_SESSION_BUFFER_BYTES default (relay_shell/config.py)
+RING_BYTES = 1024 * 1024  # RELAY_SHELL_SESSION_BUFFER_BYTES default (relay_shell/settings/sessions.py)
 SLACK_MIB = 16
 DEADLINE_S = 170.0
 POLL_S = 1.0

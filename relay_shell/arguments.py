@@ -1,6 +1,6 @@
-"""Argument helpers every executor shares: the timeout and output limits (clamped, with a note), the working
-directory, the env overlay as a child's environment, the NUL check for text that passes through exec, and a
-command to run on a remote shell.
+"""Argument helpers every executor shares: clamping an argument into its configured range (with a note saying
+so), the timeout and output limits, the working directory, the env overlay as a child's environment, the NUL
+check for text that passes through exec, and a command to run on a remote shell.
 """
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from __future__ import annotations
 import functools
 import os
 
-from relay_shell.config import Settings, clamp
 from relay_shell.errors import ArgumentError
+from relay_shell.settings.model import Settings
 
 # Commands run without a terminal: make the usual interactive prompts and pagers fail fast or stay out
 # of the way. The caller's `env` overrides any of these.
@@ -30,15 +30,33 @@ MAX_QUERY_CHARS = 4096
 DEFAULT_BRIEFING_BYTES = 8192
 
 
+def clamp(name: str, value: float, low: float, high: float) -> tuple[float, str | None]:
+    """Clamp a tool argument into its configured range; the note tells the caller what happened."""
+    if value < low:
+        return low, f"{name} {_number(value)} raised to {_number(low)} (allowed {_number(low)} to {_number(high)})"
+    if value > high:
+        return high, f"{name} {_number(value)} lowered to {_number(high)} (allowed {_number(low)} to {_number(high)})"
+    return value, None
+
+
+def _number(value: float) -> str:
+    if isinstance(value, int):  # any length: JSON allows integers no float can hold (10**400)
+        digits = str(abs(value))
+        if len(digits) <= 20:
+            return str(value)
+        return f"{'-' if value < 0 else ''}{digits[0]}.{digits[1:4]}e+{len(digits) - 1}"
+    return str(int(value)) if value.is_integer() and abs(value) < 1e15 else f"{value:g}"
+
+
 def call_limits(
     settings: Settings, timeout: float, max_output: int | None, notes: list[str], output_name: str = "max_output"
 ) -> tuple[float, int]:
     """The call's timeout and output budget, clamped to the configured ranges (a note names the argument)."""
-    timeout_value, note = clamp("timeout", timeout, MIN_TIMEOUT, settings.max_timeout)
+    timeout_value, note = clamp("timeout", timeout, MIN_TIMEOUT, settings.limits.max_timeout)
     if note:
         notes.append(note)
-    requested_output = settings.max_output if max_output is None else max_output
-    output_value, note = clamp(output_name, requested_output, MIN_OUTPUT, settings.max_output_hard)
+    requested_output = settings.limits.max_output if max_output is None else max_output
+    output_value, note = clamp(output_name, requested_output, MIN_OUTPUT, settings.limits.max_output_hard)
     if note:
         notes.append(note)
     return timeout_value, int(output_value)

@@ -1,19 +1,19 @@
-"""Command line: serve (default), --check-config, audit verify, audit tail."""
+"""Command line: serve (default; the steps are in serve.py), --check-config, --config, config show, audit verify,
+audit tail, audit keygen, token."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 
 from relay_shell import __version__
-
-if TYPE_CHECKING:
-    from relay_shell.server import Assembly
+from relay_shell.settings.file import CONFIG_VARIABLE
 
 EXIT_CONFIG = 2
 EXIT_NOT_SIGNED = 4  # audit verify --public-key: an intact chain with no checkpoint in it yet
@@ -25,230 +25,74 @@ def main(argv: list[str] | None = None) -> int:
         return audit_command(args[1:])
     if args[:1] == ["token"]:
         return token_command(args[1:])
+    if args[:1] == ["config"]:
+        return config_command(args[1:])
     parser = argparse.ArgumentParser(
         prog="relay-shell",
-        description="Audited MCP server for shell commands. Configure with RELAY_SHELL_* environment variables.",
+        description="Audited MCP server for shell commands. Configure with RELAY_SHELL_* environment variables, or "
+        "a TOML config file (--config) they override.",
         epilog="Audit tools: relay-shell audit verify [PATH ...] [--public-key K] [--against COPY] | relay-shell audit "
         "tail [-n N] [--follow] ... | relay-shell audit keygen PATH | "
-        "HTTP tokens: relay-shell token NAME",
+        "HTTP tokens: relay-shell token NAME | The effective settings: relay-shell config show [--config FILE]",
+        parents=[config_option()],
     )
     parser.add_argument("--version", action="version", version=f"relay-shell {__version__}")
     parser.add_argument("--check-config", action="store_true", help="validate the configuration and exit")
     parser.add_argument("--transport", choices=["stdio", "http"], help="override RELAY_SHELL_TRANSPORT")
     options = parser.parse_args(args)
+    use_config_file(options.config)
     if options.transport:
-        import os
-
         os.environ["RELAY_SHELL_TRANSPORT"] = options.transport
-    return serve(check_only=options.check_config)
-
-
-def serve(check_only: bool) -> int:
-    from relay_shell.audit.log import AuditLog, AuditWriteError, check_writable
-    from relay_shell.config import ConfigError, Settings, load_settings, metrics_host_port, unknown_variables
+    from relay_shell.errors import ConfigError
+    from relay_shell.serve import serve
 
     try:
-        settings = load_settings()
+        return serve(check_only=options.check_config)
     except ConfigError as exc:
-        print(f"relay-shell: configuration error: {exc}", file=sys.stderr)
-        return EXIT_CONFIG
-    for name in unknown_variables():
-        print(f"relay-shell: warning: {name} is not a relay-shell setting (typo?); ignored", file=sys.stderr)
+        return configuration_error(exc)
 
-    if check_only:
-        problem = check_writable(settings.audit_path)
-        if problem is not None:
-            print(f"relay-shell: configuration error: RELAY_SHELL_AUDIT_PATH: {problem}", file=sys.stderr)
-            return EXIT_CONFIG
-        if settings.transport == "http":  # the token file, the OAuth state and the bind address
-            from relay_shell.auth.setup import check_http_settings
 
-            try:
-                check_http_settings(settings)
-            except ConfigError as exc:
-                print(f"relay-shell: configuration error: {exc}", file=sys.stderr)
-                return EXIT_CONFIG
-        if settings.audit_signing_key is not None:
-            from relay_shell.offhost.signing_keys import KeyFileError, load_signing_key
+def configuration_error(exc: Exception) -> int:
+    print(f"relay-shell: configuration error: {exc}", file=sys.stderr)
+    return EXIT_CONFIG
 
-            try:
-                load_signing_key(settings.audit_signing_key)
-            except KeyFileError as exc:
-                print(f"relay-shell: configuration error: RELAY_SHELL_AUDIT_SIGNING_KEY: {exc}", file=sys.stderr)
-                return EXIT_CONFIG
-        if settings.audit_syslog.startswith("tls://"):  # the CA and client certificate files hold usable PEM
-            from relay_shell.offhost.setup import syslog_tls
 
-            try:
-                syslog_tls(settings)
-            except ConfigError as exc:
-                print(f"relay-shell: configuration error: {exc}", file=sys.stderr)
-                return EXIT_CONFIG
-        print(f"relay-shell {__version__}: configuration OK (audit log {settings.audit_path} is writable)")
-        return 0
-
-    audit_log = AuditLog(settings.audit_path, chain=settings.audit_chain, fsync=settings.audit_fsync == "always")
-    try:
-        audit_log.open()
-    except AuditWriteError as exc:
-        if settings.audit_on_failure == "refuse":
-            print(f"relay-shell: configuration error: RELAY_SHELL_AUDIT_PATH: {exc}", file=sys.stderr)
-            return EXIT_CONFIG
-        print(f"relay-shell: warning: {exc}; serving degraded (AUDIT_ON_FAILURE=continue)", file=sys.stderr)
-
-    offhost = None
-    if settings.audit_syslog or settings.audit_journald != "off" or settings.audit_signing_key is not None:
-        from relay_shell.offhost.setup import OffHost
-
-        try:
-            offhost = OffHost(settings, audit_log)
-        except ConfigError as exc:
-            print(f"relay-shell: configuration error: {exc}", file=sys.stderr)
-            return EXIT_CONFIG
-
-    from relay_shell.auth.setup import HttpAuth
-
-    http_auth = HttpAuth()
-    if settings.transport == "http":
-        from relay_shell.auth.setup import check_http_settings
-
-        try:
-            http_auth = check_http_settings(settings)
-        except ConfigError as exc:
-            print(f"relay-shell: configuration error: {exc}", file=sys.stderr)
-            return EXIT_CONFIG
-    from relay_shell.containment.start import ContainmentStart, ContainmentUnavailable
-    from relay_shell.containment.units import scope_of
-
-    # Its cgroup setup waits in the kernel (~10 ms) in a thread while the server's modules are imported; the
-    # containment is complete (result()) before anything below runs a process or looks for leftovers.
-    containment_start = ContainmentStart(settings.containment, scope_of(settings.audit_path))
-    try:
-        from relay_shell.audit.interrupted import find_interrupted, restart_fields
-        from relay_shell.containment.leftovers import find_leftovers
-        from relay_shell.server import build_server
-
-        raise_open_files_limit()  # before build_server: the port forwards' connection budget is derived from it
-    except BaseException:
-        containment_start.cancel()  # the thread may have moved this process into a new instance directory
-        raise
-    try:
-        containment = containment_start.result()
-    except ContainmentUnavailable as exc:
-        print(
-            f"relay-shell: configuration error: RELAY_SHELL_CONTAINMENT={settings.containment}: {exc}; allowed: "
-            f"{Settings.model_fields['containment'].description}",
-            file=sys.stderr,
-        )
-        return EXIT_CONFIG
-    # What a server of this audit log killed with -9 left running: the processes of the calls it left
-    # interrupted (start records without end records) are ended, background jobs of calls that ended are kept.
-    previous = find_interrupted(settings.audit_path)  # before this process writes its own server:start record
-    interrupted = {call.call_id for call in previous.interrupted} if previous.complete else None
-    leftovers = find_leftovers(containment, interrupted_call_ids=interrupted)
-    for leftover in leftovers:
-        action = "ended" if leftover.ended else "kept"
-        print(
-            f"relay-shell: left by server {leftover.instance}: {leftover.unit}, {len(leftover.pids)} "
-            f"process(es) {action}: {leftover.reason}",
-            file=sys.stderr,
-        )
-    assembly = build_server(settings, audit_log, http_auth.tokens, http_auth.oauth, containment, offhost)
-    assembly.recorder.server_started(restart_fields(previous, [leftover.record() for leftover in leftovers]))
-    if offhost is not None:  # after server:start: the first record this process ships or signs is its own start
-        offhost.start()
-    if not audit_log.healthy:
-        assembly.metrics.audit_degraded.set(1)
-    metrics_note = "off"
-    if settings.metrics_addr:
-        host, port = metrics_host_port(settings.metrics_addr)
-        try:
-            assembly.metrics_port = assembly.metrics.serve(host, port)
-        except OSError as exc:
-            print(f"relay-shell: configuration error: RELAY_SHELL_METRICS_ADDR: cannot listen: {exc}", file=sys.stderr)
-            return EXIT_CONFIG
-        metrics_note = f"http://{host}:{assembly.metrics_port}/metrics"
-    chain = "on" if settings.audit_chain else "off"
-    print(
-        f"relay-shell {__version__} | transport {settings.transport} | policy {settings.policy_mode} | "
-        f"audit {settings.audit_path} (chain {chain}) | metrics {metrics_note} | {assembly.launcher.banner()}"
-        + (f" | {offhost.startup_note()}" if offhost is not None else ""),
-        file=sys.stderr,
-        flush=True,
+def config_option() -> argparse.ArgumentParser:
+    """--config FILE, for every command that reads the settings."""
+    parent = argparse.ArgumentParser(add_help=False)
+    parent.add_argument(
+        "--config",
+        metavar="FILE",
+        help="a TOML file of settings grouped by area (e.g. [sessions] max_sessions = 16); RELAY_SHELL_* variables "
+        "override it; default: $RELAY_SHELL_CONFIG",
     )
-    for note in assembly.launcher.banner_notes():
-        print(f"relay-shell: {note}", file=sys.stderr, flush=True)
-    if settings.transport == "http":
-        from relay_shell.http import serve_http
+    return parent
 
-        try:
-            serve_http(assembly, settings, http_auth)
-        except OSError as exc:
-            print(f"relay-shell: configuration error: RELAY_SHELL_HTTP_PORT: cannot listen: {exc}", file=sys.stderr)
-            return EXIT_CONFIG
-        finally:
-            audit_log.close()
-        return 0
-    print(
-        "relay-shell: speaking MCP on stdin/stdout; connect by registering the command `relay-shell` in your "
-        "MCP client (e.g. `claude mcp add relay-shell -- relay-shell`)",
-        file=sys.stderr,
-        flush=True,
+
+def use_config_file(path: str | None) -> None:
+    # Through the environment, as --transport: the settings read it there, and so does every later load.
+    if path is not None:
+        os.environ[CONFIG_VARIABLE] = path
+
+
+def config_command(args: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="relay-shell config", description="Show the effective configuration.")
+    sub = parser.add_subparsers(dest="action", required=True)
+    sub.add_parser(
+        "show",
+        parents=[config_option()],
+        help="print the effective settings as TOML, each with where it came from (environment, file, default); "
+        "secrets masked",
     )
-    import anyio
+    options = parser.parse_args(args)
+    use_config_file(options.config)
+    from relay_shell.config_show import show_settings
+    from relay_shell.errors import ConfigError
 
     try:
-        anyio.run(_serve_stdio, assembly)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        audit_log.close()
-    return 0
-
-
-def raise_open_files_limit() -> None:
-    """Raise the soft limit on open files (RLIMIT_NOFILE) to the hard limit. Every command, session, SSH
-    connection and forwarded connection holds descriptors, and the usual soft limit of 1024 is kept low only for
-    programs that use select(), which asyncio does not; port forwards may use half of the limit (ssh/forwards/traffic.py
-    `connection_budget`), so a low one would starve them or, without that bound, everything else. Children
-    inherit the raised limit. An operator's lower hard limit (LimitNOFILE=) still holds."""
-    import contextlib
-    import resource
-
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    wanted = hard if hard != resource.RLIM_INFINITY else 1 << 20  # Linux caps descriptors at fs.nr_open anyway
-    if soft != resource.RLIM_INFINITY and soft < wanted:
-        with contextlib.suppress(ValueError, OSError):
-            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
-
-
-async def _serve_stdio(assembly: Assembly) -> None:
-    """Serve until the client closes stdin or a signal (TERM, HUP, INT) arrives; then close every session,
-    so no shell or job outlives the server."""
-    import signal
-
-    import anyio
-
-    from relay_shell.stdio import stdio_transport
-
-    async with anyio.create_task_group() as group:
-
-        async def stop_on_signal() -> None:
-            with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGHUP, signal.SIGINT) as received:
-                async for _ in received:
-                    await assembly.shutdown()
-                    group.cancel_scope.cancel()
-                    return
-
-        group.start_soon(stop_on_signal)
-        group.start_soon(assembly.launcher.maintain_forever)
-        server = assembly.mcp._lowlevel_server  # the SDK's own in-memory client reaches it the same way
-        try:
-            async with stdio_transport() as (read_stream, write_stream):
-                await server.run(read_stream, write_stream, server.create_initialization_options())
-        finally:
-            await assembly.shutdown()
-            group.cancel_scope.cancel()
+        return show_settings()
+    except ConfigError as exc:
+        return configuration_error(exc)
 
 
 def token_command(args: list[str]) -> int:
@@ -269,10 +113,12 @@ def token_command(args: list[str]) -> int:
     return 0
 
 
-def audit_command(args: list[str]) -> int:
+def audit_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="relay-shell audit", description="Inspect the audit log.")
     sub = parser.add_subparsers(dest="action", required=True)
-    verify = sub.add_parser("verify", help="verify the hash chain (exit 0 only for a complete valid chain)")
+    verify = sub.add_parser(
+        "verify", parents=[config_option()], help="verify the hash chain (exit 0 only for a complete valid chain)"
+    )
     verify.add_argument("paths", nargs="*", type=Path, help="log file(s), oldest first; default: the configured log")
     verify.add_argument(
         "--public-key",
@@ -292,7 +138,7 @@ def audit_command(args: list[str]) -> int:
     )
     keygen = sub.add_parser("keygen", help="write an Ed25519 key for signed checkpoints: PATH (0600) and PATH.pub")
     keygen.add_argument("path", type=Path, help="the private key file to create (AUDIT_SIGNING_KEY)")
-    tail = sub.add_parser("tail", help="print recent records as JSON lines")
+    tail = sub.add_parser("tail", parents=[config_option()], help="print recent records as JSON lines")
     tail.add_argument("-n", "--lines", type=int, default=20, help="number of records (default 20)")
     tail.add_argument("--follow", "-f", action="store_true", help="keep printing new records")
     tail.add_argument("--tool", help="only this tool")
@@ -303,7 +149,13 @@ def audit_command(args: list[str]) -> int:
     tail.add_argument(
         "--execs", action="store_true", help="only records with an exec trace, printed as their exec lists"
     )
+    return parser
+
+
+def audit_command(args: list[str]) -> int:
+    parser = audit_parser()
     options = parser.parse_args(args)
+    use_config_file(getattr(options, "config", None))
 
     if options.action == "verify":
         return verify_command(options.paths or [_configured_audit_path()], options.public_key, options.against)
@@ -397,9 +249,13 @@ def verify_command(paths: list[Path], public_key_paths: list[Path] | None, again
             )
             return EXIT_NOT_SIGNED
         uncovered = last_seq[0] - signed[-1]
-        note = "" if uncovered == 0 else (
-            f"; {uncovered} record(s) after it are not covered by a signature (the server is running, or stopped "
-            "without its shutdown checkpoint)"
+        note = (
+            ""
+            if uncovered == 0
+            else (
+                f"; {uncovered} record(s) after it are not covered by a signature (the server is running, or stopped "
+                "without its shutdown checkpoint)"
+            )
         )
         print(f"checkpoints: {len(signed)} signature(s) verified, the last at seq {signed[-1]}{note}")
     if against is None:
@@ -425,10 +281,10 @@ def verify_command(paths: list[Path], public_key_paths: list[Path] | None, again
 
 
 def _configured_audit_path() -> Path:
-    from relay_shell.config import ConfigError, load_settings
+    from relay_shell.errors import ConfigError
+    from relay_shell.settings.load import load_settings
 
     try:
-        return load_settings().audit_path
+        return load_settings().audit.audit_path
     except ConfigError as exc:
-        print(f"relay-shell: configuration error: {exc}", file=sys.stderr)
-        raise SystemExit(EXIT_CONFIG) from None
+        raise SystemExit(configuration_error(exc)) from None

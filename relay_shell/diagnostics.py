@@ -11,9 +11,9 @@ from relay_shell import __version__
 from relay_shell.audit.log import AuditLog
 from relay_shell.audit.tail import TailFilter, recent_records
 from relay_shell.capture import BoundedCapture
-from relay_shell.config import Settings
 from relay_shell.errors import ArgumentError
 from relay_shell.plan import Execution, Plan, ProgressFn, Subject
+from relay_shell.settings.model import Settings
 
 MAX_TAIL_LINES = 1000
 CALL_ID = re.compile(r"[A-Za-z0-9-]{1,64}")
@@ -32,25 +32,25 @@ def server_state(
 ) -> dict[str, Any]:
     return {
         "version": __version__,
-        "transport": settings.transport,
+        "transport": settings.http.transport,
         "policy": {
-            "mode": settings.policy_mode,
-            "deny_patterns": len(settings.deny_patterns),
-            "allow_patterns": len(settings.allow_patterns),
-            "confirm_tier3": settings.confirm_tier3,
-            "confirm_ttl_seconds": settings.confirm_ttl,
+            "mode": settings.policy.policy_mode,
+            "deny_patterns": len(settings.policy.policy_deny),
+            "allow_patterns": len(settings.policy.policy_allow),
+            "confirm_tier3": settings.policy.confirm_tier3,
+            "confirm_ttl_seconds": settings.policy.confirm_ttl,
         },
         "limits": {
-            "max_output_default": settings.max_output,
-            "max_output_hard": settings.max_output_hard,
-            "max_timeout_seconds": settings.max_timeout,
-            "kill_grace_seconds": settings.kill_grace,
+            "max_output_default": settings.limits.max_output,
+            "max_output_hard": settings.limits.max_output_hard,
+            "max_timeout_seconds": settings.limits.max_timeout,
+            "kill_grace_seconds": settings.limits.kill_grace,
         },
         "audit": {
             "path": str(audit_log.path),
-            "chain": settings.audit_chain,
-            "fsync": settings.audit_fsync,
-            "on_failure": settings.audit_on_failure,
+            "chain": settings.audit.audit_chain,
+            "fsync": settings.audit.audit_fsync,
+            "on_failure": settings.audit.audit_on_failure,
             "healthy": audit_log.healthy,
             "last_error": audit_log.last_error,
             "records_written": audit_log.records_written,
@@ -59,34 +59,34 @@ def server_state(
             "refused_calls": audit_counts["refused_calls"],
             # calls the previous server process left without an end record (named in this one's server:start)
             "interrupted_at_start": audit_counts["interrupted_at_start"],
-            "seq": audit_log.seq if settings.audit_chain else None,
+            "seq": audit_log.seq if settings.audit.audit_chain else None,
             # off-host copy and signed checkpoints (adr/0020): lag, errors, the last checkpoint; None when off
             **(audit_offhost or {"shipping": None, "journald": None, "checkpoints": None}),
         },
         "sessions": {
             "open": open_sessions,
-            "max": settings.max_sessions,
-            "buffer_bytes": settings.session_buffer_bytes,
-            "idle_timeout_seconds": settings.session_idle_timeout,
-            "max_lifetime_seconds": settings.session_max_lifetime,
-            "transcripts": str(settings.record_dir) if settings.record_dir else None,
+            "max": settings.sessions.max_sessions,
+            "buffer_bytes": settings.sessions.session_buffer_bytes,
+            "idle_timeout_seconds": settings.sessions.session_idle_timeout,
+            "max_lifetime_seconds": settings.sessions.session_max_lifetime,
+            "transcripts": str(settings.sessions.record_dir) if settings.sessions.record_dir else None,
         },
         "metrics": {"listen_port": metrics_port},
         "containment": containment,
         "ssh": {
-            "ssh_config": str(settings.ssh_config) if settings.ssh_config else None,
-            "inventory": str(settings.inventory) if settings.inventory else None,
-            "host_key_mode": settings.ssh_known_hosts,
-            "connect_timeout_seconds": settings.ssh_connect_timeout,
+            "ssh_config": str(settings.ssh.ssh_config) if settings.ssh.ssh_config else None,
+            "inventory": str(settings.ssh.inventory) if settings.ssh.inventory else None,
+            "host_key_mode": settings.ssh.ssh_known_hosts,
+            "connect_timeout_seconds": settings.ssh.ssh_connect_timeout,
             "connections_open": ssh_connections,
-            "max_connections": settings.ssh_max_connections,
-            "channels_per_connection": settings.ssh_max_channels,
-            "idle_timeout_seconds": settings.ssh_idle_timeout,
-            "keepalive_seconds": settings.ssh_keepalive,
-            "max_forwards": settings.max_forwards,
-            "fanout_max_hosts": settings.fanout_max_hosts,
-            "fanout_max_concurrency": settings.fanout_max_concurrency,
-            "max_transfer_bytes": settings.max_transfer_bytes,
+            "max_connections": settings.ssh.ssh_max_connections,
+            "channels_per_connection": settings.ssh.ssh_max_channels,
+            "idle_timeout_seconds": settings.ssh.ssh_idle_timeout,
+            "keepalive_seconds": settings.ssh.ssh_keepalive,
+            "max_forwards": settings.ssh.max_forwards,
+            "fanout_max_hosts": settings.ssh.fanout_max_hosts,
+            "fanout_max_concurrency": settings.ssh.fanout_max_concurrency,
+            "max_transfer_bytes": settings.ssh.max_transfer_bytes,
         },
         **(extra or {}),
     }
@@ -135,7 +135,7 @@ def prepare_audit_tail(
         records = recent_records(audit_log.path, lines, record_filter)
         # structuredContent is bounded like the text: keep the newest records that fit the output cap.
         size = sum(len(orjson.dumps(record)) + 4 for record in records)
-        while records and size > settings.max_output:
+        while records and size > settings.limits.max_output:
             size -= len(orjson.dumps(records.pop(0))) + 4
         return _text_execution(settings, records, {"records": records})
 
@@ -153,6 +153,6 @@ def check_call_id(call_id: str | None) -> None:
 
 
 def _text_execution(settings: Settings, value: Any, fields: dict[str, Any]) -> Execution:
-    capture = BoundedCapture(settings.max_output)
+    capture = BoundedCapture(settings.limits.max_output)
     capture.feed(orjson.dumps(value, option=orjson.OPT_INDENT_2))
     return Execution(status="ok", output=capture.result(), fields=fields)

@@ -1,6 +1,6 @@
 """What a call that cannot proceed raises: a ToolError is reported as `[ERROR: Kind: message]`, an ArgumentError
 names the argument, the problem and what is allowed; InputRequired answers the call with a question for the
-client's human. Depends on nothing.
+client's human; a setting that cannot be used raises a ConfigError at startup. Depends on nothing.
 """
 
 from __future__ import annotations
@@ -34,3 +34,8 @@ class InputRequired(Exception):
     def __init__(self, result: InputRequiredResult) -> None:
         super().__init__("input required")
         self.result = result
+
+
+class ConfigError(Exception):
+    """A setting that cannot be used: one line naming the setting, the bad value and what is allowed; startup
+    stops with exit code 2."""

@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 
 from relay_shell.auth.setup import HttpAuth, is_loopback, issuer_of
 from relay_shell.auth.tokens import TokenFileVerifier
-from relay_shell.config import Settings
+from relay_shell.settings.model import Settings
 from relay_shell.wire import ID_SCAN_BYTES, oversized, read_message
 
 if TYPE_CHECKING:
@@ -33,13 +33,13 @@ SHUTDOWN_GRACE = 5.0  # seconds in-flight calls get after SIGTERM before they ar
 
 
 def _allowlists(settings: Settings, port: int) -> tuple[list[str], list[str]]:
-    extra_hosts = [item.strip() for item in settings.http_allowed_hosts.split(",") if item.strip()]
-    extra_origins = [item.strip() for item in settings.http_allowed_origins.split(",") if item.strip()]
-    if settings.oauth_issuer:  # the public URL a TLS proxy forwards: browsers and clients come through it
-        public = urlsplit(settings.oauth_issuer)
+    extra_hosts = list(settings.http.http_allowed_hosts)
+    extra_origins = list(settings.http.http_allowed_origins)
+    if settings.auth.oauth_issuer:  # the public URL a TLS proxy forwards: browsers and clients come through it
+        public = urlsplit(settings.auth.oauth_issuer)
         extra_hosts.append(public.netloc)
         extra_origins.append(f"{public.scheme}://{public.netloc}")
-    host = settings.http_host
+    host = settings.http.http_host
     if is_loopback(host):
         hosts = [f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}"]
         origins = [f"http://127.0.0.1:{port}", f"http://localhost:{port}", f"http://[::1]:{port}"]
@@ -56,9 +56,9 @@ def serve_http(assembly: Assembly, settings: Settings, auth: HttpAuth) -> None:
     import uvicorn
     from mcp.server.transport_security import TransportSecuritySettings
 
-    listener = socket.socket(socket.AF_INET6 if ":" in settings.http_host else socket.AF_INET, socket.SOCK_STREAM)
+    listener = socket.socket(socket.AF_INET6 if ":" in settings.http.http_host else socket.AF_INET, socket.SOCK_STREAM)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    listener.bind((settings.http_host.strip("[]"), settings.http_port))
+    listener.bind((settings.http.http_host.strip("[]"), settings.http.http_port))
     listener.listen(2048)  # connections queue from the moment the banner says where to connect
     port = int(listener.getsockname()[1])
     hosts, origins = _allowlists(settings, port)
@@ -73,13 +73,13 @@ def serve_http(assembly: Assembly, settings: Settings, auth: HttpAuth) -> None:
         auth.oauth.set_issuer(issuer_of(settings, port))
         assembly.mcp.settings.auth = oauth_settings(auth.oauth)
         add_approval_route(assembly, auth.oauth, security)
-    app = assembly.mcp.streamable_http_app(transport_security=security, host=settings.http_host)
+    app = assembly.mcp.streamable_http_app(transport_security=security, host=settings.http.http_host)
     guard_messages(app)
     config = uvicorn.Config(
         app, log_level="warning", timeout_graceful_shutdown=int(SHUTDOWN_GRACE), lifespan="on", access_log=False
     )
     server = uvicorn.Server(config)
-    shown = f"[{settings.http_host}]" if ":" in settings.http_host else settings.http_host
+    shown = f"[{settings.http.http_host}]" if ":" in settings.http.http_host else settings.http.http_host
     if auth.oauth is not None:
         how = f"OAuth 2.1 (issuer {auth.oauth.issuer}) or token-file bearer tokens required"
     elif auth.tokens is not None:
@@ -128,7 +128,7 @@ def add_metrics_route(
             header = request.headers.get("authorization", "")
             scheme, _, token = header.partition(" ")
             name = verifier.name_of(token.strip()) if scheme.lower() == "bearer" else None
-            if name is None or (settings.metrics_token_name and name != settings.metrics_token_name):
+            if name is None or (settings.metrics.metrics_token_name and name != settings.metrics.metrics_token_name):
                 return PlainTextResponse(
                     "a valid bearer token is required\n", status_code=401, headers={"WWW-Authenticate": "Bearer"}
                 )

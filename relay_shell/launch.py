@@ -26,9 +26,9 @@ from typing import IO, TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
 import anyio
 
-from relay_shell.config import Settings, parse_patterns
 from relay_shell.containment.units import Containment, NoUnit, Unit
 from relay_shell.plan import Plan
+from relay_shell.settings.model import Settings
 
 if TYPE_CHECKING:
     from relay_shell.metrics import Metrics
@@ -288,12 +288,12 @@ class Launcher:
 def start_launcher(settings: Settings, containment: Containment, metrics: Metrics, on_late: LateWriter) -> Launcher:
     """The server's launcher: the containment chosen at startup (cli.serve) and the exec trace the settings ask
     for. `on_late` writes an `exec:late` record (through the runner; trace/ imports nothing above it)."""
-    deny_patterns = parse_patterns(settings.exec_deny)
-    if settings.exec_trace == "off":
-        return Launcher(containment, TraceOff(len(deny_patterns), settings.exec_trace_entries))
+    deny_patterns = settings.trace.exec_deny
+    if settings.trace.exec_trace == "off":
+        return Launcher(containment, TraceOff(len(deny_patterns), settings.trace.exec_trace_entries))
     from relay_shell.trace.tracer import ExecTracer
 
-    tracer = ExecTracer(deny_patterns, settings.exec_trace_entries, metrics)
+    tracer = ExecTracer(deny_patterns, settings.trace.exec_trace_entries, metrics)
     tracer.on_late = on_late
     return Launcher(containment, tracer)
 

@@ -21,7 +21,6 @@ if TYPE_CHECKING:
 from relay_shell import __version__
 from relay_shell.audit.log import AuditLog
 from relay_shell.auth.setup import server_auth
-from relay_shell.config import Settings
 from relay_shell.containment.start import start_containment
 from relay_shell.containment.units import Containment, scope_of
 from relay_shell.identity import connected
@@ -32,6 +31,7 @@ from relay_shell.runner.context import ContextPulls
 from relay_shell.runner.pipeline import Runner
 from relay_shell.runner.recorder import Recorder
 from relay_shell.sessions.registry import SHUTDOWN_GRACE, Session, SessionRegistry
+from relay_shell.settings.model import Settings
 from relay_shell.ssh.access import SshAccess
 from relay_shell.ssh.forwards.registry import ForwardRegistry, end_fields
 from relay_shell.surface.list_changed import ListChangedNotifier, declare_list_changed
@@ -85,7 +85,7 @@ class Assembly:
             self.launcher.flush_late()  # late execs not yet written, before their trees are ended
             with anyio.move_on_after(2.0):
                 await self.ssh.close()
-            await self.launcher.shutdown(min(SHUTDOWN_GRACE, self.services.settings.kill_grace))
+            await self.launcher.shutdown(min(SHUTDOWN_GRACE, self.services.settings.limits.kill_grace))
             offhost = self.services.offhost
             if offhost is not None:  # last: the shutdown checkpoint follows every other record, then it ships
                 await anyio.to_thread.run_sync(offhost.stop)
@@ -103,9 +103,9 @@ def build_server(
         # Containment changes the whole process (child subreaper, its cgroup, an environment variable): the
         # command line opts in (cli.serve, from RELAY_SHELL_CONTAINMENT); a process that embeds the server
         # (tests with an in-memory client) passes one when it wants it.
-        containment = start_containment("off", scope_of(settings.audit_path))
+        containment = start_containment("off", scope_of(settings.audit.audit_path))
     # Metrics are collected when something can read them: the stdio listener or the HTTP transport's /metrics.
-    metrics = Metrics(enabled=bool(settings.metrics_addr) or settings.transport == "http")
+    metrics = Metrics(enabled=bool(settings.metrics.metrics_addr) or settings.http.transport == "http")
     if offhost is not None:
         offhost.attach(metrics)
     recorder = Recorder(settings, audit_log, metrics)
@@ -121,7 +121,7 @@ def build_server(
     publish_gauges(settings, metrics, session_registry, ssh_access)
     runbook_access = RunbookAccess(settings, ssh_access)
     tools = tool_registry(session_registry)
-    policy = Policy(settings.policy_mode, settings.deny_patterns, settings.allow_patterns)
+    policy = Policy(settings.policy.policy_mode, settings.policy.policy_deny, settings.policy.policy_allow)
     runner = Runner(settings, recorder, policy, tools.entries, runbook_access.briefing_gate())
     services = Services(settings, runner, session_registry, ssh_access, launcher, runbook_access, offhost)
     mcp = mcp_server(settings, tools, services, token_verifier, oauth)
@@ -134,11 +134,11 @@ def build_server(
 def open_sessions(settings: Settings, launcher: Launcher, recorder: Recorder) -> SessionRegistry:
     """The PTY sessions, local and remote; each one's end is a `session:end` record."""
     return SessionRegistry(
-        max_sessions=settings.max_sessions,
-        buffer_bytes=settings.session_buffer_bytes,
-        idle_timeout=settings.session_idle_timeout,
-        max_lifetime=settings.session_max_lifetime,
-        kill_grace=settings.kill_grace,
+        max_sessions=settings.sessions.max_sessions,
+        buffer_bytes=settings.sessions.session_buffer_bytes,
+        idle_timeout=settings.sessions.session_idle_timeout,
+        max_lifetime=settings.sessions.session_max_lifetime,
+        kill_grace=settings.limits.kill_grace,
         on_end=lambda session: recorder.event("session:end", session.client_id, session_end(session)),
         connected=connected,
         launcher=launcher,
@@ -165,10 +165,10 @@ def open_ssh(settings: Settings, launcher: Launcher, recorder: Recorder) -> SshA
     """The SSH side (asyncssh loads with the first SSH call) and its port forwards; a forward's end is a
     `forward:end` record."""
     forwards = ForwardRegistry(
-        settings.max_forwards,
+        settings.ssh.max_forwards,
         on_end=lambda forward, reason: recorder.event("forward:end", forward.client_id, end_fields(forward, reason)),
         connected=connected,
-        idle_timeout=settings.forward_idle_timeout,
+        idle_timeout=settings.ssh.forward_idle_timeout,
     )
     return SshAccess(settings, forwards, on_helper=launcher.helper_started)
 
@@ -181,11 +181,11 @@ def publish_gauges(
     metrics.sessions_running.set_function(
         lambda: sum(1 for session in session_registry.sessions.values() if session.state == "running")
     )
-    metrics.sessions_max.set(settings.max_sessions)
+    metrics.sessions_max.set(settings.sessions.max_sessions)
     metrics.ssh_connections_open.set_function(ssh_access.connections)
     metrics.ssh_forwards_open.set_function(lambda: len(ssh_access.forwards.forwards))
-    metrics.ssh_forwards_max.set(settings.max_forwards)
-    metrics.calls_in_flight_max.set(settings.max_concurrent_calls)
+    metrics.ssh_forwards_max.set(settings.ssh.max_forwards)
+    metrics.calls_in_flight_max.set(settings.limits.max_concurrent_calls)
 
 
 def tool_registry(session_registry: SessionRegistry) -> ToolRegistry:
@@ -216,7 +216,7 @@ def mcp_server(
     runbook_context = RunbookContext(pulls, services.runbooks)
     # Validates the prompt definitions; runbook arguments `host`/`hosts` complete too.
     prompts = WorkflowPrompts(
-        pulls, services.ssh, settings.policy_mode, set(tools.entries), runbook_context.completion_source
+        pulls, services.ssh, settings.policy.policy_mode, set(tools.entries), runbook_context.completion_source
     )
     bus = InMemorySubscriptionBus()  # 2026-07-28 clients hear of changed lists on their subscriptions/listen stream
     notifier = ListChangedNotifier(services.runbooks, bus, runbook_context.changed)

@@ -360,7 +360,7 @@ def settings_rows() -> list[tuple[str, str, str]]:
     from pydantic import BaseModel
     from pydantic_core import PydanticUndefined
 
-    from relay_shell.config import ENV_PREFIX, Settings
+    from relay_shell.settings.model import ENV_PREFIX, Settings
 
     rows: list[tuple[str, str, str]] = []
 

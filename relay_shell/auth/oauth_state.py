@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from relay_shell.config import ConfigError
+from relay_shell.errors import ConfigError
 
 STATE_FILE = "oauth.json"
 _VARIABLE = "RELAY_SHELL_OAUTH_STATE_DIR"

@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from relay_shell.auth.tokens import TokenFileVerifier, load_tokens
-from relay_shell.config import ConfigError, Settings
+from relay_shell.errors import ConfigError
+from relay_shell.settings.model import Settings
 
 if TYPE_CHECKING:
     from mcp.server.auth.provider import TokenVerifier
@@ -39,24 +40,24 @@ class HttpAuth:
 
 def check_http_settings(settings: Settings) -> HttpAuth:
     """Refuse unsafe combinations before anything listens; load the tokens and the OAuth state."""
-    verifier = TokenFileVerifier(load_tokens(settings.token_file)) if settings.token_file else None
-    if verifier is None and not is_loopback(settings.http_host):
+    verifier = TokenFileVerifier(load_tokens(settings.auth.token_file)) if settings.auth.token_file else None
+    if verifier is None and not is_loopback(settings.http.http_host):
         raise ConfigError(
-            f"RELAY_SHELL_HTTP_HOST={settings.http_host!r}: serving a non-loopback address needs authentication; "
+            f"RELAY_SHELL_HTTP_HOST={settings.http.http_host!r}: serving a non-loopback address needs authentication; "
             "set RELAY_SHELL_TOKEN_FILE, or bind 127.0.0.1"
         )
-    if settings.oauth_state_dir is None:
+    if settings.auth.oauth_state_dir is None:
         return HttpAuth(tokens=verifier)
     if verifier is None:
         raise ConfigError(
             "RELAY_SHELL_OAUTH_STATE_DIR needs RELAY_SHELL_TOKEN_FILE: an operator approves each OAuth client "
             "with a token from that file"
         )
-    if settings.oauth_issuer:
-        issuer_problem = _issuer_problem(settings.oauth_issuer)
+    if settings.auth.oauth_issuer:
+        issuer_problem = _issuer_problem(settings.auth.oauth_issuer)
         if issuer_problem:
-            raise ConfigError(f"RELAY_SHELL_OAUTH_ISSUER={settings.oauth_issuer!r}: {issuer_problem}")
-    elif not is_loopback(settings.http_host):
+            raise ConfigError(f"RELAY_SHELL_OAUTH_ISSUER={settings.auth.oauth_issuer!r}: {issuer_problem}")
+    elif not is_loopback(settings.http.http_host):
         raise ConfigError(
             "RELAY_SHELL_OAUTH_ISSUER: required when serving a non-loopback address: the https:// URL clients use "
             "(OAuth needs https except on loopback; put a TLS proxy in front, see deploy/)"
@@ -64,11 +65,11 @@ def check_http_settings(settings: Settings) -> HttpAuth:
     from relay_shell.auth.oauth import OAuthProvider
 
     oauth = OAuthProvider(
-        settings.oauth_state_dir,
+        settings.auth.oauth_state_dir,
         verifier,
-        access_ttl=settings.oauth_access_ttl,
-        refresh_ttl=settings.oauth_refresh_ttl,
-        lock_first_client=settings.oauth_lock_first_client,
+        access_ttl=settings.auth.oauth_access_ttl,
+        refresh_ttl=settings.auth.oauth_refresh_ttl,
+        lock_first_client=settings.auth.oauth_lock_first_client,
     )
     return HttpAuth(tokens=verifier, oauth=oauth)
 
@@ -85,9 +86,9 @@ def _issuer_problem(issuer: str) -> str | None:
 
 
 def issuer_of(settings: Settings, port: int) -> str:
-    if settings.oauth_issuer:
-        return settings.oauth_issuer.rstrip("/")
-    shown = f"[{settings.http_host}]" if ":" in settings.http_host else settings.http_host
+    if settings.auth.oauth_issuer:
+        return settings.auth.oauth_issuer.rstrip("/")
+    shown = f"[{settings.http.http_host}]" if ":" in settings.http.http_host else settings.http.http_host
     return f"http://{shown}:{port}"
 
 
@@ -97,15 +98,15 @@ def server_auth(
     """Bearer tokens on the HTTP transport: the SDK's auth middleware checks every /mcp request."""
     if oauth is not None:
         # The issuer is set again once the listener's port is known (serve_http).
-        oauth.set_issuer(oauth.issuer or f"http://127.0.0.1:{settings.http_port or 80}")
+        oauth.set_issuer(oauth.issuer or f"http://127.0.0.1:{settings.http.http_port or 80}")
         return {"auth": oauth_settings(oauth), "auth_server_provider": oauth}
     if token_verifier is None:
         return {}
     from mcp.server.auth.settings import AuthSettings
 
     # No OAuth authorization server and no protected-resource metadata: the tokens come from the token file.
-    host = f"[{settings.http_host}]" if ":" in settings.http_host else settings.http_host
-    base = f"http://{host}:{settings.http_port or 80}"
+    host = f"[{settings.http.http_host}]" if ":" in settings.http.http_host else settings.http.http_host
+    base = f"http://{host}:{settings.http.http_port or 80}"
     return {"auth": AuthSettings(issuer_url=base, resource_server_url=None), "token_verifier": token_verifier}
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from relay_shell.config import ConfigError
+from relay_shell.errors import ConfigError
 
 if TYPE_CHECKING:
     from mcp.server.auth.provider import AccessToken

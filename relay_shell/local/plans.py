@@ -5,11 +5,11 @@ from __future__ import annotations
 import shlex
 
 from relay_shell.arguments import call_limits, check_cwd, check_no_nul, child_env
-from relay_shell.config import Settings
 from relay_shell.errors import ArgumentError
 from relay_shell.launch import Launcher
 from relay_shell.local.process import run_process
 from relay_shell.plan import Execution, Plan, ProgressFn, Subject, command_execution
+from relay_shell.settings.model import Settings
 
 INTERPRETERS = {
     "bash": ["bash", "-s"],
@@ -148,7 +148,7 @@ def _process_plan(
                 merge_stderr=merge_stderr,
                 timeout=timeout,
                 budget=budget,
-                kill_grace=settings.kill_grace,
+                kill_grace=settings.limits.kill_grace,
                 progress=progress,
             )
         finally:

@@ -28,9 +28,9 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from relay_shell.audit.log import RECORD_VERSION, AuditLog, utc_timestamp
-from relay_shell.config import CheckpointInterval
 from relay_shell.metrics import Metrics
 from relay_shell.offhost.signing_keys import b64, key_id
+from relay_shell.settings.offhost import CheckpointInterval
 
 CHECKPOINT_TOOL = "audit:checkpoint"
 SIGNED_PREFIX = b"relay-shell audit checkpoint v1\n"

@@ -10,12 +10,14 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from relay_shell.audit.log import AuditLog
-from relay_shell.config import ConfigError, Settings, SyslogTarget, checkpoint_interval, journald_socket, syslog_target
+from relay_shell.errors import ConfigError
 from relay_shell.metrics import Metrics
 from relay_shell.offhost.checkpoints import Checkpointer
 from relay_shell.offhost.shipper import Shipper
 from relay_shell.offhost.signing_keys import KeyFileError, load_signing_key
 from relay_shell.offhost.syslog import tls_context
+from relay_shell.settings.model import Settings
+from relay_shell.settings.offhost import SyslogTarget
 
 
 class OffHost:
@@ -29,9 +31,9 @@ class OffHost:
         self.shipper: Shipper | None = None  # AUDIT_SYSLOG
         self.journal: Shipper | None = None  # AUDIT_JOURNALD
         self._stopped = False
-        if settings.audit_signing_key is not None:
+        if settings.offhost.audit_signing_key is not None:
             try:
-                self.key = load_signing_key(settings.audit_signing_key)
+                self.key = load_signing_key(settings.offhost.audit_signing_key)
             except KeyFileError as exc:
                 raise ConfigError(f"RELAY_SHELL_AUDIT_SIGNING_KEY: {exc}") from None
         self.tls = syslog_tls(settings)
@@ -40,11 +42,11 @@ class OffHost:
         """Make the checkpointer and the shipper, counting into the server's metrics (build_server)."""
         settings = self.settings
         if self.key is not None:
-            interval = checkpoint_interval(settings.audit_checkpoint_interval)
+            interval = settings.offhost.audit_checkpoint_interval
             self.checkpointer = Checkpointer(self.log, self.key, interval, metrics)
-        if settings.audit_syslog:
-            self.shipper = Shipper(self.log, syslog_target(settings.audit_syslog), self.tls, metrics)
-        journal_path = journald_socket(settings.audit_journald)
+        if settings.offhost.audit_syslog:
+            self.shipper = Shipper(self.log, settings.offhost.audit_syslog, self.tls, metrics)
+        journal_path = settings.offhost.audit_journald.path if settings.offhost.audit_journald is not None else None
         if journal_path is not None:
             target = SyslogTarget("journald", path=journal_path)
             self.journal = Shipper(self.log, target, None, metrics, target_label="journald")
@@ -92,6 +94,8 @@ def syslog_tls(settings: Settings) -> ssl.SSLContext | None:
     """The TLS context of a tls:// target, made once (at start-up and by --check-config) so a CA or client
     certificate file that holds no usable PEM is a configuration error naming its setting, not a shipper that keeps
     failing to connect."""
-    if not settings.audit_syslog.startswith("tls://"):
+    if not (settings.offhost.audit_syslog is not None and settings.offhost.audit_syslog.scheme == "tls"):
         return None
-    return tls_context(settings.audit_syslog_ca, settings.audit_syslog_cert, settings.audit_syslog_key)
+    return tls_context(
+        settings.offhost.audit_syslog_ca, settings.offhost.audit_syslog_cert, settings.offhost.audit_syslog_key
+    )

@@ -33,7 +33,6 @@ from collections import deque
 from typing import Any
 
 from relay_shell.audit.log import AuditLog
-from relay_shell.config import SyslogTarget
 from relay_shell.metrics import Metrics
 from relay_shell.offhost.journald import JournaldSink, journal_message
 from relay_shell.offhost.log_reader import LogReader
@@ -41,6 +40,7 @@ from relay_shell.offhost.positions import Position
 from relay_shell.offhost.ship_state import StateFileError, read_state, state_path_for, write_state
 from relay_shell.offhost.sink import Sink
 from relay_shell.offhost.syslog import UDP_MAX, SyslogSink, local_hostname, oversize_stub, syslog_message
+from relay_shell.settings.offhost import SyslogTarget
 
 PACE = 9.0  # while calls write records, rest this many times as long as a batch took (its GIL share ≤ 1/10)
 PENDING_MAX = 256  # positions awaiting confirmation at most: past it, neighbours merge (resolution halves)

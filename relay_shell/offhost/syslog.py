@@ -29,8 +29,9 @@ from pathlib import Path
 import orjson
 
 from relay_shell.audit.log import parse_line
-from relay_shell.config import ConfigError, SyslogTarget
+from relay_shell.errors import ConfigError
 from relay_shell.offhost.sink import Sink
+from relay_shell.settings.offhost import SyslogTarget
 
 APP_NAME = b"relay-shell"
 # SD-ID `audit@32473`: 32473 is the private enterprise number RFC 5612 reserves for examples and documentation;

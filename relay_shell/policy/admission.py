@@ -1,12 +1,16 @@
-"""Admission: deny patterns first in every mode, then the mode (open, guarded, readonly) over the tiers."""
+"""Admission: deny patterns first in every mode, then the mode (open, guarded, readonly) over the tiers.
+
+The patterns are RE2 (settings/patterns.py): matched against text an AI client wrote, in time linear in the text
+whatever the pattern; the settings hand them over compiled.
+"""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from relay_shell.plan import Subject
+from relay_shell.settings.patterns import Regex, compile_re2, matches
 from relay_shell.tiers import TIER_NAMES
 
 
@@ -20,12 +24,14 @@ class Decision:
 
 
 class Policy:
-    def __init__(self, mode: str, deny: Sequence[str] = (), allow: Sequence[str] = ()) -> None:
+    def __init__(self, mode: str, deny: Sequence[str | Regex] = (), allow: Sequence[str | Regex] = ()) -> None:
+        """`deny` and `allow` compiled (settings.policy) or as text (compiled here; ValueError naming a pattern RE2
+        does not accept)."""
         if mode not in ("open", "guarded", "readonly"):
             raise ValueError(f"policy mode {mode!r} is not one of open, guarded, readonly")
         self.mode = mode
-        self.deny = [_compile(pattern) for pattern in deny]
-        self.allow = [_compile(pattern) for pattern in allow]
+        self.deny = compile_re2(deny)
+        self.allow = compile_re2(allow)
 
     def decide(self, subject: Subject) -> Decision:
         # The classifier (its tables and every rule module, ~10 ms to import) loads on the first call, not at
@@ -44,25 +50,18 @@ class Policy:
         if self.deny:
             texts = [*_raw_texts(subject), *canonical]
             for pattern in self.deny:
-                if any(pattern.search(text) for text in texts):
+                if any(matches(pattern, text) for text in texts):
                     return refuse(f"matches deny pattern {pattern.pattern!r}")
         if self.mode == "readonly" and tier > 0:
             return refuse(f"mode readonly admits tier 0 only; {reason}")
         if self.mode == "guarded" and tier >= 2:
             for finding in findings:
-                if finding.tier >= 2 and not any(pattern.search(finding.canonical) for pattern in self.allow):
+                if finding.tier >= 2 and not any(matches(pattern, finding.canonical) for pattern in self.allow):
                     return refuse(
                         f"mode guarded refuses tier {finding.tier} without an allow pattern: {finding.reason} "
                         f"({finding.canonical[:120]})"
                     )
         return Decision(tier, TIER_NAMES[tier], False, reason, canonical)
-
-
-def _compile(pattern: str) -> re.Pattern[str]:
-    try:
-        return re.compile(pattern)
-    except re.error as exc:
-        raise ValueError(f"pattern {pattern!r} is not a valid regex ({exc})") from exc
 
 
 def _raw_texts(subject: Subject) -> list[str]:

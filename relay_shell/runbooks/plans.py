@@ -9,12 +9,12 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from relay_shell.arguments import DEFAULT_BRIEFING_BYTES, MAX_KEYWORDS
+from relay_shell.arguments import DEFAULT_BRIEFING_BYTES, MAX_KEYWORDS, clamp
 from relay_shell.capture import BoundedCapture
-from relay_shell.config import Settings, clamp
 from relay_shell.errors import ArgumentError
 from relay_shell.plan import Execution, Plan, ProgressFn, Subject
 from relay_shell.runbooks.retrieval import Retrieval
+from relay_shell.settings.model import Settings
 
 if TYPE_CHECKING:
     from relay_shell.runbooks.search import Briefing
@@ -59,7 +59,7 @@ def keywords_of(tags: list[str] | None, query: str | None) -> list[str]:
 
 
 def briefing_budget(settings: Settings, max_bytes: int, notes: list[str]) -> int:
-    value, note = clamp("max_bytes", max_bytes, MIN_BYTES, settings.max_output)
+    value, note = clamp("max_bytes", max_bytes, MIN_BYTES, settings.limits.max_output)
     if note:
         notes.append(note)
     return int(value)
@@ -87,7 +87,7 @@ def prepare_begin_session(settings: Settings, retrieval: Retrieval, tags: list[s
     plan = Plan(subject=Subject(fixed_tier=0), execute=_never, opens_gate=gate_on)
 
     async def execute(progress: ProgressFn) -> Execution:
-        briefing = retrieval.session_briefing(keywords, min(DEFAULT_BRIEFING_BYTES, settings.max_output))
+        briefing = retrieval.session_briefing(keywords, min(DEFAULT_BRIEFING_BYTES, settings.limits.max_output))
         plan.record_fields = briefing_record(keywords, briefing)
         return briefing_execution(settings, keywords, briefing, gate="open" if gate_on else "off")
 
@@ -103,7 +103,7 @@ def briefing_execution(settings: Settings, keywords: list[str], briefing: Briefi
     text = briefing.text
     if gate == "open":
         text += "The briefing gate is now open for this session: calls run at once.\n"
-    capture = BoundedCapture(settings.max_output)
+    capture = BoundedCapture(settings.limits.max_output)
     capture.feed(text.encode("utf-8", errors="surrogatepass"))
     return Execution(status="ok", output=capture.result(), fields=briefing_fields(keywords, briefing, gate))
 

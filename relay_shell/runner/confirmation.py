@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from mcp_types import CallToolResult
 
-from relay_shell.config import Settings
 from relay_shell.confirm.binding import CallBinding, bind_call, token_digest
 from relay_shell.confirm.elicitation import (
     ANSWER_OUTCOMES,
@@ -30,16 +29,19 @@ from relay_shell.plan import Execution, Plan
 from relay_shell.runner.finish import Finisher, empty_output
 from relay_shell.runner.records import CallAudit, event_record
 from relay_shell.runner.request import CallRequest
+from relay_shell.settings.model import Settings
 
 
 class Confirmation:
     def __init__(self, settings: Settings, finisher: Finisher) -> None:
-        self.mode = settings.confirm_tier3  # off, token or elicit
-        self.ttl = settings.confirm_ttl
+        self.mode = settings.policy.confirm_tier3  # off, token or elicit
+        self.ttl = settings.policy.confirm_ttl
         self.finisher = finisher
         self.recorder = finisher.recorder
-        self.tokens = ConfirmationStore(settings.confirm_ttl)  # token mode, and elicit's fallback (operation_confirm)
-        self.questions = ConfirmationStore(settings.confirm_ttl)  # questions put to the human, one answer each
+        self.tokens = ConfirmationStore(
+            settings.policy.confirm_ttl
+        )  # token mode, and elicit's fallback (operation_confirm)
+        self.questions = ConfirmationStore(settings.policy.confirm_ttl)  # questions put to the human, one answer each
 
     async def confirm(self, request: CallRequest, call: CallAudit, plan: Plan, reason: str) -> CallToolResult | None:
         """None when the call may run now (an armed token for exactly this call was used up, or the human

@@ -6,19 +6,19 @@ from __future__ import annotations
 import time
 
 from relay_shell.audit.record import audit_arguments, output_digests, redact_text
-from relay_shell.config import Settings
 from relay_shell.plan import Outcome
 from relay_shell.results import capped_text
 from relay_shell.runner.recorder import Recorder, metric_label
 from relay_shell.runner.records import event_record
 from relay_shell.runner.request import CallRequest, RequestContext
+from relay_shell.settings.model import Settings
 
 
 class ContextPulls:
     def __init__(self, settings: Settings, recorder: Recorder) -> None:
         self.recorder = recorder
-        self.transport = settings.transport
-        self.max_output = settings.max_output
+        self.transport = settings.http.transport
+        self.max_output = settings.limits.max_output
 
     def pull(self, context: RequestContext, label: str, text: str, counted_as: str = "") -> str:
         """The text to return, capped, once its record is written. The counter is `counted_as` when given (a

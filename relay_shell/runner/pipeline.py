@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from mcp_types import CallToolResult
 
-from relay_shell.config import Settings
 from relay_shell.errors import InputRequired, ToolError
 from relay_shell.plan import Execution, Plan, Subject
 from relay_shell.policy.admission import Policy
@@ -33,6 +32,7 @@ from relay_shell.runner.recorder import Recorder
 from relay_shell.runner.records import CallAudit, start_record
 from relay_shell.runner.request import CallRequest
 from relay_shell.runner.tools import ToolTable
+from relay_shell.settings.model import Settings
 
 if TYPE_CHECKING:
     from relay_shell.runbooks.gate import BriefingGate
@@ -93,11 +93,11 @@ class Runner:
         tier, reason = admitted
         if tier >= 1 and self.gate is not None:
             # After the policy (a refused call is refused, not briefed), before a human is asked to confirm.
-            held = hold_unbriefed(self.gate, self.finisher, request, call, plan, tier, self.settings.max_output)
+            held = hold_unbriefed(self.gate, self.finisher, request, call, plan, tier, self.settings.limits.max_output)
             if held is not None:
                 return held
         decision = "admitted"
-        if tier == 3 and self.settings.confirm_tier3 != "off":
+        if tier == 3 and self.settings.policy.confirm_tier3 != "off":
             # After every deny and mode check: a refused call never reaches confirmation.
             stop = await self._confirm(request, call, plan, reason)
             if stop is not None:

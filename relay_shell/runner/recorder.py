@@ -15,10 +15,10 @@ from typing import Any
 from relay_shell import __version__
 from relay_shell.audit.log import AuditLog, AuditWriteError
 from relay_shell.audit.record import redact_text
-from relay_shell.config import Settings
 from relay_shell.identity import Identity
 from relay_shell.metrics import Metrics
 from relay_shell.runner.records import event_record
+from relay_shell.settings.model import Settings
 
 # Records that are the server's own events, not tool calls: their labels may become metric labels.
 EVENT_PREFIXES = ("prompt:", "resource:", "session:", "oauth:", "confirm:", "forward:", "server:", "gate:")
@@ -34,7 +34,7 @@ class Recorder:
     def __init__(self, settings: Settings, audit_log: AuditLog, metrics: Metrics) -> None:
         self.audit_log = audit_log
         self.metrics = metrics
-        self.refuse_unrecorded = settings.audit_on_failure == "refuse"  # RELAY_SHELL_AUDIT_ON_FAILURE
+        self.refuse_unrecorded = settings.audit.audit_on_failure == "refuse"  # RELAY_SHELL_AUDIT_ON_FAILURE
         # call_id = this process's random tag + a counter: unique in the log across restarts, cheap per call.
         self.call_tag = secrets.token_hex(6)
         self._call_numbers = itertools.count(1)

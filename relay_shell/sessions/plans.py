@@ -12,15 +12,15 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from relay_shell.arguments import MIN_OUTPUT, check_cwd, check_no_nul, child_env
+from relay_shell.arguments import MIN_OUTPUT, check_cwd, check_no_nul, child_env, clamp
 from relay_shell.capture import BoundedCapture
-from relay_shell.config import Settings, clamp
 from relay_shell.errors import ArgumentError, ToolError
 from relay_shell.plan import Execution, Outcome, Plan, ProgressFn, Subject
 from relay_shell.sessions.ansi import strip_ansi
 from relay_shell.sessions.expect import Patterns, compile_until
 from relay_shell.sessions.registry import Session, SessionRegistry, Terminal, WaitResult
 from relay_shell.sessions.transcript import Transcript
+from relay_shell.settings.model import Settings
 
 DEFAULT_SHELL = ["bash", "--noprofile", "--norc"]  # predictable prompt, no user aliases in the way
 TERM = "xterm-256color"
@@ -132,7 +132,7 @@ def spawn_plan(
         result = await session.wait(0, patterns, wait_timeout, SETTLE, settle_from_start=True)
         terminal.exec_trace.snapshot_into(plan)  # what ran until the first output settled
         return read_result(
-            session, None, settings.max_output, False, result, bool(patterns), wait_timeout, spawned=True
+            session, None, settings.limits.max_output, False, result, bool(patterns), wait_timeout, spawned=True
         )
 
     plan = Plan(
@@ -200,7 +200,14 @@ def prepare_resize(
         # redraw here, so that it is not taken for the answer to the next session_send.
         result = await session.wait(match_from, [], RESIZE_WAIT, RESIZE_SETTLE, settle_from_start=True)
         return read_result(
-            session, None, settings.max_output, False, result, False, RESIZE_WAIT, prefix=f"resized to {cols}x{rows}"
+            session,
+            None,
+            settings.limits.max_output,
+            False,
+            result,
+            False,
+            RESIZE_WAIT,
+            prefix=f"resized to {cols}x{rows}",
         )
 
     return Plan(subject=Subject(fixed_tier=0), execute=execute, session_id=session_id)
@@ -249,7 +256,7 @@ def prepare_list(settings: Settings, registry: SessionRegistry, owner: str) -> P
             + f"  {item['command']}"
             for item in sessions
         ]
-        capture = BoundedCapture(settings.max_output)
+        capture = BoundedCapture(settings.limits.max_output)
         capture.feed("\n".join(lines).encode())
         return Execution(
             status="ok",
@@ -345,28 +352,30 @@ def _ending(session: Session) -> str:
 
 
 def wait_timeout_for(settings: Settings, timeout: float, notes: list[str]) -> float:
-    value, note = clamp("timeout", timeout, 0.0, settings.max_timeout)
+    value, note = clamp("timeout", timeout, 0.0, settings.limits.max_timeout)
     if note:
         notes.append(note)
     return abs(value)  # -0.0 is in range, and would read "-0s"
 
 
 def budget_for(settings: Settings, max_bytes: int | None, notes: list[str]) -> int:
-    requested = settings.max_output if max_bytes is None else max_bytes
-    value, note = clamp("max_bytes", requested, MIN_OUTPUT, settings.max_output_hard)
+    requested = settings.limits.max_output if max_bytes is None else max_bytes
+    value, note = clamp("max_bytes", requested, MIN_OUTPUT, settings.limits.max_output_hard)
     if note:
         notes.append(note)
     return int(value)
 
 
 def _transcript(settings: Settings, session_id: str, command: str, cols: int, rows: int) -> Transcript | None:
-    if settings.record_dir is None:
+    if settings.sessions.record_dir is None:
         return None
     try:
-        return Transcript(settings.record_dir, session_id, command, cols, rows, TERM, settings.record_max_bytes)
+        return Transcript(
+            settings.sessions.record_dir, session_id, command, cols, rows, TERM, settings.sessions.record_max_bytes
+        )
     except OSError as exc:
         raise ToolError(
             "TranscriptUnavailable",
-            f"cannot record the session in RELAY_SHELL_RECORD_DIR={settings.record_dir} ({exc.strerror or exc}); "
-            "nothing was started",
+            f"cannot record the session in RELAY_SHELL_RECORD_DIR={settings.sessions.record_dir} "
+            f"({exc.strerror or exc}); nothing was started",
         ) from None

@@ -11,7 +11,6 @@ import os
 import time
 from typing import Any
 
-from relay_shell.config import Settings
 from relay_shell.errors import ArgumentError, ToolError
 from relay_shell.plan import Execution, Plan, ProgressFn, Subject
 from relay_shell.sessions.ansi import strip_ansi
@@ -20,6 +19,7 @@ from relay_shell.sessions.keys import KEYS, key_name
 from relay_shell.sessions.plans import SETTLE, budget_for, check_running, read_result, wait_timeout_for
 from relay_shell.sessions.registry import Session, SessionRegistry
 from relay_shell.sessions.typed import typed_lines
+from relay_shell.settings.model import Settings
 
 PASSWORD_MODE_WAIT = 0.5  # seconds a secret waits for the terminal to turn echo off
 MAX_SEND = 64 * 1024  # characters per session_send; a terminal line holds 4095
@@ -179,7 +179,7 @@ def withhold_at_password_prompt(registry: SessionRegistry, arguments: dict[str, 
 def _secret_value(settings: Settings, secret_env: str, data: str) -> str:
     if data:
         raise ArgumentError("data: must be empty with secret_env (the secret is the input); allowed: data=''")
-    allowed = [pattern.strip() for pattern in settings.secret_env_allow.split(",") if pattern.strip()]
+    allowed = list(settings.sessions.secret_env_allow)
     # A program that reads the "password" can print it: only variables the operator set aside for typing.
     if not any(fnmatch.fnmatchcase(secret_env, pattern) for pattern in allowed) or secret_env.startswith(
         "RELAY_SHELL_"

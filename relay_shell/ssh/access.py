@@ -8,7 +8,7 @@ import contextlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from relay_shell.config import Settings
+from relay_shell.settings.model import Settings
 from relay_shell.ssh.forwards.registry import ForwardRegistry
 
 if TYPE_CHECKING:
@@ -27,7 +27,7 @@ class SshAccess:
         self.ssh: Ssh | None = None
         self.reaper: asyncio.Task[None] | None = None
         # Port forwards ride on pooled connections; the registry itself needs no asyncssh.
-        self.forwards = forwards if forwards is not None else ForwardRegistry(settings.max_forwards)
+        self.forwards = forwards if forwards is not None else ForwardRegistry(settings.ssh.max_forwards)
 
     def get(self) -> Ssh:
         if self.ssh is None:
@@ -37,14 +37,14 @@ class SshAccess:
 
             settings = self.settings
             pool = SshPool(
-                max_connections=settings.ssh_max_connections,
-                max_channels=settings.ssh_max_channels,
-                idle_timeout=settings.ssh_idle_timeout,
-                connect_timeout=settings.ssh_connect_timeout,
-                keepalive=settings.ssh_keepalive,
+                max_connections=settings.ssh.ssh_max_connections,
+                max_channels=settings.ssh.ssh_max_channels,
+                idle_timeout=settings.ssh.ssh_idle_timeout,
+                connect_timeout=settings.ssh.ssh_connect_timeout,
+                keepalive=settings.ssh.ssh_keepalive,
                 on_helper=self.on_helper,
             )
-            self.ssh = Ssh(settings, Inventory(settings.ssh_config, settings.inventory), pool)
+            self.ssh = Ssh(settings, Inventory(settings.ssh.ssh_config, settings.ssh.inventory), pool)
             with contextlib.suppress(RuntimeError):  # no running loop: a resource read outside the server
                 self.reaper = asyncio.get_running_loop().create_task(pool.reap_forever())
         return self.ssh

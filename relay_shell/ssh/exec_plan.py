@@ -105,7 +105,7 @@ def prepare_spawn(
     shown = f"{route.target.describe()}: {command or 'login shell'}"
 
     async def open_terminal(session_id: str) -> SshTerminal:
-        connect_timeout = ssh.settings.ssh_connect_timeout * (1 + len(route.jumps))
+        connect_timeout = ssh.settings.ssh.ssh_connect_timeout * (1 + len(route.jumps))
         try:
             pooled = await ssh.pool.acquire(route, connect_timeout)
         except TimeoutError:
@@ -113,7 +113,7 @@ def prepare_spawn(
         terminal = SshTerminal(ssh.pool, pooled, route.target.describe())
         try:
             # sshd passes only the variables its AcceptEnv allows; TERM travels with the terminal request.
-            deadline = time.monotonic() + ssh.settings.ssh_connect_timeout
+            deadline = time.monotonic() + ssh.settings.ssh.ssh_connect_timeout
             await open_channel(ssh.pool, pooled, deadline, lambda: terminal.open(command, TERM, cols, rows, env or {}))
         except BaseException as exc:
             ssh.pool.release(pooled)

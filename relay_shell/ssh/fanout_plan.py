@@ -70,21 +70,23 @@ def prepare_fanout(
         command = command_text(command)
     names = expand_hosts(ssh, hosts, empty_means_all=check)
     if concurrency < 1:
-        raise ArgumentError(f"concurrency: {concurrency} is too small; allowed: 1 to {settings.fanout_max_concurrency}")
-    if concurrency > settings.fanout_max_concurrency:
+        raise ArgumentError(
+            f"concurrency: {concurrency} is too small; allowed: 1 to {settings.ssh.fanout_max_concurrency}"
+        )
+    if concurrency > settings.ssh.fanout_max_concurrency:
         notes.append(
-            f"concurrency {concurrency} lowered to {settings.fanout_max_concurrency} "
+            f"concurrency {concurrency} lowered to {settings.ssh.fanout_max_concurrency} "
             "(RELAY_SHELL_FANOUT_MAX_CONCURRENCY)"
         )
-        concurrency = settings.fanout_max_concurrency
+        concurrency = settings.ssh.fanout_max_concurrency
     per_host = DEFAULT_PER_HOST_OUTPUT if max_output_per_host is None else max_output_per_host
     timeout_value, budget = call_limits(settings, timeout, per_host, notes, "max_output_per_host")
-    share = max(MIN_OUTPUT, settings.max_output_hard // len(names))
+    share = max(MIN_OUTPUT, settings.limits.max_output_hard // len(names))
     if budget > share:
         # The whole result (every host's output, in text and structuredContent) stays within the hard cap.
         notes.append(
             f"max_output_per_host {budget} lowered to {share} for {len(names)} hosts "
-            f"(RELAY_SHELL_MAX_OUTPUT_HARD={settings.max_output_hard} in all)"
+            f"(RELAY_SHELL_MAX_OUTPUT_HARD={settings.limits.max_output_hard} in all)"
         )
         budget = share
     routes: dict[str, Route] = {}
@@ -116,7 +118,7 @@ def prepare_fanout(
             targets[result.name]["status"] = result.status
             if result.host_key is not None:
                 targets[result.name]["host_key"] = result.host_key
-        return _fanout_execution(ordered, settings.max_output_hard, time.monotonic() - started, check)
+        return _fanout_execution(ordered, settings.limits.max_output_hard, time.monotonic() - started, check)
 
     plan = Plan(
         subject=Subject(command=None if check else command, fixed_tier=0 if check else None),

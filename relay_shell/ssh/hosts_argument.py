@@ -39,7 +39,7 @@ def expand_hosts(ssh: Ssh, hosts: str | list[str] | None, *, empty_means_all: bo
             "hosts: the inventory has no hosts; allowed: name hosts explicitly, or configure "
             "RELAY_SHELL_INVENTORY / ~/.ssh/config"
         )
-    limit = ssh.settings.fanout_max_hosts
+    limit = ssh.settings.ssh.fanout_max_hosts
     if len(expanded) > limit:
         raise ArgumentError(
             f"hosts: {len(expanded)} hosts; allowed: at most {limit} per call (RELAY_SHELL_FANOUT_MAX_HOSTS); "

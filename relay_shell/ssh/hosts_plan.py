@@ -53,7 +53,7 @@ def prepare_hosts(ssh: Ssh) -> Plan:
             lines.append(f"{host['name']}  {where}{extra}{groups}  ({host['source']})")
         for problem in view["problems"]:
             lines.append(f"[PROBLEM: {problem}]")
-        body = BoundedCapture(ssh.settings.max_output_hard)
+        body = BoundedCapture(ssh.settings.limits.max_output_hard)
         body.feed(("\n".join(lines) + "\n").encode())
         return Execution(status="ok", output=body.result(), fields={"inventory": view})
 

@@ -32,7 +32,7 @@ def prepare_keyscan(
     routes = {name: ssh.route(name, connection, argument="hosts") for name in names}
     host_subjects = {name: host_subject(route, connection, fixed_tier=0) for name, route in routes.items()}
 
-    gate = asyncio.Semaphore(ssh.settings.fanout_max_concurrency)
+    gate = asyncio.Semaphore(ssh.settings.ssh.fanout_max_concurrency)
 
     async def scan(name: str, route: Route) -> dict[str, Any]:
         if name in plan.denied_hosts:
@@ -41,7 +41,7 @@ def prepare_keyscan(
 
     async def execute(progress: ProgressFn) -> Execution:
         results = await asyncio.gather(*(scan(name, route) for name, route in routes.items()))
-        body = BoundedCapture(ssh.settings.max_output_hard)
+        body = BoundedCapture(ssh.settings.limits.max_output_hard)
         body.feed(_scan_text(results).encode())
         reached = sum(1 for result in results if result["status"] == "ok")
         summary = f"keyscan {len(results)} hosts: {reached} answered | known_hosts was not changed"

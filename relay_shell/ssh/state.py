@@ -6,8 +6,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field, replace
 
-from relay_shell.config import Settings
 from relay_shell.errors import ArgumentError
+from relay_shell.settings.model import Settings
 from relay_shell.ssh.connection_args import ConnectionArgs
 from relay_shell.ssh.inventory.load import Inventory
 from relay_shell.ssh.pool import SshPool
@@ -55,10 +55,10 @@ class Ssh:
             key_path=connection.key_path,
             known_hosts=connection.known_hosts,
             jump=connection.jump,
-            default_mode=self.settings.ssh_known_hosts,
+            default_mode=self.settings.ssh.ssh_known_hosts,
             argument=argument,
         )
-        if self.settings.policy_mode == "readonly":
+        if self.settings.policy.policy_mode == "readonly":
             # Trusting a new host key writes known_hosts: a change readonly mode does not make.
             hops = tuple(
                 replace(hop, known_hosts_mode="strict") if hop.known_hosts_mode == "accept-new" else hop

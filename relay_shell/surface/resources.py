@@ -16,10 +16,10 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError
 
 from relay_shell.audit.tail import TailFilter, recent_records
-from relay_shell.config import Settings
 from relay_shell.diagnostics import check_call_id
 from relay_shell.errors import ToolError
 from relay_shell.runner.context import ContextPulls
+from relay_shell.settings.model import Settings
 from relay_shell.ssh.access import SshAccess
 
 RECENT_RECORDS = 50
@@ -97,7 +97,7 @@ def register_context(mcp: MCPServer, pulls: ContextPulls, settings: Settings, ss
     )
     async def ssh_config() -> str:
         parts = []
-        inventory_file = settings.inventory
+        inventory_file = settings.ssh.inventory
         # The files the inventory loaded, less the inventory file itself: ssh_config and what it includes.
         for path in ssh.get().inventory.files():
             if inventory_file is not None and path == inventory_file:
@@ -106,5 +106,5 @@ def register_context(mcp: MCPServer, pulls: ContextPulls, settings: Settings, ss
                 parts.append(f"# file: {path}\n{path.read_text(errors='replace')}")
             except OSError as exc:
                 parts.append(f"# file: {path}: unreadable ({exc.strerror})")
-        text = "\n".join(parts) if parts else f"# no ssh_config file ({settings.ssh_config})\n"
+        text = "\n".join(parts) if parts else f"# no ssh_config file ({settings.ssh.ssh_config})\n"
         return pulls.pull(current_request.get(), "resource:ssh_config", text)

@@ -27,8 +27,8 @@ class ToolCallRouter:
         self.tools = tools
         self.services = services
         self.runner = services.runner
-        self.transport = services.settings.transport
-        self.limit = services.settings.max_concurrent_calls
+        self.transport = services.settings.http.transport
+        self.limit = services.settings.limits.max_concurrent_calls
         self.in_flight = 0  # tool calls running now (bounded by MAX_CONCURRENT_CALLS)
 
     async def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:

@@ -8,9 +8,9 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING, Any
 
-from relay_shell.config import Settings
 from relay_shell.identity import connected
 from relay_shell.plan import Plan
+from relay_shell.settings.model import Settings
 from relay_shell.ssh.access import SshAccess
 from relay_shell.surface.guide import INSTRUCTIONS
 from relay_shell.surface.workflows import PROMPTS
@@ -24,8 +24,8 @@ class RunbookAccess:
     def __init__(self, settings: Settings, ssh: SshAccess) -> None:
         self.settings = settings
         self.ssh = ssh
-        self.mode = settings.policy_mode
-        self.configured = settings.runbook_dir is not None  # RELAY_SHELL_RUNBOOK_DIR
+        self.mode = settings.policy.policy_mode
+        self.configured = settings.runbooks.runbook_dir is not None  # RELAY_SHELL_RUNBOOK_DIR
 
     @functools.cached_property
     def retrieval(self) -> Retrieval:
@@ -36,13 +36,16 @@ class RunbookAccess:
 
         settings = self.settings
         library = None
-        if settings.runbook_dir is not None:
+        if settings.runbooks.runbook_dir is not None:
             reserved = frozenset(spec.name for spec in PROMPTS)
             library = RunbookLibrary(
-                settings.runbook_dir, settings.runbook_max_files, settings.runbook_max_bytes, reserved
+                settings.runbooks.runbook_dir,
+                settings.runbooks.runbook_max_files,
+                settings.runbooks.runbook_max_bytes,
+                reserved,
             )
             library.refresh()
-        return Retrieval(library, settings.policy_mode, self.inventory_groups)
+        return Retrieval(library, settings.policy.policy_mode, self.inventory_groups)
 
     def generation(self) -> int:
         """The catalog's generation (it changes with the directory): 0 without a directory."""
@@ -51,11 +54,11 @@ class RunbookAccess:
     def briefing_gate(self) -> BriefingGate | None:
         """RELAY_SHELL_GATE=briefing: the gate the runner consults before a call of tier 1 or more runs; None when
         off."""
-        if self.settings.gate != "briefing":
+        if self.settings.runbooks.gate != "briefing":
             return None
         from relay_shell.runbooks.gate import BriefingGate
 
-        budget = min(8192, self.settings.max_output)
+        budget = min(8192, self.settings.limits.max_output)
         return BriefingGate(True, connected, lambda words, hosts: self.retrieval.call_briefing(words, hosts, budget))
 
     def search_plan(self, tags: list[str] | None, query: str | None, max_bytes: int) -> Plan:
@@ -75,11 +78,11 @@ class RunbookAccess:
 
     def instructions(self) -> str:
         """The server's instructions, with the runbook index when there are runbooks or a gate."""
-        if not self.configured and self.settings.gate == "off":
+        if not self.configured and self.settings.runbooks.gate == "off":
             return INSTRUCTIONS
         from relay_shell.runbooks.index import instructions_index
 
-        index = instructions_index(self.retrieval.visible(), self.settings.gate == "briefing")
+        index = instructions_index(self.retrieval.visible(), self.settings.runbooks.gate == "briefing")
         return f"{INSTRUCTIONS}\n{index}"
 
     def state(self, gate: BriefingGate | None, owner: str) -> dict[str, Any]:
@@ -88,8 +91,12 @@ class RunbookAccess:
         from relay_shell.runbooks.index import library_state
 
         settings = self.settings
-        directory = str(settings.runbook_dir) if settings.runbook_dir is not None else None
+        directory = str(settings.runbooks.runbook_dir) if settings.runbooks.runbook_dir is not None else None
         runbooks = library_state(
-            self.retrieval.catalog(), self.mode, directory, settings.runbook_max_files, settings.runbook_max_bytes
+            self.retrieval.catalog(),
+            self.mode,
+            directory,
+            settings.runbooks.runbook_max_files,
+            settings.runbooks.runbook_max_bytes,
         )
         return {"runbooks": runbooks, "gate": describe_gate(gate, owner)}

@@ -7,11 +7,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from relay_shell.offhost.setup import OffHost
-    from relay_shell.config import Settings
     from relay_shell.launch import Launcher
+    from relay_shell.offhost.setup import OffHost
     from relay_shell.runner.pipeline import Runner
     from relay_shell.sessions.registry import SessionRegistry
+    from relay_shell.settings.model import Settings
     from relay_shell.ssh.access import SshAccess
     from relay_shell.surface.runbook_access import RunbookAccess
 

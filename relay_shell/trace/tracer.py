@@ -26,11 +26,11 @@ import os
 import select
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from relay_shell.config import compile_exec_deny
+from relay_shell.settings.patterns import Regex
 from relay_shell.trace import memory, seccomp
 from relay_shell.trace.deny import denies, deny_text, refusal_shown
 from relay_shell.trace.record import ExecTrace, digest_line, entry_of, redacted_argv, unreadable_entry
@@ -65,8 +65,8 @@ class ExecTracer:
     """The exec trace of a server with RELAY_SHELL_EXEC_TRACE=on (the launcher, launch.py, makes one only then):
     `unavailable` with the reason when the filter cannot be installed here, else `on`."""
 
-    def __init__(self, deny_patterns: list[str], max_entries: int, metrics: Any = None) -> None:
-        self.deny = compile_exec_deny(deny_patterns)
+    def __init__(self, deny_patterns: Sequence[Regex], max_entries: int, metrics: Any = None) -> None:
+        self.deny = list(deny_patterns)  # compiled (RE2) by the settings
         self.max_entries = max_entries
         self.metrics = metrics
         self.state = "unavailable"  # until the probe says

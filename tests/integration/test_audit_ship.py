@@ -19,11 +19,11 @@ from pathlib import Path
 import pytest
 
 from relay_shell.audit.log import AuditLog
-from relay_shell.config import SyslogTarget, syslog_target
 from relay_shell.metrics import Metrics
 from relay_shell.offhost.ship_state import state_path_for
 from relay_shell.offhost.shipper import Shipper
 from relay_shell.offhost.syslog import tls_context
+from relay_shell.settings.offhost import SyslogTarget, syslog_target
 from tests.journald import Journald
 from tests.rsyslog import Rsyslog, make_test_ca
 

@@ -17,10 +17,10 @@ import pytest
 from mcp import Client
 
 from relay_shell.audit.log import AuditLog
-from relay_shell.config import Settings
 from relay_shell.plan import Plan
 from relay_shell.server import build_server
 from relay_shell.sessions.registry import SessionRegistry
+from relay_shell.settings.model import Settings
 from relay_shell.surface.tools import sessions as session_tools
 from tests.conftest import fields, read_records, text_of
 
@@ -46,7 +46,7 @@ async def test_echo_turned_off_after_preparing_withholds_the_input_from_the_end_
     audit_path = tmp_path / "audit.jsonl"
     audit_log = AuditLog(audit_path)
     audit_log.open()
-    assembly = build_server(Settings(audit_path=audit_path), audit_log)
+    assembly = build_server(Settings(audit={"audit_path": audit_path}), audit_log)
     try:
         async with Client(assembly.mcp, mode="legacy") as client:
             spawned = await client.call_tool("shell_spawn", {"command": READ_A_LINE, "until": "ready", "timeout": 10})

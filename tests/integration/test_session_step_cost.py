@@ -17,7 +17,6 @@ from mcp import Client
 from mcp.server.mcpserver.utilities.func_metadata import FuncMetadata
 
 from relay_shell.audit.log import AuditLog
-from relay_shell.config import Settings
 from relay_shell.containment.start import start_containment
 from relay_shell.launch import Launcher, TraceOff
 from relay_shell.server import build_server
@@ -25,6 +24,7 @@ from relay_shell.sessions.ansi import strip_ansi
 from relay_shell.sessions.local_pty import start_local_pty
 from relay_shell.sessions.registry import SessionRegistry
 from relay_shell.sessions.send_plan import confirm_state
+from relay_shell.settings.model import Settings
 from relay_shell.surface.build import LazyArguments
 from tests.conftest import text_of
 
@@ -134,7 +134,7 @@ def test_arguments_are_pre_parsed_as_the_sdk_does(value: str) -> None:
 async def _serve(tmp_path: Path) -> AsyncIterator[Client]:
     audit_log = AuditLog(tmp_path / "audit.jsonl")
     audit_log.open()
-    assembly = build_server(Settings(audit_path=tmp_path / "audit.jsonl"), audit_log)
+    assembly = build_server(Settings(audit={"audit_path": tmp_path / "audit.jsonl"}), audit_log)
     try:
         async with Client(assembly.mcp, mode="legacy") as client:
             yield client

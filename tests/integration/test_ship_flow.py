@@ -27,13 +27,13 @@ import orjson
 import pytest
 
 from relay_shell.audit.log import AuditLog
-from relay_shell.config import syslog_target
 from relay_shell.metrics import Metrics
 from relay_shell.offhost import shipper as ship
 from relay_shell.offhost.positions import Position
 from relay_shell.offhost.ship_state import state_path_for
 from relay_shell.offhost.shipper import Shipper
 from relay_shell.offhost.syslog import UDP_MAX
+from relay_shell.settings.offhost import syslog_target
 from tests.rsyslog import Rsyslog, free_port
 
 READ_CHUNK = 1500  # the slow peer reads this many bytes …

@@ -6,7 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from relay_shell.config import ConfigError, clamp, load_settings, metrics_host_port, parse_patterns
+from relay_shell.arguments import clamp
+from relay_shell.errors import ConfigError
+from relay_shell.settings.load import load_settings
+from relay_shell.settings.metrics import metrics_host_port
+from relay_shell.settings.patterns import parse_patterns
 
 
 @pytest.fixture
@@ -21,12 +25,12 @@ def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
 
 def test_defaults(clean_env: Path) -> None:
     settings = load_settings()
-    assert settings.transport == "stdio"
-    assert settings.policy_mode == "open"
-    assert settings.audit_chain is True
-    assert settings.audit_on_failure == "refuse"
-    assert settings.max_output == 65536
-    assert settings.audit_path == clean_env / "state" / "relay-shell" / "audit.jsonl"
+    assert settings.http.transport == "stdio"
+    assert settings.policy.policy_mode == "open"
+    assert settings.audit.audit_chain is True
+    assert settings.audit.audit_on_failure == "refuse"
+    assert settings.limits.max_output == 65536
+    assert settings.audit.audit_path == clean_env / "state" / "relay-shell" / "audit.jsonl"
 
 
 @pytest.mark.parametrize(

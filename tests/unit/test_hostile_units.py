@@ -12,10 +12,10 @@ from pathlib import Path
 import orjson
 import pytest
 
+from relay_shell.arguments import clamp
 from relay_shell.audit.log import AuditLog
 from relay_shell.audit.record import MAX_RECORD_BYTES, audit_arguments, bound_record
 from relay_shell.audit.verify import verify_files
-from relay_shell.config import clamp
 from relay_shell.errors import ArgumentError
 from relay_shell.sessions.expect import compile_until
 from relay_shell.ssh.target import parse_host_spec

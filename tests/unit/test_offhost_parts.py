@@ -14,11 +14,13 @@ import pytest
 
 from relay_shell.audit.log import AuditLog
 from relay_shell.audit.verify import verify_files
-from relay_shell.config import CheckpointInterval, ConfigError, checkpoint_interval, load_settings, syslog_target
+from relay_shell.errors import ConfigError
 from relay_shell.metrics import Metrics
 from relay_shell.offhost.checkpoints import CHECKPOINT_TOOL, Checkpointer, check_checkpoint
 from relay_shell.offhost.signing_keys import KeyFileError, generate_keypair, load_public_key, load_signing_key
 from relay_shell.offhost.syslog import message_of, syslog_message, tool_class
+from relay_shell.settings.load import load_settings
+from relay_shell.settings.offhost import CheckpointInterval, checkpoint_interval, syslog_target
 
 LINE = (
     b'{"call_id":"3f9a1b2c4d5e-17","denied":false,"phase":"end","prev":"'

@@ -10,8 +10,8 @@ from typing import Any, cast
 import pytest
 
 from relay_shell.audit.log import AuditLog
-from relay_shell.config import Settings
 from relay_shell.server import build_server
+from relay_shell.settings.model import Settings
 from relay_shell.surface import prompts as prompts_module
 from relay_shell.surface.prompts import PromptDefinitionError, argument_problems, quote_value, validate_definitions
 from relay_shell.surface.workflows import PROMPTS, REVIEW_AUDIT, ArgumentSpec, PromptSpec
@@ -78,9 +78,9 @@ def test_a_malformed_definition_stops_server_assembly(tmp_path: Path, monkeypatc
     # Not a mock of behaviour: the definitions are data, and a broken one cannot ship without editing the
     # source, so the test swaps in a broken definition and lets the real server assembly validate it.
     monkeypatch.setattr(prompts_module, "PROMPTS", (PROMPTS[0], broken, *PROMPTS[2:]))
-    settings = Settings(audit_path=tmp_path / "audit.jsonl")
+    settings = Settings(audit={"audit_path": tmp_path / "audit.jsonl"})
     with pytest.raises(PromptDefinitionError, match="guides 'shell_teleport', which is not a registered tool"):
-        build_server(settings, AuditLog(settings.audit_path, chain=True, fsync=False))
+        build_server(settings, AuditLog(settings.audit.audit_path, chain=True, fsync=False))
 
 
 def test_a_lone_surrogate_is_refused_before_rendering() -> None:

@@ -7,15 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from relay_shell.config import ConfigError, load_settings
+from relay_shell.errors import ConfigError
+from relay_shell.settings.load import load_settings
 from tests.integration.test_cli import run_server
 from tests.unit.test_config import clean_env  # noqa: F401  # clean_env is a fixture
 
 
 def test_defaults_are_off(clean_env: Path) -> None:  # noqa: F811
     settings = load_settings()
-    assert settings.runbook_dir is None and settings.gate == "off"
-    assert settings.runbook_max_files == 2000 and settings.runbook_max_bytes == 262144
+    assert settings.runbooks.runbook_dir is None and settings.runbooks.gate == "off"
+    assert settings.runbooks.runbook_max_files == 2000 and settings.runbooks.runbook_max_bytes == 262144
 
 
 @pytest.mark.parametrize(
@@ -61,4 +62,4 @@ def test_the_directory_is_resolved(clean_env: Path, monkeypatch: pytest.MonkeyPa
     (clean_env / "real").mkdir()
     (clean_env / "link").symlink_to(clean_env / "real")
     monkeypatch.setenv("RELAY_SHELL_RUNBOOK_DIR", str(clean_env / "link"))
-    assert load_settings().runbook_dir == clean_env / "real"
+    assert load_settings().runbooks.runbook_dir == clean_env / "real"

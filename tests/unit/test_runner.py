@@ -18,7 +18,6 @@ from mcp_types import CallToolResult, TextContent
 from relay_shell import results
 from relay_shell.audit.log import AuditLog
 from relay_shell.capture import BoundedCapture
-from relay_shell.config import Settings
 from relay_shell.errors import ArgumentError
 from relay_shell.metrics import Metrics
 from relay_shell.plan import Execution, Plan, ProgressFn, Subject
@@ -28,6 +27,7 @@ from relay_shell.runner.pipeline import Runner
 from relay_shell.runner.recorder import Recorder
 from relay_shell.runner.request import CallRequest
 from relay_shell.runner.tools import ToolEntry
+from relay_shell.settings.model import Settings
 from tests.conftest import read_records
 
 pytestmark = pytest.mark.anyio
@@ -63,12 +63,14 @@ class Server:
     def __init__(self, tmp_path: Path, settings: Settings | None = None) -> None:
         self.audit_path = log_path(tmp_path)
         self.directory = self.audit_path.parent
-        self.settings = settings or Settings(audit_path=self.audit_path)
+        self.settings = settings or Settings(audit={"audit_path": self.audit_path})
         self.audit_log = AuditLog(self.audit_path)
         self.audit_log.open()
         self.metrics = Metrics(enabled=True)
         recorder = Recorder(self.settings, self.audit_log, self.metrics)
-        policy = Policy(self.settings.policy_mode, self.settings.deny_patterns, self.settings.allow_patterns)
+        policy = Policy(
+            self.settings.policy.policy_mode, self.settings.policy.policy_deny, self.settings.policy.policy_allow
+        )
         tools = {"acts": entry(acts, record_filter=withhold_data), "looks": entry(looks, pure_read=True)}
         self.runner = Runner(self.settings, recorder, policy, tools)
 
@@ -116,7 +118,7 @@ async def test_the_start_record_is_on_disk_before_the_plan_runs(tmp_path: Path) 
 
 
 async def test_a_refused_call_gets_one_end_record_and_nothing_runs(tmp_path: Path) -> None:
-    server = Server(tmp_path, Settings(audit_path=log_path(tmp_path), policy_mode="readonly"))
+    server = Server(tmp_path, Settings(audit={"audit_path": log_path(tmp_path)}, policy={"policy_mode": "readonly"}))
     ran: list[bool] = []
 
     async def execute(progress: ProgressFn) -> Execution:
@@ -246,7 +248,7 @@ async def test_a_name_that_is_not_a_tool_is_recorded_as_unknown(tmp_path: Path) 
 
 
 async def test_a_tier3_call_runs_once_a_token_for_exactly_it_was_confirmed(tmp_path: Path) -> None:
-    server = Server(tmp_path, Settings(audit_path=log_path(tmp_path), confirm_tier3="token"))
+    server = Server(tmp_path, Settings(audit={"audit_path": log_path(tmp_path)}, policy={"confirm_tier3": "token"}))
     runs: list[bool] = []
     wipe = Subject(command="dd if=/dev/zero of=/dev/sda")
 

@@ -12,8 +12,8 @@ import pytest
 from mcp.server.mcpserver.tools import Tool
 
 from relay_shell.audit.log import AuditLog
-from relay_shell.config import Settings
 from relay_shell.server import build_server
+from relay_shell.settings.model import Settings
 from relay_shell.surface import build
 
 
@@ -28,8 +28,8 @@ def cache_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path
 
 def definitions(tmp_path: Path) -> dict[str, Any]:
     build.SCHEMA_CACHE.loaded = None  # as a new process would start
-    settings = Settings(audit_path=tmp_path / "audit.jsonl")
-    assembly = build_server(settings, AuditLog(settings.audit_path))
+    settings = Settings(audit={"audit_path": tmp_path / "audit.jsonl"})
+    assembly = build_server(settings, AuditLog(settings.audit.audit_path))
     tools = assembly.mcp._tool_manager.list_tools()
     return {tool.name: (tool.parameters, tool.output_schema, tool.description, tool.annotations) for tool in tools}
 
@@ -44,8 +44,8 @@ def test_a_warm_start_shows_what_the_sdk_would_build(tmp_path: Path, cache_home:
     assert path.stat().st_mtime_ns == written  # nothing new to write
 
     # The SDK building the same functions itself: same inputSchema.
-    settings = Settings(audit_path=tmp_path / "audit.jsonl")
-    for tool in build_server(settings, AuditLog(settings.audit_path)).mcp._tool_manager.list_tools():
+    settings = Settings(audit={"audit_path": tmp_path / "audit.jsonl"})
+    for tool in build_server(settings, AuditLog(settings.audit.audit_path)).mcp._tool_manager.list_tools():
         reference = Tool.from_function(tool.fn, structured_output=False)
         assert reference.parameters == cold[tool.name][0], tool.name
 

@@ -69,7 +69,7 @@ def prepare_forward(
         registry.reserve(owner)
         try:
             tunnel = await open_tunnel(
-                ssh.pool, route, parsed, bind, ssh.settings.ssh_connect_timeout, admit, registry.budget
+                ssh.pool, route, parsed, bind, ssh.settings.ssh.ssh_connect_timeout, admit, registry.budget
             )
         except BaseException:
             registry.unreserve(owner)
@@ -88,7 +88,7 @@ def prepare_forward(
         target["listen"] = forward.listen()
         target["host_key"] = tunnel.host_key
         notes.extend(_opened_notes(parsed, tunnel, loopback))
-        capture = BoundedCapture(ssh.settings.max_output)
+        capture = BoundedCapture(ssh.settings.limits.max_output)
         capture.feed(_opened_text(parsed, forward, route, side).encode())
         return Execution(
             status="ok",

@@ -86,7 +86,7 @@ def prepare_upload(
     if not os.access(local, os.R_OK):
         raise ToolError("PermissionDenied", f"local_path: {local_path!r} is not readable (permission denied)")
     route = ssh.route(host, connection)
-    job = Job("upload", route.target.name, local, remote, recursive, ssh.settings.max_transfer_bytes)
+    job = Job("upload", route.target.name, local, remote, recursive, ssh.settings.ssh.max_transfer_bytes)
     what = f"upload {local} -> {route.target.name}:{remote}"
     return _plan(ssh, route, connection, job, timeout, what, writes=remote, tree=recursive)
 
@@ -113,7 +113,7 @@ def prepare_download(
     if not stat.S_ISDIR(parent_status.st_mode):
         raise ToolError("NotADirectory", f"local_path: {parent!r} is not a directory; allowed: a path in a directory")
     route = ssh.route(host, connection)
-    job = Job("download", route.target.name, local, remote, recursive, ssh.settings.max_transfer_bytes)
+    job = Job("download", route.target.name, local, remote, recursive, ssh.settings.ssh.max_transfer_bytes)
     what = f"download {route.target.name}:{remote} -> {local}"
     return _plan(ssh, route, connection, job, timeout, what, writes=os.path.realpath(local), tree=recursive)
 
@@ -168,7 +168,7 @@ def _plan(
         target=target,
         progress_unit="bytes",
     )
-    target["transfer"] = TransferReport(job, ssh.settings.max_output).record()
+    target["transfer"] = TransferReport(job, ssh.settings.limits.max_output).record()
     return plan
 
 
@@ -180,7 +180,7 @@ async def _execute(ssh: Ssh, route: Route, job: Job, plan: Plan, progress: Progr
     assert target is not None and plan.timeout is not None
     started = time.monotonic()
     deadline = started + plan.timeout
-    report = TransferReport(job, ssh.settings.max_output)
+    report = TransferReport(job, ssh.settings.limits.max_output)
     meter = Meter(job.limit, progress)
     stopped: str | None = None
     status: Outcome = "ok"

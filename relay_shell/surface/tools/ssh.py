@@ -167,7 +167,7 @@ async def ssh_check(
             command="true",
             hosts=hosts,
             timeout=timeout,
-            concurrency=services.settings.fanout_max_concurrency,
+            concurrency=services.settings.ssh.fanout_max_concurrency,
             max_output_per_host=None,
             connection=connection_args(connection),
             check=True,
@@ -392,7 +392,7 @@ async def ssh_forward_list(
     def prepare() -> Plan:
         from relay_shell.ssh.forwards.plans import prepare_forward_list
 
-        return prepare_forward_list(services.ssh.forwards, services.settings.max_output, call.owner)
+        return prepare_forward_list(services.ssh.forwards, services.settings.limits.max_output, call.owner)
 
     return await services.runner.run(call, prepare)
 

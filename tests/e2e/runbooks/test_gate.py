@@ -16,9 +16,9 @@ import pytest
 from mcp import Client
 
 from relay_shell.audit.log import AuditLog
-from relay_shell.config import Settings
 from relay_shell.runbooks.retrieval import Retrieval
 from relay_shell.server import build_server
+from relay_shell.settings.model import Settings
 from tests.conftest import read_records, text_of
 from tests.e2e.runbooks.helpers import GUARDS, runbook_client, sha256_of, write_corpus
 
@@ -169,7 +169,9 @@ async def test_a_begin_session_whose_briefing_failed_leaves_the_gate_shut(
     audit_path = tmp_path / "audit.jsonl"
     audit_log = AuditLog(audit_path, chain=True, fsync=False)
     audit_log.open()
-    assembly = build_server(Settings(audit_path=audit_path, runbook_dir=corpus, gate="briefing"), audit_log)
+    assembly = build_server(
+        Settings(audit={"audit_path": audit_path}, runbooks={"runbook_dir": corpus, "gate": "briefing"}), audit_log
+    )
     try:
         async with Client(assembly.mcp, mode="legacy") as client:
             failed = await client.call_tool("begin_session", {"tags": ["postgres", "replica"]})

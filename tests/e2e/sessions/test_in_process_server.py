@@ -12,9 +12,9 @@ import pytest
 from mcp import Client
 
 from relay_shell.audit.log import AuditLog
-from relay_shell.config import Settings
 from relay_shell.server import Assembly, build_server
 from relay_shell.sessions.local_pty import session_members
+from relay_shell.settings.model import Settings
 from tests.conftest import read_records, text_of
 from tests.procs import alive, cmdline, comm, gone, pids
 
@@ -24,7 +24,7 @@ pytestmark = pytest.mark.anyio
 @asynccontextmanager
 async def _server(tmp_path: Path) -> AsyncIterator[tuple[Assembly, Path]]:
     audit_path = tmp_path / "audit.jsonl"
-    settings = Settings(audit_path=audit_path)
+    settings = Settings(audit={"audit_path": audit_path})
     audit_log = AuditLog(audit_path, chain=True, fsync=False)
     audit_log.open()
     try:
@@ -96,7 +96,7 @@ async def test_a_transcript_that_cannot_be_written_starts_nothing(tmp_path: Path
     blocker = tmp_path / "not-a-directory"
     blocker.write_text("")
     audit_path = tmp_path / "audit.jsonl"
-    settings = Settings(audit_path=audit_path, record_dir=blocker / "casts")
+    settings = Settings(audit={"audit_path": audit_path}, sessions={"record_dir": blocker / "casts"})
     audit_log = AuditLog(audit_path, chain=True, fsync=False)
     audit_log.open()
     assembly = build_server(settings, audit_log)

@@ -13,8 +13,8 @@ import pytest
 from mcp import Client
 
 from relay_shell.audit.log import AuditLog
-from relay_shell.config import Settings
 from relay_shell.server import build_server
+from relay_shell.settings.model import Settings, by_area
 from tests.conftest import read_records, text_of
 
 pytestmark = pytest.mark.anyio
@@ -28,7 +28,7 @@ async def serve(tmp_path: Path, **settings: Any) -> AsyncIterator[tuple[Client, 
     audit_path = tmp_path / "audit.jsonl"
     audit_log = AuditLog(audit_path, chain=True, fsync=False)
     audit_log.open()
-    assembly = build_server(Settings(audit_path=audit_path, **settings), audit_log)
+    assembly = build_server(Settings(**by_area({"audit_path": audit_path, **settings})), audit_log)
     try:
         async with Client(assembly.mcp, mode="legacy") as client:
             yield client, audit_path

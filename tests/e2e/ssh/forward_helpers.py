@@ -20,8 +20,8 @@ from mcp import Client
 from mcp_types import CallToolResult
 
 from relay_shell.audit.log import AuditLog
-from relay_shell.config import Settings
 from relay_shell.server import Assembly, build_server
+from relay_shell.settings.model import Settings, by_area
 from tests.conftest import fields, read_records, text_of
 from tests.sshd import SshFleet
 
@@ -34,7 +34,9 @@ async def in_process(tmp_path: Path, fleet: SshFleet, **settings: Any) -> AsyncI
     audit_path = tmp_path / "audit.jsonl"
     audit_log = AuditLog(audit_path, chain=True, fsync=False)
     audit_log.open()
-    assembly = build_server(Settings(audit_path=audit_path, ssh_config=fleet.ssh_config, **settings), audit_log)
+    assembly = build_server(
+        Settings(**by_area({"audit_path": audit_path, "ssh_config": fleet.ssh_config, **settings})), audit_log
+    )
     try:
         yield assembly, audit_path
     finally:

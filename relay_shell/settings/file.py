@@ -1,0 +1,79 @@
+"""The config file (`--config FILE`, RELAY_SHELL_CONFIG): TOML, the settings' names grouped by area, `[sessions]`
+`max_sessions = 16`. pydantic-settings' TOML source reads it (settings/model.py); this module finds where a key is
+written, for errors that name the file and the line, and writes values as TOML (errors, `config show`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+CONFIG_VARIABLE = "RELAY_SHELL_CONFIG"  # set by --config too (cli.py), so every command reads the same file
+
+# A key (bare or quoted, maybe dotted) before `=`, and a table header `[name]`: enough of TOML to find a line.
+# Compiled on first use (the re module caches them): only an error or `config show` looks for a line.
+_KEY_PART = r"""(?:[A-Za-z0-9_-]+|"[^"\n]*"|'[^'\n]*')"""
+_KEY = rf"\s*({_KEY_PART}(?:\s*\.\s*{_KEY_PART})*)\s*="
+_HEADER = rf"\s*\[\s*({_KEY_PART}(?:\s*\.\s*{_KEY_PART})*)\s*\]\s*(?:#.*)?$"
+
+
+def config_file_path() -> Path | None:
+    raw = os.environ.get(CONFIG_VARIABLE, "")
+    return Path(raw).expanduser() if raw else None
+
+
+def _dotted(text: str) -> tuple[str, ...]:
+    return tuple(part.strip().strip("\"'") for part in re.findall(_KEY_PART, text))
+
+
+def key_line(text: str, path: tuple[str, ...]) -> int | None:
+    """The line (from 1) where `path` ((section, key) or (section,)) is written: a `key =` under its `[section]`,
+    a dotted `section.key =`, the `section = {...}` holding it, or the `[section]` header; None if not found."""
+    section: tuple[str, ...] = ()
+    fallback = None
+    for number, line in enumerate(text.splitlines(), 1):
+        header = re.match(_HEADER, line)
+        if header is not None:
+            section = _dotted(header.group(1))
+            if section == path:
+                return number
+            if fallback is None and section == path[:1]:
+                fallback = number
+            continue
+        key = re.match(_KEY, line)
+        if key is None:
+            continue
+        written = section + _dotted(key.group(1))
+        if written == path:
+            return number
+        if fallback is None and path[: len(written)] == written:
+            fallback = number  # an inline table (`sessions = {...}`) that holds the key
+    return fallback
+
+
+def toml_value(value: Any) -> str:
+    """A TOML value: an empty string for an unset optional setting (empty turns it off)."""
+    if value is None:
+        return '""'
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(toml_value(item) for item in value) + "]"
+    return toml_string(str(value))
+
+
+def toml_string(text: str) -> str:
+    """A TOML basic string: quote, backslash and control characters escaped (JSON's escapes are not all TOML's)."""
+    escaped = []
+    for character in text:
+        if character in '"\\':
+            escaped.append("\\" + character)
+        elif ord(character) < 0x20 or ord(character) == 0x7F:
+            escaped.append(f"\\u{ord(character):04X}")
+        else:
+            escaped.append(character)
+    return '"' + "".join(escaped) + '"'

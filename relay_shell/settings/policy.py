@@ -1,0 +1,42 @@
+"""[policy]: admission: the mode, the operator's deny and allow patterns (compiled once, in RE2:
+settings/patterns.py), and tier-3 confirmation (RELAY_SHELL_POLICY_*, RELAY_SHELL_CONFIRM_*)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field, field_serializer, field_validator
+
+from relay_shell.settings.patterns import Regex, compile_patterns
+from relay_shell.settings.values import AREA_CONFIG
+
+PATTERNS = (
+    "a JSON array of RE2 regexes (no backreferences, no lookaround), or one regex per line (in the file: a list); "
+    "searched in each command's text and canonical forms"
+)
+
+
+class PolicySettings(BaseModel):
+    model_config = AREA_CONFIG
+
+    policy_mode: Literal["open", "guarded", "readonly"] = Field("open", description="open, guarded or readonly")
+    policy_deny: tuple[Regex, ...] = Field((), description=PATTERNS)
+    policy_allow: tuple[Regex, ...] = Field((), description=PATTERNS)
+    confirm_tier3: Literal["off", "token", "elicit"] = Field(
+        "off",
+        description="off, token (a tier-3 call needs operation_confirm(token), then the identical call) or elicit "
+        "(ask the human through MCP elicitation; token for clients without it)",
+    )
+    confirm_ttl: float = Field(
+        300.0,
+        ge=1.0,
+        le=3600.0,
+        description="seconds a tier-3 confirmation stays valid (token issue to use; the human's time to answer an "
+        "elicitation), 1 to 3600",
+    )
+
+    _compiled = field_validator("policy_deny", "policy_allow", mode="before")(compile_patterns)
+
+    @field_serializer("policy_deny", "policy_allow")
+    def _pattern_texts(self, patterns: tuple[Regex, ...]) -> list[str]:
+        return [pattern.pattern for pattern in patterns]

@@ -1,0 +1,307 @@
+"""The config file through the real command line (`relay-shell --config FILE`, RELAY_SHELL_CONFIG): the server uses
+it, the environment overrides it, a misspelt key, a wrong type and an out-of-range value each stop startup with
+exit code 2 and one line naming the file, the line, the key and the problem, and `relay-shell config show`
+prints the effective settings with their sources, secrets masked, as a file that round-trips."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+
+from tests.conftest import fields, server_env
+
+pytestmark = pytest.mark.anyio
+
+
+def relay_shell(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    base = {key: value for key, value in os.environ.items() if not key.startswith("RELAY_SHELL_")}
+    return subprocess.run(
+        [sys.executable, "-m", "relay_shell", *args],
+        env={**base, **(env or {})},
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=60,
+    )
+
+
+async def server_info(audit_path: Path, args: list[str], **settings: str) -> dict[str, Any]:
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "relay_shell", *args], env=server_env(audit_path, **settings)
+    )
+    async with Client(params, mode="legacy") as client:  # type: ignore[arg-type]
+        info: dict[str, Any] = fields(await client.call_tool("server_info", {}))["info"]
+        return info
+
+
+def shown(output: str) -> dict[tuple[str, str], tuple[str, str]]:
+    """`config show`'s lines by (area, key): the line without its source, and the source."""
+    lines = {}
+    area = ""
+    for line in output.splitlines():
+        header = re.fullmatch(r"\[(\w+)\]", line)
+        if header:
+            area = header.group(1)
+            continue
+        setting = re.fullmatch(r"(# )?(\w+) = (.*?)\s+# (.*)", line)
+        if area and setting:
+            commented, key, value, source = setting.groups()
+            lines[area, key] = (f"{commented or ''}{key} = {value}", source)
+    return lines
+
+
+# -- the server uses the file; the environment overrides it ------------------------------------------------------
+
+
+async def test_the_server_serves_with_the_file_given_by_option_or_variable(tmp_path: Path) -> None:
+    config = tmp_path / "relay.toml"
+    config.write_text('[sessions]\nmax_sessions = 3\n\n[policy]\npolicy_mode = "readonly"\n')
+    by_option = await server_info(tmp_path / "a.jsonl", ["--config", str(config)])
+    by_variable = await server_info(tmp_path / "b.jsonl", [], config=str(config))
+    for info in (by_option, by_variable):
+        assert info["sessions"]["max"] == 3 and info["policy"]["mode"] == "readonly", info
+
+
+async def test_the_environment_overrides_the_file(tmp_path: Path) -> None:
+    config = tmp_path / "relay.toml"
+    config.write_text("[sessions]\nmax_sessions = 3\n\n[limits]\nmax_output = 4096\n")
+    info = await server_info(tmp_path / "audit.jsonl", ["--config", str(config)], max_sessions="5")
+    assert info["sessions"]["max"] == 5 and info["limits"]["max_output_default"] == 4096, info
+    show = relay_shell("config", "show", "--config", str(config), env={"RELAY_SHELL_MAX_SESSIONS": "5"})
+    assert show.returncode == 0, show.stderr
+    lines = shown(show.stdout)
+    assert lines["sessions", "max_sessions"] == ("max_sessions = 5", "environment RELAY_SHELL_MAX_SESSIONS")
+    assert lines["limits", "max_output"] == ("max_output = 4096", f"file {config}:5")
+    assert lines["limits", "max_timeout"] == ("max_timeout = 3600.0", "default")
+
+
+def test_check_config_and_the_audit_tools_read_the_file(tmp_path: Path, log_path: Path) -> None:
+    config = tmp_path / "relay.toml"
+    config.write_text(f'[audit]\naudit_path = "{log_path}"\n')
+    checked = relay_shell("--config", str(config), "--check-config")
+    assert checked.returncode == 0 and f"audit log {log_path} is writable" in checked.stdout, checked
+    tail = relay_shell("audit", "tail", "--config", str(config))
+    assert tail.returncode == 0 and len(tail.stdout.splitlines()) == 6, tail
+    verify = relay_shell("audit", "verify", env={"RELAY_SHELL_CONFIG": str(config)})
+    assert verify.returncode == 0 and "OK: 6 records" in verify.stdout, verify
+
+
+# -- errors: one line, the file and line, the key, the problem -----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "fragments"),
+    [
+        # a misspelt key: the nearest valid one is named
+        ("[sessions]\nmax_sesions = 3\n", 2, ["[sessions] max_sesions: unknown setting; did you mean max_sessions?"]),
+        # a wrong type
+        (
+            '\n[sessions]\nmax_sessions = "many"\n',
+            3,
+            ['[sessions] max_sessions = "many"', "valid integer", "1 to 1024"],
+        ),
+        # out of range
+        ("[sessions]\n\nmax_sessions = 5000\n", 3, ["[sessions] max_sessions = 5000", "less than or equal to 1024"]),
+        # a key in the wrong section, a misspelt section, a setting outside any section
+        ("[http]\nmax_sessions = 3\n", 2, ["unknown setting in [http]; did you mean [sessions] max_sessions?"]),
+        ("[sesions]\nmax_sessions = 3\n", 1, ["[sesions]: unknown section; did you mean [sessions]?"]),
+        ("max_sessions = 3\n", 1, ["max_sessions: a setting outside its section; put it under [sessions]"]),
+        # a parsed setting's own check, and a pattern RE2 refuses
+        ('[offhost]\naudit_syslog = "tcp://collector"\n', 2, ["[offhost] audit_syslog", "HOST:PORT"]),
+        ('[policy]\npolicy_deny = ["rm(?=x)"]\n', 2, ["'rm(?=x)'", "invalid perl operator: (?="]),
+        # a rule over two settings
+        ("[limits]\nmax_output = 200000\nmax_output_hard = 100000\n", 2, ["must not exceed"]),
+        # not TOML at all
+        ("[sessions\nmax_sessions = 3\n", 1, ["not valid TOML", "column 10"]),
+    ],
+)
+def test_a_bad_file_stops_startup_with_one_line_naming_file_line_key_and_problem(
+    tmp_path: Path, text: str, line: int, fragments: list[str]
+) -> None:
+    config = tmp_path / "relay.toml"
+    config.write_text(text)
+    env = {"XDG_STATE_HOME": str(tmp_path / "state")}
+    for args in (["--config", str(config)], ["--config", str(config), "--check-config"], ["config", "show"]):
+        result = relay_shell(*args, env={**env, "RELAY_SHELL_CONFIG": str(config)} if args[0] == "config" else env)
+        error = result.stderr.strip()
+        assert result.returncode == 2, (args, result)
+        assert error.count("\n") == 0 and "Traceback" not in error, error
+        assert error.startswith(f"relay-shell: configuration error: {config}:{line}: "), error
+        for fragment in fragments:
+            assert fragment in error, (fragment, error)
+        assert result.stdout == ""
+
+
+def test_a_missing_file_is_refused(tmp_path: Path) -> None:
+    result = relay_shell("--config", str(tmp_path / "nowhere.toml"), "--check-config")
+    assert result.returncode == 2
+    assert "RELAY_SHELL_CONFIG=" in result.stderr and "no such file" in result.stderr, result.stderr
+
+
+def test_an_environment_variable_keeps_its_error_with_a_file(tmp_path: Path) -> None:
+    config = tmp_path / "relay.toml"
+    config.write_text("[sessions]\nmax_sessions = 3\n")
+    result = relay_shell("--config", str(config), "--check-config", env={"RELAY_SHELL_MAX_SESSIONS": "lots"})
+    assert result.returncode == 2
+    assert "configuration error: RELAY_SHELL_MAX_SESSIONS='lots': " in result.stderr, result.stderr
+
+
+# -- config show: every area round-trips, secrets masked --------------------------------------------------------
+
+
+def every_area(directory: Path) -> tuple[str, dict[str, str]]:
+    """A config file that sets a value other than the default in every area, and the secrets it holds."""
+    for name in ("tokens", "ca.pem", "client.pem", "client.key", "signing.key", "journal.sock"):
+        (directory / name).write_text("x")
+    (directory / "oauth").mkdir()
+    (directory / "runbooks").mkdir()
+    secrets = {
+        "token_file": str(directory / "tokens"),
+        "oauth_state_dir": str(directory / "oauth"),
+        "audit_syslog_key": str(directory / "client.key"),
+        "audit_signing_key": str(directory / "signing.key"),
+        "oauth_issuer": "hunter2",  # the password in the issuer's URL
+    }
+    text = f"""\
+# every area
+[http]
+transport = "http"
+http_port = 9000
+http_allowed_hosts = ["relay.example:443", "*:9000"]
+
+[auth]
+token_file = "{directory}/tokens"
+oauth_state_dir = "{directory}/oauth"
+oauth_issuer = "https://operator:hunter2@relay.example"
+oauth_access_ttl = 600
+
+[audit]
+audit_path = "{directory}/audit.jsonl"
+audit_fsync = "always"
+
+[offhost]
+audit_syslog = "tls://collector.example:6514"
+audit_syslog_ca = "{directory}/ca.pem"
+audit_syslog_cert = "{directory}/client.pem"
+audit_syslog_key = "{directory}/client.key"
+audit_journald = "{directory}/journal.sock"
+audit_signing_key = "{directory}/signing.key"
+audit_checkpoint_interval = "500,1h"
+
+[policy]
+policy_mode = "guarded"
+policy_deny = ["^rm -rf /$", "mkfs"]
+policy_allow = ['^systemctl restart \\w+$']
+confirm_tier3 = "token"
+
+[limits]
+max_output = 8192
+kill_grace = 0.5
+containment = "subreaper"
+
+[sessions]
+max_sessions = 4
+secret_env_allow = ["DB_*"]
+record_dir = "{directory}/casts"
+
+[ssh]
+ssh_config = ""
+ssh_known_hosts = "strict"
+fanout_max_hosts = 12
+
+[metrics]
+metrics_addr = "127.0.0.1:9464"
+metrics_token_name = "prometheus"
+
+[trace]
+exec_trace = "on"
+exec_deny = ["(^|/)nc( |$)"]
+
+[runbooks]
+runbook_dir = "{directory}/runbooks"
+gate = "briefing"
+"""
+    return text, secrets
+
+
+def test_every_area_round_trips_through_config_show_with_secrets_masked(tmp_path: Path) -> None:
+    text, secrets = every_area(tmp_path)
+    config = tmp_path / "relay.toml"
+    config.write_text(text)
+    first = relay_shell("config", "show", "--config", str(config))
+    assert first.returncode == 0, first.stderr
+    written = tomllib.loads(text)
+    output = tomllib.loads(first.stdout)
+    lines = shown(first.stdout)
+    assert set(output) == set(written) == {area for area, _ in lines}  # every area, in the file's shape
+    masked = {key for (_, key), (line, _) in lines.items() if line.startswith("# ")}
+    assert masked == set(secrets), masked
+    for area, values in written.items():
+        for key, value in values.items():
+            line, source = lines[area, key]
+            assert source.startswith(f"file {config}:"), (key, source)
+            line_number = int(source.removesuffix(" (masked)").rsplit(":", 1)[1])
+            assert text.splitlines()[line_number - 1].startswith(f"{key} = "), (key, source)
+            if key in masked:
+                assert "[REDACTED]" in line and source.endswith("(masked)") and key not in output[area]
+            else:
+                assert output[area][key] == value, (key, output[area][key], value)
+    for secret in secrets.values():
+        assert secret not in first.stdout, secret
+    # The output is a config file: with the masked lines filled in again (as the operator who has the secrets
+    # would), it gives exactly the same settings.
+    originals = {line.split(" = ")[0]: line for line in text.splitlines() if " = " in line}
+    refilled = [
+        originals[match.group(1)] if (match := re.match(r"# (\w+) = ", line)) and match.group(1) in masked else line
+        for line in first.stdout.splitlines()
+    ]
+    again = tmp_path / "again.toml"
+    again.write_text("\n".join(refilled) + "\n")
+    second = relay_shell("config", "show", "--config", str(again))
+    assert second.returncode == 0, second.stderr
+    assert {key: line for key, (line, _) in shown(second.stdout).items()} == {
+        key: line for key, (line, _) in lines.items()
+    }
+
+
+def test_config_show_names_each_source_and_the_defaults(tmp_path: Path) -> None:
+    result = relay_shell("config", "show", env={"RELAY_SHELL_POLICY_MODE": "readonly", "RELAY_SHELL_POLICY_MOD": "x"})
+    assert result.returncode == 0, result.stderr
+    lines = shown(result.stdout)
+    assert len(lines) == 62
+    assert lines["policy", "policy_mode"] == ('policy_mode = "readonly"', "environment RELAY_SHELL_POLICY_MODE")
+    assert all(source == "default" for key, (_, source) in lines.items() if key != ("policy", "policy_mode"))
+    assert "# Config file: none" in result.stdout
+    assert "RELAY_SHELL_POLICY_MOD is not a relay-shell setting" in result.stderr
+
+
+def test_a_start_without_a_file_pays_for_none_of_it(tmp_path: Path) -> None:
+    """No config file: the TOML reader, the misspelling suggestions, `config show` and RE2 (no patterns) stay
+    unloaded; with a file, only the TOML reader comes in."""
+    probe = (
+        "import sys, relay_shell.cli\n"
+        "code = relay_shell.cli.main(sys.argv[1:])\n"
+        "names = ('tomllib', 'difflib', 'relay_shell.config_show', 're2')\n"
+        "print(code, *[name for name in names if name in sys.modules])\n"
+    )
+    env = {**server_env(tmp_path / "audit.jsonl"), "PYTHONDONTWRITEBYTECODE": "1"}
+    plain = subprocess.run([sys.executable, "-c", probe, "--check-config"], env=env, capture_output=True, text=True)
+    assert plain.stdout.splitlines()[-1] == "0", plain
+    config = tmp_path / "relay.toml"
+    config.write_text("[sessions]\nmax_sessions = 3\n")
+    with_file = subprocess.run(
+        [sys.executable, "-c", probe, "--check-config", "--config", str(config)],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert with_file.stdout.splitlines()[-1] == "0 tomllib", with_file
