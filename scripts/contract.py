@@ -349,26 +349,29 @@ def resources_table(resources: list[dict[str, Any]], templates: list[dict[str, A
 
 
 def settings_table() -> str:
-    rows = ["| variable | default | allowed, and what it does |", "|---|---|---|"]
-    for variable, default, description in settings_rows():
-        rows.append(f"| `{variable}` | {default} | {cell(description)} |")
+    rows = ["| variable | in the config file | default | allowed, and what it does |", "|---|---|---|---|"]
+    for variable, area, default, description in settings_rows():
+        key = variable.removeprefix("RELAY_SHELL_").lower()
+        rows.append(f"| `{variable}` | `[{area}]` `{key}` | {default} | {cell(description)} |")
     return "\n".join(rows)
 
 
-def settings_rows() -> list[tuple[str, str, str]]:
-    """(RELAY_SHELL_ name, default, description) of every field of the Settings model, nested areas included."""
+def settings_rows() -> list[tuple[str, str, str, str]]:
+    """(RELAY_SHELL_ name, area, default, description) of every field of the Settings model, by area."""
     from pydantic import BaseModel
     from pydantic_core import PydanticUndefined
 
     from relay_shell.settings.model import ENV_PREFIX, Settings
 
-    rows: list[tuple[str, str, str]] = []
+    rows: list[tuple[str, str, str, str]] = []
 
-    def walk(model: type[BaseModel]) -> None:
+    def walk(model: type[BaseModel], area: str = "") -> None:
+        # Defaults as the settings' own serializers write them (a parsed value, such as CheckpointInterval, as text).
+        defaults = model.model_construct().model_dump(mode="json") if model is not Settings else {}
         for name, field in model.model_fields.items():
             annotation = field.annotation
             if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-                walk(annotation)  # a settings area: its fields keep their flat RELAY_SHELL_ names
+                walk(annotation, name)  # a settings area: its fields keep their flat RELAY_SHELL_ names
                 continue
             variable = env_name(field.validation_alias, ENV_PREFIX) or ENV_PREFIX + name.upper()
             if field.default_factory is not None:
@@ -376,8 +379,8 @@ def settings_rows() -> list[tuple[str, str, str]]:
             elif field.default is PydanticUndefined:
                 default = "required"
             else:
-                default = default_text(field.default)
-            rows.append((variable, default, field.description or ""))
+                default = default_text(defaults.get(name, field.default))
+            rows.append((variable, area, default, field.description or ""))
 
     walk(Settings)
     return rows
@@ -436,7 +439,7 @@ def grouped(type_text: str) -> str:
 def default_text(value: Any, none: str = "empty") -> str:
     if value is None:
         return none
-    if value == "":
+    if value == "" or value == []:
         return "empty"
     if isinstance(value, bool):
         return "true" if value else "false"
