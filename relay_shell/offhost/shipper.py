@@ -232,6 +232,10 @@ class Shipper:
                     stubs += 1
         try:
             stubs += connection.send(messages, lambda index: self._stub(lines[index]))
+        except (ssl.SSLEOFError, ConnectionResetError, BrokenPipeError):
+            # The collector hung up while we wrote: the same refusal as one seen between sends (_confirm).
+            self._drop(self._closed_message())
+            return True
         except OSError as exc:
             self._drop(f"sending to {self.target.url()} failed: {exc}")
             return True
@@ -292,17 +296,20 @@ class Shipper:
         while len(self.seen) > 1 and self.seen[0][0] <= base:
             self.seen.popleft()
 
+    def _closed_message(self) -> str:
+        return (
+            f"{self.target.url()} closed the connection; resending what it may not have kept (a collector "
+            "that requires a client certificate closes right after the handshake: check "
+            "RELAY_SHELL_AUDIT_SYSLOG_CERT/_KEY and the collector's permittedPeer)"
+        )
+
     def _confirm(self) -> None:
         """Move the confirmed position: acknowledged by the collector's TCP, and the connection up since."""
         now = time.monotonic()
         connection = self.connection
         if connection is not None and connection.stream and self.pending:
             if connection.peer_closed():
-                self._drop(
-                    f"{self.target.url()} closed the connection; resending what it may not have kept (a collector "
-                    "that requires a client certificate closes right after the handshake: check "
-                    "RELAY_SHELL_AUDIT_SYSLOG_CERT/_KEY and the collector's permittedPeer)"
-                )
+                self._drop(self._closed_message())
                 return
             # Each position on its own: acknowledged once the collector's TCP has acknowledged its last byte,
             # whatever is in flight after it (continuous traffic over a real round trip keeps some always).

@@ -23,7 +23,7 @@ from tests.e2e.containment.test_containment import cgroup_subtree, end_strays, n
 PROGRAM = r"""
 import asyncio, errno, json, os, select, signal, sys, time
 from ptyprocess import PtyProcess
-from relay_shell.config import Settings
+from relay_shell.settings.model import Settings
 from relay_shell.containment import proc
 from relay_shell.containment.cgroup import pids_in
 from relay_shell.containment.start import start_containment
@@ -143,7 +143,7 @@ async def refused(launcher):
     found["terminal_hold_after_refusal"] = tree.hold.is_set()
 
 async def main():
-    settings = Settings(audit_path=AUDIT, exec_trace=TRACE, exec_deny='["^/usr/bin/id( |$)"]')
+    settings = Settings(audit={"audit_path": AUDIT}, trace={"exec_trace": TRACE, "exec_deny": '["^/usr/bin/id( |$)"]'})
     containment = start_containment(MODE, scope_of(AUDIT))
     launcher = start_launcher(settings, containment, Metrics(enabled=False), lambda call_id, execs: None)
     found["banner"] = launcher.banner()
