@@ -51,6 +51,7 @@ from relay_shell.policy.admission import Policy
 from relay_shell.progress import Progress
 from relay_shell.results import NO_DEFAULTS, capped_text, render_text, status_line, structured_content, truncation_line
 from relay_shell.runbooks.gate import BriefingGate, call_digest
+from relay_shell.wire import RefusedCall
 
 logger = logging.getLogger("relay_shell")
 RequestContext = ServerRequestContext[Any, Any] | None
@@ -184,20 +185,35 @@ class Runner:
     ) -> CallToolResult:
         """An invalid call caught before the tool function (unknown tool, argument names or types)."""
         call = _Call(tool, identify(request_context, self.transport), time.monotonic(), self.new_call_id())
-        argument_filter = self.argument_filters.get(tool)
-        if isinstance(arguments, dict):
-            recorded = self._recordable(tool, arguments)
-        elif argument_filter is not None:
-            recorded = {"arguments": f"withheld ({type(arguments).__name__})"}
-        else:
-            recorded = {"arguments": repr(arguments)[:1024]}
+        recorded = self._rejected_arguments(tool, arguments)
         # The message may quote a value the filter kept out of the record (`got ['<token>']`).
-        withheld = argument_filter is not None and recorded != arguments
+        withheld = tool in self.argument_filters and recorded != arguments
         # A name that is not one of ours is recorded as `unknown` (the message quotes it): a client must not
         # be able to write records that pass for the server's own events (`oauth:…`, `session:end`) or add
         # metric series.
         call.tool, call.arguments = (tool if tool in self.known_tools else "unknown"), recorded
         return self._finish(call, 0, "error", error=message, reason_withheld=withheld)
+
+    def refused_by_transport(self, client_name: str, refused: RefusedCall) -> None:
+        """A tools/call the transport answered with a JSON-RPC error before any tool saw it (its id, encoding,
+        shape or size: wire.py, adr/0016): its one record, with what could be read of it and the digest of the
+        message as received. The transport names the client (it has no request context)."""
+        started = time.monotonic()
+        tool = refused.tool if isinstance(refused.tool, str) and refused.tool in self.known_tools else "unknown"
+        arguments = {} if refused.arguments is None else self._rejected_arguments(tool, refused.arguments)
+        identity = Identity(request_id=refused.request_id, client_id=f"{self.transport}:{client_name}")
+        record = self._record(tool, 0, "error", identity, audit_arguments(arguments), started)
+        record.update(call_id=self.new_call_id(), phase="end", reason=redact_text(refused.reason)[:512])
+        record.update(message_len=refused.message_len, message_sha256=refused.message_sha256)
+        self._write(record, tool, 0, "error", started)
+
+    def _rejected_arguments(self, tool: str, arguments: Any) -> dict[str, Any]:
+        """What the record of a refused call keeps of arguments that may not even be an object."""
+        if isinstance(arguments, dict):
+            return self._recordable(tool, arguments)
+        if tool in self.argument_filters:
+            return {"arguments": f"withheld ({type(arguments).__name__})"}
+        return {"arguments": repr(arguments)[:1024]}
 
     # -- context pulls -----------------------------------------------------------------------------------
 
