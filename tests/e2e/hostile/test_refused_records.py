@@ -172,3 +172,28 @@ async def test_a_page_in_a_browser_gets_the_sdk_refusal_and_writes_no_record(tmp
         assert len(read_records(peer.audit_path)) == before
     finally:
         await peer.close()
+
+
+async def test_over_authenticated_http_a_refused_call_is_recorded_under_the_token_name(tmp_path: Path) -> None:
+    """The record names the client as every record over authenticated HTTP does: by its token's name, not by
+    what the client declared; a request without a valid token gets its 401 before its body is read, and no
+    record."""
+    token = "tok-" + "7" * 40
+    token_file = tmp_path / "tokens"
+    token_file.write_text(f"alice {hashlib.sha256(token.encode()).hexdigest()}\n")
+    token_file.chmod(0o600)
+    peer = await HttpPeer.start(
+        server_dir(), tmp_path / "audit.jsonl", policy_mode="readonly", token_file=str(token_file)
+    )
+    try:
+        unauthenticated = await peer.client.post(peer.url, content=call_line("1.5"), headers=peer.headers())
+        assert unauthenticated.status_code == 401
+        peer.client.headers["Authorization"] = f"Bearer {token}"
+        await initialize(peer, client=CLIENT)
+        line = call_line("2.5")
+        answer = await ask(peer, line, ("str", "2.5"))
+        assert answer is not None and answer["error"]["code"] == -32600
+    finally:
+        await peer.close()
+    refused = [record for record in read_records(peer.audit_path) if "message_sha256" in record]
+    assert [(record["request_id"], record["client_id"]) for record in refused] == [("2.5", "http:alice")]
