@@ -8,16 +8,19 @@ Tokens are stored as SHA-256 hashes, one named client per line; the name becomes
 
 from __future__ import annotations
 
+import hashlib
 import signal
 import socket
 import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from relay_shell.auth.setup import HttpAuth, is_loopback, issuer_of
 from relay_shell.auth.tokens import TokenFileVerifier
+from relay_shell.identity import authenticated_name
 from relay_shell.settings.model import Settings
-from relay_shell.wire import ID_SCAN_BYTES, oversized, read_message
+from relay_shell.wire import ID_SCAN_BYTES, Reading, RefusedCall, declared_client, oversized, read_message
 
 if TYPE_CHECKING:
     from mcp.server.transport_security import TransportSecuritySettings
@@ -30,6 +33,7 @@ if TYPE_CHECKING:
     from relay_shell.server import Assembly
 
 SHUTDOWN_GRACE = 5.0  # seconds in-flight calls get after SIGTERM before they are cancelled (and their processes killed)
+MAX_SESSION_NAMES = 4096  # MCP sessions whose declared client name the guard remembers (the oldest are forgotten)
 
 
 def _allowlists(settings: Settings, port: int) -> tuple[list[str], list[str]]:
@@ -74,7 +78,7 @@ def serve_http(assembly: Assembly, settings: Settings, auth: HttpAuth) -> None:
         assembly.mcp.settings.auth = oauth_settings(auth.oauth)
         add_approval_route(assembly, auth.oauth, security)
     app = assembly.mcp.streamable_http_app(transport_security=security, host=settings.http.http_host)
-    guard_messages(app)
+    guard_messages(app, assembly.runner.refused_by_transport, security)
     config = uvicorn.Config(
         app, log_level="warning", timeout_graceful_shutdown=int(SHUTDOWN_GRACE), lifespan="on", access_log=False
     )
@@ -154,25 +158,40 @@ def add_approval_route(assembly: Assembly, oauth: OAuthProvider, security: Trans
         return await approval_endpoint(oauth, request)
 
 
-def guard_messages(app: Starlette, path: str = "/mcp") -> None:
+def guard_messages(
+    app: Starlette,
+    on_refused: Callable[[str, RefusedCall], None],
+    security: TransportSecuritySettings,
+    path: str = "/mcp",
+) -> None:
     """Put `MessageGuard` in front of the MCP endpoint, behind authentication (an unauthenticated request
     gets its 401 from the SDK before its body is read)."""
     for route in app.routes:
         if getattr(route, "path", None) == path:
-            route.app = MessageGuard(route.app)  # type: ignore[attr-defined]
+            route.app = MessageGuard(route.app, on_refused, security)  # type: ignore[attr-defined]
 
 
 class MessageGuard:
     """Every POSTed message is read by `wire.read_message` before the SDK sees it (adr/0016): a body the SDK
     could not read, or would read as something it is not, is answered here with the JSON-RPC error its id
     deserves; a tool call holding lone surrogates reaches the tool gate rewritten; a body over the SDK's limit
-    is answered with its id (413) after reading it in bounded memory."""
+    is answered with its id (413) after reading it in bounded memory.
 
-    def __init__(self, app: ASGIApp) -> None:
-        from mcp.server.transport_security import DEFAULT_MAX_REQUEST_BODY_SIZE
+    A tools/call answered here is recorded through `on_refused`, with the client named as the runner names it:
+    the token's name when authenticated, else the name the MCP session declared in its initialize (remembered
+    here), else the name the message itself declares. A request the SDK would refuse for its Host, Origin or
+    Content-Type (a page in a browser, through DNS rebinding) gets that refusal instead, and no record."""
+
+    def __init__(
+        self, app: ASGIApp, on_refused: Callable[[str, RefusedCall], None], security: TransportSecuritySettings
+    ) -> None:
+        from mcp.server.transport_security import DEFAULT_MAX_REQUEST_BODY_SIZE, TransportSecurityMiddleware
 
         self.app = app
         self.max_body = DEFAULT_MAX_REQUEST_BODY_SIZE
+        self.on_refused = on_refused
+        self.host_check = TransportSecurityMiddleware(security)
+        self.session_names: dict[bytes, str] = {}  # MCP session id -> the client name its initialize declared
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         user = scope.get("user")
@@ -183,6 +202,7 @@ class MessageGuard:
         head = b""
         tail = b""
         size = 0
+        digest = hashlib.sha256()  # of an oversized body, as it streams past
         more = True
         while more:
             message = await receive()
@@ -194,16 +214,18 @@ class MessageGuard:
             if size <= self.max_body:
                 body += chunk
                 continue
-            # Over the limit: keep reading (the client is still sending) but keep only the ends.
+            # Over the limit: keep reading (the client is still sending) but keep only the ends and the digest.
             head = head or bytes(body[:ID_SCAN_BYTES]) or chunk[:ID_SCAN_BYTES]
             tail = (bytes(body[-ID_SCAN_BYTES:]) + chunk)[-ID_SCAN_BYTES:]
+            digest.update(body)
+            digest.update(chunk)
             body.clear()
         if size > self.max_body:
-            await _answer(send, 413, oversized(head, tail, size, self.max_body))
+            await self.refuse(scope, receive, send, 413, oversized(head, tail, size, self.max_body, digest.hexdigest()))
             return
         reading = read_message(bytes(body))
         if reading.answer is not None:
-            await _answer(send, 400, reading.answer)
+            await self.refuse(scope, receive, send, 400, reading)
             return
         data = reading.data if reading.data is not None else bytes(body)  # unanswered: the SDK says 202/400
         if len(data) != len(body):
@@ -218,7 +240,41 @@ class MessageGuard:
                 return {"type": "http.request", "body": data, "more_body": False}
             return await receive()
 
+        if getattr(reading.message, "method", None) == "initialize" and reading.message is not None:
+            name = declared_client(reading.message)
+            opens_session = all(header != b"mcp-session-id" for header, _ in scope["headers"])
+            if name is not None and opens_session:  # a later initialize in the session renames nothing
+                send = self.remember_session(send, name)
         await self.app(scope, replay, send)
+
+    async def refuse(self, scope: Scope, receive: Receive, send: Send, status: int, reading: Reading) -> None:
+        """Answer a message the SDK must not see; a refused tools/call is recorded first."""
+        from starlette.requests import Request
+
+        refused = await self.host_check.validate_request(Request(scope), is_post=True)
+        if refused is not None:
+            await refused(scope, receive, send)
+            return
+        if reading.refused is not None:
+            session = dict(scope["headers"]).get(b"mcp-session-id", b"")
+            name = authenticated_name() or self.session_names.get(session) or reading.refused.client_name
+            self.on_refused(name or "unknown", reading.refused)
+        assert reading.answer is not None
+        await _answer(send, status, reading.answer)
+
+    def remember_session(self, send: Send, name: str) -> Send:
+        """`send` for an initialize: the MCP session id the SDK answers with is remembered with the name."""
+
+        async def send_and_remember(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                session = dict(message.get("headers", [])).get(b"mcp-session-id")
+                if session is not None:
+                    if len(self.session_names) >= MAX_SESSION_NAMES:
+                        del self.session_names[next(iter(self.session_names))]
+                    self.session_names.setdefault(session, name)
+            await send(message)
+
+        return send_and_remember
 
 
 async def _answer(send: Send, status: int, body: bytes) -> None:

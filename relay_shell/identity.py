@@ -94,19 +94,23 @@ class Identity:
     client_id: str
 
 
+def authenticated_name() -> str | None:
+    """The client's name when this HTTP request was authenticated: the token's name from the token file (for
+    OAuth, approver/client), never what the client says it is."""
+    access = get_access_token()
+    return None if access is None else (access.claims or {}).get("relay_shell_name") or access.client_id
+
+
 def identify(request_context: ServerRequestContext[Any, Any] | None, transport: str) -> Identity:
     if request_context is None:
         return Identity(request_id=None, client_id=transport)
-    client_name = "unknown"
-    access = get_access_token()
+    client_name = authenticated_name()  # over HTTP with a token: its name, not what the client says it is
     params = request_context.session.client_params
-    if access is not None:
-        # Authenticated over HTTP: the token's name from the token file, not what the client says it is.
-        client_name = (access.claims or {}).get("relay_shell_name") or access.client_id  # OAuth: approver/client
-    elif params is not None and params.client_info is not None:
+    if client_name is None and params is not None and params.client_info is not None:
         # The client's self-declared name, kept as a label in the record (never in metrics). The first name
         # a connection declares is its name for good: a 2026-07-28 client declares it on every request.
         channel = _channel_of(request_context)
         client_name = _name_by_channel.setdefault(channel, params.client_info.name[:64])
     request_id = request_context.request_id
+    client_name = "unknown" if client_name is None else client_name
     return Identity(request_id=None if request_id is None else str(request_id), client_id=f"{transport}:{client_name}")

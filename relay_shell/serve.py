@@ -275,7 +275,7 @@ async def _serve_stdio(assembly: Assembly) -> None:
         group.start_soon(assembly.launcher.maintain_forever)
         server = assembly.mcp._lowlevel_server  # the SDK's own in-memory client reaches it the same way
         try:
-            async with stdio_transport() as (read_stream, write_stream):
+            async with stdio_transport(assembly.runner.refused_by_transport) as (read_stream, write_stream):
                 await server.run(read_stream, write_stream, server.create_initialization_options())
         finally:
             await assembly.shutdown()

@@ -6,6 +6,10 @@ call. This transport reads and writes the same pipes with asyncio's pipe transpo
 JSON-RPC message per line) and the same protections: while serving, fd 0 reads /dev/null and fd 1 goes to
 stderr, so neither the server nor anything it starts can write into the protocol stream. When stdin or
 stdout is not a pipe, socket or terminal (a regular file, /dev/null), it falls back to the SDK's transport.
+
+Every line is read by `wire.read_message`; a tools/call it refuses (its id, encoding, shape or size) is handed
+to `on_refused` with the client name the connection declared first, before the error is written back, so the
+call's record is in the log by the time the client reads the answer (adr/0016).
 """
 
 from __future__ import annotations
@@ -13,9 +17,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import hashlib
 import os
 import stat
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -24,14 +29,16 @@ from mcp.server.stdio import stdio_server
 from mcp.shared._context_streams import create_context_streams
 from mcp.shared.message import SessionMessage
 
-from relay_shell.wire import ID_SCAN_BYTES, oversized, read_message
+from relay_shell.wire import ID_SCAN_BYTES, Reading, RefusedCall, declared_client, oversized, read_message
 
 MAX_LINE = 256 * 1024 * 1024  # one JSON-RPC message; megabyte arguments are fine, a runaway line is not
 SKIP_CHUNK = 1024 * 1024  # a line over MAX_LINE is consumed this much at a time
 
 
 @asynccontextmanager
-async def stdio_transport() -> AsyncIterator[tuple[Any, Any]]:
+async def stdio_transport(
+    on_refused: Callable[[str, RefusedCall], None] | None = None,
+) -> AsyncIterator[tuple[Any, Any]]:
     if not (_streamable(0) and _streamable(1)):
         async with stdio_server() as streams:
             yield streams
@@ -59,6 +66,14 @@ async def stdio_transport() -> AsyncIterator[tuple[Any, Any]]:
                     await read_lines()
 
         async def read_lines() -> None:
+            client_name: str | None = None  # the first name the connection declares is its name in the log
+
+            def answer(reading: Reading) -> None:
+                if reading.refused is not None and on_refused is not None:
+                    on_refused(client_name or reading.refused.client_name or "unknown", reading.refused)
+                if reading.answer is not None:  # answer it, or the client waits for a reply forever
+                    writer.write(reading.answer + b"\n")
+
             while True:
                 try:
                     line = await reader.readuntil(b"\n")
@@ -68,16 +83,17 @@ async def stdio_transport() -> AsyncIterator[tuple[Any, Any]]:
                         return
                 except asyncio.LimitOverrunError as exc:
                     # A line longer than the transport reads: skip it in bounded memory, answer it, go on.
-                    answer = await _skip_line(reader, exc)
-                    if answer is None:
+                    skipped = await _skip_line(reader, exc)
+                    if skipped is None:
                         return  # EOF inside the line: the client is gone
-                    writer.write(answer + b"\n")
+                    answer(skipped)
                     continue
                 if not line.strip():
                     continue
-                reading = read_message(line)
-                if reading.answer is not None:  # answer it, or the client waits for a reply forever
-                    writer.write(reading.answer + b"\n")
+                reading = read_message(line[:-1] if line.endswith(b"\n") else line)
+                if client_name is None and reading.message is not None:
+                    client_name = declared_client(reading.message)
+                answer(reading)
                 if reading.message is not None:
                     await read_stream_writer.send(SessionMessage(reading.message))
 
@@ -102,12 +118,13 @@ async def stdio_transport() -> AsyncIterator[tuple[Any, Any]]:
         _restore(1, stdout_fd)
 
 
-async def _skip_line(reader: asyncio.StreamReader, overrun: asyncio.LimitOverrunError) -> bytes | None:
+async def _skip_line(reader: asyncio.StreamReader, overrun: asyncio.LimitOverrunError) -> Reading | None:
     """Consume a line longer than MAX_LINE in chunks, keeping only its first and last bytes (where a client
-    writes the id), and return the answer to it; None when the stream ends inside the line."""
+    writes the id) and its digest, and return the answer to it; None when the stream ends inside the line."""
     head = b""
     tail = b""
     size = 0
+    digest = hashlib.sha256()
     while True:
         found = "Separator is found" in str(overrun)  # asyncio says which, and how far it may consume
         remaining = overrun.consumed
@@ -117,11 +134,12 @@ async def _skip_line(reader: asyncio.StreamReader, overrun: asyncio.LimitOverrun
                 return None
             remaining -= len(chunk)
             size += len(chunk)
+            digest.update(chunk)
             head = head or chunk[:ID_SCAN_BYTES]
             tail = (tail + chunk)[-ID_SCAN_BYTES:]
         if found:
             await reader.readexactly(1)  # the newline
-            return oversized(head, tail, size, MAX_LINE)
+            return oversized(head, tail, size, MAX_LINE, digest.hexdigest())
         try:
             rest = await reader.readuntil(b"\n")
         except asyncio.LimitOverrunError as again:
@@ -130,8 +148,9 @@ async def _skip_line(reader: asyncio.StreamReader, overrun: asyncio.LimitOverrun
         except asyncio.IncompleteReadError:
             return None
         size += len(rest) - 1
+        digest.update(rest[:-1])
         tail = (tail + rest[:-1])[-ID_SCAN_BYTES:]
-        return oversized(head, tail, size, MAX_LINE)
+        return oversized(head, tail, size, MAX_LINE, digest.hexdigest())
 
 
 def _streamable(fd: int) -> bool:

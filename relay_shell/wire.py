@@ -5,9 +5,11 @@ object counts) and integers of at most `MAX_INTEGER_DIGITS` digits (the SDK's ow
 stops there too). The fast path is the SDK's reader; only a message it refuses takes the slow path, which
 reads it with Python's `json` to find out what it is and what JSON-RPC says to answer:
 
-- not JSON at all: -32700 with id null; JSON but not one object (a batch, a number): -32600 with id null;
-- an id that is not a string or an integer (a float, a boolean, an object, null, which MCP forbids): -32600
-  with id null, since JSON-RPC answers an id it cannot take with null;
+- not JSON at all: -32700; JSON but not one object (a batch, a number): -32600; both with the id found where
+  clients write it (see `oversized`), else id null;
+- an id that is not a string or an integer (MCP's rule): -32600, answered with that id when JSON-RPC lets a
+  response carry it (a number with a fraction or an exponent, `1.5`, `1e3`, written back as it came), else
+  with id null (a boolean, an object, an array, null);
 - nested too deep, a number too long, a lone surrogate outside a tool call's arguments, a wrong shape: -32600
   with the request's id (an integer id too long to read is echoed digit for digit);
 - a lone UTF-16 surrogate inside a tools/call's `name` or `arguments` is written as the six characters
@@ -17,14 +19,19 @@ reads it with Python's `json` to find out what it is and what JSON-RPC says to a
 
 A message too long for the transport is not read at all: `oversized` answers it with the id found in its
 first or last bytes, when a client put it there (the Python SDK writes the id first, the TypeScript SDK last).
+
+Every `tools/call` answered with an error here (its `method` read, or seen at the head or the tail of a
+message that could not be read) comes with a `RefusedCall`: what could be read of it and the digest of the
+message, which the transport has the runner record, so that no tools/call reaches the server unrecorded.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import mcp_types as types
@@ -33,36 +40,67 @@ from pydantic import ValidationError
 MAX_NESTING = 200  # containers around any value, the message object included; pydantic-core stops there too
 MAX_INTEGER_DIGITS = 4300  # digits of one integer (Python's int/str limit; pydantic-core stops there too)
 LONE_SURROGATES = "relay-shell/lone-surrogates"  # params._meta key: where a tool call held lone surrogates
+CLIENT_INFO = "io.modelcontextprotocol/clientInfo"  # params._meta key: a 2026-07-28 request's client
 ID_SCAN_BYTES = 65536  # how far into the head and the tail of an unreadable message its id is looked for
 
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
-_JSON_ID = rb'(-?(?:0|[1-9][0-9]{0,4299})|"(?:[^"\\\x00-\x1f]|\\.){0,1024}")'
+_ID_VALUE = rb'-?(?:0|[1-9][0-9]{0,4299})|"(?:[^"\\\x00-\x1f]|\\.){0,1024}"'
+_JSON_ID = rb"(" + _ID_VALUE + rb")"
 _LEADING_ID = rb'\s*\{\s*(?:"(?:jsonrpc|method)"\s*:\s*"[^"\\]{0,64}"\s*,\s*){0,2}"id"\s*:\s*' + _JSON_ID
 _TRAILING_ID = rb',\s*"id"\s*:\s*' + _JSON_ID + rb"\s*\}\s*$"
+# A top-level "method": among the short members a message starts with (the Python SDK writes jsonrpc and id
+# first, the TypeScript SDK method first), or the last members before the closing brace.
+_SHORT_MEMBER = rb'"(?:jsonrpc|method|id)"\s*:\s*(?:' + _ID_VALUE + rb")"
+_LEADING_METHOD = rb"\s*\{\s*(?:" + _SHORT_MEMBER + rb'\s*,\s*){0,2}"method"\s*:\s*"([^"\\]{1,64})"'
+_TRAILING_METHOD = rb',\s*"method"\s*:\s*"([^"\\]{1,64})"(?:\s*,\s*' + _SHORT_MEMBER + rb"){0,2}\s*\}\s*$"
+
+
+@dataclass(frozen=True)
+class RefusedCall:
+    """A tools/call answered with a JSON-RPC error before any tool saw it (its id, its encoding, its shape, its
+    size): what could be read of it, for its audit record. The digest is over the message's bytes as received
+    (over stdio without the newline that ends the line)."""
+
+    request_id: str | None  # as records keep ids: a string id as is, any other id as its JSON text as sent
+    tool: Any = None  # params.name as read (None when the message could not be read)
+    arguments: Any = None  # params.arguments as read (None when not read, or nested deeper than MAX_NESTING)
+    client_name: str | None = None  # the client the message itself names (a 2026-07-28 envelope)
+    reason: str = ""  # the error the client was answered with
+    message_len: int = 0
+    message_sha256: str = ""
 
 
 @dataclass(frozen=True)
 class Reading:
     """What one message is: a message to serve (`message`, read from `data`), an error to send back
-    (`answer`, one JSON object), or neither (a notification or response nobody answers)."""
+    (`answer`, one JSON object), or neither (a notification or response nobody answers). `refused` is set
+    when the answer refuses a tools/call."""
 
     message: types.JSONRPCMessage | None = None
     data: bytes | None = None
     answer: bytes | None = None
+    refused: RefusedCall | None = None
 
 
 class _Unreadable(Exception):
-    def __init__(self, code: int, message: str, id_json: bytes = b"null") -> None:
+    def __init__(self, code: int, message: str, id_json: bytes = b"null", call: RefusedCall | None = None) -> None:
         super().__init__(message)
         self.code = code
         self.id_json = id_json
+        self.call = call
 
 
 class _LongNumber(str):
     """A number literal longer than MAX_INTEGER_DIGITS digits, kept as its text."""
+
+
+class _Float(float):
+    """A number with a fraction or an exponent, and the text it was written as (an id is answered with it)."""
+
+    text = ""
 
 
 def read_message(data: bytes) -> Reading:
@@ -77,25 +115,55 @@ def read_message(data: bytes) -> Reading:
     return Reading(message=message, data=data)
 
 
+def declared_client(message: types.JSONRPCMessage) -> str | None:
+    """The client name a request declares: initialize's clientInfo, or a 2026-07-28 request's envelope."""
+    if not isinstance(message, types.JSONRPCRequest) or message.params is None:
+        return None
+    if message.method == "initialize":
+        info = message.params.get("clientInfo")
+    else:
+        meta = message.params.get("_meta")
+        info = meta.get(CLIENT_INFO) if isinstance(meta, dict) else None
+    name = info.get("name") if isinstance(info, dict) else None
+    return name[:64] if isinstance(name, str) else None
+
+
 def error_body(code: int, id_json: bytes, message: str) -> bytes:
     """One JSON-RPC error object (no newline); `id_json` is the id as JSON text (`null`, `7`, `"a"`)."""
     error = json.dumps({"code": code, "message": message}, ensure_ascii=True).encode()
     return b'{"jsonrpc":"2.0","id":' + id_json + b',"error":' + error + b"}"
 
 
-def oversized(head: bytes, tail: bytes, size: int, limit: int) -> bytes:
+def oversized(head: bytes, tail: bytes, size: int, limit: int, sha256: str) -> Reading:
     """The answer to a message longer than the transport reads: -32600 with its id when the first or last
-    bytes show it, else with id null (JSON-RPC: an id that cannot be detected is answered as null)."""
+    bytes show it, else with id null (JSON-RPC: an id that cannot be detected is answered as null); a
+    RefusedCall when they show a tools/call. `sha256` is the digest of the whole message."""
     message = (
         f"Invalid Request: the message is {size} bytes, longer than this transport reads ({limit} bytes); nothing ran"
     )
-    return error_body(INVALID_REQUEST, _visible_id(head, tail), message)
+    id_json = _visible_id(head, tail)
+    call = _visible_call(head, tail, id_json)
+    if call is not None:
+        call = replace(call, reason=message, message_len=size, message_sha256=sha256)
+    return Reading(answer=error_body(INVALID_REQUEST, id_json, message), refused=call)
 
 
 def _visible_id(head: bytes, tail: bytes) -> bytes:
-    # re's cache compiles the two patterns on the first unreadable message, not at every server start.
+    # re's cache compiles the patterns on the first unreadable message, not at every server start.
     found = re.match(_LEADING_ID, head[:ID_SCAN_BYTES]) or re.search(_TRAILING_ID, tail[-ID_SCAN_BYTES:])
     return found.group(1) if found else b"null"
+
+
+def _visible_call(head: bytes, tail: bytes, id_json: bytes) -> RefusedCall | None:
+    """A RefusedCall for a message that could not be read when its first or last bytes show it is a tools/call
+    (the id as found there, or None)."""
+    found = re.match(_LEADING_METHOD, head[:ID_SCAN_BYTES]) or re.search(_TRAILING_METHOD, tail[-ID_SCAN_BYTES:])
+    if found is None or found.group(1) != b"tools/call":
+        return None
+    if id_json == b"null":
+        return RefusedCall(request_id=None)
+    # A string of at most 1,024 characters or an integer's digits: both read back safely.
+    return RefusedCall(request_id=json.loads(id_json) if id_json.startswith(b'"') else id_json.decode())
 
 
 def _read_slowly(data: bytes) -> Reading:
@@ -103,7 +171,11 @@ def _read_slowly(data: bytes) -> Reading:
         parsed = _parse(data)
         return _classify(parsed)
     except _Unreadable as refused:
-        return Reading(answer=error_body(refused.code, refused.id_json, str(refused)))
+        call = refused.call
+        if call is not None:
+            digest = hashlib.sha256(data).hexdigest()
+            call = replace(call, reason=str(refused), message_len=len(data), message_sha256=digest)
+        return Reading(answer=error_body(refused.code, refused.id_json, str(refused)), refused=call)
 
 
 def _parse(data: bytes) -> Any:
@@ -111,22 +183,26 @@ def _parse(data: bytes) -> Any:
     try:
         return json.loads(text, parse_int=_integer, parse_float=_float, parse_constant=_no_constant)
     except RecursionError:
-        raise _Unreadable(
-            INVALID_REQUEST,
-            f"Invalid Request: the message is nested deeper than {MAX_NESTING} levels; nothing ran",
-            _visible_id(data, data),
-        ) from None
+        message = f"Invalid Request: the message is nested deeper than {MAX_NESTING} levels; nothing ran"
+        id_json = _visible_id(data, data)
+        raise _Unreadable(INVALID_REQUEST, message, id_json, _visible_call(data, data, id_json)) from None
     except ValueError as exc:
-        raise _Unreadable(PARSE_ERROR, f"Parse error: the message is not JSON ({exc})") from None
+        id_json = _visible_id(data, data)
+        message = f"Parse error: the message is not JSON ({exc})"
+        raise _Unreadable(PARSE_ERROR, message, id_json, _visible_call(data, data, id_json)) from None
 
 
 def _integer(text: str) -> int | _LongNumber:
     return _LongNumber(text) if len(text) - text.startswith("-") > MAX_INTEGER_DIGITS else int(text)
 
 
-def _float(text: str) -> float | _LongNumber:
+def _float(text: str) -> _Float | _LongNumber:
     whole = re.split("[.eE]", text.lstrip("-"), maxsplit=1)[0]
-    return _LongNumber(text) if len(whole) > MAX_INTEGER_DIGITS else float(text)
+    if len(whole) > MAX_INTEGER_DIGITS:
+        return _LongNumber(text)
+    number = _Float(text)
+    number.text = text
+    return number
 
 
 def _no_constant(name: str) -> Any:
@@ -135,21 +211,29 @@ def _no_constant(name: str) -> Any:
 
 def _classify(parsed: Any) -> Reading:
     if isinstance(parsed, list):
-        raise _Unreadable(INVALID_REQUEST, "Invalid Request: batches are not part of MCP; send one message per line")
+        holds_call = any(isinstance(item, dict) and _is_tool_call(item) for item in parsed)
+        raise _Unreadable(
+            INVALID_REQUEST,
+            "Invalid Request: batches are not part of MCP; send one message per line",
+            call=RefusedCall(request_id=None) if holds_call else None,
+        )
     if not isinstance(parsed, dict):
         raise _Unreadable(INVALID_REQUEST, "Invalid Request: a message is one JSON object")
     if "method" not in parsed and ("result" in parsed or "error" in parsed):
         return Reading()  # a response the SDK could not read: JSON-RPC never answers a response
     has_id = "id" in parsed
     request_id = parsed.get("id")
-    id_json = _id_json(request_id) if has_id else b"null"
-    if has_id and id_json == b"null":
+    id_json = _answer_id(request_id) if has_id else b"null"
+    depth, long_number, surrogates = _survey(parsed)
+    call = _seen_call(parsed, depth) if has_id and _is_tool_call(parsed) else None
+    if has_id and not _mcp_id(request_id):
         raise _Unreadable(
             INVALID_REQUEST,
             f"Invalid Request: id {_shown(request_id)} is not a string or an integer (MCP: a request id is a "
-            "string or an integer, never null)",
+            "string or an integer, never null); nothing ran",
+            id_json,
+            call,
         )
-    depth, long_number, surrogates = _survey(parsed)
     outside = [path for path in surrogates if not _in_tool_call_arguments(parsed, path)]
     problem = None
     if depth > MAX_NESTING:
@@ -164,7 +248,7 @@ def _classify(parsed: Any) -> Reading:
     if problem is not None:
         if not has_id:
             return Reading()  # a notification is never answered, not even to say it was dropped
-        raise _Unreadable(INVALID_REQUEST, f"Invalid Request: {problem}; nothing ran", id_json)
+        raise _Unreadable(INVALID_REQUEST, f"Invalid Request: {problem}; nothing ran", id_json, call)
     if surrogates:
         parsed = _mark_surrogates(parsed, surrogates)
     data = _dump(parsed).encode("utf-8")
@@ -181,20 +265,73 @@ def _classify(parsed: Any) -> Reading:
         'Invalid Request: not a JSON-RPC 2.0 request (it needs "jsonrpc": "2.0", a string "method" and '
         '"params" as an object when present)',
         id_json,
+        call,
     )
 
 
-def _id_json(request_id: Any) -> bytes:
-    """The id as JSON text for the answer, or `null` when it is not an id a request may carry."""
+def _is_tool_call(message: dict[str, Any]) -> bool:
+    return message.get("method") == "tools/call" and "id" in message
+
+
+def _seen_call(message: dict[str, Any], depth: int) -> RefusedCall:
+    """What a tools/call refused here keeps for its record: its id, and its tool name, arguments and declared
+    client unless the message is nested too deep to keep them (its digest still identifies it)."""
+    params = message.get("params")
+    params = params if isinstance(params, dict) else {}
+    if depth > MAX_NESTING:
+        return RefusedCall(request_id=_recorded_id(message.get("id")))
+    meta = params.get("_meta")
+    info = meta.get(CLIENT_INFO) if isinstance(meta, dict) else None
+    name = info.get("name") if isinstance(info, dict) else None
+    return RefusedCall(
+        request_id=_recorded_id(message.get("id")),
+        tool=_escape_surrogates(params.get("name")),
+        arguments=_escape_surrogates(params.get("arguments")),
+        client_name=_escape_surrogates(name)[:64] if isinstance(name, str) else None,
+    )
+
+
+def _mcp_id(request_id: Any) -> bool:
+    """An id MCP takes: a string or an integer (one too long to read is refused for its length)."""
     if isinstance(request_id, _LongNumber):
-        return str(request_id).encode() if re.fullmatch(r"-?[0-9]+", request_id) else b"null"
-    if isinstance(request_id, bool) or not isinstance(request_id, (str, int)):
+        return re.fullmatch(r"-?[0-9]+", request_id) is not None
+    return isinstance(request_id, str | int) and not isinstance(request_id, bool)
+
+
+def _answer_id(request_id: Any) -> bytes:
+    """The id to answer with, as JSON text: the id as sent when a JSON-RPC response may carry it (a string, or a
+    number of any form, written back as it came), else null (a boolean, an object, an array)."""
+    if isinstance(request_id, _LongNumber):
+        return str(request_id).encode()
+    if isinstance(request_id, _Float):
+        return request_id.text.encode()
+    if isinstance(request_id, bool) or not isinstance(request_id, str | int):
         return b"null"
     return json.dumps(request_id, ensure_ascii=True).encode()
 
 
+def _recorded_id(request_id: Any) -> str | None:
+    """The id as audit records keep ids: a string as is (the record bounds it), any other id as its JSON text
+    as sent (`1.5`, `1e3`, `true`, `{"a":1}`)."""
+    if isinstance(request_id, _LongNumber):
+        return str(request_id)
+    if isinstance(request_id, _Float):
+        return request_id.text
+    if isinstance(request_id, str):
+        return _escape_surrogates(request_id)
+    try:
+        return _dump(request_id)
+    except RecursionError:  # an object id nested too deep to write: its kind, the message digest says the rest
+        return type(request_id).__name__
+
+
 def _shown(value: Any) -> str:
-    text = json.dumps(value, ensure_ascii=True) if not isinstance(value, dict | list) else type(value).__name__
+    if isinstance(value, _LongNumber):
+        text = str(value)
+    elif isinstance(value, _Float):
+        text = value.text
+    else:
+        text = json.dumps(value, ensure_ascii=True) if not isinstance(value, dict | list) else type(value).__name__
     return text if len(text) <= 40 else text[:37] + "..."
 
 
@@ -260,8 +397,12 @@ def _mark_surrogates(message: dict[str, Any], paths: list[tuple[Any, ...]]) -> d
 
 
 def _escape_surrogates(value: Any) -> Any:
+    """The value with lone surrogates written as `\\udXXX`, and plain `str` and `float` in place of this reader's
+    own number types (the SDK and the audit log's encoder take only those)."""
     if isinstance(value, str):
-        return _SURROGATE.sub(lambda found: f"\\u{ord(found.group()):04x}", value)
+        return str(_SURROGATE.sub(lambda found: f"\\u{ord(found.group()):04x}", value))
+    if isinstance(value, float):
+        return float(value)
     if isinstance(value, dict):
         return {_escape_surrogates(key): _escape_surrogates(item) for key, item in value.items()}
     if isinstance(value, list):

@@ -22,17 +22,20 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from mcp_types import CallToolResult
 
+from relay_shell.audit.record import audit_arguments, redact_text
 from relay_shell.errors import InputRequired, ToolError
+from relay_shell.identity import Identity
 from relay_shell.plan import Execution, Plan, Subject
 from relay_shell.policy.admission import Policy
 from relay_shell.progress import Progress
 from relay_shell.runner.briefing import hold_unbriefed, open_gate
 from relay_shell.runner.finish import Finisher, stopped
 from relay_shell.runner.recorder import Recorder
-from relay_shell.runner.records import CallAudit, start_record
+from relay_shell.runner.records import CallAudit, event_record, start_record
 from relay_shell.runner.request import CallRequest
-from relay_shell.runner.tools import ToolTable
+from relay_shell.runner.tools import ToolEntry, ToolTable
 from relay_shell.settings.model import Settings
+from relay_shell.wire import RefusedCall
 
 if TYPE_CHECKING:
     from relay_shell.runbooks.gate import BriefingGate
@@ -125,15 +128,24 @@ class Runner:
         # able to write records that pass for the server's own events (`oauth:…`, `session:end`) or add metric
         # series.
         call = self._call_audit(request.tool if entry is not None else "unknown", request)
-        if isinstance(arguments, dict):
-            call.arguments = entry.recordable(arguments) if entry is not None else arguments
-        elif entry is not None and entry.record_filter is not None:
-            call.arguments = {"arguments": f"withheld ({type(arguments).__name__})"}
-        else:
-            call.arguments = {"arguments": repr(arguments)[:1024]}
+        call.arguments = rejected_arguments(entry, arguments)
         # The message may quote a value the filter kept out of the record (`got ['<token>']`).
         withheld = entry is not None and entry.record_filter is not None and call.arguments != arguments
         return self.finisher.stop(call, 0, "error", message, reason_withheld=withheld)
+
+    def refused_by_transport(self, client_name: str, refused: RefusedCall) -> None:
+        """A tools/call the transport answered with a JSON-RPC error before any tool saw it (its id, encoding,
+        shape or size: wire.py, adr/0016): its one record, with what could be read of it and the digest of the
+        message as received. The transport names the client (it has no request context)."""
+        started = time.monotonic()
+        entry = self.tools.get(refused.tool) if isinstance(refused.tool, str) else None
+        tool = refused.tool if entry is not None and isinstance(refused.tool, str) else "unknown"
+        arguments = {} if refused.arguments is None else rejected_arguments(entry, refused.arguments)
+        identity = Identity(request_id=refused.request_id, client_id=f"{self.settings.http.transport}:{client_name}")
+        record = event_record(tool, 0, "error", identity, audit_arguments(arguments), started)
+        record.update(call_id=self.recorder.new_call_id(), phase="end", reason=redact_text(refused.reason)[:512])
+        record.update(message_len=refused.message_len, message_sha256=refused.message_sha256)
+        self.recorder.write(record, tool, 0, "error", started)
 
     def admit_later(
         self, label: str, client_id: str, subject: Subject, fields: dict[str, Any], write: bool = True
@@ -211,3 +223,12 @@ class Runner:
         except Exception as exc:
             logger.exception("executing %s failed", call.tool)
             return stopped("error", f"Internal: {type(exc).__name__}: {exc}")
+
+
+def rejected_arguments(entry: ToolEntry | None, arguments: Any) -> dict[str, Any]:
+    """What the record of a refused call keeps of arguments that may not even be an object."""
+    if isinstance(arguments, dict):
+        return entry.recordable(arguments) if entry is not None else arguments
+    if entry is not None and entry.record_filter is not None:
+        return {"arguments": f"withheld ({type(arguments).__name__})"}
+    return {"arguments": repr(arguments)[:1024]}

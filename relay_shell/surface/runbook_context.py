@@ -7,9 +7,11 @@ list_changed watcher) the prompts are re-registered when the catalog changed, an
 with one entry per runbook.
 
 `prompts/get` and `resources/read` of a runbook are checked strictly before the SDK sees them, like the workflow
-prompts (surface/prompts.py): an unknown or hidden runbook, unknown, missing or non-string arguments are -32602
-naming the argument, and an audited refusal. A fetch renders the body with the argument values only in a quoted
-user-data section, and is audited as a context pull (runner/context.py: `prompt:<name>`, `resource:runbooks`).
+prompts (surface/prompts.py): an unknown runbook, unknown, missing or non-string arguments are -32602 naming the
+argument, and an audited refusal. A runbook whose `modes` exclude the policy mode is not there at all: asking for
+it is answered and recorded exactly as asking for a name no file has (the model can read both the answer and,
+through audit_tail, the record). A fetch renders the body with the argument values only in a quoted user-data
+section, and is audited as a context pull (runner/context.py: `prompt:<name>`, `resource:runbooks`).
 """
 
 from __future__ import annotations
@@ -213,22 +215,14 @@ class RunbookContext:
         return result
 
     def check_prompt(self, ctx: ServerRequestContext[Any, Any], params: dict[str, Any]) -> None:
-        """A runbook prompt the mode hides, or bad arguments to one, is refused here. Other names pass on (the
-        workflow prompts check their own)."""
+        """Bad arguments to a runbook prompt are refused here. Other names pass on, a runbook the mode hides
+        among them: the workflow prompts refuse it as an unknown prompt, as any name that is not there."""
         name = params.get("name")
         if not isinstance(name, str):
             return
-        runbook = self.retrieval.catalog().runbooks.get(name)
+        runbook = self.retrieval.get(name)  # None for a runbook the mode hides, as for no runbook
         if runbook is None:
             return
-        if self.mode not in runbook.modes:
-            self._refuse(
-                ctx,
-                f"prompt:{name}",
-                "denied",
-                f"name: runbook {name!r} is not offered in policy mode {self.mode} (offered in "
-                f"{', '.join(runbook.modes)})",
-            )
         problems = argument_problems(prompt_spec(runbook), params.get("arguments"))
         if problems:
             self._refuse(ctx, f"prompt:{name}", "error", "; ".join(problems))
@@ -238,7 +232,7 @@ class RunbookContext:
         if not isinstance(uri, str) or not uri.startswith(RUNBOOK_PREFIX):
             return
         name = uri[len(RUNBOOK_PREFIX) :]
-        runbook = self.retrieval.catalog().runbooks.get(name)
+        runbook = self.retrieval.get(name)  # None for a runbook the mode hides, as for no runbook
         if runbook is None:
             shown = ", ".join(sorted(item.name for item in self.retrieval.visible())[:20])
             self._refuse(
@@ -247,14 +241,6 @@ class RunbookContext:
                 "error",
                 f"uri: no runbook named {name[:64]!r}; allowed: {RUNBOOK_PREFIX}NAME with a name from the index "
                 f"({INDEX_URI}){': ' + shown if shown else ''}",
-            )
-        if self.mode not in runbook.modes:
-            self._refuse(
-                ctx,
-                "resource:runbooks",
-                "denied",
-                f"uri: runbook {name!r} is not offered in policy mode {self.mode} "
-                f"(offered in {', '.join(runbook.modes)})",
             )
 
     def _refuse(

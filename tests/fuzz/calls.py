@@ -4,11 +4,14 @@ requests, and malformed JSON-RPC messages, each a `Probe` that says what the ans
 What JSON-RPC 2.0 and MCP say an answer must be (adr/0016):
 - a request (it has an `id` that is a string or an integer) gets exactly one answer with that id, an error
   when the server cannot serve it (a message nested too deep or a number too long for it, a wrong shape);
-- a message that is not JSON at all, or whose id is not a string or integer (a float, a boolean, an object,
-  null: MCP forbids null ids), gets one error with `id: null`;
+- an id that is a number but no integer (`1.5`, `1e3`) gets an error with that id; a message that is not JSON
+  at all (unless its id shows at its head or tail), or whose id is a boolean, an object, an array or null
+  (MCP forbids null ids), gets one error with `id: null`;
 - notifications and responses get no answer;
 - a tools/call that reaches the server (readable within the server's bounds) gets a result, never a
-  JSON-RPC error, and exactly one audit record; prompts/get and resources/read are recorded when served.
+  JSON-RPC error; every tools/call that takes an answer, refused ones included, has exactly one audit
+  record (checks.py `must_be_audited`: by its id, or by the digest of the message when it has no id a record
+  can be found by); prompts/get and resources/read are recorded when served.
 """
 
 from __future__ import annotations
@@ -55,10 +58,11 @@ class Probe:
     method: str
     expect: str
     key: tuple[str, str] | None = None  # the id as the client wrote it: ("int", digits) or ("str", text)
-    audited: str = "at_most_once"
+    audited: str = "at_most_once"  # tools/call probes that take an answer: always once (checks.must_be_audited)
     tool: str | None = None
     kind: str = ""  # how it was generated, for the report
     extra: dict[str, Any] = field(default_factory=dict)
+    record_id: str | None = None  # the id as the record keeps it, when that is not the key's text (`1e3`)
 
 
 def id_key(value: Any) -> tuple[str, str] | None:
@@ -139,9 +143,9 @@ class CallFactory:
         return Probe(
             line=line,
             method="tools/call",
-            expect="result" if readable else "answer",
+            expect="result" if readable else "answer",  # either way: one audit record (refusals included)
             key=id_key(request_id),
-            audited="once" if readable else "at_most_once",
+            audited="once",
             tool=name if isinstance(name, str) and name == tool["name"] else None,  # another name: no schema
             kind=f"tool:{mode}",
         )
@@ -416,8 +420,17 @@ def malformed(rng: random.Random, request_id: int, era: str, client: str, huge_b
     if choice == 3:
         return _probe(b'{"a":[' * rng.choice([1000, 50_000]), "null", None, "unbalanced objects")
     if choice == 4:
-        bad_id = rng.choice([1.5, 1.0, 1e3, True, False, {"a": 1}, [1], None])
-        return _probe(encode({**call, "id": bad_id}).encode(), "null", None, f"id {type(bad_id).__name__}")
+        # A number that is no integer is answered with that id (as written: `1001e3` too); other ids with null.
+        bad_id = rng.choice(
+            [request_id + 0.5, float(request_id), Raw(f"{request_id}e3"), True, False, {"a": request_id}, [1], None]
+        )
+        line = encode({**call, "id": bad_id}).encode()
+        if isinstance(bad_id, float | Raw):
+            number = float(bad_id.text) if isinstance(bad_id, Raw) else bad_id
+            probe = _probe(line, "error", id_key(number), f"id {type(bad_id).__name__}")
+            probe.record_id = bad_id.text if isinstance(bad_id, Raw) else str(bad_id)
+            return probe
+        return _probe(line, "null", None, f"id {type(bad_id).__name__}")
     if choice == 5:
         huge_id = huge_integer(MAX_INTEGER_DIGITS + rng.choice([1, 1000]))
         return _probe(encode({**call, "id": huge_id}).encode(), "error", id_key(huge_id), "integer id too long")

@@ -1,6 +1,6 @@
 """The invariants a fuzz run checks: on every answer (id, no internal error, the result grammar, the
-outputSchema), and on the audit log at the end (one record per call that reached the server, no record over
-64 KiB, the chain verifies, one client_id per connection).
+outputSchema), and on the audit log at the end (one record for every tools/call sent that takes an answer,
+refused ones included, no record over 64 KiB, the chain verifies, one client_id per connection).
 """
 
 from __future__ import annotations
@@ -217,12 +217,29 @@ def record_key(request_id: Any) -> str | None:
 
 
 def probe_record_key(probe: Probe) -> str | None:
+    """The id the probe's record carries, as `record_key` reads it; None when the probe has no id a record can
+    be found by (a boolean, an object, an array, null, or none the server could see): `message_key` then."""
+    if probe.record_id is not None:
+        return probe.record_id
     if probe.key is None:
         return None
     text = probe.key[1]
     if len(text) > LONG_FIELD:
         return "sha256:" + hashlib.sha256(text.encode("utf-8", errors="surrogatepass")).hexdigest()
     return text
+
+
+def message_key(probe: Probe) -> str:
+    """The digest a record of a tools/call refused before any tool saw it keeps of the message (adr/0016)."""
+    return hashlib.sha256(probe.line).hexdigest()
+
+
+def must_be_audited(probe: Probe) -> str:
+    """Every tools/call that takes an answer has exactly one record, refusals by the transport included (issue
+    30); other probes say what they need (prompts/get and resources/read: when served)."""
+    if probe.method == "tools/call" and probe.expect not in ("none", "none_or_null"):
+        return "once"
+    return probe.audited
 
 
 def calls_in(records: list[dict[str, Any]]) -> int:
@@ -260,27 +277,47 @@ def check_log(
         except orjson.JSONDecodeError:
             report.fail("audit line is not JSON", f"line {number}: {line[:120]!r}")
     by_request: dict[str, list[dict[str, Any]]] = {}
+    by_message: Counter[str] = Counter()
     for record in records:
         key = record_key(record.get("request_id"))
         if key is not None:
             by_request.setdefault(key, []).append(record)
+        if isinstance(record.get("message_sha256"), str):
+            by_message[record["message_sha256"]] += 1
+    # Probes whose record can only be found by the message's digest (several probes may send the same line).
+    by_digest: dict[str, list[Probe]] = {}
     for probe, answer in sent:
+        if probe.method not in ("tools/call",) and not probe.kind.startswith("context:"):
+            continue
+        audited = must_be_audited(probe)
         key = probe_record_key(probe)
-        if key is None or (probe.method not in ("tools/call",) and not probe.kind.startswith("context:")):
+        if key is None:
+            if audited == "once":
+                by_digest.setdefault(message_key(probe), []).append(probe)
             continue
         count = calls_in(by_request.get(key, []))
         served = answer is not None and "result" in answer
-        if (probe.audited == "once" and count != 1) or (probe.audited == "once_if_result" and served and count != 1):
+        if (audited == "once" and count != 1) or (audited == "once_if_result" and served and count != 1):
             invariant = "unaudited call" if count == 0 else "more than one audit record for a call"
             report.fail(invariant, f"{probe.kind} id {key[:40]} -> {count} records; {probe.line[:120]!r}")
         elif count > 1:
             report.fail("more than one audit record for a call", f"{probe.kind} id {key[:40]} -> {count} records")
+    for digest, probes in by_digest.items():
+        count = by_message[digest]
+        if count != len(probes):
+            invariant = "unaudited call" if count < len(probes) else "more than one audit record for a call"
+            shown = f"{probes[0].kind} message sha256 {digest[:16]} sent {len(probes)}x -> {count} records"
+            report.fail(invariant, f"{shown}; {probes[0].line[:120]!r}")
     # Calls before initialize name no client (none was declared yet): every later record names the same one.
     before = {probe_record_key(probe) for probe, _ in sent if probe.kind.startswith("lifecycle:")}
+    # A message the transport could not read names no client unless the connection had declared one (over HTTP
+    # in the 2026-07-28 era, where a request's envelope is its only name, such a record is `http:unknown`).
     seen_clients = {
         str(record.get("client_id"))
         for record in records
-        if record.get("request_id") is not None and record_key(record.get("request_id")) not in before
+        if record.get("request_id") is not None
+        and record_key(record.get("request_id")) not in before
+        and not ("message_sha256" in record and str(record.get("client_id")).endswith(":unknown"))
     }
     strangers = {client for client in seen_clients if not any(client.endswith(":" + name) for name in client_names)}
     if len(seen_clients) > 1 or strangers:

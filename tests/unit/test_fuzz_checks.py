@@ -5,6 +5,7 @@ written by `AuditLog` and checked by the real `relay-shell audit verify`."""
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import Any
 
@@ -258,6 +259,58 @@ def test_a_deleted_record_breaks_the_chain_and_leaves_a_call_unaudited(tmp_path:
     path.write_bytes(lines[0] + lines[2])
     report = log_violations(path, [1, 2, 3])
     assert set(report.violations) == {"audit chain does not verify", "unaudited call"}, report.summary()
+
+
+def refused_probe(id_json: bytes, key: tuple[str, str] | None) -> Probe:
+    """A tools/call the transport refuses for its encoding (issue 30): answered with an error, never a result."""
+    line = b'{"jsonrpc":"2.0","id":' + id_json + b',"method":"tools/call","params":{"name":"session_list"}}'
+    return Probe(line, "tools/call", "error" if key is not None else "null", key, kind="malformed:refused")
+
+
+def refusal_record(probe: Probe, request_id: str) -> dict[str, Any]:
+    digest = hashlib.sha256(probe.line).hexdigest()
+    return {**record(0), "request_id": request_id, "outcome": "error", "message_sha256": digest}
+
+
+def test_a_tool_call_refused_for_its_encoding_must_have_a_record_too(tmp_path: Path) -> None:
+    path = tmp_path / "audit.jsonl"
+    write_log(path, [1])
+    refused = refused_probe(b"1.5", ("str", "1.5"))
+    error = {"jsonrpc": "2.0", "id": 1.5, "error": {"code": -32600, "message": "Invalid Request: id 1.5 ..."}}
+    report = Report()
+    check_log(path, [(call_probe(1), answer(1)), (refused, error)], report, REPO, {CLIENT})
+    assert set(report.violations) == {"unaudited call"}, report.summary()
+    log = AuditLog(path)
+    log.open()
+    log.write(refusal_record(refused, "1.5"))
+    log.close()
+    report = Report()
+    check_log(path, [(call_probe(1), answer(1)), (refused, error)], report, REPO, {CLIENT})
+    assert not report.violations, report.summary()
+
+
+def test_a_tool_call_with_an_id_no_record_keeps_is_found_by_its_message_digest(tmp_path: Path) -> None:
+    # `true` twice: two messages with the same bytes need two records with that digest.
+    path = tmp_path / "audit.jsonl"
+    write_log(path, [1])
+    refused = refused_probe(b"true", None)
+    error = {"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": "Invalid Request: id true ..."}}
+    sent = [(call_probe(1), answer(1)), (refused, error), (refused, error)]
+    log = AuditLog(path)
+    log.open()
+    log.write(refusal_record(refused, "true"))
+    log.close()
+    report = Report()
+    check_log(path, sent, report, REPO, {CLIENT})
+    assert set(report.violations) == {"unaudited call"} and "sent 2x -> 1 records" in str(report.examples)
+    log = AuditLog(path)
+    log.open()
+    log.write(refusal_record(refused, "true"))
+    log.write(refusal_record(refused, "true"))
+    log.close()
+    report = Report()
+    check_log(path, sent, report, REPO, {CLIENT})
+    assert set(report.violations) == {"more than one audit record for a call"}, report.summary()
 
 
 def test_a_client_renamed_mid_connection_is_caught(tmp_path: Path) -> None:

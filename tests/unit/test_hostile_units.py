@@ -67,11 +67,70 @@ def test_unbalanced_brackets_get_an_error_with_id_null() -> None:
         assert answer["id"] is None and answer["error"]["code"] in (-32700, -32600)  # type: ignore[index]
 
 
-@pytest.mark.parametrize("request_id", ["1.5", "1.0", "true", "false", '{"a":1}', "[1]", "null"])
-def test_an_id_that_is_no_string_or_integer_gets_invalid_request_with_id_null(request_id: str) -> None:
+@pytest.mark.parametrize("request_id", ["1.5", "1.0", "1e3", "-2.5E-3", "1e400", "7" * 5000 + ".5"])
+def test_a_number_id_that_is_no_integer_gets_invalid_request_with_that_id_as_written(request_id: str) -> None:
+    # JSON-RPC allows number ids (MCP does not): the answer carries the id, written back as it came.
+    reading = read_message(call(request_id, '{"command":"true"}'))
+    assert reading.answer is not None
+    assert reading.answer.startswith(b'{"jsonrpc":"2.0","id":' + request_id.encode() + b',"error":{"code": -32600')
+    assert b"not a string or an integer" in reading.answer
+
+
+@pytest.mark.parametrize("request_id", ["true", "false", '{"a":1}', "[1]", "null"])
+def test_an_id_that_is_no_string_or_number_gets_invalid_request_with_id_null(request_id: str) -> None:
     answer = answer_of(call(request_id, '{"command":"true"}'))
     assert answer["id"] is None and answer["error"]["code"] == -32600  # type: ignore[index]
     assert "not a string or an integer" in answer["error"]["message"]  # type: ignore[index]
+
+
+@pytest.mark.parametrize(
+    ("request_id", "recorded"),
+    [("1.5", "1.5"), ("1e3", "1e3"), ("true", "true"), ('{"a": 1}', '{"a":1}'), ("[1]", "[1]"), ("null", "null")],
+)
+def test_a_tool_call_refused_for_its_id_comes_with_what_its_record_keeps(request_id: str, recorded: str) -> None:
+    data = call(request_id, '{"command":"true","env":{"X":"\\ud800"}}')
+    refused = read_message(data).refused
+    assert refused is not None and refused.request_id == recorded and refused.tool == "shell_exec"
+    assert refused.arguments == {"command": "true", "env": {"X": "\\ud800"}}  # the six characters
+    assert refused.message_len == len(data) and refused.message_sha256 == hashlib.sha256(data).hexdigest()
+    assert "is not a string or an integer" in refused.reason and refused.reason.endswith("; nothing ran")
+
+
+def test_every_tool_call_refused_here_comes_with_a_refused_call_and_nothing_else_does() -> None:
+    deep = "[" * 300 + "]" * 300
+    for data in (
+        call("5", '{"command":' + deep + "}"),  # nested too deep: the arguments are not kept
+        call("5", '{"command":"true","max_output":' + "1" * 5000 + "}"),
+        call('"\\ud800"', '{"command":"true"}'),
+        b'{"jsonrpc":"2.0","id":5,"method":"tools/call","params":[1]}',
+        b'{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"shell_exec","arguments":{"comm',
+        b'{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"x":' + b"[" * 100_000 + b"]" * 100_000 + b"}}",
+        b'{"method":"tools/call","params":{"x":' + b"[" * 100_000 + b"]" * 100_000 + b'},"jsonrpc":"2.0","id":5}',
+    ):
+        refused = read_message(data).refused
+        assert refused is not None and refused.request_id in ("5", "\\ud800"), data[:80]
+        assert refused.message_sha256 == hashlib.sha256(data).hexdigest()
+    assert read_message(call("5", '{"command":' + deep + "}")).refused.arguments is None  # type: ignore[union-attr]
+    # What the record keeps is made of plain Python values, which the log's encoder takes.
+    kept = read_message(call("1.5", '{"timeout":2.5,"max_output":' + "1" * 5000 + "}")).refused
+    assert kept is not None and isinstance(kept.arguments, dict)
+    assert type(kept.arguments["timeout"]) is float and type(kept.arguments["max_output"]) is str
+    orjson.dumps(kept.arguments)
+    batch = read_message(b'[{"jsonrpc":"2.0","id":7,"method":"tools/call"}]')
+    assert batch.refused is not None and batch.refused.request_id is None
+    for data in (
+        b'{"jsonrpc":"2.0","id":5,"method":"ping","params":{"x":' + b"[" * 300 + b"]" * 300 + b"}}",
+        b'{"jsonrpc":"2.0","method":"tools/call","params":{"x":' + b"[" * 300 + b"]" * 300 + b"}}",  # no id
+        b"not json",
+        b'[{"jsonrpc":"2.0","id":7,"method":"ping"}]',
+        call("5", '{"command":"true"}'),  # served: the tool gate records it
+    ):
+        assert read_message(data).refused is None, data[:80]
+
+
+def test_a_message_that_is_not_json_is_answered_with_the_id_its_head_shows() -> None:
+    answer = answer_of(b'{"jsonrpc":"2.0","id":"t-1","method":"tools/call","params":{"name":"x","argum')
+    assert answer["id"] == "t-1" and answer["error"]["code"] == -32700  # type: ignore[index]
 
 
 def test_an_integer_id_too_long_to_read_is_echoed_digit_for_digit() -> None:
@@ -140,10 +199,18 @@ def test_wrong_shapes_with_an_id_are_answered_with_it() -> None:
 
 def test_an_oversized_message_is_answered_with_the_id_at_either_end() -> None:
     head = b'{"jsonrpc":"2.0","id":42,"method":"tools/call","params":{"x":"aaaa'
-    assert json.loads(oversized(head, b'aaa"}}', 10**9, 256))["id"] == 42
+    first = oversized(head, b'aaa"}}', 10**9, 256, "d1")
+    assert first.answer is not None and json.loads(first.answer)["id"] == 42
+    assert first.refused is not None and (first.refused.request_id, first.refused.message_sha256) == ("42", "d1")
     tail = b'aaaa"}},"jsonrpc":"2.0","id":"ts-1"}\n'
-    assert json.loads(oversized(b'{"method":"tools/call","params":{"x":"aa', tail, 10**9, 256))["id"] == "ts-1"
-    assert json.loads(oversized(b"aaaa", b"aaaa", 10**9, 256))["id"] is None
+    last = oversized(b'{"method":"tools/call","params":{"x":"aa', tail, 10**9, 256, "d2")
+    assert last.answer is not None and json.loads(last.answer)["id"] == "ts-1"
+    assert last.refused is not None and last.refused.request_id == "ts-1" and last.refused.message_len == 10**9
+    neither = oversized(b"aaaa", b"aaaa", 10**9, 256, "d3")
+    assert neither.answer is not None and json.loads(neither.answer)["id"] is None and neither.refused is None
+    # The method as the last member: a tools/call too, with no id to be found.
+    trailing = oversized(b'{"params":{"x":"aa', b'aa"},"method":"tools/call"}', 10**9, 256, "d4")
+    assert trailing.refused is not None and trailing.refused.request_id is None
 
 
 # -- the shared bound of audited fields ---------------------------------------------------------------------

@@ -12,6 +12,7 @@ import pytest
 from relay_shell.ssh.inventory import load as inventory_module
 from relay_shell.ssh.inventory.fields import MAX_HOSTS, InventoryError
 from relay_shell.ssh.inventory.load import Inventory
+from relay_shell.ssh.inventory.ssh_config import MATCH_EXEC_REFUSED
 
 
 @pytest.fixture(autouse=True)
@@ -479,12 +480,26 @@ def test_inventory_entry_overrides_ssh_config_host(tmp_path: Path, home: Path) -
     assert inventory.ssh_options("web1").user == "cfguser"
 
 
-def test_listing_hosts_runs_no_match_exec(tmp_path: Path, home: Path) -> None:
+def test_match_exec_never_runs_and_is_a_load_problem(tmp_path: Path, home: Path) -> None:
+    """Issue 30: `Match exec` would run its program whenever the config is read, outside any call (adr/0007). It
+    runs nothing, its block never applies (negated or not, alone or with other criteria, in an Included file
+    too), and each such line is a load problem naming the file and the line."""
     marker = tmp_path / "exec-ran"
-    config = write(home / ".ssh" / "config", f'Match exec "touch {marker}"\n    User from-exec\n')
+    write(home / ".ssh" / "extra.conf", f'Match host web1 exec "touch {marker}-included"\n    Port 2201\n')
+    config = write(
+        home / ".ssh" / "config",
+        f'Match exec "touch {marker}"\n    User from-exec\n'
+        f'Match !exec "touch {marker}-negated"\n    User from-negated-exec\n'
+        "Match canonical all\n    Compression no\n"
+        "Include extra.conf\n"
+        "Host web1 web2\n    HostName 10.0.0.1\n",
+    )
     inventory = Inventory(config, None)
-    assert inventory.hosts() == {} and inventory.problems() == []
-    assert not marker.exists()  # listing evaluates no condition
-    # Options for a real host name are what asyncssh would compute when connecting, exec included.
-    assert inventory.ssh_options("somewhere").user == "from-exec"
-    assert marker.exists()
+    for host in ("web1", "web2", "somewhere"):
+        options = inventory.ssh_options(host)
+        assert options.user is None and options.port is None, (host, options)  # no exec block applied
+    assert sorted(inventory.hosts()) == ["web1", "web2"]
+    assert not list(tmp_path.glob("exec-ran*")), "a Match exec program ran"
+    problems = inventory.problems()
+    lines = [f"{config} line 1", f"{config} line 3", f"{home / '.ssh' / 'extra.conf'} line 1"]
+    assert problems == [f"ssh_config: {where}: {MATCH_EXEC_REFUSED}" for where in lines], problems

@@ -1,5 +1,10 @@
 """The OpenSSH client config, read only through asyncssh's own parser so that Include and Match behave exactly
 as they will when asyncssh connects; plus the host listing (`Host` lines) and the files to watch for reload.
+
+`Match exec` is refused (adr/0007): its program would run whenever the config is read (at start, for the
+inventory resources and completion, while a call is being admitted), outside any call's unit and before any
+record. A Match line with an `exec` condition runs nothing, its block never applies, and the listing reports
+it as a load problem naming the file and line (`ssh_hosts`, the inventory resource, server_info).
 """
 
 from __future__ import annotations
@@ -22,6 +27,12 @@ from relay_shell.ssh.inventory.fields import MAX_HOSTS, InventoryHost, note_prob
 
 # OpenSSH's own limit (READCONF_MAX_DEPTH); asyncssh has none, so an Include loop would recurse until it crashed.
 MAX_INCLUDE_DEPTH = 16
+# Match criteria that take no argument (OpenSSH's and asyncssh's); every other criterion takes one.
+_BARE_CRITERIA = frozenset({"all", "canonical", "final"})
+MATCH_EXEC_REFUSED = (
+    "`Match exec` is refused: relay-shell runs no program to read its configuration (it would run outside any "
+    "audited call); this Match block never applies"
+)
 # ssh_config's StrictHostKeyChecking -> our modes. `no`/`off` deliberately become accept-new, not ignore: a config
 # line written for interactive convenience must not silently accept a *changed* host key here. `ignore` has to be
 # asked for explicitly (inventory file or tool argument).
@@ -60,12 +71,34 @@ EMPTY_SSH_OPTIONS = SshConfigOptions(
 )
 
 
+def runs_a_program(criteria: list[str]) -> bool:
+    """Whether a Match line's criteria include `exec` (negated or not), read as asyncssh reads them."""
+    index = 0
+    while index < len(criteria):
+        criterion = criteria[index].lower().lstrip("!")
+        if criterion == "exec":
+            return True
+        index += 1 if criterion in _BARE_CRITERIA else 2
+    return False
+
+
+def _match_without_exec(config: SSHConfig, option: str, args: list[str]) -> None:
+    """asyncssh's Match, except that a line with an `exec` condition runs nothing and its block never applies."""
+    if runs_a_program(args):
+        args.clear()
+        config._matching = False
+        return
+    SSHConfig._match(config, option, args)
+
+
 class _ClientConfig(SSHClientConfig):
-    """asyncssh's client config parser, plus the StrictHostKeyChecking option asyncssh itself does not read."""
+    """asyncssh's client config parser, plus the StrictHostKeyChecking option asyncssh itself does not read, and
+    without `Match exec` (see the module's docstring)."""
 
     # asyncssh's extension point is these plain class attributes (the base declares them without ClassVar).
     _handlers = {  # noqa: RUF012
         **SSHClientConfig._handlers,
+        "match": ("Match", _match_without_exec),
         "stricthostkeychecking": ("StrictHostKeyChecking", SSHConfig._set_string),
     }
     # OpenSSH expands %-tokens in UserKnownHostsFile too; asyncssh only does it for the options in this set.
@@ -115,14 +148,15 @@ def _include_watch_dir(pattern: str, default_dir: Path) -> Path:
 
 
 class _HostListingConfig(_ClientConfig):
-    """One pass over every Host block and every Include, recording the concrete host names. It evaluates no
-    condition: every block is entered (so Includes inside Host blocks are followed too) and `Match exec`
-    commands never run just to list hosts."""
+    """One pass over every Host block and every Include, recording the concrete host names and the `Match exec`
+    lines refused. It evaluates no condition: every block is entered (so Includes inside Host blocks are followed
+    too)."""
 
     def __init__(self, *args: Any) -> None:  # the same arguments as _ClientConfig (asyncssh's load passes them)
         super().__init__(*args)
         self.host_names: list[str] = []
         self.watched_dirs: list[Path] = []
+        self.exec_lines: list[str] = []  # "<file> line <n>" of each Match line with an exec condition
 
     def _list_host_names(self, option: str, args: list[str]) -> None:
         for arg in args:
@@ -134,6 +168,8 @@ class _HostListingConfig(_ClientConfig):
         self._matching = True
 
     def _enter_match(self, option: str, args: list[str]) -> None:
+        if runs_a_program(args):
+            self.exec_lines.append(f"{self._path} line {self._line_no}")
         args.clear()
         self._matching = True
 
@@ -228,16 +264,20 @@ class SshConfigLoad:
 def load_ssh_config_hosts(config_path: Path) -> SshConfigLoad:
     loaded = SshConfigLoad()
     listing = _HostListingConfig(None, False, False, False, _local_user(), (), "", ())
+    broken = False
     try:
         listing.parse(config_path)
     # asyncssh raises several types for a broken file (ConfigParseError, OSError, UnicodeDecodeError, ...);
     # each is a problem with the file, never a crash of the server.
     except Exception as exc:
         note_problem(loaded.problems, f"ssh_config: {exc}")
+        broken = True
     # Kept even after a failure, so fixing the broken file (or an included one) triggers a reload.
     loaded.parsed_files = list(dict.fromkeys(listing.parsed_files))
     loaded.watched_dirs = list(dict.fromkeys(listing.watched_dirs))
-    if loaded.problems:
+    for where in dict.fromkeys(listing.exec_lines):
+        note_problem(loaded.problems, f"ssh_config: {where}: {MATCH_EXEC_REFUSED}")
+    if broken:
         return loaded
 
     names = list(dict.fromkeys(listing.host_names))

@@ -11,7 +11,6 @@ import contextlib
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -34,6 +33,7 @@ from tests.e2e.containment.test_containment import (
 )
 from tests.procs import live_argvs
 from tests.sshd import SshFleet
+from tests.unprivileged import unprivileged_python
 
 pytestmark = pytest.mark.anyio
 
@@ -216,8 +216,9 @@ def test_stop_all_does_not_wait_for_a_process_it_may_not_stop(tmp_path: Path) ->
         "print(len(searches), round(time.monotonic() - began, 3))\n"
     )
     try:
-        env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[3])}
-        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=60)
+        python = unprivileged_python()  # what the child reads after it switched to nobody (tests/unprivileged.py)
+        env = {**os.environ, **python.env}
+        done = subprocess.run([python.executable, "-c", script], capture_output=True, text=True, env=env, timeout=60)
         assert done.returncode == 0, done.stderr
         searches, elapsed = done.stdout.split()
         assert int(searches) <= 3 and float(elapsed) < 2.0, done.stdout

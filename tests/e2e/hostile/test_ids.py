@@ -1,7 +1,8 @@
 """Issue 21, class 2: every request with an id is answered, with that id, over stdio and HTTP (adr/0016).
 
-- an id that is not a string or an integer (a float, a boolean, an object, null) gets -32600 with id null,
-  as JSON-RPC answers an id it cannot take (MCP: ids are strings or integers, never null);
+- an id that is a number but not an integer (`1.5`, `1.0`, `1e3`) gets -32600 with that id, written back as it
+  came (JSON-RPC allows number ids; MCP does not); a boolean, an object, an array or null gets -32600 with id
+  null, as JSON-RPC answers an id a response cannot carry (issue 30);
 - an integer id too long to read (over 4,300 digits) gets -32600 with the same digits;
 - integer ids beyond 64 bits, the longest readable integer and a 1 MiB string id are served and recorded
   (the record keeps a long id as head + tail + length + SHA-256).
@@ -37,8 +38,18 @@ def server_info_call(id_json: str) -> bytes:
     return tool_call(0, "server_info", {}).replace(b'"id": 0', b'"id": ' + id_json.encode())
 
 
-@pytest.mark.parametrize("id_json", ["1.5", "1.0", "true", "false", '{"a": 1}', "[1]", "null"])
-async def test_an_id_that_is_no_string_or_integer_is_answered_with_id_null(
+@pytest.mark.parametrize("id_json", ["1.5", "1.0", "1e3", "-0.25"])
+async def test_a_number_id_that_is_no_integer_is_answered_with_that_id(
+    peer: StdioPeer | HttpPeer, id_json: str
+) -> None:
+    answer = await ask(peer, server_info_call(id_json), ("str", str(float(id_json))))
+    assert answer is not None, f"no answer with id {id_json} to a tools/call with id {id_json}"
+    assert answer["error"]["code"] == -32600 and "not a string or an integer" in answer["error"]["message"]
+    assert await ask(peer, tool_call(2, "server_info", {}), ("int", "2")) is not None  # and the server goes on
+
+
+@pytest.mark.parametrize("id_json", ["true", "false", '{"a": 1}', "[1]", "null"])
+async def test_an_id_that_is_no_string_or_number_is_answered_with_id_null(
     peer: StdioPeer | HttpPeer, id_json: str
 ) -> None:
     answer = await ask(peer, server_info_call(id_json), None)

@@ -20,7 +20,19 @@ from mcp_types import INVALID_PARAMS
 
 from tests.conftest import read_records, text_of
 from tests.e2e.http.server import TOKENS, HttpServer, client, start, stop, write_token_file
-from tests.e2e.runbooks.helpers import GUARDS, LOADED, Notifications, prompt_text, reload_steps, write, write_corpus
+from tests.e2e.runbooks.helpers import (
+    ABSENT,
+    GUARDS,
+    HIDDEN_IN_READONLY,
+    LOADED,
+    Notifications,
+    as_if_hidden,
+    prompt_text,
+    reload_steps,
+    without_volatile,
+    write,
+    write_corpus,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -93,16 +105,22 @@ async def test_a_mode_restricted_runbook_is_hidden_in_readonly_over_http(
                 resources = {str(resource.uri) for resource in (await alice.list_resources()).resources}
                 assert "relay-shell://runbooks/deploy-rollout" not in resources
                 assert "relay-shell://runbooks/db-failover" in resources
-                with pytest.raises(MCPError) as prompt_refused:
-                    await alice.get_prompt("deploy-rollout")
-                assert prompt_refused.value.code == INVALID_PARAMS
-                assert "not offered in policy mode readonly" in prompt_refused.value.message
-                with pytest.raises(MCPError) as resource_refused:
-                    await alice.read_resource("relay-shell://runbooks/deploy-rollout")
-                assert resource_refused.value.code == INVALID_PARAMS
-                assert resource_refused.value.message.startswith(
-                    "uri: runbook 'deploy-rollout' is not offered in policy mode readonly"
-                )
+                # Asked for by name, it answers exactly as a name no file has (issue 30).
+                for hidden, absent in (
+                    (alice.get_prompt(HIDDEN_IN_READONLY), alice.get_prompt(ABSENT)),
+                    (
+                        alice.read_resource(f"relay-shell://runbooks/{HIDDEN_IN_READONLY}"),
+                        alice.read_resource(f"relay-shell://runbooks/{ABSENT}"),
+                    ),
+                ):
+                    with pytest.raises(MCPError) as hidden_refused:
+                        await hidden
+                    with pytest.raises(MCPError) as absent_refused:
+                        await absent
+                    assert hidden_refused.value.code == absent_refused.value.code == INVALID_PARAMS
+                    assert hidden_refused.value.message == absent_refused.value.message.replace(
+                        ABSENT, HIDDEN_IN_READONLY
+                    )
                 found = await alice.call_tool("runbook_search", {"tags": ["rollout", "release"]})
                 assert "deploy-rollout" not in [item["name"] for item in (found.structured_content or {})["runbooks"]]
                 assert "Canary first" not in text_of(found)
@@ -111,8 +129,12 @@ async def test_a_mode_restricted_runbook_is_hidden_in_readonly_over_http(
                 assert "deploy-rollout" not in {item["name"] for item in index["runbooks"]}
     finally:
         stop(running)
-    refused = [record for record in read_records(running.audit_path) if record["outcome"] == "denied"]
-    assert [record["tool"] for record in refused] == ["prompt:deploy-rollout", "resource:runbooks"] * 2
+    refused = [record for record in read_records(running.audit_path) if record["outcome"] == "error"]
+    assert [record["tool"] for record in refused] == ["prompt:unknown"] * 2 + ["resource:runbooks"] * 2 + [
+        "prompt:unknown"
+    ] * 2 + ["resource:runbooks"] * 2
+    for hidden, absent in zip(refused[::2], refused[1::2], strict=True):
+        assert without_volatile(hidden) == as_if_hidden(absent), hidden
     assert {record["client_id"] for record in refused} == {"http:alice"}
 
 

@@ -26,17 +26,21 @@ from mcp_types import INVALID_PARAMS, PromptReference
 
 from tests.conftest import read_records, text_of
 from tests.e2e.runbooks.helpers import (
+    ABSENT,
     ALIAS_BOMB,
     ANCHORS_REFUSED,
     GUARDS,
+    HIDDEN_IN_READONLY,
     LOADED,
     WAIT,
     Notifications,
+    as_if_hidden,
     prompt_text,
     reload_steps,
     runbook_client,
     runbook_env,
     sha256_of,
+    without_volatile,
     write,
     write_corpus,
 )
@@ -296,16 +300,33 @@ async def test_a_mode_restricted_runbook_is_hidden_in_readonly(readonly: Client,
     assert "deploy-rollout" not in listed and "db-failover" in listed
     resources = {str(resource.uri) for resource in (await readonly.list_resources()).resources}
     assert "relay-shell://runbooks/deploy-rollout" not in resources
-    message = await invalid_params(readonly.get_prompt("deploy-rollout"))
-    assert "not offered in policy mode readonly" in message
-    message = await invalid_params(readonly.read_resource("relay-shell://runbooks/deploy-rollout"))
-    assert message.startswith("uri: runbook 'deploy-rollout' is not offered in policy mode readonly")
     found = await readonly.call_tool("runbook_search", {"tags": ["rollout", "release"]})
     assert "deploy-rollout" not in [item["name"] for item in (found.structured_content or {})["runbooks"]]
     index = json.loads((await readonly.read_resource("relay-shell://runbooks")).contents[0].text)  # type: ignore[union-attr]
     assert index["hidden_in_this_mode"] == 1 and "deploy-rollout" not in {item["name"] for item in index["runbooks"]}
-    refused = [item for item in read_records(readonly_audit) if item["outcome"] == "denied"]
-    assert [item["tool"] for item in refused] == ["prompt:deploy-rollout", "resource:runbooks"]
+
+
+@pytest.mark.parametrize("kind", ["prompt", "resource"])
+async def test_a_hidden_runbook_asked_for_by_name_answers_as_a_name_no_file_has(
+    readonly: Client, readonly_audit: Path, kind: str
+) -> None:
+    """Issue 30: the answer and the audit record (which the model can read back with audit_tail) are those of a
+    name that does not exist, as a prompt and as the resource relay-shell://runbooks/{name}."""
+
+    async def ask(name: str) -> str:
+        if kind == "prompt":
+            return await invalid_params(readonly.get_prompt(name))
+        return await invalid_params(readonly.read_resource(f"relay-shell://runbooks/{name}"))
+
+    before = len(read_records(readonly_audit))
+    hidden = await ask(HIDDEN_IN_READONLY)
+    absent = await ask(ABSENT)
+    assert hidden == absent.replace(ABSENT, HIDDEN_IN_READONLY), hidden
+    assert ("unknown prompt" if kind == "prompt" else "no runbook named") in hidden
+    hidden_record, absent_record = read_records(readonly_audit)[before:]
+    assert without_volatile(hidden_record) == as_if_hidden(absent_record), hidden_record
+    expected = "prompt:unknown" if kind == "prompt" else "resource:runbooks"
+    assert (hidden_record["tool"], hidden_record["outcome"], hidden_record["denied"]) == (expected, "error", False)
 
 
 # -- bad input ---------------------------------------------------------------------------------------------------

@@ -3,13 +3,13 @@ traced trees only, and says so: server_info (state, no_new_privs, why), and a se
 (`su --version`) is marked in its entry and named in the call's result, since it ran without its privilege. A
 program that makes itself non-dumpable (PR_SET_DUMPABLE 0) before its exec cannot be read by such a server: the
 exec is listed as unreadable all the same, and refused when RELAY_SHELL_EXEC_DENY is configured (fail closed).
-Needs root to switch users; fails (does not skip) where it cannot."""
+Needs root to switch users; fails (does not skip) where it cannot. The server runs an interpreter nobody can read
+(tests/unprivileged.py: this run's own, or a mirror of it when it lives under /root, as pyenv's do)."""
 
 from __future__ import annotations
 
 import os
 import shutil
-import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +21,7 @@ from mcp.client.stdio import StdioServerParameters
 
 from tests.conftest import fields, read_records, server_env, text_of
 from tests.e2e.trace.attacks import NODUMP, compile_program
+from tests.unprivileged import as_nobody, unprivileged_python
 
 pytestmark = pytest.mark.anyio
 
@@ -34,17 +35,14 @@ def shared_dir() -> Iterator[Path]:
     shutil.rmtree(directory, ignore_errors=True)
 
 
-def as_nobody(shared_dir: Path, **settings: str) -> StdioServerParameters:
+def server_as_nobody(shared_dir: Path, **settings: str) -> StdioServerParameters:
     assert os.geteuid() == 0, "this test switches to nobody with setpriv: run it as root"
-    setpriv = shutil.which("setpriv")
-    assert setpriv is not None, "setpriv (util-linux) is needed"
+    python = unprivileged_python()
     env = server_env(shared_dir / "audit.jsonl", exec_trace="on", **settings)
     env["HOME"] = str(shared_dir)
-    return StdioServerParameters(
-        command=setpriv,
-        args=["--reuid=nobody", "--regid=nogroup", "--clear-groups", sys.executable, "-m", "relay_shell"],
-        env=env,
-    )
+    env.update(python.env)
+    command = as_nobody([python.executable, "-m", "relay_shell"])
+    return StdioServerParameters(command=command[0], args=command[1:], env=env, cwd=shared_dir)
 
 
 def last_end(audit_path: Path) -> dict[str, Any]:
@@ -54,7 +52,7 @@ def last_end(audit_path: Path) -> dict[str, Any]:
 async def test_unprivileged_server_traces_with_no_new_privs_and_says_so(shared_dir: Path) -> None:
     audit_path = shared_dir / "audit.jsonl"
     nodump = compile_program(NODUMP, shared_dir / "nodump")
-    async with Client(as_nobody(shared_dir)) as client:  # type: ignore[arg-type]
+    async with Client(server_as_nobody(shared_dir)) as client:  # type: ignore[arg-type]
         info = fields(await client.call_tool("server_info", {}))["info"]["exec_trace"]
         assert info["state"] == "on" and info["no_new_privs"] is True, info
         assert "set-user-ID" in info["reason"], info
@@ -79,7 +77,7 @@ async def test_unprivileged_server_traces_with_no_new_privs_and_says_so(shared_d
 async def test_an_unreadable_exec_is_refused_when_exec_deny_is_configured(shared_dir: Path) -> None:
     """EXEC_DENY cannot check an exec it cannot read: it fails closed, and the result says so."""
     nodump = compile_program(NODUMP, shared_dir / "nodump")
-    async with Client(as_nobody(shared_dir, exec_deny='["^/never/matches$"]')) as client:  # type: ignore[arg-type]
+    async with Client(server_as_nobody(shared_dir, exec_deny='["^/never/matches$"]')) as client:  # type: ignore[arg-type]
         result = await client.call_tool("shell_exec", {"command": [str(nodump), "MARK-nodump"], "use_shell": False})
         text = text_of(result)
         assert "MARK-nodump" not in text.splitlines() and "could not be read" in text, text
