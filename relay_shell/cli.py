@@ -1,4 +1,4 @@
-"""Command line: serve (default), --check-config, audit verify, audit tail."""
+"""Command line: serve (default), --check-config, audit verify, audit tail, audit report."""
 
 from __future__ import annotations
 
@@ -29,8 +29,8 @@ def main(argv: list[str] | None = None) -> int:
         prog="relay-shell",
         description="Audited MCP server for shell commands. Configure with RELAY_SHELL_* environment variables.",
         epilog="Audit tools: relay-shell audit verify [PATH ...] [--public-key K] [--against COPY] | relay-shell audit "
-        "tail [-n N] [--follow] ... | relay-shell audit keygen PATH | "
-        "HTTP tokens: relay-shell token NAME",
+        "tail [-n N] [--follow] ... | relay-shell audit report LOG ... -o report.html | relay-shell audit keygen "
+        "PATH | HTTP tokens: relay-shell token NAME",
     )
     parser.add_argument("--version", action="version", version=f"relay-shell {__version__}")
     parser.add_argument("--check-config", action="store_true", help="validate the configuration and exit")
@@ -313,8 +313,13 @@ def audit_command(args: list[str]) -> int:
     tail.add_argument(
         "--execs", action="store_true", help="only records with an exec trace, printed as their exec lists"
     )
+    from relay_shell.report import command as report
+
+    report.add_parser(sub)
     options = parser.parse_args(args)
 
+    if options.action == "report":
+        return report.run(options)
     if options.action == "verify":
         return verify_command(options.paths or [_configured_audit_path()], options.public_key, options.against)
     if options.action == "keygen":
