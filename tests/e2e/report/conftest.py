@@ -1,6 +1,6 @@
 """Fixtures of the report tests: the log real servers wrote (scenario.py), a real headless Chromium (Debian's
-`chromium`, driven by Playwright with the system browser: Playwright's own browser download is not used), and
-`relay-shell audit report` run as a command.
+`chromium`, driven by Playwright with the system browser: tests/chromium.py), and `relay-shell audit report` run as a
+command.
 
 Screenshots go to SCREENSHOTS: `.artifacts/report/` in the checkout (git ignores it), or the directory named by
 RELAY_SHELL_TEST_SCREENSHOTS. Each test's are named after it.
@@ -19,22 +19,11 @@ import anyio
 import pytest
 from playwright.sync_api import Browser, Page, sync_playwright
 
+from tests.chromium import launch
 from tests.conftest import REPO_ROOT
 from tests.e2e.report.scenario import Served, serve
 from tests.sshd import SshFleet
 
-CHROMIUM = "/usr/bin/chromium"
-# What works on these machines (/work/shared/testing.md): no sandbox (root), no GPU, and nothing that would make
-# the browser itself reach the network; Playwright adds --headless and a fresh --user-data-dir per launch.
-CHROMIUM_FLAGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 SCREENSHOTS = Path(os.environ.get("RELAY_SHELL_TEST_SCREENSHOTS") or REPO_ROOT / ".artifacts" / "report")
 
 
@@ -46,9 +35,8 @@ def served(tmp_path_factory: pytest.TempPathFactory, fleet: SshFleet) -> Served:
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
-    assert Path(CHROMIUM).exists(), "Debian's chromium is not installed (scripts/test.sh installs it)"
     with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS, headless=True)
+        launched = launch(playwright)
         yield launched
         launched.close()
 
