@@ -9,6 +9,7 @@ come, and the page is written at the end around them (report/page.py). Exits as 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 from datetime import UTC, datetime
@@ -64,6 +65,8 @@ def _check_inputs(options: argparse.Namespace) -> None:
     for path in options.paths:
         if not path.is_file():
             raise UsageError(f"LOG {path}: {'no such file' if not path.exists() else 'not a regular file'}")
+        if not os.access(path, os.R_OK):
+            raise UsageError(f"LOG {path}: cannot read it (permission denied)")
     if options.against is not None and not options.against.is_file():
         raise UsageError(f"--against {options.against}: no such file")
     if options.record_dir is not None and not options.record_dir.is_dir():
@@ -93,7 +96,15 @@ def run(options: argparse.Namespace) -> int:
     from relay_shell.report.calls import Window
 
     window = Window(since, until, options.client)
-    return _report(options, window, keys, copy)
+    try:
+        return _report(options, window, keys, copy)
+    except OSError as exc:  # the output's directory cannot be written, or the disk is full
+        where = exc.filename or options.output
+        print(
+            f"relay-shell audit report: -o {options.output}: cannot write {where}: {exc.strerror or exc}",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
 
 
 def _public_keys(paths: list[Path]) -> dict[str, Any]:

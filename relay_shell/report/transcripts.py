@@ -9,6 +9,7 @@ session ended, which the banner says in red. Files are hashed as a stream; only 
 from __future__ import annotations
 
 import hashlib
+import re
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import IO
 
 from relay_shell.report.blobs import COMPRESSION_LEVEL, element
 
+_SESSION_ID = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,127}")  # what the server names sessions, and more
 MAX_EMBEDDED_BYTES = 2 * 1024 * 1024  # one transcript in the page; a larger one is linked
 MAX_TOTAL_BYTES = 32 * 1024 * 1024  # all transcripts in the page together
 
@@ -25,6 +27,7 @@ class Match:
     session_id: str
     status: str  # matched, altered, missing, not recorded, no directory, unreadable
     path: str | None = None
+    uri: str | None = None  # the file's file:// address, for the page's link
     size: int | None = None
     blob: str | None = None  # the element holding it in the page, when embedded
     digest: str | None = None  # the file's digest, when it was read
@@ -48,24 +51,24 @@ class Transcripts:
             return Match(session_id, "not recorded")
         if self.directory is None:
             return Match(session_id, "no directory")
-        if "/" in session_id or session_id.startswith("."):  # a record names a file in the directory, nothing else
+        if not _SESSION_ID.fullmatch(session_id):  # a record names a file in the directory, nothing else
             return Match(session_id, "missing")
-        path = self.directory / f"{session_id}.cast"
-        where = str(path.resolve())
+        path = (self.directory / f"{session_id}.cast").resolve()
+        where, uri = str(path), path.as_uri()
         try:
             digest, size, data = _read(path, MAX_EMBEDDED_BYTES)
         except FileNotFoundError:
-            return Match(session_id, "missing", where)
+            return Match(session_id, "missing", where, uri)
         except OSError:
-            return Match(session_id, "unreadable", where)
+            return Match(session_id, "unreadable", where, uri)
         if digest != recorded:
-            return Match(session_id, "altered", where, size, digest=digest)
+            return Match(session_id, "altered", where, uri, size, digest=digest)
         blob = None
         if data is not None and self.embedded_bytes + size <= MAX_TOTAL_BYTES:
             blob = f"t{len(self.matches)}"
             self.spool.write(element(blob, zlib.compress(data, COMPRESSION_LEVEL)))
             self.embedded_bytes += size
-        return Match(session_id, "matched", where, size, blob, digest)
+        return Match(session_id, "matched", where, uri, size, blob, digest)
 
 
 def _read(path: Path, keep_up_to: int) -> tuple[str, int, bytes | None]:

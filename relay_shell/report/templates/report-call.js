@@ -131,13 +131,14 @@ function related(row, index) {
 }
 
 function relatedTable(list) {
-  var table = el("table", null, el("tr", null, el("th", {text: "time"}), el("th", {text: "tool"}),
-    el("th", {text: "what"}), el("th", {text: "outcome"})));
+  var table = el("table", null, el("tr", null, el("th", {text: "time"}), el("th", {text: "client"}),
+    el("th", {text: "tool"}), el("th", {text: "what"}), el("th", {text: "outcome"})));
   list.forEach(function (index) {
     var row = rows[index];
     var link = el("a", {href: "#row=" + index, text: names.tools[row[TOOL]]});
-    table.appendChild(el("tr", null, el("td", {text: when(row[TIME])}), el("td", null, link),
-      el("td", {className: "what", text: row[SUMMARY]}), el("td", null, tag(names.outcomes[row[OUTCOME]]))));
+    table.appendChild(el("tr", null, el("td", {text: when(row[TIME])}), el("td", {text: names.clients[row[CLIENT]]}),
+      el("td", null, link), el("td", {className: "what", text: row[SUMMARY]}),
+      el("td", null, tag(names.outcomes[row[OUTCOME]]))));
   });
   return table;
 }
@@ -170,20 +171,27 @@ async function showCall(index) {
   else if (target) parts.push(el("h3", {text: "Target"}), pretty(target));
   var confirmations = records.filter(function (r) { return r.confirmation || r.phase === "confirm"; });
   var others = related(row, index);
+  var shown = [];
   if (confirmations.length) {
     parts.push(el("h3", {text: "Tier-3 confirmation"}));
     records.filter(function (r) { return r.phase === "confirm"; }).forEach(function (r) {
       parts.push(el("p", {text: r.ts + ": " + r.tool + " " + (r.answer ? "answer " + r.answer : r.outcome)}));
     });
-    var steps = others.filter(function (other) {
-      return (rows[other][GROUPS] || []).some(function (key) { return key.indexOf("confirm:") === 0; });
+    shown = others.filter(function (other) {
+      return (rows[other][GROUPS] || []).indexOf("confirm:" + confirmations[0].confirmation) >= 0;
     });
-    if (steps.length) parts.push(el("p", {text: "Other calls with the same confirmation:"}), relatedTable(steps));
+    if (shown.length) parts.push(el("p", {text: "Other calls with the same confirmation:"}), relatedTable(shown));
     parts.push(el("p", {className: "mono", text: "confirmation digest " + confirmations[0].confirmation}));
   }
   var session = last.session_id || (last.args || {}).session_id;
-  if (session) parts.push.apply(parts, await sessionParts(session, others));
-  else if (others.length) parts.push(el("h3", {text: "Related records"}), relatedTable(others));
+  if (session) {
+    var members = others.filter(function (other) { return (rows[other][GROUPS] || []).indexOf(session) >= 0; });
+    shown = shown.concat(members);
+    parts.push.apply(parts, await sessionParts(session, members));
+  }
+  var rest = others.filter(function (other) { return shown.indexOf(other) < 0; });
+  if (rest.length) parts.push(el("h3", {text: "Related records (late execs, a forward's events \u2026)"}),
+    relatedTable(rest));
   var recordList = el("details", null, el("summary", {text: "The records as written (without v, prev, chain)"}));
   records.forEach(function (record) { recordList.appendChild(pretty(record)); });
   parts.push(el("h3", {text: "Records"}), recordList);
@@ -193,14 +201,13 @@ async function showCall(index) {
 }
 
 // -- sessions and their transcripts -----------------------------------------------------------------------
-async function sessionParts(session, others) {
-  var members = others.filter(function (other) { return (rows[other][GROUPS] || []).indexOf(session) >= 0; });
+async function sessionParts(session, members) {
   var parts = [el("h3", {text: "Session " + session + ": its calls, typed lines and reads"}), relatedTable(members)];
   var transcript = meta.transcripts[session];
   if (!transcript) return parts;
   parts.push(el("h3", {text: "Transcript"}));
   var status = transcript.status;
-  var file = transcript.path ? el("a", {href: "file://" + encodeURI(transcript.path), text: transcript.path}) : null;
+  var file = transcript.uri ? el("a", {href: transcript.uri, text: transcript.path}) : null;
   if (status === "altered") {
     parts.push(el("p", {className: "problem", text: "The file does not match the digest its session:end record " +
       "carries (sha256 " + transcript.digest + "): it was altered or replaced. Not shown."}), file);
