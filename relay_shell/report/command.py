@@ -32,7 +32,12 @@ def add_parser(subparsers: Any) -> None:
     )
     report.add_argument("paths", nargs="+", type=Path, metavar="LOG", help="log file(s), oldest first (rotated files)")
     report.add_argument(
-        "--public-key", type=Path, action="append", default=[], help="check the signed checkpoints (PATH.pub; repeat)"
+        "--public-key",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="K",
+        help="check the signed checkpoints with this public key (PATH.pub; repeat for earlier keys)",
     )
     report.add_argument("--against", type=Path, metavar="COPY", help="compare with the collector's copy")
     report.add_argument(

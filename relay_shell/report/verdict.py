@@ -101,17 +101,23 @@ def _chain(found: Verification) -> Finding:
     lines = [] if found.problems else [f"{found.message}."]
     links = []
     for problem in found.problems[:LISTED]:
-        named = f"seq {problem.seq}" if problem.seq is not None else "no readable record"
-        what = f"{problem.tool} call {problem.call_id}" if problem.call_id else (problem.tool or "")
-        lines.append(f"{problem.where} ({named}{', ' + what if what else ''}): {problem.why or 'unreadable'}")
+        named = [f"seq {problem.seq}"] if problem.seq is not None else []
         if problem.call_id:
-            links.append((f"#call={problem.call_id}", f"{problem.call_id} (seq {problem.seq})"))
+            named.append(f"{problem.tool} call {problem.call_id}")
+            label = problem.call_id if problem.seq is None else f"{problem.call_id} (seq {problem.seq})"
+            links.append((f"#call={problem.call_id}", label))
+        elif problem.tool:
+            named.append(problem.tool)
+        where = f"{problem.where} ({', '.join(named)})" if named else problem.where
+        lines.append(f"{where}: {problem.why}" if problem.why else where)
     if found.problem_count > LISTED:
         lines.append(f"… and {found.problem_count - LISTED} more bad record(s), marked in the timeline.")
-    lines.append(
-        "Records after the first bad one were checked link by link (each against its own chain and the record "
-        f"before it): {found.problem_count} bad record(s) in all. Every call is still shown; bad records are marked."
-    )
+    if found.records:
+        lines.append(
+            "Records after the first bad one were checked link by link (each against its own chain and the record "
+            f"before it): {found.problem_count} bad record(s) in all. Every call is still shown; bad records are "
+            "marked."
+        )
     return Finding("fail", "Hash chain FAILED", tuple(lines), tuple(links))
 
 
