@@ -110,6 +110,7 @@ class Row:
     outcome: str
     flags: int
     records: list[dict[str, Any]]
+    is_call: bool  # a tool call's (or a context pull's) records, not an event such as a session's end
 
 
 class Timeline:
@@ -210,7 +211,8 @@ class Timeline:
         self.previous_time = time_ms if time_ms is not None else self.previous_time
         self.previous_seq = seq if seq is not None else self.previous_seq
         index = self.emit(values, _detail(start, confirms, end))
-        self.summarise(Row(values, index, time_ms, ts, client, tool, hosts, outcome, flags, records))
+        is_call = first.get("phase") is not None
+        self.summarise(Row(values, index, time_ms, ts, client, tool, hosts, outcome, flags, records, is_call))
 
     def _hosts(self, tool: str, record: dict[str, Any]) -> list[str]:
         hosts = fields.hosts_of(record)

@@ -13,7 +13,7 @@ import hashlib
 import os
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from html import escape
 from importlib import resources
 from pathlib import Path
@@ -21,7 +21,7 @@ from typing import IO, Any
 
 from relay_shell import __version__
 from relay_shell.report import charts
-from relay_shell.report.blobs import compressed_json, element
+from relay_shell.report.blobs import ChunkedDetails, compressed_json, element
 from relay_shell.report.calls import KINDS, Timeline, Window
 from relay_shell.report.summary import Summary
 from relay_shell.report.transcripts import Match
@@ -88,7 +88,7 @@ def write_page(
     for mark, text in replacements.items():
         head = head.replace(mark, text)
     meta = {
-        "chunk": 512,
+        "chunk": ChunkedDetails.CHUNK,
         "names": {
             "clients": timeline.clients.names,
             "tools": timeline.tools.names,
@@ -97,7 +97,7 @@ def write_page(
             "outcomes": timeline.outcomes.names,
         },
         "kinds": KINDS,
-        "transcripts": {match.session_id: match.__dict__ for match in transcripts},
+        "transcripts": {match.session_id: asdict(match) for match in transcripts},
     }
     temporary = output.with_name(f".{output.name}.{os.getpid()}.tmp")
     try:

@@ -65,8 +65,7 @@ class Summary:
 
     def add(self, row: Row) -> None:
         values = row.values
-        is_call = not row.tool.startswith(("server:", "session:", "forward:", "oauth:", "exec:", "audit:", "gate:o"))
-        if is_call:
+        if row.is_call:
             self.calls += 1
             self.outcomes[row.outcome] += 1
             self.tools[row.tool] += 1
