@@ -17,6 +17,7 @@ from benchmarks import (
     bench_http,
     bench_policy,
     bench_redact,
+    bench_report,
     bench_runbooks,
     bench_session_flood,
     bench_session_repl,
@@ -49,6 +50,7 @@ def main() -> int:
         "runbooks": bench_runbooks.main(),
         "audit_shipping": bench_audit_shipping.main(),
         "exec_trace": anyio.run(bench_exec_trace.main),
+        "report": bench_report.main(),
     }
     failed = [name for name, ok in results.items() if not ok]
     print("benchmarks:", "all targets met" if not failed else "missed: " + ", ".join(failed))

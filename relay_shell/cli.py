@@ -1,5 +1,5 @@
 """Command line: serve (default; the steps are in serve.py), --check-config, --config, config show, audit verify,
-audit tail, audit keygen, token."""
+audit tail, audit report, audit keygen, token."""
 
 from __future__ import annotations
 
@@ -32,8 +32,8 @@ def main(argv: list[str] | None = None) -> int:
         description="Audited MCP server for shell commands. Configure with RELAY_SHELL_* environment variables, or "
         "a TOML config file (--config) they override.",
         epilog="Audit tools: relay-shell audit verify [PATH ...] [--public-key K] [--against COPY] | relay-shell audit "
-        "tail [-n N] [--follow] ... | relay-shell audit keygen PATH | "
-        "HTTP tokens: relay-shell token NAME | The effective settings: relay-shell config show [--config FILE]",
+        "tail [-n N] [--follow] ... | relay-shell audit report LOG ... -o report.html | relay-shell audit keygen "
+        "PATH | HTTP tokens: relay-shell token NAME | The effective settings: relay-shell config show [--config FILE]",
         parents=[config_option()],
     )
     parser.add_argument("--version", action="version", version=f"relay-shell {__version__}")
@@ -149,6 +149,9 @@ def audit_parser() -> argparse.ArgumentParser:
     tail.add_argument(
         "--execs", action="store_true", help="only records with an exec trace, printed as their exec lists"
     )
+    from relay_shell.report import command as report
+
+    report.add_parser(sub)
     return parser
 
 
@@ -157,6 +160,10 @@ def audit_command(args: list[str]) -> int:
     options = parser.parse_args(args)
     use_config_file(getattr(options, "config", None))
 
+    if options.action == "report":
+        from relay_shell.report import command as report
+
+        return report.run(options)
     if options.action == "verify":
         return verify_command(options.paths or [_configured_audit_path()], options.public_key, options.against)
     if options.action == "keygen":

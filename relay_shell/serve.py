@@ -173,7 +173,15 @@ def assemble(
     from relay_shell.server import build_server
 
     assembly = build_server(settings, audit_log, http_auth.tokens, http_auth.oauth, containment, offhost)
-    assembly.recorder.server_started(restart_fields(previous, [leftover.record() for leftover in leftovers]))
+    restart = restart_fields(previous, [leftover.record() for leftover in leftovers])
+    # The policy in force, for the auditor's report (adr/0023): a log says which rules each of its servers applied.
+    policy = {
+        "mode": settings.policy.policy_mode,
+        "confirm_tier3": settings.policy.confirm_tier3,
+        "exec_trace": settings.trace.exec_trace,
+        "gate": settings.runbooks.gate,
+    }
+    assembly.recorder.server_started({**restart, "policy": policy})
     if offhost is not None:  # after server:start: the first record this process ships or signs is its own start
         offhost.start()
     if not audit_log.healthy:

@@ -19,6 +19,8 @@ command -v npm >/dev/null 2>&1 || missing+=(npm)
 [ -x /usr/sbin/rsyslogd ] || missing+=(rsyslog)
 dpkg-query -W -f='${Status}' rsyslog-gnutls 2>/dev/null | grep -q 'ok installed' || missing+=(rsyslog-gnutls)
 [ -x /lib/systemd/systemd-journald ] || missing+=(systemd)  # the journald tests' journald (tests/journald.py)
+# The audit report's browser tests (tests/e2e/report/): Debian's Chromium, driven by Playwright (adr/0023).
+[ -x /usr/bin/chromium ] || missing+=(chromium)
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     export DEBIAN_FRONTEND=noninteractive
