@@ -96,7 +96,7 @@ async def command(launcher):
 async def terminal(launcher):
     tree = launcher.session_tree("s1")
     env = {**os.environ, "TERM": "dumb", "PS1": "$ "}
-    process = await tree.start_terminal(lambda child_env: PtyProcess.spawn(["/bin/sh"], env=child_env), env)
+    process = await tree.start_terminal(lambda child_env, _confine: PtyProcess.spawn(["/bin/sh"], env=child_env), env)
     found["terminal_leader"] = tree.unit.leader == process.pid
     found["terminal"] = in_unit(tree, process.pid)
     process.write(b"echo re''ady\n")  # the output, not the terminal's echo of the line
@@ -130,7 +130,9 @@ async def refused(launcher):
     tree.release()
     tree = launcher.session_tree("s2")
     try:
-        process = await tree.start_terminal(lambda env: PtyProcess.spawn(["/usr/bin/id"], env=env), dict(os.environ))
+        process = await tree.start_terminal(
+            lambda env, _confine: PtyProcess.spawn(["/usr/bin/id"], env=env), dict(os.environ)
+        )
         found["refused_terminal"] = "ran"
         os.waitpid(process.pid, 0)
         process.terminated = True
