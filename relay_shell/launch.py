@@ -196,6 +196,15 @@ class Unconfined:
     def status(self) -> dict[str, Any]:
         return {"readonly": self.label, "setting": self.setting, "reason": self.reason}
 
+    def guide_note(self) -> str:
+        if self.state == "off":
+            return ""
+        return (
+            "\n## Readonly on this host\n\nWARNING: readonly is NOT enforced by the kernel here "
+            f"({self.reason}). The classifier alone decides what runs: a command it misjudges runs with the "
+            "server's full rights. Stay with plain observation commands.\n"
+        )
+
 
 UNCONFINED = Unconfined("off", "not asked for", "auto")  # a launcher made without settings (tests, tools)
 

@@ -142,6 +142,12 @@ class Confinement:
     def record_fields(self) -> dict[str, Any]:
         return {"confinement": self.label}
 
+    def guide_note(self) -> str:
+        return (
+            f"\n## Readonly on this host\n\nReadonly is enforced by the kernel here ({self.label}): every process "
+            "you start is confined. Refused: " + "; ".join(_refused(self.abi)) + ".\n"
+        )
+
     def status(self) -> dict[str, Any]:
         return {
             "readonly": self.label,

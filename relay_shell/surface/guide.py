@@ -205,6 +205,15 @@ stateful ones are rated admissible (none irreversible); on commands not seen whi
 are, mostly of programs it has no rule for. Classification is a speed bump, not a boundary: the audit log is \
 what makes the work accountable.
 
+`readonly` is also enforced by the kernel where the host allows it (`server_info` → `enforcement.readonly`: \
+`landlock ABI N`, or `classifier-only` and why). Then every process a call or session starts is confined: \
+creating, writing, truncating, renaming or removing files, changing modes or owners, `sudo` and other \
+set-user-ID programs, signals to processes outside the call, listening on TCP ports all fail with \
+`Permission denied` or `Operation not permitted`. That is readonly working, not a fault to work around: report \
+what you wanted to do. Programs that need a scratch file (a large `sort`, a here-document bigger than a pipe) \
+fail the same way; use a pipe or ask for another mode. What the kernel cannot stop is asking another program to \
+write for you (a daemon over a socket: Docker, systemd, a database): the classifier refuses those.
+
 Tier-3 confirmation (when the operator turns it on, `server_info` shows `confirm_tier3`): an irreversible \
 call does not run at once.
 - `token`: the result is `[CONFIRM REQUIRED tier 3: why]`, what the call would do and where, and a token. Tell \
