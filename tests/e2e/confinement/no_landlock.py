@@ -1,0 +1,58 @@
+"""Launcher: run a command on a kernel without Landlock, as Debian 12's 6.1 kernel booted without `landlock` in
+its LSM list, or an older kernel: landlock_create_ruleset fails with the errno given (EOPNOTSUPP: built in but not
+enabled; ENOSYS: not built), everything else is allowed. A real seccomp filter, not a mock: the server under it
+meets the kernel answer it would meet there.
+
+Usage: python no_landlock.py ERRNO-NAME PROGRAM ARG...  (x86_64; installing the filter needs root or
+no_new_privs)."""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import platform
+import struct
+import sys
+
+AUDIT_ARCH_X86_64 = 0xC000003E
+LANDLOCK_CREATE_RULESET = 444
+SECCOMP_RET_ALLOW = 0x7FFF0000
+SECCOMP_RET_ERRNO = 0x00050000
+PR_SET_NO_NEW_PRIVS = 38
+SECCOMP_SET_MODE_FILTER = 1
+LD, JEQ, RET = 0x20, 0x15, 0x06
+
+
+def main() -> None:
+    if platform.machine() != "x86_64":
+        raise SystemExit(f"no_landlock.py knows x86_64 only, not {platform.machine()}")
+    code_number = getattr(errno, sys.argv[1])
+    program = [
+        (LD, 0, 0, 4),  # arch
+        (JEQ, 1, 0, AUDIT_ARCH_X86_64),
+        (RET, 0, 0, SECCOMP_RET_ALLOW),
+        (LD, 0, 0, 0),  # nr
+        (JEQ, 0, 1, LANDLOCK_CREATE_RULESET),
+        (RET, 0, 0, SECCOMP_RET_ERRNO | code_number),
+        (RET, 0, 0, SECCOMP_RET_ALLOW),
+    ]
+    code = b"".join(struct.pack("=HBBI", *instruction) for instruction in program)
+    buffer = ctypes.create_string_buffer(code, len(code))
+
+    class Fprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+    fprog = Fprog(len(program), ctypes.cast(buffer, ctypes.c_void_p))
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    libc.syscall.restype = ctypes.c_long
+    if os.geteuid() != 0 and libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        raise SystemExit(f"prctl(PR_SET_NO_NEW_PRIVS): {os.strerror(ctypes.get_errno())}")
+    if libc.syscall(ctypes.c_long(317), ctypes.c_long(SECCOMP_SET_MODE_FILTER), ctypes.c_long(0), ctypes.byref(fprog)):
+        raise SystemExit(f"seccomp: {os.strerror(ctypes.get_errno())}")
+    os.execvp(sys.argv[2], sys.argv[2:])
+
+
+if __name__ == "__main__":
+    main()
