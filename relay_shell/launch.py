@@ -181,6 +181,9 @@ class Unconfined:
     def run_confined(self, start: Callable[[], T]) -> T:
         return start()
 
+    def run_on_spare(self, start: Callable[[], T], join: Callable[[], None]) -> T:
+        return start()
+
     def prepare_child(self) -> None:
         pass
 
@@ -462,7 +465,7 @@ def _popen(
     """An untraced command's first process, on the calling thread (readonly: a thread it starts, confined)."""
     with unit.spawning(env) as child_env:
         # Raises OSError (missing program, E2BIG for a huge command line, bad cwd): the runner reports it.
-        return confinement.run_confined(
+        return confinement.run_on_spare(
             lambda: subprocess.Popen(
                 argv,
                 stdin=subprocess.PIPE if with_stdin else subprocess.DEVNULL,
@@ -472,5 +475,6 @@ def _popen(
                 env=child_env,
                 start_new_session=True,
                 close_fds=True,
-            )
+            ),
+            unit.join_spawning_thread,
         )

@@ -1,12 +1,13 @@
-"""What a readonly tree keeps of root's power (adr/0024, "Privileges"): the capability bounding set of the
-spawning thread cut down to what reading and looking need, its inheritable and ambient sets emptied. Every process
-of the tree is then, after its exec, root without the power to change the host outside the file system either:
-no network configuration, clock, reboot, modules, mounts, other users' files or processes.
+"""What a readonly tree keeps of root's power (adr/0024, "Privileges"): on the spawning thread, the securebit
+SECBIT_NOROOT (an exec by root no longer grants every capability) and, as ambient capabilities, only what
+reading and looking need. Every process of the tree is then, after its exec, root without the power to change
+the host outside the file system either: no network configuration, clock, reboot, modules, mounts, other users'
+files or processes. With no_new_privs neither a set-user-ID program nor a file capability adds any back.
 
-Capabilities are per thread and children inherit the bounding set, so this changes nothing else of the server.
-The thread itself keeps its permitted set: a tree's processes then hold strictly fewer capabilities than the
-thread that started them, which the kernel requires before letting one of them ptrace or read /proc of it
-(commoncap's ptrace check; confine/confinement.py).
+Capabilities and securebits are per thread and inherited by children, so this changes nothing else of the
+server. The thread itself keeps its permitted set: a tree's processes then hold strictly fewer capabilities than
+the thread that started them, which the kernel requires before letting one of them ptrace or read /proc of it
+(commoncap's ptrace check; confine/confinement.py). Six system calls, where cutting the bounding set took forty.
 """
 
 from __future__ import annotations
@@ -14,9 +15,12 @@ from __future__ import annotations
 import ctypes
 import os
 
-PR_CAPBSET_DROP = 24
+PR_SET_SECUREBITS = 28
 PR_CAP_AMBIENT = 47
+PR_CAP_AMBIENT_RAISE = 2
 PR_CAP_AMBIENT_CLEAR_ALL = 4
+SECBIT_NOROOT = 1 << 0
+SECBIT_NOROOT_LOCKED = 1 << 1
 CAP_SETPCAP = 8
 _CAPABILITY_VERSION_3 = 0x20080522
 # Kept: reading every file and directory (not writing: that needs CAP_DAC_OVERRIDE), raw sockets (ping,
@@ -26,17 +30,14 @@ KEPT = {
     13: "cap_net_raw",
     34: "cap_syslog",
 }
+KEPT_MASK = sum(1 << capability for capability in KEPT)
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.syscall.restype = ctypes.c_long
 _libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
 _CAPGET = {"x86_64": 125, "aarch64": 90}
 _CAPSET = {"x86_64": 126, "aarch64": 91}
-
-
-def last_capability() -> int:
-    with open("/proc/sys/kernel/cap_last_cap") as file:
-        return int(file.read())
+_MACHINE = os.uname().machine
 
 
 class _Header(ctypes.Structure):
@@ -50,38 +51,36 @@ class _Data(ctypes.Structure):
 def _sets() -> tuple[_Header, ctypes.Array[_Data]]:
     header = _Header(_CAPABILITY_VERSION_3, 0)  # pid 0: the calling thread
     data = (_Data * 2)()
-    if _libc.syscall(ctypes.c_long(_CAPGET[os.uname().machine]), ctypes.byref(header), data) != 0:
+    if _libc.syscall(ctypes.c_long(_CAPGET[_MACHINE]), ctypes.byref(header), data) != 0:
         code = ctypes.get_errno()
         raise OSError(code, f"capget: {os.strerror(code)}")
     return header, data
 
 
-def can_drop_bounding() -> bool:
-    """The calling thread may cut its bounding set (CAP_SETPCAP in effect: root, or a granted capability)."""
+def privileged() -> bool:
+    """The calling thread may set securebits (CAP_SETPCAP in effect: root, or a granted capability)."""
     _, data = _sets()
     return bool(data[0].effective & (1 << CAP_SETPCAP))
 
 
-def reduce_for_readonly(drop: tuple[int, ...]) -> None:
-    """On the calling thread: drop `drop` from the bounding set (an empty tuple when it may not), and empty the
-    inheritable and ambient sets. OSError when the kernel refuses."""
-    for capability in drop:
-        if _libc.prctl(PR_CAPBSET_DROP, capability, 0, 0, 0) != 0:
-            code = ctypes.get_errno()
-            raise OSError(code, f"prctl(PR_CAPBSET_DROP, {capability}): {os.strerror(code)}")
+def reduce_for_readonly(privileged: bool) -> None:
+    """On the calling thread: what its tree keeps after exec. Privileged (root): SECBIT_NOROOT, locked, and the
+    kept capabilities inheritable and ambient. Otherwise: no inheritable or ambient capability (a server started
+    with some, by systemd's AmbientCapabilities= say, passes none on). OSError when the kernel refuses."""
+    if privileged and _libc.prctl(PR_SET_SECUREBITS, SECBIT_NOROOT | SECBIT_NOROOT_LOCKED, 0, 0, 0) != 0:
+        _raise("prctl(PR_SET_SECUREBITS)")
+    kept = KEPT_MASK if privileged else 0
     header, data = _sets()
-    if data[0].inheritable or data[1].inheritable:
-        data[0].inheritable = data[1].inheritable = 0
-        if _libc.syscall(ctypes.c_long(_CAPSET[os.uname().machine]), ctypes.byref(header), data) != 0:
-            code = ctypes.get_errno()
-            raise OSError(code, f"capset: {os.strerror(code)}")
+    data[0].inheritable, data[1].inheritable = kept & 0xFFFFFFFF, kept >> 32
+    if _libc.syscall(ctypes.c_long(_CAPSET[_MACHINE]), ctypes.byref(header), data) != 0:
+        _raise("capset")
     if _libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0:
-        code = ctypes.get_errno()
-        raise OSError(code, f"prctl(PR_CAP_AMBIENT_CLEAR_ALL): {os.strerror(code)}")
+        _raise("prctl(PR_CAP_AMBIENT_CLEAR_ALL)")
+    for capability in KEPT if privileged else ():
+        if _libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, capability, 0, 0) != 0:
+            _raise(f"prctl(PR_CAP_AMBIENT_RAISE, {KEPT[capability]})")
 
 
-def to_drop() -> tuple[int, ...]:
-    """Every capability this kernel knows but those KEPT; none when this thread may not drop any."""
-    if not can_drop_bounding():
-        return ()
-    return tuple(capability for capability in range(last_capability() + 1) if capability not in KEPT)
+def _raise(what: str) -> None:
+    code = ctypes.get_errno()
+    raise OSError(code, f"{what}: {os.strerror(code)}")

@@ -6,9 +6,10 @@ the second case says so everywhere.
 
 Where the restriction is applied, so that it holds for exactly the tree and never for the server:
 - **A one-shot command** is spawned by a vfork-style clone (Popen, or glibc's posix_spawn under the exec trace)
-  that runs no code of ours in the child. Landlock restricts the calling thread, so the spawn runs on a new
-  thread that restricts itself first and ends right after (`run_confined`), ~0.06 ms. It is created by the
-  thread that would have spawned, so it inherits that thread's exec-trace filter and cgroup.
+  that runs no code of ours in the child. Landlock restricts the calling thread, so the spawn runs on a thread
+  that restricted itself first and ends right after: untraced, a spare made ahead that joins the tree's cgroup
+  unit (`run_on_spare`, confine/spares.py); traced, a new thread made by the trace's spawner thread, so that it
+  inherits its exec filter (and cgroup) (`run_confined`).
 - **A terminal** (ptyprocess forks and runs a pre-exec hook in the child): the child restricts itself
   (`prepare_child`), with a rule of its own for its terminal. No thread of the server is ever in its domain.
 - **A ProxyCommand** (asyncssh starts it): through `python -m relay_shell.confine.run`, which restricts itself
@@ -32,6 +33,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from relay_shell.confine import capabilities, landlock, syscall_filter
+from relay_shell.confine.spares import SparePool
 from relay_shell.errors import ToolError
 
 T = TypeVar("T")
@@ -61,20 +63,38 @@ class Confinement:
         self.reason = ""
         self.ruleset = landlock.create_ruleset(abi, WRITABLE_DEVICES)
         self.program = syscall_filter.build(os.getpid(), abi)
-        self.drop = capabilities.to_drop()
+        self.privileged = capabilities.privileged()
         self.trees = 0
         self.failures = 0
+        self.spares: SparePool | None = None  # made ahead for untraced one-shot commands (start_confinement)
 
     def confine_this_thread(self) -> None:
         """Restrict the calling thread (and what it starts) for good. OSError when the kernel refuses."""
         syscall_filter.set_no_new_privs()
-        capabilities.reduce_for_readonly(self.drop)
+        capabilities.reduce_for_readonly(self.privileged)
         landlock.restrict_self(self.ruleset, self.abi)
         syscall_filter.install(self.program.for_thread(threading.get_native_id()))
 
+    def run_on_spare(self, start: Callable[[], T], join: Callable[[], None]) -> T:
+        """`start()` on a spare confined thread (confine/spares.py), which first runs `join` (into the tree's
+        cgroup unit); on a new one, confined now, when none is ready. ToolError as run_confined."""
+        spare = self.spares.take() if self.spares is not None else None
+        if spare is None:
+            return self.run_confined(start)  # made by the calling thread, in the unit already
+
+        def joined() -> T:
+            join()
+            return start()
+
+        result = spare.hand(joined)
+        self.trees += 1
+        self.metrics.confined_trees.inc()
+        return result
+
     def run_confined(self, start: Callable[[], T]) -> T:
         """`start()` (which spawns the tree's first process) on a new thread confined first, which then ends;
-        the calling thread waits. ToolError `ConfinementFailed` when the kernel refused: nothing ran."""
+        the calling thread waits. It is the calling thread's: inherits its exec filter and cgroup. ToolError
+        `ConfinementFailed` when the kernel refused: nothing ran."""
         try:
             result = self.on_confined_thread(start)
         except ConfinementRefused as exc:
@@ -125,7 +145,7 @@ class Confinement:
             devices.append(os.ttyname(0))
         ruleset = landlock.create_ruleset(self.abi, devices)
         syscall_filter.set_no_new_privs()
-        capabilities.reduce_for_readonly(self.drop)
+        capabilities.reduce_for_readonly(self.privileged)
         landlock.restrict_self(ruleset, self.abi)
         os.close(ruleset)
         syscall_filter.install(self.program.for_thread(os.getppid()))
@@ -155,7 +175,7 @@ class Confinement:
             "landlock_abi": self.abi,
             "no_new_privs": True,
             "refused": _refused(self.abi),
-            "capabilities_kept": sorted(capabilities.KEPT.values()) if self.drop else "none dropped (not root)",
+            "capabilities_kept": sorted(capabilities.KEPT.values()) if self.privileged else [],
             "trees_confined": self.trees,
             "confinement_failures": self.failures,
         }
@@ -201,4 +221,5 @@ def start_confinement(setting: str, metrics: Any) -> Confinement:
     # spawning thread shares a tree's domain while it spawns (above).
     if _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
         raise ConfinementUnavailable(f"prctl(PR_SET_DUMPABLE, 0): {os.strerror(ctypes.get_errno())}")
+    confinement.spares = SparePool(confinement.confine_this_thread)
     return confinement

@@ -25,7 +25,7 @@ def main(argv: list[str]) -> int:
         ruleset = landlock.create_ruleset(abi, WRITABLE_DEVICES)
         code = syscall_filter.build(os.getppid(), abi).for_thread(os.getppid())
         syscall_filter.set_no_new_privs()
-        capabilities.reduce_for_readonly(capabilities.to_drop())
+        capabilities.reduce_for_readonly(capabilities.privileged())
         landlock.restrict_self(ruleset, abi)
         os.close(ruleset)
         syscall_filter.install(code)

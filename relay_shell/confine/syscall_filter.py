@@ -36,6 +36,7 @@ _RET_EPERM = 0x00050000 | 1  # SECCOMP_RET_ERRNO | EPERM
 _LD_W_ABS = 0x20
 _JEQ_K = 0x15
 _JGE_K = 0x35
+_JGT_K = 0x25
 _JSET_K = 0x45
 _AND_K = 0x54
 _RET_K = 0x06
@@ -167,7 +168,11 @@ class Program:
 
 
 def build(server_pid: int, landlock_abi: int) -> Program:
-    """The filter protecting `server_pid` (and a spawner thread named later) for a tree confined at this ABI."""
+    """The filter protecting `server_pid` (and a spawner thread named later) for a tree confined at this ABI.
+
+    Its size is its cost: the kernel checks and compiles a filter as it is installed, ~0.45 µs an instruction
+    here, once per tree. So refused numbers that follow each other are one range, and system calls checked
+    alike share one block."""
     machine = platform.machine()
     arch = ARCHES.get(machine)
     if arch is None:
@@ -179,18 +184,24 @@ def build(server_pid: int, landlock_abi: int) -> Program:
     asm.load(0)  # seccomp_data.nr
     if arch.x32_bit:
         asm.emit(_JGE_K, 0x40000000, true="@kill_process")
-    for name in _ALWAYS_REFUSED:
-        if name in numbers:
-            asm.emit(_JEQ_K, numbers[name], true="@refuse")
-    blocks = _conditional_blocks(landlock_abi)
-    for name in blocks:
-        if name in numbers:
-            asm.emit(_JEQ_K, numbers[name], true=name)
+    for low, high in _runs(sorted(numbers[name] for name in _ALWAYS_REFUSED if name in numbers)):
+        if low == high:
+            asm.emit(_JEQ_K, low, true="@refuse")
+        else:  # low <= nr <= high
+            asm.emit(_JGE_K, low, false=f"@past-{low}")
+            asm.emit(_JGT_K, high, false="@refuse")
+            asm.label(f"@past-{low}")
+    checked = {name: kind for name, kind in _CHECKED.items() if name in numbers}
+    if landlock_abi < 3:  # Landlock cannot refuse truncation on open: O_RDONLY|O_TRUNC truncates
+        checked.update({"open": "read-only-truncate-1", "openat": "read-only-truncate-2", "openat2": "@refuse"})
+        checked = {name: kind for name, kind in checked.items() if name in numbers}
+    for name, kind in checked.items():
+        asm.emit(_JEQ_K, numbers[name], true=kind)
     asm.emit(_RET_K, _RET_ALLOW)
-    for name, block in blocks.items():
-        if name in numbers:
-            asm.label(name)
-            block(asm, server_pid)
+    for kind in dict.fromkeys(checked.values()):
+        if not kind.startswith("@"):
+            asm.label(kind)
+            _BLOCKS[kind](asm, server_pid)
     asm.label("@allow")
     asm.emit(_RET_K, _RET_ALLOW)
     asm.label("@refuse")
@@ -200,45 +211,70 @@ def build(server_pid: int, landlock_abi: int) -> Program:
     return Program(asm.bytes(), tuple(8 * index for index in asm.thread_slots))
 
 
+def _runs(values: list[int]) -> list[tuple[int, int]]:
+    """Sorted numbers as (first, last) of each run of consecutive ones."""
+    runs: list[tuple[int, int]] = []
+    for value in values:
+        if runs and value == runs[-1][1] + 1:
+            runs[-1] = (runs[-1][0], value)
+        else:
+            runs.append((value, value))
+    return runs
+
+
 Block = Callable[[_Assembler, int], None]
-
-
-def _conditional_blocks(landlock_abi: int) -> dict[str, Block]:
-    """Per system call, the checks of its arguments (each block ends in allow or refuse)."""
-    blocks: dict[str, Block] = {
-        "kill": lambda asm, pid: _refuse_targets(asm, 0, pid, extra=(0xFFFFFFFF,)),
-        "rt_sigqueueinfo": lambda asm, pid: _refuse_targets(asm, 0, pid, extra=(0xFFFFFFFF,)),
-        "tkill": lambda asm, pid: _refuse_targets(asm, 0, pid),
-        "pidfd_open": lambda asm, pid: _refuse_targets(asm, 0, pid),
-        "process_vm_readv": lambda asm, pid: _refuse_targets(asm, 0, pid),
-        "process_vm_writev": lambda asm, pid: _refuse_targets(asm, 0, pid),
-        "ptrace": lambda asm, pid: _refuse_targets(asm, 1, pid),
-        "tgkill": lambda asm, pid: _refuse_values(asm, _arg(0), (pid,)),
-        "rt_tgsigqueueinfo": lambda asm, pid: _refuse_values(asm, _arg(0), (pid,)),
-        "prlimit64": _prlimit_of_others,
-        "setpriority": lambda asm, pid: _allow_only_self(asm, 0, 0),
-        "ioprio_set": lambda asm, pid: _allow_only_self(asm, 0, 1),  # IOPRIO_WHO_PROCESS
-        "sched_setparam": lambda asm, pid: _allow_values(asm, _arg(0), (0,)),
-        "sched_setscheduler": lambda asm, pid: _allow_values(asm, _arg(0), (0,)),
-        "sched_setaffinity": lambda asm, pid: _allow_values(asm, _arg(0), (0,)),
-        "sched_setattr": lambda asm, pid: _allow_values(asm, _arg(0), (0,)),
-        "syslog": lambda asm, pid: _refuse_values(asm, _arg(0), _SYSLOG_CHANGES),
-        "ioctl": lambda asm, pid: _refuse_values(asm, _arg(1), _WRITING_IOCTLS),
-        "fcntl": lambda asm, pid: _refuse_values(asm, _arg(1), (8, 15)),  # F_SETOWN, F_SETOWN_EX
-        "shmat": lambda asm, pid: _refuse_unless_set(asm, _arg(2), _SHM_RDONLY),
-        "shmget": lambda asm, pid: _refuse_if_set(asm, _arg(2), _IPC_CREAT),
-        "semget": lambda asm, pid: _refuse_if_set(asm, _arg(2), _IPC_CREAT),
-        "msgget": lambda asm, pid: _refuse_if_set(asm, _arg(1), _IPC_CREAT),
-        "shmctl": lambda asm, pid: _refuse_masked(asm, _arg(1), (0, 1, 11, 12)),  # RMID, SET, LOCK, UNLOCK
-        "semctl": lambda asm, pid: _refuse_masked(asm, _arg(2), (0, 1, 16, 17)),  # RMID, SET, SETVAL, SETALL
-        "msgctl": lambda asm, pid: _refuse_masked(asm, _arg(1), (0, 1)),  # RMID, SET
-        "mq_open": lambda asm, pid: _refuse_if_set(asm, _arg(1), _O_ACCMODE | _O_CREAT),
-    }
-    if landlock_abi < 3:  # Landlock cannot refuse truncation on open: O_RDONLY|O_TRUNC truncates
-        blocks["open"] = lambda asm, pid: _refuse_read_only_truncate(asm, _arg(1))
-        blocks["openat"] = lambda asm, pid: _refuse_read_only_truncate(asm, _arg(2))
-        blocks["openat2"] = lambda asm, pid: asm.emit(_RET_K, _RET_EPERM)
-    return blocks
+# Per system call, the check of its arguments it shares with others (each block ends in allow or refuse).
+_CHECKED = {
+    "kill": "signal-or-everyone",  # kill(pid, sig), rt_sigqueueinfo(pid, sig, info)
+    "rt_sigqueueinfo": "signal-or-everyone",
+    "tkill": "target-0",  # a pid or thread id as the first argument
+    "pidfd_open": "target-0",
+    "process_vm_readv": "target-0",
+    "process_vm_writev": "target-0",
+    "ptrace": "target-1",
+    "tgkill": "server-threads",  # tgkill(tgid, tid, sig), rt_tgsigqueueinfo(tgid, tid, sig, info)
+    "rt_tgsigqueueinfo": "server-threads",
+    "prlimit64": "limits-of-others",
+    "setpriority": "priority-of-others",
+    "ioprio_set": "io-priority-of-others",
+    "sched_setparam": "scheduling-of-others",
+    "sched_setscheduler": "scheduling-of-others",
+    "sched_setaffinity": "scheduling-of-others",
+    "sched_setattr": "scheduling-of-others",
+    "syslog": "kernel-log-changes",
+    "ioctl": "writing-ioctls",
+    "fcntl": "signal-ownership",
+    "shmat": "writable-attach",
+    "shmget": "ipc-create-2",
+    "semget": "ipc-create-2",
+    "msgget": "ipc-create-1",
+    "shmctl": "shm-changes",
+    "semctl": "sem-changes",
+    "msgctl": "msg-changes",
+    "mq_open": "queue-open-writing",
+}
+_BLOCKS: dict[str, Block] = {
+    "signal-or-everyone": lambda asm, pid: _refuse_targets(asm, 0, pid, extra=(0xFFFFFFFF,)),
+    "target-0": lambda asm, pid: _refuse_targets(asm, 0, pid),
+    "target-1": lambda asm, pid: _refuse_targets(asm, 1, pid),
+    "server-threads": lambda asm, pid: _refuse_values(asm, _arg(0), (pid,)),
+    "limits-of-others": lambda asm, pid: _prlimit_of_others(asm),
+    "priority-of-others": lambda asm, pid: _allow_only_self(asm, 0),  # (PRIO_PROCESS, 0)
+    "io-priority-of-others": lambda asm, pid: _allow_only_self(asm, 1),  # (IOPRIO_WHO_PROCESS, 0)
+    "scheduling-of-others": lambda asm, pid: _allow_values(asm, _arg(0), (0,)),
+    "kernel-log-changes": lambda asm, pid: _refuse_values(asm, _arg(0), _SYSLOG_CHANGES),
+    "writing-ioctls": lambda asm, pid: _refuse_values(asm, _arg(1), _WRITING_IOCTLS),
+    "signal-ownership": lambda asm, pid: _refuse_values(asm, _arg(1), (8, 15)),  # F_SETOWN, F_SETOWN_EX
+    "writable-attach": lambda asm, pid: _refuse_unless_set(asm, _arg(2), _SHM_RDONLY),
+    "ipc-create-1": lambda asm, pid: _refuse_if_set(asm, _arg(1), _IPC_CREAT),
+    "ipc-create-2": lambda asm, pid: _refuse_if_set(asm, _arg(2), _IPC_CREAT),
+    "shm-changes": lambda asm, pid: _refuse_masked(asm, _arg(1), (0, 1, 11, 12)),  # RMID, SET, LOCK, UNLOCK
+    "sem-changes": lambda asm, pid: _refuse_masked(asm, _arg(2), (0, 1, 16, 17)),  # RMID, SET, SETVAL, SETALL
+    "msg-changes": lambda asm, pid: _refuse_masked(asm, _arg(1), (0, 1)),  # RMID, SET
+    "queue-open-writing": lambda asm, pid: _refuse_if_set(asm, _arg(1), _O_ACCMODE | _O_CREAT),
+    "read-only-truncate-1": lambda asm, pid: _refuse_read_only_truncate(asm, _arg(1)),
+    "read-only-truncate-2": lambda asm, pid: _refuse_read_only_truncate(asm, _arg(2)),
+}
 
 
 def _refuse_targets(asm: _Assembler, index: int, pid: int, extra: tuple[int, ...] = ()) -> None:
@@ -266,11 +302,11 @@ def _allow_values(asm: _Assembler, offset: int, values: tuple[int, ...]) -> None
     asm.emit(_RET_K, _RET_EPERM)
 
 
-def _allow_only_self(asm: _Assembler, which_index: int, which_self: int) -> None:
+def _allow_only_self(asm: _Assembler, which_self: int) -> None:
     """setpriority/ioprio_set(which, who): only (which_self, 0), the calling process."""
-    asm.load(_arg(which_index))
+    asm.load(_arg(0))
     asm.emit(_JEQ_K, which_self, false="@refuse")
-    asm.load(_arg(which_index + 1))
+    asm.load(_arg(1))
     asm.emit(_JEQ_K, 0, true="@allow", false="@refuse")
 
 
@@ -300,7 +336,7 @@ def _refuse_read_only_truncate(asm: _Assembler, offset: int) -> None:
     asm.emit(_JSET_K, _O_ACCMODE, true="@allow", false="@refuse")
 
 
-def _prlimit_of_others(asm: _Assembler, pid: int) -> None:
+def _prlimit_of_others(asm: _Assembler) -> None:
     """prlimit64(pid, resource, new, old): setting (new not NULL) the limits of another process (pid not 0)."""
     asm.load(_arg(0))
     asm.emit(_JEQ_K, 0, true="@allow")
