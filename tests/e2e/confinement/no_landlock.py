@@ -4,7 +4,8 @@ enabled; ENOSYS: not built), everything else is allowed. A real seccomp filter, 
 meets the kernel answer it would meet there.
 
 Usage: python no_landlock.py ERRNO-NAME PROGRAM ARG...  (x86_64; installing the filter needs root or
-no_new_privs)."""
+no_new_privs). ERRNO-NAME `none` installs the same filter matching a system call that does not exist: a baseline
+that pays what the filter costs every system call, with Landlock left as it is (benchmarks/bench_confinement.py)."""
 
 from __future__ import annotations
 
@@ -27,13 +28,14 @@ LD, JEQ, RET = 0x20, 0x15, 0x06
 def main() -> None:
     if platform.machine() != "x86_64":
         raise SystemExit(f"no_landlock.py knows x86_64 only, not {platform.machine()}")
-    code_number = getattr(errno, sys.argv[1])
+    code_number = errno.ENOSYS if sys.argv[1] == "none" else getattr(errno, sys.argv[1])
+    refused = 0xFFFF if sys.argv[1] == "none" else LANDLOCK_CREATE_RULESET
     program = [
         (LD, 0, 0, 4),  # arch
         (JEQ, 1, 0, AUDIT_ARCH_X86_64),
         (RET, 0, 0, SECCOMP_RET_ALLOW),
         (LD, 0, 0, 0),  # nr
-        (JEQ, 0, 1, LANDLOCK_CREATE_RULESET),
+        (JEQ, 0, 1, refused),
         (RET, 0, 0, SECCOMP_RET_ERRNO | code_number),
         (RET, 0, 0, SECCOMP_RET_ALLOW),
     ]
