@@ -163,9 +163,11 @@ class Confinement:
         return {"confinement": self.label}
 
     def guide_note(self) -> str:
+        """The operating guide's section on this host (the same at every ABI: server_info has the details)."""
         return (
-            f"\n## Readonly on this host\n\nReadonly is enforced by the kernel here ({self.label}): every process "
-            "you start is confined. Refused: " + "; ".join(_refused(self.abi)) + ".\n"
+            "\n## Readonly on this host\n\nReadonly is enforced by the kernel here: every process you start is "
+            "confined, whatever the classifier admitted. `server_info` (`enforcement.refused`) lists what fails, with "
+            "`Permission denied` or `Operation not permitted`.\n"
         )
 
     def status(self) -> dict[str, Any]:

@@ -2,7 +2,8 @@
 Every later capability extends both."""
 
 INSTRUCTIONS = """\
-relay-shell runs real commands on this host. There is no sandbox: every call is classified by policy \
+relay-shell runs real commands on this host. There is no sandbox except in readonly mode, which the kernel \
+enforces where it can (server_info's `enforcement`). Every call is classified by policy \
 (tier 0 observe, 1 reversible, 2 stateful, 3 irreversible), bounded in time and output, and recorded \
 in a hash-chained audit log (digests of outputs, never the outputs).
 - One command: shell_exec (via /bin/sh -c; use_shell=false for an argv). Multi-line logic: shell_script \
@@ -34,7 +35,8 @@ troubleshoot_host, run_interactive, fleet_change, review_audit; a policy mode th
 OPERATING_GUIDE = """\
 # relay-shell operating guide
 
-relay-shell gives you real command of this Linux host. Nothing is sandboxed. The safety net is that every \
+relay-shell gives you real command of this Linux host. Nothing is sandboxed except in `readonly` mode \
+(below). The safety net is that every \
 call is classified, admitted by policy, bounded, and audited. Work like a careful operator on a production box.
 
 ## Choosing a tool
