@@ -30,14 +30,23 @@ def _alive(pid: int) -> bool:
         return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
 
 
-async def test_readonly_the_kernel_refuses_what_the_classifier_admitted(tmp_path: Path, probe_bin: Path) -> None:
+@pytest.mark.parametrize("exec_trace", ["off", "on"])
+async def test_readonly_the_kernel_refuses_what_the_classifier_admitted(
+    tmp_path: Path, probe_bin: Path, exec_trace: str
+) -> None:
+    """Untraced, the command spawns on a spare confined thread; traced, on a thread the trace's spawner thread
+    confines for it (adr/0024): the same refusals either way, and the trace records what ran."""
     probe_dir = tmp_path / "probe"
     prepare_probe_dir(probe_dir)
     victim = start_victim()
     audit_path = tmp_path / "audit.jsonl"
     try:
         async with serve(
-            audit_path, probe_env(probe_bin, probe_dir, victim.pid), policy_mode="readonly", metrics_addr="127.0.0.1:0"
+            audit_path,
+            probe_env(probe_bin, probe_dir, victim.pid),
+            policy_mode="readonly",
+            metrics_addr="127.0.0.1:0",
+            exec_trace=exec_trace,
         ) as client:
             static = await client.call_tool("shell_exec", {"command": "cat /etc/hostname"})
             script = await client.call_tool("shell_exec", {"command": "whoami"})
@@ -71,6 +80,9 @@ async def test_readonly_the_kernel_refuses_what_the_classifier_admitted(tmp_path
         assert record["tier"] == 0 and record["confinement"] == info["readonly"]
         assert info["readonly"] == f"landlock ABI {info['landlock_abi']}"
         assert record["exit_code"] == 6
+        if exec_trace == "on":  # the static binary's own exec, then the sudo it started (which gained nothing)
+            paths = [entry["path"] for entry in record["execs"]["entries"]]
+            assert paths[-1] == "/usr/bin/sudo" and paths[-2].endswith("/cat"), record["execs"]
         assert all(end_record(audit_path, index)["confinement"].startswith("landlock ABI ") for index in range(4))
         start = next(r for r in read_records(audit_path) if r.get("tool") == "server:start")
         assert start["policy"]["readonly_enforcement"] == info["readonly"], start
