@@ -106,6 +106,21 @@ def in_process_costs() -> tuple[float, float, float]:
     return plain, confined, alone
 
 
+async def interleaved(
+    first: Callable[[], Awaitable[None]], second: Callable[[], Awaitable[None]], total: int
+) -> tuple[list[float], list[float]]:
+    """Wall times of `total` calls of each, after a warm-up, in batches that alternate."""
+    for _ in range(20):
+        await first()
+        await second()
+    one: list[float] = []
+    other: list[float] = []
+    for _ in range(total // BATCH):
+        one += await measure(first, BATCH)
+        other += await measure(second, BATCH)
+    return one, other
+
+
 async def exec_ratio(exec_trace: str) -> tuple[list[float], list[float], str] | None:
     """Medians' inputs of `shell_exec true`, readonly with Landlock and without, the trace as given; None when
     this host cannot compare them (said)."""
@@ -117,30 +132,13 @@ async def exec_ratio(exec_trace: str) -> tuple[list[float], list[float], str] | 
         if not states[0].startswith("landlock") or states[1] != "classifier-only":
             print(f"readonly confinement: not measured, enforcement is {states} here (server_info says why)")
             return None
-        with_call, without_call = exec_true(confined), exec_true(classifier_only)
-        for _ in range(20):
-            await with_call()
-            await without_call()
-        on: list[float] = []
-        off: list[float] = []
-        for _ in range(CALLS // BATCH):
-            on += await measure(with_call, BATCH)
-            off += await measure(without_call, BATCH)
+        on, off = await interleaved(exec_true(confined), exec_true(classifier_only), CALLS)
     return on, off, states[0]
 
 
 async def step_ratio() -> tuple[list[float], list[float]]:
     async with readonly_client(landlock=True) as confined, readonly_client(landlock=False) as classifier_only:
-        with_step, without_step = await pty_stepper(confined), await pty_stepper(classifier_only)
-        for _ in range(20):
-            await with_step()
-            await without_step()
-        on: list[float] = []
-        off: list[float] = []
-        for _ in range(STEPS // BATCH):
-            on += await measure(with_step, BATCH)
-            off += await measure(without_step, BATCH)
-    return on, off
+        return await interleaved(await pty_stepper(confined), await pty_stepper(classifier_only), STEPS)
 
 
 async def main() -> bool:

@@ -212,32 +212,25 @@ class Unconfined:
 UNCONFINED = Unconfined("off", "not asked for", "auto")  # a launcher made without settings (tests, tools)
 
 
+class TreeRecords(Protocol):
+    """What a tree's executor writes into its records: the trace's fields (`execs`) and the confinement's."""
+
+    def finish_into(self, plan: Plan) -> None: ...
+
+    def snapshot_into(self, plan: Plan) -> None: ...
+
+    def window_into(self, plan: Plan) -> AbstractContextManager[None]: ...
+
+    def end_fields(self) -> dict[str, Any]: ...
+
+
 class ConfinedRecords:
-    """A confined tree's trace as its executor sees it: each record it fills also says how the tree was confined
-    (`confinement`: `landlock ABI N`, or `classifier-only` in a readonly mode the kernel cannot enforce)."""
+    """A confined tree's records: each the trace fills also says how the tree was confined (`confinement`:
+    `landlock ABI N`, or `classifier-only` in a readonly mode the kernel cannot enforce)."""
 
     def __init__(self, trace: TreeTrace, fields: dict[str, Any]) -> None:
         self.trace = trace
         self.fields = fields
-
-    async def place(self, start: Callable[[], T], hold: threading.Event | None) -> T:
-        return await self.trace.place(start, hold)
-
-    async def start_command(
-        self,
-        argv: list[str],
-        cwd: str | None,
-        env: dict[str, str] | None,
-        with_stdin: bool,
-        merge_stderr: bool,
-        spawning: Spawning,
-        untraced: Callable[[], Child],
-        confined: Confined,
-    ) -> Child:
-        return await self.trace.start_command(argv, cwd, env, with_stdin, merge_stderr, spawning, untraced, confined)
-
-    def raise_if_refused(self) -> None:
-        self.trace.raise_if_refused()
 
     def finish_into(self, plan: Plan) -> None:
         self._into(plan)
@@ -265,8 +258,9 @@ class ProcessTree:
     def __init__(self, unit: Unit | NoUnit, trace: TreeTrace, confinement: Confinement | Unconfined) -> None:
         self.unit = unit
         self.confinement = confinement
+        self.tracing = trace  # starts the tree (launch.py only)
         fields = confinement.record_fields()
-        self.trace: TreeTrace = ConfinedRecords(trace, fields) if fields else trace
+        self.trace: TreeRecords = ConfinedRecords(trace, fields) if fields else trace  # what executors record
         # A terminal's spawner thread stays until the terminal closes: the program's parent-death signal fires
         # when the thread that forked it ends (adr/0019). Set by release().
         self.hold = threading.Event()
@@ -278,7 +272,7 @@ class ProcessTree:
         and stdin (or /dev/null); `env` None inherits the server's. OSError as Popen raises it when the program
         cannot run; ExecDenied when RELAY_SHELL_EXEC_DENY refused it (nothing ran)."""
         try:
-            child = await self.trace.start_command(
+            child = await self.tracing.start_command(
                 argv,
                 cwd,
                 env,
@@ -289,7 +283,7 @@ class ProcessTree:
                 self.confinement.run_confined,
             )
         except PermissionError:
-            self.trace.raise_if_refused()
+            self.tracing.raise_if_refused()
             raise
         self.unit.started(child.pid)
         return child
@@ -307,10 +301,10 @@ class ProcessTree:
                 return spawn(child_env, self.confinement.prepare_child)
 
         try:
-            process = await self.trace.place(start, self.hold)
+            process = await self.tracing.place(start, self.hold)
         except PermissionError:
             self.release()
-            self.trace.raise_if_refused()
+            self.tracing.raise_if_refused()
             raise
         except BaseException:
             self.release()

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import socket
 import subprocess
 import sys
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -40,3 +44,44 @@ def end_record(audit_path: Path, call_index: int = -1, tool: str = "shell_exec")
     records = read_records(audit_path)
     ends = [record for record in records if record.get("tool") == tool and record.get("phase") == "end"]
     return ends[call_index]
+
+
+class Daemon:
+    """What a readonly call may still talk to (adr/0024): a daemon listening on a unix socket by path, on an
+    abstract one and on loopback TCP, writing down the first line of every request (an HTTP request line) and
+    answering `{}`."""
+
+    def __init__(self, path: Path) -> None:
+        self.requests: list[str] = []
+        self.abstract_name = f"relay-daemon-{os.getpid()}-{id(self)}"
+        self.tcp = socket.create_server(("127.0.0.1", 0))
+        self.listeners = [self.tcp]
+        for address in (str(path), "\0" + self.abstract_name):
+            listener = socket.socket(socket.AF_UNIX)
+            listener.bind(address)
+            listener.listen()
+            self.listeners.append(listener)
+        for listener in self.listeners:
+            threading.Thread(target=self._serve, args=(listener,), daemon=True).start()
+
+    def _serve(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                connection, _ = listener.accept()
+            except OSError:
+                return
+            with connection:
+                connection.settimeout(5)
+                data = b""
+                while b"\r\n\r\n" not in data:
+                    chunk = connection.recv(4096)
+                    if not chunk:
+                        break
+                    data += chunk
+                self.requests.append(data.split(b"\r\n", 1)[0].decode())
+                with contextlib.suppress(OSError):  # a client that only sends has gone already
+                    connection.sendall(b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\n{}")
+
+    def close(self) -> None:
+        for listener in self.listeners:
+            listener.close()

@@ -9,19 +9,18 @@ that pays what the filter costs every system call, with Landlock left as it is (
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import os
 import platform
 import struct
 import sys
 
+from relay_shell.confine import syscall_filter
+
 AUDIT_ARCH_X86_64 = 0xC000003E
 LANDLOCK_CREATE_RULESET = 444
 SECCOMP_RET_ALLOW = 0x7FFF0000
 SECCOMP_RET_ERRNO = 0x00050000
-PR_SET_NO_NEW_PRIVS = 38
-SECCOMP_SET_MODE_FILTER = 1
 LD, JEQ, RET = 0x20, 0x15, 0x06
 
 
@@ -40,19 +39,9 @@ def main() -> None:
         (RET, 0, 0, SECCOMP_RET_ALLOW),
     ]
     code = b"".join(struct.pack("=HBBI", *instruction) for instruction in program)
-    buffer = ctypes.create_string_buffer(code, len(code))
-
-    class Fprog(ctypes.Structure):
-        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
-
-    fprog = Fprog(len(program), ctypes.cast(buffer, ctypes.c_void_p))
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
-    libc.syscall.restype = ctypes.c_long
-    if os.geteuid() != 0 and libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
-        raise SystemExit(f"prctl(PR_SET_NO_NEW_PRIVS): {os.strerror(ctypes.get_errno())}")
-    if libc.syscall(ctypes.c_long(317), ctypes.c_long(SECCOMP_SET_MODE_FILTER), ctypes.c_long(0), ctypes.byref(fprog)):
-        raise SystemExit(f"seccomp: {os.strerror(ctypes.get_errno())}")
+    if os.geteuid() != 0:  # a filter without CAP_SYS_ADMIN needs no_new_privs
+        syscall_filter.set_no_new_privs()
+    syscall_filter.install(code)  # the product's own installer, on this one-thread process: inherited by the exec
     os.execvp(sys.argv[2], sys.argv[2:])
 
 

@@ -8,14 +8,12 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
-import threading
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import fields, read_records, text_of
-from tests.e2e.confinement.helpers import serve
+from tests.e2e.confinement.helpers import Daemon, serve
 
 pytestmark = pytest.mark.anyio
 
@@ -25,42 +23,6 @@ curl -s --unix-socket "$DAEMON_SOCKET" -X POST http://daemon/containers/web/stop
   && echo "asked the daemon"
 curl -s --abstract-unix-socket "$DAEMON_ABSTRACT" http://daemon/abstract -o /dev/null || echo "abstract refused"
 """
-
-
-class Daemon:
-    """A unix-socket HTTP daemon (path and abstract) that writes down every request line it receives."""
-
-    def __init__(self, path: Path) -> None:
-        self.requests: list[str] = []
-        self.listeners = []
-        self.abstract_name = f"relay-daemon-{os.getpid()}-{id(self)}"
-        for address in (str(path), "\0" + self.abstract_name):
-            listener = socket.socket(socket.AF_UNIX)
-            listener.bind(address)
-            listener.listen()
-            self.listeners.append(listener)
-            threading.Thread(target=self._serve, args=(listener,), daemon=True).start()
-
-    def _serve(self, listener: socket.socket) -> None:
-        while True:
-            try:
-                connection, _ = listener.accept()
-            except OSError:
-                return
-            with connection:
-                connection.settimeout(5)
-                data = b""
-                while b"\r\n\r\n" not in data:
-                    chunk = connection.recv(4096)
-                    if not chunk:
-                        break
-                    data += chunk
-                self.requests.append(data.split(b"\r\n", 1)[0].decode())
-                connection.sendall(b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\n{}")
-
-    def close(self) -> None:
-        for listener in self.listeners:
-            listener.close()
 
 
 async def test_a_confined_call_can_still_ask_a_daemon_the_classifier_refuses_the_clients(tmp_path: Path) -> None:
