@@ -70,7 +70,16 @@ def check_configuration(settings: Settings) -> int:
         from relay_shell.offhost.setup import syslog_tls
 
         syslog_tls(settings)
-    print(f"relay-shell {__version__}: configuration OK (audit log {settings.audit.audit_path} is writable)")
+    enforcement = ""
+    if settings.policy.policy_mode == "readonly":  # a kernel that cannot enforce it: said, or (required) refused
+        from relay_shell.launch import start_confinement
+        from relay_shell.metrics import Metrics
+
+        enforcement = f"; readonly enforced by {start_confinement(settings, Metrics(enabled=False)).label}"
+    print(
+        f"relay-shell {__version__}: configuration OK (audit log {settings.audit.audit_path} is writable"
+        f"{enforcement})"
+    )
     return 0
 
 

@@ -41,7 +41,6 @@ PR_SET_DUMPABLE = 4
 # Device files a readonly tree may open for writing: the bit bucket, and its own terminal (/dev/tty is always
 # the caller's controlling terminal; a one-shot command has none). A terminal session adds its own /dev/pts/N.
 WRITABLE_DEVICES = ["/dev/null", "/dev/tty"]
-SCOPES = {6: ["signal", "abstract_unix_socket"]}
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
@@ -193,8 +192,6 @@ def _refused(abi: int) -> list[str]:
         "System V IPC and POSIX message-queue changes, io_uring, pushing input into a terminal",
         "changing other processes' limits, priorities or scheduling; clearing the kernel log",
     ]
-    if abi < 3:
-        refused[0] = refused[0].replace("truncating, ", "truncating (truncate(2) and O_TRUNC only), ")
     if abi >= 4:
         refused.append("listening on TCP ports (bind)")
     if abi >= 6:

@@ -189,4 +189,15 @@ def test_the_banner_warns_and_required_refuses_to_start(tmp_path: Path) -> None:
     lines = required.stderr.strip().splitlines()
     assert len(lines) == 1 and "RELAY_SHELL_READONLY_ENFORCEMENT=required" in lines[0], required.stderr
     assert "no Landlock" in lines[0]
+    # --check-config says the same without serving.
+    check = [*command, "--check-config"]
+    refused = subprocess.run(check, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2 and "RELAY_SHELL_READONLY_ENFORCEMENT=required" in refused.stderr, refused
+    env["RELAY_SHELL_READONLY_ENFORCEMENT"] = "auto"
+    said = subprocess.run(check, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+    assert said.returncode == 0 and "readonly enforced by classifier-only" in said.stdout, said
+    here = subprocess.run(
+        [sys.executable, "-m", "relay_shell", "--check-config"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert here.returncode == 0 and "readonly enforced by landlock ABI " in here.stdout, here
     assert time.monotonic() - started < 60
