@@ -10,9 +10,14 @@ A tree starts under what the server's settings turned on, each a null object whe
   executed goes into the call's records (`TracedTree`); with RELAY_SHELL_EXEC_TRACE=off, or the trace unavailable
   here, `UNTRACED`: started on the calling thread, no `execs` in the records. Nothing under trace/ is imported
   while the trace is off.
-- Next (issue 26), **readonly confinement** (Landlock and no_new_privs, inherited by every descendant) joins them
-  here: applied where a tree's first process is placed (`ProcessTree.start_command`, `start_terminal`, on the
-  thread that spawns it), told to the banner (`Launcher.banner`), a null object outside readonly mode.
+- **readonly confinement** (adr/0024, confine/): in readonly mode every tree runs in a Landlock domain of its
+  own with no_new_privs, a syscall filter and root's capabilities cut down, inherited by every descendant. A
+  one-shot command is spawned on a thread that confined itself first (`run_confined`, inside the trace's
+  spawner thread when traced, inside the unit), a terminal's child confines itself before its exec
+  (`prepare_child`), a ProxyCommand goes through `python -m relay_shell.confine.run` (`helper_argv`). The
+  records of a confined tree say so (`confinement`). Outside readonly, or where the kernel has no Landlock,
+  `Unconfined`: nothing is confined (and nothing under confine/ is imported), and in readonly the banner,
+  server_info, the metric and every record say `classifier-only`.
 """
 
 from __future__ import annotations
@@ -27,16 +32,19 @@ from typing import IO, TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 import anyio
 
 from relay_shell.containment.units import Containment, NoUnit, Unit
+from relay_shell.errors import ConfigError
 from relay_shell.plan import Plan
 from relay_shell.settings.model import Settings
 
 if TYPE_CHECKING:
+    from relay_shell.confine.confinement import Confinement
     from relay_shell.metrics import Metrics
     from relay_shell.trace.tracer import ExecTracer
 
 T = TypeVar("T")
 Spawning = Callable[[dict[str, str]], AbstractContextManager[dict[str, str] | None]]  # a unit's `spawning`
 LateWriter = Callable[[str | None, dict[str, Any]], None]  # writes an `exec:late` record: (call_id, execs)
+Confined = Callable[[Callable[[], Any]], Any]  # a confinement's run_confined: the spawn on a confined thread
 
 
 class Child(Protocol):
@@ -74,6 +82,7 @@ class TreeTrace(Protocol):
         merge_stderr: bool,
         spawning: Spawning,
         untraced: Callable[[], Child],
+        confined: Confined,
     ) -> Child: ...
 
     def raise_if_refused(self) -> None: ...
@@ -103,8 +112,9 @@ class Untraced:
         merge_stderr: bool,
         spawning: Spawning,
         untraced: Callable[[], Child],
+        confined: Confined,
     ) -> Child:
-        return untraced()
+        return untraced()  # confined there (_popen)
 
     def raise_if_refused(self) -> None:
         pass
@@ -156,12 +166,101 @@ class TraceOff:
         }
 
 
-class ProcessTree:
-    """The processes of one call or one session: the unit that holds them and the trace that records them."""
+class Unconfined:
+    """Nothing is confined: the mode is not readonly (`off`), or readonly runs classifier-only here (`reason` says
+    why; the banner, server_info, the metric, the operating guide and every record of a tree say so)."""
 
-    def __init__(self, unit: Unit | NoUnit, trace: TreeTrace) -> None:
-        self.unit = unit
+    abi = 0
+
+    def __init__(self, state: Literal["off", "classifier-only"], reason: str, setting: str) -> None:
+        self.state = state
+        self.reason = reason
+        self.setting = setting
+        self.label = state
+
+    def run_confined(self, start: Callable[[], T]) -> T:
+        return start()
+
+    def run_on_spare(self, start: Callable[[], T], join: Callable[[], None]) -> T:
+        return start()
+
+    def prepare_child(self) -> None:
+        pass
+
+    def started_child(self) -> None:
+        pass
+
+    def helper_argv(self, argv: list[str]) -> list[str]:
+        return argv
+
+    def record_fields(self) -> dict[str, Any]:
+        return {"confinement": "classifier-only"} if self.state == "classifier-only" else {}
+
+    def status(self) -> dict[str, Any]:
+        return {"readonly": self.label, "setting": self.setting, "reason": self.reason}
+
+    def guide_note(self) -> str:
+        if self.state == "off":
+            return ""
+        return (
+            "\n## Readonly on this host\n\nWARNING: readonly is NOT enforced by the kernel here "
+            f"({self.reason}). The classifier alone decides what runs: a command it misjudges runs with the "
+            "server's full rights. Stay with plain observation commands.\n"
+        )
+
+
+UNCONFINED = Unconfined("off", "not asked for", "auto")  # a launcher made without settings (tests, tools)
+
+
+class TreeRecords(Protocol):
+    """What a tree's executor writes into its records: the trace's fields (`execs`) and the confinement's."""
+
+    def finish_into(self, plan: Plan) -> None: ...
+
+    def snapshot_into(self, plan: Plan) -> None: ...
+
+    def window_into(self, plan: Plan) -> AbstractContextManager[None]: ...
+
+    def end_fields(self) -> dict[str, Any]: ...
+
+
+class ConfinedRecords:
+    """A confined tree's records: each the trace fills also says how the tree was confined (`confinement`:
+    `landlock ABI N`, or `classifier-only` in a readonly mode the kernel cannot enforce)."""
+
+    def __init__(self, trace: TreeTrace, fields: dict[str, Any]) -> None:
         self.trace = trace
+        self.fields = fields
+
+    def finish_into(self, plan: Plan) -> None:
+        self._into(plan)
+        self.trace.finish_into(plan)
+
+    def snapshot_into(self, plan: Plan) -> None:
+        self._into(plan)
+        self.trace.snapshot_into(plan)
+
+    def window_into(self, plan: Plan) -> AbstractContextManager[None]:
+        self._into(plan)
+        return self.trace.window_into(plan)
+
+    def end_fields(self) -> dict[str, Any]:
+        return {**self.fields, **self.trace.end_fields()}
+
+    def _into(self, plan: Plan) -> None:
+        plan.record_fields = {**(plan.record_fields or {}), **self.fields}
+
+
+class ProcessTree:
+    """The processes of one call or one session: the unit that holds them, the trace that records them and the
+    confinement they run under."""
+
+    def __init__(self, unit: Unit | NoUnit, trace: TreeTrace, confinement: Confinement | Unconfined) -> None:
+        self.unit = unit
+        self.confinement = confinement
+        self.tracing = trace  # starts the tree (launch.py only)
+        fields = confinement.record_fields()
+        self.trace: TreeRecords = ConfinedRecords(trace, fields) if fields else trace  # what executors record
         # A terminal's spawner thread stays until the terminal closes: the program's parent-death signal fires
         # when the thread that forked it ends (adr/0019). Set by release().
         self.hold = threading.Event()
@@ -173,41 +272,44 @@ class ProcessTree:
         and stdin (or /dev/null); `env` None inherits the server's. OSError as Popen raises it when the program
         cannot run; ExecDenied when RELAY_SHELL_EXEC_DENY refused it (nothing ran)."""
         try:
-            child = await self.trace.start_command(
+            child = await self.tracing.start_command(
                 argv,
                 cwd,
                 env,
                 with_stdin,
                 merge_stderr,
                 self.unit.spawning,
-                lambda: _popen(argv, cwd, env, with_stdin, merge_stderr, self.unit),
+                lambda: _popen(argv, cwd, env, with_stdin, merge_stderr, self.unit, self.confinement),
+                self.confinement.run_confined,
             )
         except PermissionError:
-            self.trace.raise_if_refused()
+            self.tracing.raise_if_refused()
             raise
         self.unit.started(child.pid)
         return child
 
-    async def start_terminal(self, spawn: Callable[[dict[str, str]], S], env: dict[str, str]) -> S:
-        """A terminal's program, started by `spawn` with the environment the tree gives it; traced, on a spawner
-        thread that stays until release(). Whatever fails, nothing of the tree is left; a PermissionError is
-        ExecDenied when RELAY_SHELL_EXEC_DENY refused the program (ptyprocess reports a refused exec as a plain
-        OSError with errno EPERM, which passes through as it is)."""
+    async def start_terminal(self, spawn: Callable[[dict[str, str], Callable[[], None]], S], env: dict[str, str]) -> S:
+        """A terminal's program, started by `spawn` with the environment the tree gives it and what its child
+        must run between fork and exec (readonly: confine itself); traced, on a spawner thread that stays until
+        release(). Whatever fails, nothing of the tree is left; a PermissionError is ExecDenied when
+        RELAY_SHELL_EXEC_DENY refused the program (ptyprocess reports a refused exec as a plain OSError with
+        errno EPERM, which passes through as it is)."""
 
         def start() -> S:
             with self.unit.spawning(env) as child_env:
                 assert child_env is not None
-                return spawn(child_env)
+                return spawn(child_env, self.confinement.prepare_child)
 
         try:
-            process = await self.trace.place(start, self.hold)
+            process = await self.tracing.place(start, self.hold)
         except PermissionError:
             self.release()
-            self.trace.raise_if_refused()
+            self.tracing.raise_if_refused()
             raise
         except BaseException:
             self.release()
             raise
+        self.confinement.started_child()
         self.unit.started(process.pid)
         return process
 
@@ -228,22 +330,29 @@ class ProcessTree:
 
 
 class Launcher:
-    """A server's launch point: the containment chosen at its start and its exec trace (or TraceOff)."""
+    """A server's launch point: the containment chosen at its start, its exec trace (or TraceOff) and its readonly
+    confinement (or Unconfined)."""
 
-    def __init__(self, containment: Containment, tracer: ExecTracer | TraceOff) -> None:
+    def __init__(
+        self,
+        containment: Containment,
+        tracer: ExecTracer | TraceOff,
+        confinement: Confinement | Unconfined = UNCONFINED,
+    ) -> None:
         self.containment = containment
         self.tracer = tracer
+        self.confinement = confinement
 
     def call_tree(self, call_id: str | None) -> ProcessTree:
         """A one-shot command's or script's tree. Its unit is named after the call, so its processes (their
         marker, their cgroup) lead to the call's audit records, after a restart too; its execs after the end
         record (background jobs) go into `exec:late` records under the call's id."""
-        return ProcessTree(self.containment.open_unit("call", call_id), self._trace(call_id))
+        return ProcessTree(self.containment.open_unit("call", call_id), self._trace(call_id), self.confinement)
 
     def session_tree(self, session_id: str) -> ProcessTree:
         """A local PTY session's tree, its unit named after the session. Its trace learns the id of the call that
         spawned it from shell_spawn's record (`snapshot_into`)."""
-        return ProcessTree(self.containment.open_unit("session", session_id), self._trace(None))
+        return ProcessTree(self.containment.open_unit("session", session_id), self._trace(None), self.confinement)
 
     def _trace(self, call_id: str | None) -> TreeTrace:
         tracer = self.tracer
@@ -252,6 +361,11 @@ class Launcher:
 
             return TracedTree(tracer, call_id)
         return UNTRACED
+
+    def helper_argv(self, argv: list[str]) -> list[str]:
+        """The command line of a program the server starts for itself on a call's behalf (an ssh_config
+        ProxyCommand): in readonly mode it runs confined like a call's tree."""
+        return self.confinement.helper_argv(argv)
 
     def helper_started(self, pid: int) -> None:
         """The server started `pid` for itself, outside every unit (an ssh_config ProxyCommand, told by the SSH
@@ -274,28 +388,63 @@ class Launcher:
 
     def banner(self) -> str:
         """The startup banner's part for what processes start under."""
-        return f"containment {self.containment.mode} | exec trace {self.tracer.state}"
+        banner = f"containment {self.containment.mode} | exec trace {self.tracer.state}"
+        if self.confinement.state != "off":
+            banner += f" | readonly enforced by {self.confinement.label}"
+        return banner
 
     def banner_notes(self) -> list[str]:
         """Lines said once at startup after the banner."""
+        notes = []
         if self.tracer.state == "unavailable":
-            return [f"exec trace unavailable: {self.tracer.reason}"]
-        if self.tracer.no_new_privs:
-            return [f"exec trace: {self.tracer.reason}"]
-        return []
+            notes.append(f"exec trace unavailable: {self.tracer.reason}")
+        elif self.tracer.no_new_privs:
+            notes.append(f"exec trace: {self.tracer.reason}")
+        if self.confinement.state == "classifier-only":
+            notes.append(
+                f"WARNING: readonly is NOT enforced by the kernel here ({self.confinement.reason}): the classifier "
+                "alone decides what runs; RELAY_SHELL_READONLY_ENFORCEMENT=required refuses to start instead"
+            )
+        return notes
 
 
 def start_launcher(settings: Settings, containment: Containment, metrics: Metrics, on_late: LateWriter) -> Launcher:
     """The server's launcher: the containment chosen at startup (cli.serve) and the exec trace the settings ask
     for. `on_late` writes an `exec:late` record (through the runner; trace/ imports nothing above it)."""
+    confinement = start_confinement(settings, metrics)
     deny_patterns = settings.trace.exec_deny
     if settings.trace.exec_trace == "off":
-        return Launcher(containment, TraceOff(len(deny_patterns), settings.trace.exec_trace_entries))
+        return Launcher(containment, TraceOff(len(deny_patterns), settings.trace.exec_trace_entries), confinement)
     from relay_shell.trace.tracer import ExecTracer
 
     tracer = ExecTracer(deny_patterns, settings.trace.exec_trace_entries, metrics)
     tracer.on_late = on_late
-    return Launcher(containment, tracer)
+    return Launcher(containment, tracer, confinement)
+
+
+def start_confinement(settings: Settings, metrics: Metrics) -> Confinement | Unconfined:
+    """Readonly mode: every tree confined where the kernel has Landlock, else classifier-only with the reason, or
+    (RELAY_SHELL_READONLY_ENFORCEMENT=required) a ConfigError: startup stops with exit 2."""
+    mode, setting = settings.policy.policy_mode, settings.policy.readonly_enforcement
+    if mode != "readonly":
+        metrics.readonly_kernel_enforcement.set(-1)
+        return Unconfined("off", f"policy mode {mode}", setting)
+    from relay_shell.confine.confinement import ConfinementUnavailable
+    from relay_shell.confine.confinement import start_confinement as confine_readonly
+
+    try:
+        confinement = confine_readonly(setting, metrics)
+    except ConfinementUnavailable as exc:
+        if setting == "required":
+            raise ConfigError(
+                f"RELAY_SHELL_READONLY_ENFORCEMENT=required: readonly cannot be enforced by the kernel here ({exc}); "
+                "allowed: auto (readonly runs classifier-only, said at startup and in server_info) or a kernel "
+                "with Landlock"
+            ) from None
+        metrics.readonly_kernel_enforcement.set(0)
+        return Unconfined("classifier-only", str(exc), setting)
+    metrics.readonly_kernel_enforcement.set(confinement.abi)
+    return confinement
 
 
 def _popen(
@@ -305,17 +454,21 @@ def _popen(
     with_stdin: bool,
     merge_stderr: bool,
     unit: Unit | NoUnit,
+    confinement: Confinement | Unconfined,
 ) -> subprocess.Popen[bytes]:
-    """An untraced command's first process, on the calling thread."""
+    """An untraced command's first process, on the calling thread (readonly: a thread it starts, confined)."""
     with unit.spawning(env) as child_env:
         # Raises OSError (missing program, E2BIG for a huge command line, bad cwd): the runner reports it.
-        return subprocess.Popen(
-            argv,
-            stdin=subprocess.PIPE if with_stdin else subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
-            cwd=cwd,
-            env=child_env,
-            start_new_session=True,
-            close_fds=True,
+        return confinement.run_on_spare(
+            lambda: subprocess.Popen(
+                argv,
+                stdin=subprocess.PIPE if with_stdin else subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
+                cwd=cwd,
+                env=child_env,
+                start_new_session=True,
+                close_fds=True,
+            ),
+            unit.join_spawning_thread,
         )

@@ -152,6 +152,26 @@ DEFINITIONS: tuple[Definition, ...] = (
         "relay_shell_execs_denied",
         "execs refused with EPERM by RELAY_SHELL_EXEC_DENY.",
     ),
+    # Readonly enforced by the kernel (adr/0024).
+    Definition(
+        "readonly_kernel_enforcement",
+        "gauge",
+        "relay_shell_readonly_kernel_enforcement",
+        "The Landlock ABI every process tree of a readonly call is confined with; 0: readonly runs "
+        "classifier-only (no Landlock here), -1: the policy mode is not readonly.",
+    ),
+    Definition(
+        "confined_trees",
+        "counter",
+        "relay_shell_confined_trees",
+        "Process trees started confined (readonly mode: calls, terminal sessions).",
+    ),
+    Definition(
+        "confinement_failures",
+        "counter",
+        "relay_shell_confinement_failures",
+        "Readonly calls refused because the kernel would not confine their tree; nothing of them ran.",
+    ),
     # What the rules and dashboard compare usage with (deploy/prometheus, deploy/grafana; adr/0021).
     Definition(
         "sessions_max",
@@ -266,6 +286,9 @@ class Metrics:
     audit_checkpoint_failures: Any
     execs_traced: Any
     execs_denied: Any
+    readonly_kernel_enforcement: Any
+    confined_trees: Any
+    confinement_failures: Any
     denied_calls: Any
 
     def __init__(self, enabled: bool = True) -> None:

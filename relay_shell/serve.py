@@ -70,7 +70,16 @@ def check_configuration(settings: Settings) -> int:
         from relay_shell.offhost.setup import syslog_tls
 
         syslog_tls(settings)
-    print(f"relay-shell {__version__}: configuration OK (audit log {settings.audit.audit_path} is writable)")
+    enforcement = ""
+    if settings.policy.policy_mode == "readonly":  # a kernel that cannot enforce it: said, or (required) refused
+        from relay_shell.launch import start_confinement
+        from relay_shell.metrics import Metrics
+
+        enforcement = f"; readonly enforced by {start_confinement(settings, Metrics(enabled=False)).label}"
+    print(
+        f"relay-shell {__version__}: configuration OK (audit log {settings.audit.audit_path} is writable"
+        f"{enforcement})"
+    )
     return 0
 
 
@@ -175,12 +184,14 @@ def assemble(
     assembly = build_server(settings, audit_log, http_auth.tokens, http_auth.oauth, containment, offhost)
     restart = restart_fields(previous, [leftover.record() for leftover in leftovers])
     # The policy in force, for the auditor's report (adr/0023): a log says which rules each of its servers applied.
-    policy = {
+    policy: dict[str, str] = {
         "mode": settings.policy.policy_mode,
         "confirm_tier3": settings.policy.confirm_tier3,
         "exec_trace": settings.trace.exec_trace,
         "gate": settings.runbooks.gate,
     }
+    if assembly.launcher.confinement.state != "off":  # readonly: landlock ABI N, or classifier-only (adr/0024)
+        policy["readonly_enforcement"] = assembly.launcher.confinement.label
     assembly.recorder.server_started({**restart, "policy": policy})
     if offhost is not None:  # after server:start: the first record this process ships or signs is its own start
         offhost.start()

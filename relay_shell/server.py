@@ -170,7 +170,7 @@ def open_ssh(settings: Settings, launcher: Launcher, recorder: Recorder) -> SshA
         connected=connected,
         idle_timeout=settings.ssh.forward_idle_timeout,
     )
-    return SshAccess(settings, forwards, on_helper=launcher.helper_started)
+    return SshAccess(settings, forwards, on_helper=launcher.helper_started, helper_argv=launcher.helper_argv)
 
 
 def publish_gauges(
@@ -216,7 +216,12 @@ def mcp_server(
     runbook_context = RunbookContext(pulls, services.runbooks)
     # Validates the prompt definitions; runbook arguments `host`/`hosts` complete too.
     prompts = WorkflowPrompts(
-        pulls, services.ssh, settings.policy.policy_mode, set(tools.entries), runbook_context.completion_source
+        pulls,
+        services.ssh,
+        settings.policy.policy_mode,
+        set(tools.entries),
+        runbook_context.completion_source,
+        guide_note=services.launcher.confinement.guide_note(),
     )
     bus = InMemorySubscriptionBus()  # 2026-07-28 clients hear of changed lists on their subscriptions/listen stream
     notifier = ListChangedNotifier(services.runbooks, bus, runbook_context.changed)

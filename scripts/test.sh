@@ -21,6 +21,11 @@ dpkg-query -W -f='${Status}' rsyslog-gnutls 2>/dev/null | grep -q 'ok installed'
 [ -x /lib/systemd/systemd-journald ] || missing+=(systemd)  # the journald tests' journald (tests/journald.py)
 # The audit report's browser tests (tests/e2e/report/): Debian's Chromium, driven by Playwright (adr/0023).
 [ -x /usr/bin/chromium ] || missing+=(chromium)
+# Readonly's kernel enforcement (adr/0024): `sudo -n true` must fail in a readonly tree, and the probes that the
+# classifier admits by name include a static binary (gcc -static needs libc6-dev's libc.a).
+command -v sudo >/dev/null 2>&1 || missing+=(sudo)
+command -v gcc >/dev/null 2>&1 || missing+=(gcc)
+[ -e /usr/lib/x86_64-linux-gnu/libc.a ] || [ -e /usr/lib/aarch64-linux-gnu/libc.a ] || missing+=(libc6-dev)
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     export DEBIAN_FRONTEND=noninteractive

@@ -29,14 +29,16 @@ OutputCallback = Callable[[bytes], None]
 ExitCallback = Callable[[int | None, str | None], None]
 
 
-def _prepare_child() -> None:
+def _prepare_child(confine: Callable[[], None]) -> None:
     """In the child, before exec. Python ignores SIGPIPE and SIGXFSZ, and exec keeps ignored signals: give
     the program the defaults (`yes | head -1` must end quietly, as in any terminal). And SIGKILL the program
-    if the server dies, so even `kill -9` of the server does not leave the shell behind."""
+    if the server dies, so even `kill -9` of the server does not leave the shell behind. Last, what the launch
+    point asks (readonly: the child confines itself; an exception fails the spawn)."""
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
     with contextlib.suppress(Exception):
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    confine()
 
 
 async def start_local_pty(
@@ -45,8 +47,8 @@ async def start_local_pty(
     """Start the terminal's program through its tree (launch.py: in its unit; traced, on a spawner thread).
     Raises FileNotFoundError when argv[0] is not found and OSError when exec fails."""
     process = await tree.start_terminal(
-        lambda child_env: PtyProcess.spawn(
-            argv, cwd=cwd, env=child_env, dimensions=(rows, cols), preexec_fn=_prepare_child
+        lambda child_env, confine: PtyProcess.spawn(
+            argv, cwd=cwd, env=child_env, dimensions=(rows, cols), preexec_fn=lambda: _prepare_child(confine)
         ),
         env,
     )

@@ -19,7 +19,7 @@ from typing import Literal, Protocol
 import anyio
 
 from relay_shell.errors import ToolError
-from relay_shell.launch import Launcher, TreeTrace
+from relay_shell.launch import Launcher, TreeRecords
 from relay_shell.sessions.expect import SEARCH_WINDOW, Match, Patterns, find
 from relay_shell.sessions.ring import OutputRing, RingRead
 from relay_shell.sessions.transcript import Transcript
@@ -35,7 +35,7 @@ class Terminal(Protocol):
     kind: str  # "local" or "ssh"
     pid: int | None  # the local program's pid; None for a remote one
     where: str  # for the spawn result: "pid 1234", "on root@db1:22"
-    exec_trace: TreeTrace  # every exec of a local terminal's tree (launch.py); UNTRACED for a remote one
+    exec_trace: TreeRecords  # every exec of a local terminal's tree (launch.py); UNTRACED for a remote one
 
     def start(self, on_output: Callable[[bytes], None], on_exit: Callable[[int | None, str | None], None]) -> None: ...
 

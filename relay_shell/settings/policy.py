@@ -1,5 +1,6 @@
-"""[policy]: admission: the mode, the operator's deny and allow patterns (compiled once, in RE2:
-settings/patterns.py), and tier-3 confirmation (RELAY_SHELL_POLICY_*, RELAY_SHELL_CONFIRM_*)."""
+"""[policy]: admission: the mode and how readonly is enforced (adr/0024), the operator's deny and allow patterns
+(compiled once, in RE2: settings/patterns.py), and tier-3 confirmation (RELAY_SHELL_POLICY_*,
+RELAY_SHELL_READONLY_ENFORCEMENT, RELAY_SHELL_CONFIRM_*)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,11 @@ class PolicySettings(BaseModel):
     model_config = AREA_CONFIG
 
     policy_mode: Literal["open", "guarded", "readonly"] = Field("open", description="open, guarded or readonly")
+    readonly_enforcement: Literal["auto", "required"] = Field(
+        "auto",
+        description="auto (readonly is enforced by the kernel with Landlock where it has it, classifier-only and "
+        "said loudly where not) or required (refuse to start in readonly mode without Landlock)",
+    )
     policy_deny: tuple[Regex, ...] = Field((), description=PATTERNS)
     policy_allow: tuple[Regex, ...] = Field((), description=PATTERNS)
     confirm_tier3: Literal["off", "token", "elicit"] = Field(

@@ -21,9 +21,11 @@ class SshAccess:
         settings: Settings,
         forwards: ForwardRegistry | None = None,
         on_helper: Callable[[int], None] | None = None,
+        helper_argv: Callable[[list[str]], list[str]] = list,
     ) -> None:
         self.settings = settings
         self.on_helper = on_helper  # told each ProxyCommand's pid (Containment.helper_started)
+        self.helper_argv = helper_argv  # each ProxyCommand's command line (Launcher.helper_argv: readonly confines)
         self.ssh: Ssh | None = None
         self.reaper: asyncio.Task[None] | None = None
         # Port forwards ride on pooled connections; the registry itself needs no asyncssh.
@@ -43,6 +45,7 @@ class SshAccess:
                 connect_timeout=settings.ssh.ssh_connect_timeout,
                 keepalive=settings.ssh.ssh_keepalive,
                 on_helper=self.on_helper,
+                helper_argv=self.helper_argv,
             )
             self.ssh = Ssh(settings, Inventory(settings.ssh.ssh_config, settings.ssh.inventory), pool)
             with contextlib.suppress(RuntimeError):  # no running loop: a resource read outside the server

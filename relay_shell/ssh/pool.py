@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import errno
 import logging
+import shlex
 import socket
 import time
 from collections.abc import Callable
@@ -121,8 +122,10 @@ class SshPool:
         connect_timeout: float,
         keepalive: float,
         on_helper: Callable[[int], None] | None = None,
+        helper_argv: Callable[[list[str]], list[str]] = list,
     ) -> None:
         self.on_helper = on_helper  # told the pid of every ProxyCommand started (the containment's helpers)
+        self.helper_argv = helper_argv  # a ProxyCommand's command line as started (readonly: confined, adr/0024)
         self.max_connections = max_connections
         self.max_channels = max_channels
         self.idle_timeout = idle_timeout
@@ -263,7 +266,7 @@ class SshPool:
         if tunnel is not None:
             options["tunnel"] = tunnel.connection
         elif endpoint.proxy_command:
-            options["proxy_command"] = endpoint.proxy_command
+            options["proxy_command"] = self.helper_argv(shlex.split(endpoint.proxy_command))  # as asyncssh splits it
         try:
             connection = await asyncssh.connect(endpoint.address, **options)
         except BaseException as exc:

@@ -21,7 +21,7 @@ from typing import Any, cast
 
 import asyncssh
 
-from relay_shell.launch import UNTRACED, TreeTrace
+from relay_shell.launch import UNTRACED, TreeRecords
 from relay_shell.sessions.ansi import strip_ansi
 from relay_shell.ssh.pool import PooledConnection, SshPool
 
@@ -46,7 +46,7 @@ class _TerminalSession(asyncssh.SSHClientSession[bytes]):
 class SshTerminal:
     kind = "ssh"
     pid: int | None = None
-    exec_trace: TreeTrace = UNTRACED  # the programs run on the remote host: not traced (adr/0019)
+    exec_trace: TreeRecords = UNTRACED  # the programs run on the remote host: not traced (adr/0019)
 
     def __init__(self, pool: SshPool, connection: PooledConnection, where: str) -> None:
         self.pool = pool

@@ -2,7 +2,8 @@
 Every later capability extends both."""
 
 INSTRUCTIONS = """\
-relay-shell runs real commands on this host. There is no sandbox: every call is classified by policy \
+relay-shell runs real commands on this host. There is no sandbox except in readonly mode, which the kernel \
+enforces where it can (server_info's `enforcement`). Every call is classified by policy \
 (tier 0 observe, 1 reversible, 2 stateful, 3 irreversible), bounded in time and output, and recorded \
 in a hash-chained audit log (digests of outputs, never the outputs).
 - One command: shell_exec (via /bin/sh -c; use_shell=false for an argv). Multi-line logic: shell_script \
@@ -34,7 +35,8 @@ troubleshoot_host, run_interactive, fleet_change, review_audit; a policy mode th
 OPERATING_GUIDE = """\
 # relay-shell operating guide
 
-relay-shell gives you real command of this Linux host. Nothing is sandboxed. The safety net is that every \
+relay-shell gives you real command of this Linux host. Nothing is sandboxed except in `readonly` mode \
+(below). The safety net is that every \
 call is classified, admitted by policy, bounded, and audited. Work like a careful operator on a production box.
 
 ## Choosing a tool
@@ -204,6 +206,15 @@ database client, and the env overlay. Measured on 2,056 real commands: 93% get t
 stateful ones are rated admissible (none irreversible); on commands not seen while tuning 15% of stateful ones \
 are, mostly of programs it has no rule for. Classification is a speed bump, not a boundary: the audit log is \
 what makes the work accountable.
+
+`readonly` is also enforced by the kernel where the host allows it (`server_info` → `enforcement.readonly`: \
+`landlock ABI N`, or `classifier-only` and why). Then every process a call or session starts is confined: \
+creating, writing, truncating, renaming or removing files, changing modes or owners, `sudo` and other \
+set-user-ID programs, signals to processes outside the call, listening on TCP ports all fail with \
+`Permission denied` or `Operation not permitted`. That is readonly working, not a fault to work around: report \
+what you wanted to do. Programs that need a scratch file (a large `sort`, a here-document bigger than a pipe) \
+fail the same way; use a pipe or ask for another mode. What the kernel cannot stop is asking another program to \
+write for you (a daemon over a socket: Docker, systemd, a database): the classifier refuses those.
 
 Tier-3 confirmation (when the operator turns it on, `server_info` shows `confirm_tier3`): an irreversible \
 call does not run at once.

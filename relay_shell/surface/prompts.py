@@ -225,8 +225,10 @@ class WorkflowPrompts:
         mode: str,
         tool_names: set[str],
         other_sources: Callable[[str, str], CompletionSource | None] | None = None,
+        guide_note: str = "",
     ) -> None:
         self.pulls = pulls
+        self.guide_note = guide_note  # what this server's operating_guide adds (how readonly is enforced here)
         self.ssh = ssh
         self.mode = mode
         self.catalog = validate_definitions(PROMPTS, tool_names)
@@ -258,6 +260,8 @@ class WorkflowPrompts:
         async def render_prompt(**arguments: Any) -> str:
             context: Context = arguments.pop(CONTEXT_KWARG)
             text = render(spec, arguments)
+            if spec.name == "operating_guide":
+                text += self.guide_note
             try:
                 return self.pulls.pull(context.request_context, f"prompt:{spec.name}", text)
             except RuntimeError as exc:  # the audit log failed: fail closed, say why

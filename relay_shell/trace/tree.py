@@ -26,6 +26,9 @@ C = TypeVar("C")
 # the unit's marker, the spawning thread in the unit's cgroup. The launcher hands it over; trace/ imports nothing
 # of containment.
 Spawning = Callable[[dict[str, str]], AbstractContextManager[dict[str, str] | None]]
+# Readonly confinement (launch.py, confine/): runs the spawn on a thread that confined itself first, or just runs
+# it when nothing is confined.
+Confined = Callable[[Callable[[], SpawnedChild]], SpawnedChild]
 
 
 class TracedTree:
@@ -48,6 +51,7 @@ class TracedTree:
         merge_stderr: bool,
         spawning: Spawning,
         untraced: Callable[[], C],
+        confined: Confined,
     ) -> SpawnedChild | C:
         """A one-shot command's first process, by posix_spawn on the spawner thread (Popen's vfork would deadlock
         under the filter, adr/0019); `untraced()` (Popen) where glibc lacks what that needs, said in the record."""
@@ -63,12 +67,12 @@ class TracedTree:
                 assert child_env is not None
                 path = resolve_program(argv[0], child_env, cwd)
                 if self.execs.state != "traced":  # no filter on this thread (the trace is unavailable for this tree)
-                    return spawn(argv, cwd, child_env, with_stdin, merge_stderr, path)
+                    return confined(lambda: spawn(argv, cwd, child_env, with_stdin, merge_stderr, path))
                 # The server's own exec, the tree's first: recorded here (the service thread lets it go unread).
                 # Recorded absolute, like every other entry (a relative path is the child's working directory's).
                 self.tracer.first_exec(self.execs, os.path.normpath(os.path.join(cwd or os.getcwd(), path)), argv)
                 try:
-                    child = spawn(argv, cwd, child_env, with_stdin, merge_stderr, path)
+                    child = confined(lambda: spawn(argv, cwd, child_env, with_stdin, merge_stderr, path))
                 except OSError as exc:
                     self.tracer.first_exec_failed(self.execs, exc)
                     raise

@@ -2,8 +2,10 @@
 subtree) and the exec trace off and on: a command's and a terminal's tree start in their unit, an escape ends
 with its tree, the trace (or its null object) puts `execs` (or nothing) into the plan, the execs a session_send
 starts go into its window, and RELAY_SHELL_EXEC_DENY refusing the first program is ExecDenied with nothing of the
-tree left. Each case runs in a fresh interpreter: containment changes the whole process (a child subreaper, its
-cgroup, the marker in its environment) and must not leak into the test runner."""
+tree left; in readonly mode (adr/0024) every process of both trees runs confined (no_new_privs, Landlock), the
+command spawned on a spare confined thread that joined the unit first. Each case runs in a fresh interpreter:
+containment changes the whole process (a child subreaper, its cgroup, the marker in its environment) and must not
+leak into the test runner."""
 
 from __future__ import annotations
 
@@ -33,7 +35,7 @@ from relay_shell.launch import start_launcher
 from relay_shell.metrics import Metrics
 from relay_shell.plan import Plan, Subject
 
-MODE, TRACE, AUDIT, TOKEN = sys.argv[1:5]
+MODE, TRACE, AUDIT, TOKEN, POLICY = sys.argv[1:6]
 found = {}
 
 async def nothing(progress):
@@ -69,9 +71,12 @@ def settle(escape):
         time.sleep(0.01)
 
 def in_unit(tree, pid):
-    "Where containment holds pid: its marker, and in cgroup mode whether its unit's cgroup lists it."
+    "Where containment holds pid: its marker, whether its unit's cgroup lists it, and whether it is confined."
     cgroup = getattr(tree.unit, "cgroup", None)
-    return {"marker": proc.read_marker(pid), "in_cgroup": cgroup is not None and pid in pids_in(cgroup)}
+    with open(f"/proc/{pid}/status") as status:
+        confined = "NoNewPrivs:\t1" in status.read()
+    return {"marker": proc.read_marker(pid), "in_cgroup": cgroup is not None and pid in pids_in(cgroup),
+            "confined": confined}
 
 async def command(launcher):
     tree = launcher.call_tree("c1")
@@ -85,6 +90,7 @@ async def command(launcher):
     plan = new_plan("c1")
     tree.trace.finish_into(plan)
     found["command_execs"] = (plan.record_fields or {}).get("execs")
+    found["command_confinement"] = (plan.record_fields or {}).get("confinement")
     found["command_first_pid"] = child.pid
     found["escape_members"] = escape in tree.signal_all(())
     await tree.kill(2.0)
@@ -96,7 +102,9 @@ async def command(launcher):
 async def terminal(launcher):
     tree = launcher.session_tree("s1")
     env = {**os.environ, "TERM": "dumb", "PS1": "$ "}
-    process = await tree.start_terminal(lambda child_env: PtyProcess.spawn(["/bin/sh"], env=child_env), env)
+    process = await tree.start_terminal(
+        lambda child_env, confine: PtyProcess.spawn(["/bin/sh"], env=child_env, preexec_fn=confine), env
+    )
     found["terminal_leader"] = tree.unit.leader == process.pid
     found["terminal"] = in_unit(tree, process.pid)
     process.write(b"echo re''ady\n")  # the output, not the terminal's echo of the line
@@ -130,7 +138,9 @@ async def refused(launcher):
     tree.release()
     tree = launcher.session_tree("s2")
     try:
-        process = await tree.start_terminal(lambda env: PtyProcess.spawn(["/usr/bin/id"], env=env), dict(os.environ))
+        process = await tree.start_terminal(
+            lambda env, _confine: PtyProcess.spawn(["/usr/bin/id"], env=env), dict(os.environ)
+        )
         found["refused_terminal"] = "ran"
         os.waitpid(process.pid, 0)
         process.terminated = True
@@ -143,7 +153,11 @@ async def refused(launcher):
     found["terminal_hold_after_refusal"] = tree.hold.is_set()
 
 async def main():
-    settings = Settings(audit={"audit_path": AUDIT}, trace={"exec_trace": TRACE, "exec_deny": '["^/usr/bin/id( |$)"]'})
+    settings = Settings(
+        audit={"audit_path": AUDIT},
+        trace={"exec_trace": TRACE, "exec_deny": '["^/usr/bin/id( |$)"]'},
+        policy={"policy_mode": POLICY},
+    )
     containment = start_containment(MODE, scope_of(AUDIT))
     launcher = start_launcher(settings, containment, Metrics(enabled=False), lambda call_id, execs: None)
     found["banner"] = launcher.banner()
@@ -162,7 +176,9 @@ async def main():
 asyncio.run(main())
 """
 
-CASES = [(mode, trace) for mode in ("off", "subreaper", "cgroup") for trace in ("off", "on")]
+CASES = [(mode, trace, "open") for mode in ("off", "subreaper", "cgroup") for trace in ("off", "on")]
+CASES += [("off", "off", "readonly"), ("subreaper", "on", "readonly"), ("cgroup", "off", "readonly")]
+CASES += [("cgroup", "on", "readonly")]
 
 
 @pytest.fixture(name="token")
@@ -172,10 +188,10 @@ def token_fixture() -> Iterator[str]:
     end_strays(value)
 
 
-def launch(tmp_path: Path, mode: str, trace: str, token: str, cgroup: Path | None) -> dict[str, Any]:
+def launch(tmp_path: Path, mode: str, trace: str, token: str, cgroup: Path | None, policy: str) -> dict[str, Any]:
     script = tmp_path / "launch_case.py"
     script.write_text(PROGRAM)
-    argv = [sys.executable, str(script), mode, trace, str(tmp_path / "audit.jsonl"), token]
+    argv = [sys.executable, str(script), mode, trace, str(tmp_path / "audit.jsonl"), token, policy]
     if cgroup is not None:  # like a service started in its own cgroup: enter it, then become the interpreter
         argv = ["/bin/sh", "-c", 'echo $$ > "$0/cgroup.procs" && shift && exec "$@"', str(cgroup), "-", *argv]
     env = server_env(tmp_path / "audit.jsonl")
@@ -185,12 +201,12 @@ def launch(tmp_path: Path, mode: str, trace: str, token: str, cgroup: Path | Non
     return found
 
 
-@pytest.mark.parametrize(("mode", "trace"), CASES)
-def test_every_tree_starts_through_the_launcher(tmp_path: Path, mode: str, trace: str, token: str) -> None:
+@pytest.mark.parametrize(("mode", "trace", "policy"), CASES)
+def test_every_tree_starts_through_the_launcher(tmp_path: Path, mode: str, trace: str, policy: str, token: str) -> None:
     cgroups = cgroup_subtree() if mode == "cgroup" else iter([None])
     cgroup = next(cgroups)
     try:
-        found = launch(tmp_path, mode, trace, token, cgroup)
+        found = launch(tmp_path, mode, trace, token, cgroup, policy)
     finally:
         if cgroup is not None:  # a case that died before its shutdown left its (empty) unit cgroups
             for directory in sorted(cgroup.glob("*/*"), reverse=True) + list(cgroup.glob("*")):
@@ -199,7 +215,9 @@ def test_every_tree_starts_through_the_launcher(tmp_path: Path, mode: str, trace
         next(cgroups, None)  # removes the subtree, and fails if a process was left in it
     contained = mode != "off"
     traced = trace == "on"
-    assert found["banner"] == f"containment {mode} | exec trace {trace}"
+    readonly = policy == "readonly"
+    confined = " | readonly enforced by landlock ABI " if readonly else ""
+    assert found["banner"].startswith(f"containment {mode} | exec trace {trace}{confined}"), found["banner"]
     assert found["status"]["state"] == trace and found["status"]["deny_patterns"] == 1, found["status"]
     expected_keys = {"state", "reason", "no_new_privs", "deny_patterns", "entries_kept", "execs_traced"}
     assert expected_keys <= set(found["status"]), found["status"]  # the same server_info shape, on or off
@@ -212,6 +230,7 @@ def test_every_tree_starts_through_the_launcher(tmp_path: Path, mode: str, trace
     assert found["escape"]["marker"] == (unit_marker if contained else None), found["escape"]
     assert found["escape"]["in_cgroup"] is (mode == "cgroup"), found["escape"]
     assert found["escape_members"] is contained
+    assert found["escape"]["confined"] is readonly and (found["command_confinement"] is not None) is readonly
     assert found["escape_alive_after_kill"] is not contained
     if traced:  # the tree's first exec is the server's own posix_spawn of /bin/sh, recorded with its pid
         execs = found["command_execs"]
@@ -224,6 +243,7 @@ def test_every_tree_starts_through_the_launcher(tmp_path: Path, mode: str, trace
     assert found["terminal_leader"] is contained
     assert found["terminal"]["marker"] == (found["marker_prefix"] + "session-s1" if contained else None)
     assert found["terminal"]["in_cgroup"] is (mode == "cgroup")
+    assert found["terminal"]["confined"] is readonly
     assert found["terminal_members"] is contained
     assert found["terminal_hold_released"] is True
     if traced:
@@ -232,7 +252,8 @@ def test_every_tree_starts_through_the_launcher(tmp_path: Path, mode: str, trace
         assert window == [["/bin/echo", "mark42"]], found["send_execs"]
         assert found["end_fields"]["execs"]["count"] == 2, found["end_fields"]
     else:
-        assert found["spawn_execs"] is None and found["send_execs"] is None and found["end_fields"] == {}
+        assert found["spawn_execs"] is None and found["send_execs"] is None and "execs" not in found["end_fields"]
+    assert found["end_fields"].get("confinement", "").startswith("landlock ABI ") is readonly, found["end_fields"]
 
     # EXEC_DENY refuses the first program only under the trace: then ExecDenied, and nothing of the tree stays.
     if traced:
@@ -245,6 +266,6 @@ def test_every_tree_starts_through_the_launcher(tmp_path: Path, mode: str, trace
         assert execs["count"] == execs["denied"] == 1 and execs["entries"][0]["path"] == "/usr/bin/id", execs
     else:
         assert found["refused_command"] == "ran: exit 0" and found["refused_terminal"] == "ran"
-        assert found["refused_terminal_execs"] == {}
+        assert "execs" not in found["refused_terminal_execs"]
     assert found["terminal_hold_after_refusal"] is True
     assert found["units_running"] == []

@@ -18,7 +18,8 @@ from relay_shell.surface.services import Services
 async def server_info(call: CallRequest, services: Services) -> Annotated[CallToolResult, results.ServerInfoResult]:
     """Describe this server: version, transport, policy mode, effective limits (default and maximum
     output, maximum timeout), audit log path and health, terminal sessions (open, limits), metrics
-    listener, process containment (cgroup or subreaper and why, background jobs still running), the team's
+    listener, process containment (cgroup or subreaper and why, background jobs still running), how readonly
+    is enforced (`enforcement`: by the kernel with Landlock, or classifier-only and why), the team's
     runbooks (loaded, failed to load) and this session's briefing gate. Call it once before work to learn what
     the policy will admit."""
     return await services.runner.run(call, lambda: server_info_plan(call, services))
@@ -52,6 +53,7 @@ def server_info_plan(call: CallRequest, services: Services) -> Plan:
     described = {
         **services.runbooks.state(services.runner.gate, call.owner),  # the runbooks, this session's briefing gate
         "exec_trace": services.launcher.tracer.status(),
+        "enforcement": services.launcher.confinement.status(),  # readonly: landlock ABI N, classifier-only, off
     }
     return prepare_server_info(
         services.settings,

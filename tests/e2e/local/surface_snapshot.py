@@ -49,7 +49,19 @@ def normalise_record(record: dict[str, Any]) -> dict[str, Any]:
     if record.get("tool") == "server:start":
         masked.pop("scan", None)  # how far the previous log was read
         masked.pop("interrupted", None)
+        if "readonly_enforcement" in masked.get("policy", {}):  # the kernel's Landlock ABI (adr/0024)
+            masked["policy"] = {
+                **masked["policy"],
+                "readonly_enforcement": _abi_masked(masked["policy"]["readonly_enforcement"]),
+            }
+    if "confinement" in masked:
+        masked["confinement"] = _abi_masked(masked["confinement"])
     return masked
+
+
+def _abi_masked(enforcement: str) -> str:
+    """`landlock ABI 7` is `landlock ABI N`: the same code on another kernel enforces readonly the same way."""
+    return re.sub(r"^landlock ABI \d+$", "landlock ABI N", enforcement)
 
 
 async def surface(client: Client) -> dict[str, Any]:

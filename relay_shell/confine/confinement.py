@@ -1,0 +1,224 @@
+"""Readonly enforced by the kernel (adr/0024): every process tree a readonly call or session starts runs in a
+Landlock domain of its own, with no_new_privs, the syscall filter (confine/syscall_filter.py) and root's
+capabilities cut down (confine/capabilities.py). Outside readonly mode, and in readonly mode where the kernel
+has no Landlock, launch.py's `Unconfined` stands in (and this package is not loaded): nothing is confined, and
+the second case says so everywhere.
+
+Where the restriction is applied, so that it holds for exactly the tree and never for the server:
+- **A one-shot command** is spawned by a vfork-style clone (Popen, or glibc's posix_spawn under the exec trace)
+  that runs no code of ours in the child. Landlock restricts the calling thread, so the spawn runs on a thread
+  that restricted itself first and ends right after: untraced, a spare made ahead that joins the tree's cgroup
+  unit (`run_on_spare`, confine/spares.py); traced, a new thread made by the trace's spawner thread, so that it
+  inherits its exec filter (and cgroup) (`run_confined`).
+- **A terminal** (ptyprocess forks and runs a pre-exec hook in the child): the child restricts itself
+  (`prepare_child`), with a rule of its own for its terminal. No thread of the server is ever in its domain.
+- **A ProxyCommand** (asyncssh starts it): through `python -m relay_shell.confine.run`, which restricts itself
+  and execs it (`helper_argv`).
+
+The spawning thread shares its tree's domain while it lives, so a tree could signal or ptrace it, and through it
+the server. Closed three ways: the syscall filter refuses signals, pidfds, ptrace and process_vm_* aimed at it or at
+the server's pid; the tree's processes hold fewer capabilities than the thread (root) or none, and the server is
+not dumpable while readonly is confined, so the kernel refuses them ptrace and /proc access to it (its memory,
+its descriptors: a stdio server's stdout would otherwise be reopened through /proc/PID/task/TID/fd/1).
+"""
+
+from __future__ import annotations
+
+import _thread
+import ctypes
+import os
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from relay_shell.confine import capabilities, landlock, syscall_filter
+from relay_shell.confine.spares import SparePool
+from relay_shell.errors import ToolError
+
+T = TypeVar("T")
+PR_SET_DUMPABLE = 4
+# Device files a readonly tree may open for writing: the bit bucket, and its own terminal (/dev/tty is always
+# the caller's controlling terminal; a one-shot command has none). A terminal session adds its own /dev/pts/N.
+WRITABLE_DEVICES = ["/dev/null", "/dev/tty"]
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+
+
+class ConfinementRefused(Exception):
+    """The kernel refused to confine a spawning thread; the message says what."""
+
+
+class Confinement:
+    """Readonly mode with Landlock: every tree is confined."""
+
+    def __init__(self, abi: int, setting: str, metrics: Any) -> None:
+        self.abi = abi
+        self.setting = setting
+        self.metrics = metrics
+        self.label = f"landlock ABI {abi}"
+        self.state = "landlock"
+        self.reason = ""
+        self.ruleset = landlock.create_ruleset(abi, WRITABLE_DEVICES)
+        self.program = syscall_filter.build(os.getpid(), abi)
+        self.privileged = capabilities.privileged()
+        self.trees = 0
+        self.failures = 0
+        self.spares: SparePool | None = None  # made ahead for untraced one-shot commands (start_confinement)
+
+    def confine_this_thread(self) -> None:
+        """Restrict the calling thread (and what it starts) for good. OSError when the kernel refuses."""
+        syscall_filter.set_no_new_privs()
+        capabilities.reduce_for_readonly(self.privileged)
+        landlock.restrict_self(self.ruleset, self.abi)
+        syscall_filter.install(self.program.for_thread(threading.get_native_id()))
+
+    def run_on_spare(self, start: Callable[[], T], join: Callable[[], None]) -> T:
+        """`start()` on a spare confined thread (confine/spares.py), which first runs `join` (into the tree's
+        cgroup unit); on a new one, confined now, when none is ready. ToolError as run_confined."""
+        spare = self.spares.take() if self.spares is not None else None
+        if spare is None:
+            return self.run_confined(start)  # made by the calling thread, in the unit already
+
+        def joined() -> T:
+            join()
+            return start()
+
+        result = spare.hand(joined)
+        self.trees += 1
+        self.metrics.confined_trees.inc()
+        return result
+
+    def run_confined(self, start: Callable[[], T]) -> T:
+        """`start()` (which spawns the tree's first process) on a new thread confined first, which then ends;
+        the calling thread waits. It is the calling thread's: inherits its exec filter and cgroup. ToolError
+        `ConfinementFailed` when the kernel refused: nothing ran."""
+        try:
+            result = self.on_confined_thread(start)
+        except ConfinementRefused as exc:
+            self.failures += 1
+            self.metrics.confinement_failures.inc()
+            raise ToolError(
+                "ConfinementFailed",
+                f"readonly confinement could not be applied ({exc}); nothing ran (readonly runs nothing "
+                "unconfined while the kernel enforces it)",
+            ) from None
+        self.trees += 1
+        self.metrics.confined_trees.inc()
+        return result
+
+    def on_confined_thread(self, start: Callable[[], T]) -> T:
+        """`start()` on a new thread that confined itself first; ConfinementRefused when it could not."""
+        done = _thread.allocate_lock()
+        done.acquire()
+        outcome: list[Any] = []
+
+        def run() -> None:
+            try:
+                try:
+                    self.confine_this_thread()
+                except OSError as exc:
+                    outcome.append(ConfinementRefused(str(exc)))
+                    return
+                outcome.append(start())
+            except BaseException as exc:  # handed to the waiting thread, raised there
+                outcome.append(exc)
+            finally:
+                done.release()
+
+        # _thread, not threading.Thread: its start() waits for the new thread to run, a second hand-over.
+        _thread.start_new_thread(run, ())
+        done.acquire()
+        result = outcome[0]
+        if isinstance(result, BaseException):
+            raise result
+        return result
+
+    def prepare_child(self) -> None:
+        """In a terminal's child, between fork and exec (one thread): restrict the whole process, its terminal
+        writable. It may be read (the exec trace reads its first exec) although it is the server's copy."""
+        _libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
+        devices = list(WRITABLE_DEVICES)
+        if os.isatty(0):
+            devices.append(os.ttyname(0))
+        ruleset = landlock.create_ruleset(self.abi, devices)
+        syscall_filter.set_no_new_privs()
+        capabilities.reduce_for_readonly(self.privileged)
+        landlock.restrict_self(ruleset, self.abi)
+        os.close(ruleset)
+        syscall_filter.install(self.program.for_thread(os.getppid()))
+
+    def started_child(self) -> None:
+        """A terminal's child confined itself (ptyprocess returned): counted like a one-shot tree."""
+        self.trees += 1
+        self.metrics.confined_trees.inc()
+
+    def helper_argv(self, argv: list[str]) -> list[str]:
+        """A ProxyCommand's command line: run through the confining launcher (confine/run.py)."""
+        return [sys.executable, "-I", "-m", "relay_shell.confine.run", "--", *argv]
+
+    def record_fields(self) -> dict[str, Any]:
+        return {"confinement": self.label}
+
+    def guide_note(self) -> str:
+        """The operating guide's section on this host (the same at every ABI: server_info has the details)."""
+        return (
+            "\n## Readonly on this host\n\nReadonly is enforced by the kernel here: every process you start is "
+            "confined, whatever the classifier admitted. `server_info` (`enforcement.refused`) lists what fails, with "
+            "`Permission denied` or `Operation not permitted`.\n"
+        )
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "readonly": self.label,
+            "setting": self.setting,
+            "landlock_abi": self.abi,
+            "no_new_privs": True,
+            "refused": _refused(self.abi),
+            "capabilities_kept": sorted(capabilities.KEPT.values()) if self.privileged else [],
+            "trees_confined": self.trees,
+            "confinement_failures": self.failures,
+        }
+
+
+def _refused(abi: int) -> list[str]:
+    """What the kernel refuses a readonly tree at this ABI, in words."""
+    refused = [
+        "creating, writing, truncating, renaming, linking or removing files (but /dev/null and its terminal)",
+        "changing file modes, owners, times, extended attributes or inode flags",
+        "gaining privileges (no_new_privs: set-user-ID programs such as sudo run unprivileged)",
+        "ptrace and /proc access to processes outside the call",
+        "System V IPC and POSIX message-queue changes, io_uring, pushing input into a terminal",
+        "changing other processes' limits, priorities or scheduling; clearing the kernel log",
+    ]
+    if abi >= 4:
+        refused.append("listening on TCP ports (bind)")
+    if abi >= 6:
+        refused.append("signals to processes outside the call; connecting to abstract unix sockets outside it")
+    return refused
+
+
+class ConfinementUnavailable(Exception):
+    """Readonly cannot be enforced by the kernel here; the message says why."""
+
+
+def start_confinement(setting: str, metrics: Any) -> Confinement:
+    """Readonly mode's confinement, after Landlock's ABI and one confined thread made for real (what a
+    container's seccomp policy or a missing capability would refuse shows here, not on a call's path);
+    ConfinementUnavailable naming why not."""
+    try:
+        abi = landlock.abi_version()
+    except landlock.LandlockUnavailable as exc:
+        raise ConfinementUnavailable(str(exc)) from None
+    try:
+        confinement = Confinement(abi, setting, metrics)
+        confinement.on_confined_thread(lambda: None)
+    except (OSError, ConfinementRefused, syscall_filter.FilterUnavailable) as exc:
+        raise ConfinementUnavailable(f"Landlock ABI {abi} is here but a thread cannot be confined: {exc}") from None
+    # No ptrace or /proc access to the server from a tree without CAP_SYS_PTRACE (which they never hold): the
+    # spawning thread shares a tree's domain while it spawns (above).
+    if _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
+        raise ConfinementUnavailable(f"prctl(PR_SET_DUMPABLE, 0): {os.strerror(ctypes.get_errno())}")
+    confinement.spares = SparePool(confinement.confine_this_thread)
+    return confinement
