@@ -40,6 +40,10 @@ class Verdict:
     reason: str
     shell: tuple[str, ...] = ()  # shell text the program runs (ssh's remote command, watch, git filters)
     commands: tuple[tuple[str, ...], ...] = ()  # argv the program runs (kubectl exec, docker exec)
+    # Shell builtins: variables they set (name, value or None when only known at run time), which the table of
+    # code-carrying variables checks, and arithmetic they evaluate.
+    assignments: tuple[tuple[str, str | None], ...] = ()
+    arithmetic: tuple[str, ...] = ()
 
 
 @dataclass

@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+from relay_shell.policy.archives import tar_verdict
 from relay_shell.policy.calls import (
     READ,
     Call,
@@ -154,19 +155,6 @@ def _rsync(call: Call) -> Verdict:
     return onto if onto is not None else verdict(1, "rsync copies files")
 
 
-def _tar(call: Call) -> Verdict:
-    mode = call.words[1] if len(call.words) > 1 and not call.words[1].startswith("-") else ""
-    letters = set(mode) | call.short
-    if call.has("--delete"):
-        return verdict(2, "tar deletes members of an archive")
-    if letters & {"c", "x", "r", "u", "A"} or call.long & {"--create", "--extract", "--get", "--append"}:
-        directory = call.value("-C", "--directory") or ""
-        if "x" in letters and (directory == "/" or is_protected(directory + "/")):
-            return verdict(2, "extracts into a system directory")
-        return verdict(1, "tar creates or extracts an archive")
-    return READ
-
-
 def _fpsync(call: Call) -> Verdict:
     if call.has("-E"):
         return verdict(3, "fpsync -E turns on rsync --delete")
@@ -226,6 +214,7 @@ RULES: dict[str, Callable[[Call], Verdict]] = {
     "pigz": _compress,
     "lzma": _compress,
     "rsync": _rsync,
-    "tar": _tar,
-    "bsdtar": _tar,
+    "tar": tar_verdict,
+    "bsdtar": tar_verdict,
+    "gtar": tar_verdict,
 }

@@ -6,8 +6,10 @@ evidence in a sub-command CLI's verb. A program nothing knows is tier 1.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import cache
 
 from relay_shell.policy import (
+    builtins,
     devops,
     disks,
     files,
@@ -27,6 +29,7 @@ from relay_shell.policy.vocabulary import (
     INTERPRETERS,
     IRREVERSIBLE,
     NETWORK_LISTENERS,
+    POWER,
     READ_ONLY,
     SHELLS,
     STATEFUL,
@@ -49,6 +52,7 @@ RULES: dict[str, Callable[[Call], Verdict]] = {
     **verbs.RULES,
     **outputs.RULES,
     **scripts.RULES,
+    **builtins.RULES,
 }
 
 
@@ -102,4 +106,30 @@ def known_program(program: str) -> bool:
         or program in WRAPPERS
         or program in WRAPPER_OPERANDS
         or program.startswith(("mkfs", "mke2fs", "mkswap"))
+    )
+
+
+@cache
+def known_names() -> frozenset[str]:
+    """Every program name a rule or the vocabulary knows: what a globbed command word is matched against."""
+    return frozenset(
+        [
+            *RULES,
+            *IRREVERSIBLE,
+            *NETWORK_LISTENERS,
+            *ESCALATION,
+            *STATEFUL,
+            *READ_ONLY,
+            *SHELLS,
+            *INTERPRETERS,
+            *TASK_RUNNERS,
+            *WRAPPERS,
+            *WRAPPER_OPERANDS,
+            *POWER,
+            "mkfs",
+            "mkfs.ext4",
+            "mkfs.xfs",
+            "mkfs.vfat",
+            "mkfs.btrfs",
+        ]
     )

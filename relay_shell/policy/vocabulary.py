@@ -213,7 +213,7 @@ CHARACTER_DEVICES = re.compile(
     r"/dev/(?:null|zero|full|random|urandom|stdin|stdout|stderr|tty\w*|pts/|fd/|console|ptmx|shm/|mqueue/|kmsg"
     r"|log$|snd/|dri/|input/|video\d|lp\d|cu\w*|net/|ppp|usb/hiddev|hidraw)"
 )
-REDIRECT_WRITE = words("> >> >| &> &>>")
+REDIRECT_WRITE = words("> >> >| &> &>> <> >&")
 
 DB_CLIENTS = words(
     "psql mysql mariadb sqlite3 sqlite clickhouse-client clickhouse sqlcmd cqlsh duckdb mycli pgcli usql isql"
