@@ -56,6 +56,7 @@ _UNTERMINATED = "a quote or substitution that is never closed: the rest is read 
 _PIPED_SCRIPT = ("/dev/fd/", "/proc/self/fd/", "/proc/thread-self/fd/", "/dev/stdin")
 _NO_ENV: Env = {}
 _NO_STATE = TextState()
+_NO_CONTEXT = Context()
 
 
 def classify(subject: Subject) -> Classification:
@@ -163,7 +164,10 @@ def _readers(env: Env) -> Readers:
     def python(text: str, depth: int) -> list[Finding]:
         return _verdict_findings(python_verdict(text), "python script", depth, env)
 
-    return Readers(shell, python)
+    def command(words: list[str], depth: int) -> list[Finding]:
+        return command_findings(_command(words), depth, env)
+
+    return Readers(shell, python, command)
 
 
 def _connection_findings(subject: Subject) -> list[Finding]:
@@ -216,7 +220,7 @@ def _commands_findings(commands: list[Command], depth: int, env: Env, state: Tex
     findings: list[Finding] = []
     loop_depth = 0
     every_entry = False  # the innermost `for` loop runs over every entry of a directory
-    upstream = Context()  # what the commands before this one in its pipeline select
+    upstream = _NO_CONTEXT  # what the commands before this one in its pipeline select
     previous: list[str] = []
     for command in commands:
         first = command.words[0] if command.words else ""
@@ -227,7 +231,7 @@ def _commands_findings(commands: list[Command], depth: int, env: Env, state: Tex
         elif "do" in command.words[:2]:
             loop_depth += 1
         # Updated only for piped commands, one command at a time: linear, and free for the common case.
-        upstream = upstream_context(upstream, previous) if command.piped_into else Context()
+        upstream = upstream_context(upstream, previous) if command.piped_into else _NO_CONTEXT
         context = upstream
         if loop_depth:
             context = Context(context.via_xargs, True, context.selection, context.all_but, every_entry)
@@ -243,15 +247,17 @@ def command_findings(
 ) -> list[Finding]:
     if depth > MAX_DEPTH:  # argv a program runs (kubectl exec … kubectl exec …) nests like shell text
         return [Finding(" ".join(command.words)[:200], 3, _TOO_DEEP)]
-    findings: list[Finding] = redirect_findings(command.redirects)
+    findings: list[Finding] = redirect_findings(command.redirects) if command.redirects else []
     if command.assignments:
         assigned = [(name, value) for name, value, _dynamic in command.assignments]
         findings += _variables_findings(assigned, depth, env)
         for _name, value in assigned:
             findings += _literal_code(value, depth, env)
     raw_words = strip_reserved(command.words)
+    if not raw_words:
+        return findings + _no_command_findings(command, False, False)
     offset = len(command.words) - len(raw_words)
-    if raw_words and raw_words[0] in HEADERS:
+    if raw_words[0] in HEADERS:
         return findings  # a loop or case header, a function keyword: its substitutions are classified as nested text
     flags = command.dynamic[offset:]
     globbed: list[bool] = []
@@ -262,10 +268,8 @@ def command_findings(
     if words is not raw_words:  # a substituted word is no longer dynamic: its value is known
         flags = [flag and word == original for flag, word, original in zip(flags, words, raw_words, strict=True)]
     for word in words:
-        if "[" in word:
-            findings += _literal_code(word, depth, env)
-            if "${" in word:
-                findings += arithmetic_findings(subscripts_in([word]), state)
+        if "${" in word and "[" in word:
+            findings += arithmetic_findings(subscripts_in([word]), state)
     unwrapped = unwrap(words, flags)
     if unwrapped.inline or unwrapped.assignments or unwrapped.writes or unwrapped.effects or unwrapped.possible_command:
         findings += _wrapper_findings(unwrapped, command.words, depth, env, context)

@@ -152,7 +152,21 @@ def _rsync(call: Call) -> Verdict:
     if call.has("--remove-source-files"):
         return verdict(2, "rsync removes the source files")
     onto = writes_onto(call.operands[-1], "rsync") if call.operands else None
-    return onto if onto is not None else verdict(1, "rsync copies files")
+    found = onto if onto is not None else verdict(1, "rsync copies files")
+    shell = _rsh_command(call.words)
+    return Verdict(found.tier, found.reason, shell=shell) if shell else found
+
+
+def _rsh_command(words: list[str]) -> tuple[str, ...]:
+    """rsync's remote shell (-e/--rsh), run locally: `rsync -e 'ssh -p 22'`."""
+    for index, word in enumerate(words[1:], start=1):
+        if word in ("-e", "--rsh") and index + 1 < len(words):
+            return (words[index + 1],)
+        if word.startswith("--rsh="):
+            return (word.split("=", 1)[1],)
+        if word.startswith("-e") and len(word) > 2 and not word.startswith("--"):
+            return (word[2:],)
+    return ()
 
 
 def _fpsync(call: Call) -> Verdict:

@@ -23,12 +23,13 @@ class Spec:
     runs: frozenset[str] = frozenset()  # options whose value is a command line the program runs
     verbs: Mapping[str, tuple[int, str]] = field(default_factory=dict)  # sub-commands ("db update") that act
     single_dash: bool = False  # Go-style options: `-name value` is one option, not the bundle -n -a -m -e
+    optional: frozenset[str] = frozenset()  # options whose value is only ever attached (`-H[BROWSER]`)
     # The long names an abbreviation may stand for (getopt_long, argp and argparse read `--out=F` as
     # `--output=F`): every long name above, unless the options are Go-style.
     known: frozenset[str] = field(init=False)
 
     def __post_init__(self) -> None:
-        names = long_names(self.values, self.outputs, frozenset(self.acts), self.runs)
+        names = long_names(self.values, self.outputs, frozenset(self.acts), self.runs, self.optional)
         object.__setattr__(self, "known", frozenset() if self.single_dash else names)
 
 
@@ -63,6 +64,7 @@ SPECS: dict[str, Spec] = {
             " -D --color"
         ),
         words("-o -O --log-file --LOG-FILE"),
+        _acts(1, "reads key bindings (lesskey), which can run commands, from a file not seen", "-k --lesskey-file"),
     ),
     "tree": Spec(
         words("-o -L -P -I -H -T --filelimit --timefmt --charset --sort"),
@@ -117,7 +119,13 @@ SPECS: dict[str, Spec] = {
             "-C --config-file -L --locale -m --systems -M --manpath -S -s --sections -e --extension -P --pager"
             " -r --prompt -E --encoding -p --preprocessor -R --recode"
         ),
+        acts={
+            **_acts(1, "runs a web browser", "-H --html"),
+            **_acts(1, "reads a configuration that is not seen", "-C --config-file"),
+            **_acts(1, "runs a viewer program (gxditview)", "-X --ditroff"),
+        },
         runs=words("-P --pager --html -H"),
+        optional=words("-H --html -X"),
     ),
     "tldr": Spec(
         words("-p --platform -L --language -s --source -r --render"),

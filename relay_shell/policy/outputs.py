@@ -71,7 +71,7 @@ def spec_verdict(call: Call, spec: Spec) -> Verdict:
     if spec.single_dash:
         options, operands = single_dash_options(call.words, spec.values)
     else:
-        options, operands = read_options(call.words, spec.values, frozenset(), spec.known)
+        options, operands = read_options(call.words, spec.values, spec.optional, spec.known)
     found = [READ]
     commands: list[str] = []
     for name, value in options:
@@ -292,8 +292,39 @@ def _vlc(call: Call) -> Verdict:
     return spec_verdict(call, SPECS["vlc"])
 
 
+def _less(call: Call) -> Verdict:
+    """less: its options (outputs, lesskey files), and `+CMD` initial commands run as typed: `!CMD` and `|mCMD`
+    run a shell command, `v` an editor, `s FILE` saves the input to FILE."""
+    found = spec_verdict(call, SPECS["less"])
+    shell = list(found.shell)
+    worst = found
+    for word in call.words[1:]:
+        if not word.startswith("+") or word.startswith("+-"):
+            continue
+        command = word.lstrip("+")
+        if command.startswith("!"):
+            shell.append(command[1:])
+        elif command.startswith("|"):
+            shell.append(command[2:])
+        elif command.startswith("v"):
+            worst = max(worst, verdict(1, "less +v runs an editor"), key=lambda item: item.tier)
+        elif command.startswith("s") and command[1:].strip():
+            worst = max(worst, written("less", command[1:].strip(), []), key=lambda item: item.tier)
+    return Verdict(worst.tier, worst.reason, shell=tuple(shell)) if shell else worst
+
+
+def _pidstat(call: Call) -> Verdict:
+    """pidstat -e PROGRAM ARGS… runs the program to watch it."""
+    if "-e" in call.words:
+        program = call.words[call.words.index("-e") + 1 :]
+        return Verdict(0, "pidstat -e runs a program", commands=(tuple(program),)) if program else READ
+    return READ
+
+
 RULES: dict[str, Callable[[Call], Verdict]] = {
     **dict.fromkeys(SPECS, _specified),
+    "less": _less,
+    "pidstat": _pidstat,
     "uniq": _uniq,
     "xxd": _xxd,
     "yq": _yq,

@@ -11,9 +11,10 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+from relay_shell.policy.awk_code import awk_verdict
 from relay_shell.policy.calls import READ, Call, Verdict, long_names, read_options, verdict
 from relay_shell.policy.files import in_place
-from relay_shell.policy.outputs import commands_in_code, written
+from relay_shell.policy.outputs import written
 from relay_shell.policy.vocabulary import words
 
 # -- sed ------------------------------------------------------------------------------------------------------------
@@ -161,19 +162,6 @@ def _dc(call: Call) -> Verdict:
     return Verdict(0, "dc runs a command", shell=tuple(commands)) if commands else READ
 
 
-def _awk(call: Call) -> Verdict:
-    """awk -i inplace edits files (2); the command lines in its program (system, pipes to and from commands)
-    are classified as shell text. The program itself is code: classify.py rates every awk at least 1."""
-    if call.value("-i", "--include") == "inplace":
-        return verdict(2, "awk edits files in place")
-    commands: list[str] = []
-    for word in call.words[1:]:
-        for use, text in commands_in_code(word, ("system",)):
-            # Output piped into a command is that command's stdin: `: | sh` is rated as a pipe into a shell.
-            commands.append(f": | {text}" if use == "pipe" else text)
-    return Verdict(1, "awk program runs commands", shell=tuple(commands)) if commands else READ
-
-
 # -- shell builtins -------------------------------------------------------------------------------------------------
 
 
@@ -226,8 +214,7 @@ RULES: dict[str, Callable[[Call], Verdict]] = {
     "sed": _sed,
     "gsed": _sed,
     "dc": _dc,
-    "awk": _awk,
-    "gawk": _awk,
+    **dict.fromkeys(("awk", "gawk", "mawk", "nawk", "original-awk"), lambda call: awk_verdict(call.words)),
     "trap": _trap,
     "bind": _bind,
     "complete": _completion,

@@ -405,34 +405,40 @@ class _Reader:
         `NAME=(…)` is an array assignment; `((…))` at a command's start is arithmetic."""
         text = self.text
         char = text[index]
-        if text.startswith("&>", index):
+        following = text[index + 1 : index + 2]
+        if char == "(":
+            if self.word_started and self.word and self.word[-1].endswith("="):
+                return self.array_value(index)
+            if following == "(" and not self.word_started and not self.current.words:
+                end = self.arithmetic_at(index + 2)
+                if end >= 0:
+                    self.finish_command(False)
+                    self.current.words += ["((", text[index + 2 : end - 2]]
+                    self.current.dynamic += [False, False]
+                    self.arithmetic_text(index + 2, end - 2)
+                    self.finish_command(False)
+                    return end
+            self.depth += 1
+            self.finish_command(False)
+            return index + 1
+        if char == ")":
+            if self.depth:
+                self.depth -= 1
+            self.finish_command(False)
+            return index + 1
+        if char == "&" and following == ">":
             self.finish_word()
             operator = "&>>" if text.startswith("&>>", index) else "&>"
             self.pending_redirect = operator
             return index + len(operator)
-        if char == "(" and self.word_started and self.word and self.word[-1].endswith("="):
-            return self.array_value(index)
-        if char == "(" and text.startswith("((", index) and not self.word_started and not self.current.words:
-            end = self.arithmetic_at(index + 2)
-            if end >= 0:
-                self.finish_command(False)
-                self.current.words += ["((", text[index + 2 : end - 2]]
-                self.current.dynamic += [False, False]
-                self.arithmetic_text(index + 2, end - 2)
-                self.finish_command(False)
-                return end
-        if char == "(":
-            self.depth += 1
-        elif char == ")" and self.depth:
-            self.depth -= 1
-        piped = char == "|" and not text.startswith("||", index)
-        self.finish_command(piped)
-        if text.startswith("|&", index):
-            return index + 2  # bash: stderr too goes down the pipe
-        if self.case_depth and text.startswith((";;", ";&"), index):
+        if char == "|":
+            self.finish_command(following not in "|")
+            return index + (2 if following in "|&" and following else 1)  # `||`, and bash's `|&` (stderr too)
+        self.finish_command(False)
+        if char == ";" and self.case_depth and following in ";&" and following:
             self.case_pattern = True  # the next case pattern follows
             return index + (3 if text.startswith(";;&", index) else 2)
-        return index + (2 if text.startswith(("&&", "||", ";;"), index) else 1)
+        return index + (2 if following == char and char in "&;" else 1)
 
     def array_value(self, index: int) -> int:
         """`NAME=(a b $(c))`: the words of the list are the value (their substitutions are classified)."""

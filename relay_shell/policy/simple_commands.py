@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 
-@dataclass
+@dataclass(slots=True)
 class Command:
     words: list[str] = field(default_factory=list)
     dynamic: list[bool] = field(default_factory=list)  # word contains an expansion ($X, $(…), `…`)

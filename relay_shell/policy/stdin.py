@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from relay_shell.policy.clients import curl_config_words
 from relay_shell.policy.findings import Finding
 from relay_shell.policy.interpreters import is_interpreter
 from relay_shell.policy.scripts import dc_commands, dc_reads_stdin
@@ -28,6 +29,16 @@ HEADERS = frozenset(["for", "select", "case", "function", "done", "fi", "esac"])
 class Readers:
     shell: Reader
     python: Reader
+    command: Callable[[list[str], int], list[Finding]]
+
+
+def _config_from_stdin(words: list[str]) -> bool:
+    """curl -K - / --config - / -K/dev/stdin: its options come from stdin."""
+    for index, word in enumerate(words):
+        following = words[index + 1] if index + 1 < len(words) else ""
+        if (word in ("-K", "--config") and following in ("-", "/dev/stdin")) or word in ("-K-", "--config=-"):
+            return True
+    return False
 
 
 def strip_reserved(words: list[str]) -> list[str]:
@@ -74,6 +85,8 @@ def stdin_findings(words: list[str], stdin: str, readers: Readers, depth: int = 
         return readers.shell(stdin, depth + 1)
     if program in (".", "source") and operands[:1] and operands[0].startswith(_PIPED):
         return readers.shell(stdin, depth + 1)
+    if program == "curl" and _config_from_stdin(stripped):
+        return readers.command(["curl", *curl_config_words(stdin)], depth + 1)
     if program == "ssh" and len(operands) <= 1:
         return readers.shell(stdin, depth + 1)
     if program == "crontab" and (not operands or operands == ["-"]) and len(stripped) <= 2:
