@@ -51,9 +51,7 @@ _REMOTE = re.compile(r"[^/:]+:")
 
 
 def tar_verdict(call: Call) -> Verdict:
-    words_ = call.words
-    if len(words_) > 1 and words_[1] and not words_[1].startswith("-"):
-        words_ = [words_[0], "-" + words_[1], *words_[2:]]  # the traditional first word: letters without a dash
+    words_ = _traditional(call.words)
     options, _operands = read_options(words_, _SHORT_VALUES | _LONG_VALUES, _OPTIONAL, _KNOWN)
     names = {name for name, _value in options}
     letters = {name[1] for name in names if len(name) == 2}
@@ -95,6 +93,21 @@ def tar_verdict(call: Call) -> Verdict:
     if shell or commands:
         return Verdict(worst.tier, worst.reason, shell=tuple(shell), commands=commands)
     return worst
+
+
+def _traditional(words: list[str]) -> list[str]:
+    """The traditional first word (`tar cvfT ARCHIVE LIST`): letters without a dash, each letter that takes a value
+    taking the next word in turn; read as the separate options it stands for."""
+    if len(words) < 2 or not words[1] or words[1].startswith("-"):
+        return words
+    options: list[str] = []
+    following = 2
+    for letter in words[1]:
+        options.append("-" + letter)
+        if "-" + letter in _SHORT_VALUES and following < len(words):
+            options.append(words[following])
+            following += 1
+    return [words[0], *options, *words[following:]]
 
 
 def _command(kind: str, value: str) -> str:

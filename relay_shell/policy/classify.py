@@ -268,8 +268,13 @@ def command_findings(
     if words is not raw_words:  # a substituted word is no longer dynamic: its value is known
         flags = [flag and word == original for flag, word, original in zip(flags, words, raw_words, strict=True)]
     for word in words:
-        if "${" in word and "[" in word:
-            findings += arithmetic_findings(subscripts_in([word]), state)
+        if "${" in word:
+            if "[" in word:
+                findings += arithmetic_findings(subscripts_in([word]), state)
+            if "@P}" in word:
+                findings.append(
+                    Finding(word[:200], 2, "prompt expansion (${x@P}) runs the $(…) in a value: cannot classify")
+                )
     unwrapped = unwrap(words, flags)
     if unwrapped.inline or unwrapped.assignments or unwrapped.writes or unwrapped.effects or unwrapped.possible_command:
         findings += _wrapper_findings(unwrapped, command.words, depth, env, context)
@@ -293,7 +298,7 @@ def command_findings(
     if program in state.aliases:
         findings += shell_findings(" ".join([state.aliases[program], *words[1:]]), depth + 1, env)
     return findings + _program_findings(
-        program, words, canonical, command, unwrapped.escalated, unwrapped.via_xargs, depth, env, context
+        program, words, canonical, command, unwrapped.escalated, unwrapped.via_xargs, depth, env, context, state
     )
 
 
@@ -307,8 +312,9 @@ def _program_findings(
     depth: int,
     env: Env,
     context: Context | None,
+    state: TextState,
 ) -> list[Finding]:
-    context = context or Context()
+    context = context or _NO_CONTEXT
     if via_xargs:
         context = Context(True, True, context.selection, context.all_but, context.every)
     found = program_verdict(program, words, context)
@@ -338,7 +344,7 @@ def _program_findings(
         tier, reason = max(tier, 2), reason if tier >= 2 else "privilege escalation"
     findings.append(Finding(canonical, tier, reason))
     if found.shell or found.commands or found.assignments or found.arithmetic:
-        findings += _verdict_extras(found, depth, env)
+        findings += _verdict_extras(found, depth, env, state)
     if program == "find":
         selection, _delete, execs, _writes = find_selection(words)
     elif program in ("fd", "fdfind"):
@@ -351,7 +357,7 @@ def _program_findings(
     return findings
 
 
-def _verdict_extras(found: Verdict, depth: int, env: Env) -> list[Finding]:
+def _verdict_extras(found: Verdict, depth: int, env: Env, state: TextState) -> list[Finding]:
     """What a program's rule says it runs, sets and evaluates."""
     findings: list[Finding] = []
     for text in found.shell:
@@ -363,7 +369,7 @@ def _verdict_extras(found: Verdict, depth: int, env: Env) -> list[Finding]:
         for _name, value in found.assignments:
             findings += _literal_code(value or "", depth, env)
     if found.arithmetic:
-        findings += arithmetic_findings(list(found.arithmetic), _NO_STATE)
+        findings += arithmetic_findings(list(found.arithmetic), state)
         for text in found.arithmetic:
             findings += _literal_code("a[" + text + "]", depth, env)
     return findings

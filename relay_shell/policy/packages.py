@@ -65,7 +65,7 @@ def _pacman(call: Call) -> Verdict:
     for word in call.words[1:]:
         if word.startswith("-") and not word.startswith("--"):
             letters |= set(word[1:])
-    long = call.long
+    long = call.long.keys()
     if letters & {"Q", "F", "T"} or long & {"--query", "--files", "--deptest", "--help", "--version"}:
         return verdict(0, "queries the package database")
     if letters & {"S", "R", "U"} and letters & {"p", "s", "i", "l", "g"} and not letters & {"y", "u", "c"}:

@@ -16,6 +16,7 @@ reader takes the division: that reads more of the text as code, never less.
 from __future__ import annotations
 
 import re
+import shlex
 
 from relay_shell.policy.calls import Verdict
 from relay_shell.policy.perl_lexer import Lexed, lex_perl
@@ -54,7 +55,7 @@ _CHANGES = words(
 _CREATES = words("mkdir fork pipe socket socketpair connect send tempfile tempdir")
 _LISTENS = words("bind listen accept")
 _DYNAMIC = words("require do evalbytes")
-_SWITCH_VALUES = frozenset("eEIMmixdDClF0")  # letters that take the rest of the word (or, for e/E/I, the next)
+_SWITCH_VALUES = frozenset("eEIMmixdDCF")  # letters that take the rest of the word (or, for e/E/I, the next)
 _WRITE_MODE = re.compile(r"\s*(\+?[<>]|>>|\|-|-\||\|)")
 
 
@@ -93,6 +94,11 @@ def perl_verdict(words_: list[str]) -> Verdict:
                 break
             if letter in "np":
                 loops = True
+            if letter in "l0":  # -l[octal], -0[digits]: only digits are theirs, the bundle goes on
+                index += 1
+                while index < len(word) and (word[index].isdigit() or (letter == "0" and word[index] in "xX")):
+                    index += 1
+                continue
             if letter in _SWITCH_VALUES:
                 if letter == "I" and not rest:
                     position += 1
@@ -140,6 +146,11 @@ def _code_findings(lexed: Lexed, shell: list[str], writes: list[str]) -> list[tu
             found.append((2, "perl code runs commands"))
             if literal is not None:
                 shell.append(literal)
+        elif short in ("rmtree", "remove_tree"):
+            target = _literal_argument(arguments)
+            found.append((2 if target else 3, "perl code deletes a directory tree"))
+            if target:
+                shell.append("rm -rf " + shlex.quote(target))
         elif short == "open" or short == "sysopen":
             found.append(_open(short, arguments, shell, writes))
         elif short in _CHANGES:

@@ -21,7 +21,7 @@ _RUNS_COMMAND = words(
     " create_subprocess_shell startfile"
 )
 _CHANGES = words(
-    "unlink rmdir removedirs rmtree renames chmod lchmod chown lchown killpg truncate write_text write_bytes symlink"
+    "unlink rmdir removedirs renames chmod lchmod chown lchown killpg truncate write_text write_bytes symlink"
     " symlink_to hardlink_to link mkfifo mknod setuid setgid seteuid setegid chroot copyfile copytree sendfile"
     " utime fchmod fchown ftruncate pwrite"
 )
@@ -69,6 +69,12 @@ def _call(name: str, node: ast.Call, shell: list[str], argvs: list[tuple[str, ..
             if all(isinstance(item, str) for item in rest):
                 argvs.append(tuple(str(item) for item in rest))
         return 2, "python code runs commands"
+    if name in ("rmtree", "remove_tree"):  # a recursive delete: classified as rm -rf of its literal path
+        target = _literal(first)
+        if isinstance(target, str):
+            argvs.append(("rm", "-rf", target))
+            return 2, "python code deletes a directory tree"
+        return 3, "python code deletes a directory tree named at run time"
     if name in _CHANGES or name in _AMBIGUOUS:
         return 2, "python code changes files or processes"
     if name in _DYNAMIC or name in _DYNAMIC_ATTRIBUTES:

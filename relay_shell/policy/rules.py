@@ -14,6 +14,7 @@ from relay_shell.policy import (
     disks,
     files,
     find,
+    inspectors,
     network,
     outputs,
     packages,
@@ -24,13 +25,13 @@ from relay_shell.policy import (
     verbs,
 )
 from relay_shell.policy.calls import Call, Context, Verdict, verdict
+from relay_shell.policy.read_only import READ_ONLY
 from relay_shell.policy.vocabulary import (
     ESCALATION,
     INTERPRETERS,
     IRREVERSIBLE,
     NETWORK_LISTENERS,
     POWER,
-    READ_ONLY,
     SHELLS,
     STATEFUL,
     TASK_RUNNERS,
@@ -53,10 +54,22 @@ RULES: dict[str, Callable[[Call], Verdict]] = {
     **outputs.RULES,
     **scripts.RULES,
     **builtins.RULES,
+    **inspectors.RULES,
 }
 
 
+# A program named by its path or a script file: what it does cannot be known, whatever its arguments ask for.
+_SCRIPT_EXTENSIONS = (".sh", ".bash", ".py", ".pl", ".rb", ".js", ".php", ".lua", ".tcl", ".awk", ".ps1")
+
+
 def program_verdict(program: str, words: list[str], context: Context) -> Verdict:
+    found = _program_verdict(program, words, context)
+    if found.tier == 0 and ("/" in words[0] or program.endswith(_SCRIPT_EXTENSIONS)) and not known_program(program):
+        return verdict(1, f"{program}: a program given by its path, whose effect cannot be known")
+    return found
+
+
+def _program_verdict(program: str, words: list[str], context: Context) -> Verdict:
     call = Call(program, words, context)
     if verbs.is_help_request(program, words):
         return verdict(0, f"{program} prints help or its version")
@@ -80,7 +93,7 @@ def program_verdict(program: str, words: list[str], context: Context) -> Verdict
     if program in STATEFUL:
         return verdict(2, f"{program} changes system state")
     if program in READ_ONLY:
-        return verdict(0, "read-only command")
+        return verdict(0, f"read-only: {READ_ONLY[program]}")
     if program in SHELLS or program in INTERPRETERS or program in TASK_RUNNERS:
         return verdict(1, f"{program} runs code")
     found = windows_verdict(program, call)

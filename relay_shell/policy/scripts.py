@@ -185,9 +185,13 @@ def _bind(call: Call) -> Verdict:
 
 
 def _completion(call: Call) -> Verdict:
-    """`complete -C CMD` / `compgen -C CMD` run CMD to produce completions."""
-    command = call.value("-C")
-    return Verdict(0, f"{call.program} -C runs a command", shell=(command,)) if command else READ
+    """`complete -C CMD` / `compgen -C CMD` run CMD to produce completions; the word list of -W is expanded when
+    the completion is made, so its `$(…)` and backquotes run then."""
+    shell = [command for command in (call.value("-C"),) if command]
+    wordlist = call.value("-W") or ""
+    if "$(" in wordlist or "`" in wordlist:
+        shell.append(f'echo "{wordlist}"')
+    return Verdict(0, f"{call.program} runs a command to complete words", shell=tuple(shell)) if shell else READ
 
 
 def _fc(call: Call) -> Verdict:
@@ -198,7 +202,10 @@ def _fc(call: Call) -> Verdict:
 
 
 def _history(call: Call) -> Verdict:
-    """`history -w [FILE]` / `-a` write the history file; every other use is the shell's own list."""
+    """`history -w [FILE]` / `-a` write the history file; `-s LINE` adds a line that `!!` or `fc` can run (it is
+    classified as shell text); every other use is the shell's own list."""
+    if call.has("-s"):
+        return Verdict(0, "history -s adds a line that can be re-run", shell=(" ".join(call.operands),))
     if not call.has("-w", "-a"):
         return READ
     operands = call.operands
