@@ -127,7 +127,14 @@ def _httpie(call: Call) -> Verdict:
 
 def _netcat(call: Call) -> Verdict:
     listening = call.has("-l", "--listen") or any("LISTEN" in word.upper() for word in call.words[1:])
-    return verdict(2, "opens a listener for other hosts") if listening else verdict(1, f"{call.program} connects")
+    if listening:
+        return verdict(2, "opens a listener for other hosts")
+    if call.has("-U", "--unixsock") or any(
+        word.upper().startswith(("UNIX-CONNECT:", "UNIX:")) for word in call.words[1:]
+    ):
+        # a local daemon's socket (docker.sock, D-Bus, a database): what is sent there acts with the daemon's rights
+        return verdict(2, f"{call.program} talks to a local daemon's socket: what it sends cannot be classified")
+    return verdict(1, f"{call.program} connects")
 
 
 def listener(call: Call) -> Verdict:

@@ -57,6 +57,10 @@ _group(
     " (output_options, outputs._less, code_env)",
     "less zless bzless xzless lzless",
     less=("less -o log.txt x", "less '+!touch M' x", "less -k keys x", "LESSOPEN='|touch M %s' less x"),
+    zless=("zless '+!touch M' x",),
+    bzless=("bzless '+!touch M' x",),
+    xzless=("xzless '+!touch M' x",),
+    lzless=("lzless '+!touch M' x",),
 )
 _group("pages through files; MORE is checked as its options (code_env)", "more zmore bzmore xzmore most")
 _group(

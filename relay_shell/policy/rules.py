@@ -10,6 +10,7 @@ from functools import cache
 
 from relay_shell.policy import (
     builtins,
+    daemons,
     devops,
     disks,
     files,
@@ -55,6 +56,7 @@ RULES: dict[str, Callable[[Call], Verdict]] = {
     **scripts.RULES,
     **builtins.RULES,
     **inspectors.RULES,
+    **daemons.RULES,
 }
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from relay_shell.policy.calls import READ, Call, Verdict, names_files, verdict
+from relay_shell.policy.calls import READ, Call, Verdict, names_files, read_options, verdict
 from relay_shell.policy.git_config import config_verdict
 from relay_shell.policy.vocabulary import words
 
@@ -247,12 +247,20 @@ def _git_filter_repo(call: Call) -> Verdict:
     return verdict(2, "git filter-repo rewrites history")
 
 
+_GIT_CONFIG_VALUES = frozenset(["-f", "--file", "--blob", "--type", "--default", "--comment", "--value"])
+
+
 def _git_config(call: Call) -> Verdict:
     if call.has_exact(
         "-l", "--list", "--get", "--get-all", "--get-regexp", "--get-urlmatch", "-e", "--edit"
     ) and not call.has("-e", "--edit"):
         return READ
-    return verdict(1, "git config sets an option") if len(call.operands) > 2 else READ
+    _options, operands = read_options(call.words[1:], _GIT_CONFIG_VALUES)
+    if len(operands) < 2:
+        return READ
+    # The value set is configuration git reads later: a command-carrying key is classified as what it will run.
+    found = config_verdict(operands[0], operands[1])
+    return Verdict(max(1, found.tier), "git config sets an option", shell=found.shell, commands=found.commands)
 
 
 def _git_remote(call: Call) -> Verdict:

@@ -7,9 +7,6 @@ from __future__ import annotations
 
 import re
 
-# `NAME=value` before a command or among env's arguments.
-ASSIGNMENT_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=.*", re.DOTALL)
-
 
 def words(text: str) -> frozenset[str]:
     """A set of names written as one space-separated string (the tables below are long)."""
@@ -96,7 +93,7 @@ WRAPPERS: dict[str, frozenset[str]] = {
     "strace": words(
         "-e -o -p -s -u -E -a -b -I -O -S -P -X -U --output --attach --user --env --trace --trace-path"
         " --string-limit --signal --status --columns --detach-on --interruptible --summary-sort-by"
-        " --summary-columns --const-print-style --summary-syscall-overhead"
+        " --summary-columns --const-print-style --summary-syscall-overhead --inject --fault"
     ),
     "ltrace": words("-e -o -p -s -u -a -n -x -w -A -F -D -l --output --library --indent"),
     "valgrind": frozenset(),

@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, field
 
 from relay_shell.policy.calls import long_names, parse_options, read_options
-from relay_shell.policy.vocabulary import ASSIGNMENT_WORD, ESCALATION, WRAPPER_OPERANDS, WRAPPERS
+from relay_shell.policy.vocabulary import ESCALATION, WRAPPER_OPERANDS, WRAPPERS
 from relay_shell.policy.vocabulary import words as word_set
 
 MAX_WRAPPERS = 32  # wrappers nest (sudo env nice …); bounded, and more than this is too deep to look through
@@ -172,7 +172,7 @@ def _step(program: str, words: list[str], index: int, result: Unwrapped) -> int 
         if word == "--":
             position += 1
             break
-        if program == "env" and (word == "-" or ASSIGNMENT_WORD.fullmatch(word)):
+        if program == "env" and (word == "-" or ("=" in word and not _is_option(word))):  # env: any NAME=VALUE
             if word != "-":
                 variable, _equals, assigned = word.partition("=")
                 result.assignments.append((variable, assigned))
@@ -210,14 +210,26 @@ _WRITING_OPTIONS = {
     "time": word_set("-o --output"),
     "parallel": word_set("--joblog --results --res --output-as-files"),
 }
-_PROCESS_OPTIONS = {"ionice": word_set("-p -P -u --pid --pgid --uid")}
+_PROCESS_OPTIONS = {
+    "ionice": word_set("-p -P -u --pid --pgid --uid"),
+    "strace": word_set("-p --attach"),
+    "ltrace": word_set("-p"),
+}
 
 
 def _wrapper_effect(program: str, name: str, value: str | None, result: Unwrapped) -> None:
     if name in _WRITING_OPTIONS.get(program, ()) and value:
         result.writes.append(value)
     elif name in _PROCESS_OPTIONS.get(program, ()):
-        result.effects.append((1, f"{program} {name} changes the priority of running processes"))
+        what = "attaches to a running process" if program != "ionice" else "changes running processes' priority"
+        result.effects.append((1, f"{program} {name} {what}"))
+    elif program == "strace" and _injects(name, value):
+        result.effects.append((2, "strace injects faults or return values into the traced program"))
+
+
+def _injects(name: str, value: str | None) -> bool:
+    """strace -e inject=… / -e fault=… / --inject / --fault change what the traced program's calls return."""
+    return name in ("--inject", "--fault") or (name == "-e" and (value or "").startswith(("inject", "fault")))
 
 
 def _parallel(words: list[str], position: int, result: Unwrapped) -> int:
