@@ -197,7 +197,7 @@ class _Reader:
                 if current.marks is None:
                     current.marks = {}
                 current.marks[len(current.words)] = self.word_mark
-            elif value in FIRST_WORDS and self.text[self.word_start] not in "'\"\\":
+            if value in FIRST_WORDS and self.text[self.word_start] not in "'\"\\":
                 self.first_word(value)
             current.words.append(value)
             current.dynamic.append(self.word_dynamic)
