@@ -4,12 +4,14 @@ Prints, for the labelled set (tests/data/tier_labels.jsonl) and the held-out fre
 (tests/data/tier_labels_fresh.jsonl): exact-tier agreement, misses (label >= 2 rated <= 1, guarded mode would run
 them) with every label-3 miss listed, false alarms (label 0 rated >= 2, guarded mode would refuse them) and the
 confusion matrix. Then the throughput over the whole corpus (29,496 tldr-pages commands, read from
-../shared/corpus/tldr-commands.jsonl or RELAY_SHELL_BENCH_CORPUS) and the slowest single command.
+shared/corpus/tldr-commands.jsonl beside the repository (or beside the worktrees' directory) or
+RELAY_SHELL_BENCH_CORPUS) and the slowest single command.
 
-Targets (issue 17), which decide the exit status: on the labelled set, no label-3 command rated <= 1, misses <= 3%,
-false alarms <= 3%, exact >= 85%; over the corpus, >= 20,000 commands/s and no command over 5 ms. The fresh set is
-printed and reported against the same figures for information, never gated: it measures how well the rules carry
-over to commands nobody looked at while tuning, and a gate there would invite tuning against it.
+Targets, which decide the exit status: on the labelled set, no label-3 command rated <= 1, and issue 26's "no worse
+than today": misses <= 1%, false alarms <= 0.5%, exact >= 93% (issue 17's were 3%, 3%, 85%); over the corpus,
+>= 40,000 commands/s (issue 26; issue 17 asked 20,000) and no command over 5 ms. The fresh set is printed and
+reported against the same figures for information, never gated: it measures how well the rules carry over to
+commands nobody looked at while tuning, and a gate there would invite tuning against it.
 
 Usage: .venv/bin/python -m benchmarks.bench_policy [--list-misses] [--list-false-alarms] [--list-wrong] [--no-fresh]
 """
@@ -29,12 +31,15 @@ from relay_shell.policy.classify import classify
 ROOT = Path(__file__).resolve().parent.parent
 LABELLED = ROOT / "tests" / "data" / "tier_labels.jsonl"
 FRESH = ROOT / "tests" / "data" / "tier_labels_fresh.jsonl"
-CORPUS = Path(os.environ.get("RELAY_SHELL_BENCH_CORPUS", ROOT.parent / "shared" / "corpus" / "tldr-commands.jsonl"))
+_SHARED = [base / "shared" / "corpus" / "tldr-commands.jsonl" for base in (ROOT.parent, ROOT.parent.parent)]
+CORPUS = Path(
+    os.environ.get("RELAY_SHELL_BENCH_CORPUS") or next((path for path in _SHARED if path.exists()), _SHARED[0])
+)
 
-MISS_TARGET = 0.03
-FALSE_ALARM_TARGET = 0.03
-EXACT_TARGET = 0.85
-THROUGHPUT_TARGET = 20_000
+MISS_TARGET = 0.01
+FALSE_ALARM_TARGET = 0.005
+EXACT_TARGET = 0.93
+THROUGHPUT_TARGET = 40_000
 SLOWEST_TARGET_MS = 5.0
 
 
@@ -113,15 +118,15 @@ def report(
     name: str, scores: Scores, list_misses: bool, list_false_alarms: bool, list_wrong: bool, gated: bool = True
 ) -> bool:
     print(f"== {name}: {scores.total} commands")
-    print(f"exact tier      {scores.exact_rate:7.1%}  ({scores.exact}/{scores.total})  target >= {EXACT_TARGET:.0%}")
+    print(f"exact tier      {scores.exact_rate:7.1%}  ({scores.exact}/{scores.total})  target >= {EXACT_TARGET:.1%}")
     print(
         f"misses          {scores.miss_rate:7.1%}  ({len(scores.misses)}/{scores.stateful} labelled 2-3 rated 0-1)"
-        f"  target <= {MISS_TARGET:.0%}"
+        f"  target <= {MISS_TARGET:.1%}"
     )
     print(f"label-3 misses  {len(scores.label3_misses):7d}  target 0")
     print(
         f"false alarms    {scores.false_alarm_rate:7.1%}  ({len(scores.false_alarms)}/{scores.read_only} labelled 0 "
-        f"rated 2-3)  target <= {FALSE_ALARM_TARGET:.0%}"
+        f"rated 2-3)  target <= {FALSE_ALARM_TARGET:.1%}"
     )
     print("confusion (rows: label, columns: rated)")
     print("          " + "".join(f"{tier:>7}" for tier in range(4)))
@@ -169,19 +174,25 @@ def speed() -> bool:
         before = time.perf_counter()
         tier_of(command)
         timed.append((time.perf_counter() - before, command))
-    # Throughput: the best of three passes without per-command timing (other work on the machine slows some).
-    passes = []
-    for _ in range(3):
-        started = time.perf_counter()
+    # Throughput: the best of five passes without per-command timing, in wall time and in this process's CPU time.
+    # The target is read on the CPU time: on a machine shared with other work the wall time measures the others.
+    passes, cpu_passes = [], []
+    for _ in range(5):
+        started, started_cpu = time.perf_counter(), time.process_time()
         for command in commands:
             tier_of(command)
         passes.append(time.perf_counter() - started)
-    throughput = len(commands) / min(passes)
+        cpu_passes.append(time.process_time() - started_cpu)
+    throughput = len(commands) / min(cpu_passes)
+    wall_throughput = len(commands) / min(passes)
     # The slowest commands once more, each alone and five times: a scheduler hiccup is not a slow command.
     candidates = sorted(timed, reverse=True)[:20]
     retimed = max((min(_time_one(command) for _ in range(5)), command) for _, command in candidates)
-    print(f"== whole corpus: {len(commands)} commands, best of 3 passes {min(passes):.2f} s")
-    print(f"throughput      {throughput:9,.0f} commands/s  target >= {THROUGHPUT_TARGET:,}")
+    print(
+        f"== whole corpus: {len(commands)} commands, best of 5 passes {min(cpu_passes):.2f} s CPU, {min(passes):.2f} s"
+    )
+    print(f"throughput      {throughput:9,.0f} commands/s of CPU time  target >= {THROUGHPUT_TARGET:,}")
+    print(f"                {wall_throughput:9,.0f} commands/s of wall time (for information)")
     print(f"slowest         {retimed[0] * 1000:9.3f} ms  target <= {SLOWEST_TARGET_MS} ms: {retimed[1][:160]}")
     ok = throughput >= THROUGHPUT_TARGET and retimed[0] * 1000 <= SLOWEST_TARGET_MS
     print(f"speed: {'PASS' if ok else 'FAIL'}")

@@ -63,9 +63,7 @@ def make_test_ca(directory: Path, with_ip: bool = True) -> tuple[Path, Path, Pat
         .not_valid_before(now - datetime.timedelta(minutes=5))
         .not_valid_after(now + datetime.timedelta(days=1))
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(True, False, False, False, False, True, True, False, False), critical=True
-        )
+        .add_extension(x509.KeyUsage(True, False, False, False, False, True, True, False, False), critical=True)
         .sign(ca_key, hashes.SHA256())
     )
     server_key = ec.generate_private_key(ec.SECP256R1())
@@ -79,8 +77,7 @@ def make_test_ca(directory: Path, with_ip: bool = True) -> tuple[Path, Path, Pat
         .not_valid_after(now + datetime.timedelta(days=1))
         .add_extension(
             x509.SubjectAlternativeName(
-                [x509.DNSName("localhost")]
-                + ([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))] if with_ip else [])
+                [x509.DNSName("localhost")] + ([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))] if with_ip else [])
             ),
             critical=False,
         )

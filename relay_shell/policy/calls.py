@@ -40,6 +40,10 @@ class Verdict:
     reason: str
     shell: tuple[str, ...] = ()  # shell text the program runs (ssh's remote command, watch, git filters)
     commands: tuple[tuple[str, ...], ...] = ()  # argv the program runs (kubectl exec, docker exec)
+    # Shell builtins: variables they set (name, value or None when only known at run time), which the table of
+    # code-carrying variables checks, and arithmetic they evaluate.
+    assignments: tuple[tuple[str, str | None], ...] = ()
+    arithmetic: tuple[str, ...] = ()
 
 
 @dataclass
@@ -48,7 +52,9 @@ class Call:
     words: list[str]  # words[0] is the program as written
     context: Context = field(default_factory=Context)
     short: set[str] = field(default_factory=set)  # short flag letters: -rf -> r, f
-    long: set[str] = field(default_factory=set)  # long options without their values
+    # long options without their values, in the order written (a dict as an ordered set: a reason that names one
+    # option names the first, whatever Python's hash seed is)
+    long: dict[str, None] = field(default_factory=dict)
     operands: list[str] = field(default_factory=list)  # everything else (option values included), `--` respected
 
     def __post_init__(self) -> None:
@@ -59,7 +65,7 @@ class Call:
             elif word == "--":
                 options_done = True
             elif word.startswith("--"):
-                self.long.add(word.split("=", 1)[0])
+                self.long[word.split("=", 1)[0]] = None
             else:
                 self.short.update(word[1:])
 

@@ -1,12 +1,15 @@
 """Tier classification of all the text that reaches the target.
 
 A speed bump, not a boundary: a program can always construct at run time a command that no text
-classifier sees. What we can see we classify conservatively: wrappers (`sudo`, `env`, `nice`, `timeout`,
-`xargs`, `flock`, `watch`, `su -c`, …) are stripped, quotes removed, paths reduced to basenames, loop bodies,
-`sh -c` / `eval` strings, `$(…)` contents, `find -exec`, `fd -x` and `xargs` commands, `ssh HOST CMD`'s remote
-command and the filters of `git filter-branch` classified recursively (to a bounded depth), and dynamic execution
-we cannot resolve (`$X` as a command word, `curl … | sh`) is tier 2. stdin and the env overlay are classified as
-the text that reaches the program: shell text for programs that run it, SQL for database clients.
+classifier sees. What we can see we classify conservatively, reading it the way the shell and the program read it
+(adr/0025): the tokenizer finds every command, redirection, here-document and assignment as sh and bash do;
+wrappers (`sudo`, `env`, `nice`, `timeout`, `xargs`, `flock`, `watch`, `su -c`, …) are stripped, quotes removed,
+braces and globbed command words expanded, paths reduced to basenames; loop bodies, `sh -c` / `eval` strings,
+`$(…)` contents, here-document expansions, `find -exec`, `fd -x` and `xargs` commands, aliases, `ssh HOST CMD`'s
+remote command and every command a program's options, configuration or environment say it runs are classified
+recursively (to a bounded depth); variables that carry code (code_env.py) are checked wherever they are set; and a
+command word only known at run time is tier 3. stdin and the env overlay are classified as the text that reaches
+the program: shell text for programs that run it, SQL for database clients.
 
 Linear time: the shell tokenizer is one pass over the text with an index that only moves forward; nested
 text (`$(…)`, `sh -c '…'`) is re-read at most MAX_DEPTH times. No regex here can backtrack on input size.
@@ -16,36 +19,44 @@ not looked at, and the classifier fails towards caution (confirmation in open mo
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from relay_shell.plan import Subject
-from relay_shell.policy.calls import Context
+from relay_shell.policy import code_env
+from relay_shell.policy.calls import Context, Verdict
+from relay_shell.policy.command_words import MAX_CANDIDATES, candidates, expand_words
 from relay_shell.policy.env_substitution import Env, substitute, substituted_values, unsubstituted
 from relay_shell.policy.find import fd_selection, find_selection
 from relay_shell.policy.findings import Classification, Finding
-from relay_shell.policy.rules import known_program, program_verdict
-from relay_shell.policy.scripts import dc_commands, dc_reads_stdin
-from relay_shell.policy.shell_tokens import Command, tokenize
-from relay_shell.policy.sql import mongo_tier, redis_tier, sql_tier
-from relay_shell.policy.vocabulary import (
-    CODE_INJECTION_ENV,
-    COMMAND_ENV,
-    DB_CLIENTS,
-    HARMLESS_PAGERS,
-    INTERPRETERS,
-    PROMPT_VARIABLES,
-    PYTHON_ROOT_RMTREE,
-    PYTHON_SHELL_CALL,
-    PYTHON_STATEFUL,
-    SHELLS,
-    STDIN_SHELLS,
+from relay_shell.policy.git_config import config_verdict
+from relay_shell.policy.interpreters import interpreter_verdict, is_interpreter
+from relay_shell.policy.pipelines import dc_pipe_findings, has_fork_bomb, upstream_context
+from relay_shell.policy.python_code import python_verdict
+from relay_shell.policy.rules import known_names, known_program, program_verdict
+from relay_shell.policy.shell_state import (
+    TextState,
+    arithmetic_findings,
+    read_state,
+    subscript_commands,
+    subscripts_in,
 )
-from relay_shell.policy.wrappers import basename, unwrap
+from relay_shell.policy.shell_tokens import tokenize
+from relay_shell.policy.simple_commands import Command
+from relay_shell.policy.stdin import HEADERS, Readers, stdin_findings, stdin_of_text, strip_reserved
+from relay_shell.policy.vocabulary import DB_CLIENTS, SHELLS, STDIN_SHELLS
+from relay_shell.policy.wrappers import Unwrapped, basename, unwrap
 from relay_shell.policy.writes import redirect_findings, tree_findings
 
 MAX_DEPTH = 6
 _EDITED_LINE = "a line edited with control keys before Enter: what it became cannot be known"
 _TOO_DEEP = "nested too deeply to classify: treated as irreversible"
 _SHELL_SESSION = "starts a shell that reads its commands from stdin"
+_DYNAMIC_WORD = "a command word only known at run time: it could be any program, treated as irreversible"
+_UNTERMINATED = "a quote or substitution that is never closed: the rest is read as commands too"
+_PIPED_SCRIPT = ("/dev/fd/", "/proc/self/fd/", "/proc/thread-self/fd/", "/dev/stdin")
 _NO_ENV: Env = {}
+_NO_STATE = TextState()
+_NO_CONTEXT = Context()
 
 
 def classify(subject: Subject) -> Classification:
@@ -64,26 +75,32 @@ def analyze(subject: Subject) -> list[Finding]:
         findings.append(Finding("", subject.fixed_tier, "inspection tool"))
         return findings + _connection_findings(subject)
     env = {name: value for name, value in subject.env if value is not None}
-    findings += _env_findings(subject.env)
+    if env:
+        findings += _variables_findings(tuple(env.items()), 0, _NO_ENV)
+        for value in env.values():
+            findings += _literal_code(value, 0, _NO_ENV)
     if subject.command is not None:
         findings += shell_findings(subject.command, 0, env)
         if subject.stdin:
-            findings += _stdin_of_text(subject.command, subject.stdin, env)
+            findings += stdin_of_text(subject.command, subject.stdin, _readers(env))
     if subject.argv is not None:
         words = list(subject.argv)
         findings += command_findings(_command(words), 0, env)
         if subject.stdin:
-            findings += stdin_findings(words, subject.stdin, env)
+            findings += stdin_findings(words, subject.stdin, _readers(env))
+    if subject.stdin:
+        findings += _literal_code(subject.stdin, 0, env)
     if subject.script is not None:
         if subject.interpreter == "python":
-            findings += python_findings(subject.script)
+            findings += _verdict_findings(python_verdict(subject.script), "python script", 0, env)
         else:
             findings += shell_findings(subject.script, 0, env)
     if subject.typed is not None:
         # Which program reads the keyboard cannot be known for sure (`exec -a`, sudo, a remote shell): every
         # line counts as shell text, and Python's view adds what it finds stateful.
         findings += shell_findings(subject.typed, 0, env)
-        findings += [finding for finding in python_findings(subject.typed) if finding.tier >= 2]
+        python = _verdict_findings(python_verdict(subject.typed), "python input", 0, env)
+        findings += [finding for finding in python if finding.tier >= 2]
     if subject.typed_edited:
         findings.append(Finding(subject.typed[:200] if subject.typed else "", 2, _EDITED_LINE))
     if subject.transfer is not None:
@@ -95,18 +112,62 @@ def analyze(subject: Subject) -> list[Finding]:
     return findings + _connection_findings(subject)
 
 
-def _env_findings(overlay: tuple[tuple[str, str | None], ...]) -> list[Finding]:
-    findings = []
-    for name, value in overlay:
-        if name in HARMLESS_PAGERS and (value or "").strip() in HARMLESS_PAGERS[name]:
+def _variables_findings(assigned: Sequence[tuple[str, str | None]], depth: int, env: Env) -> list[Finding]:
+    """Variables set for a program (the overlay, `VAR=… cmd`, `env VAR=…`, `export VAR=…`), checked against the
+    table of code-carrying variables; git's configuration overlay read as git configuration."""
+    findings: list[Finding] = []
+
+    def shell(text: str, level: int) -> list[Finding]:
+        return shell_findings(text, level, env)
+
+    def command(words: list[str], level: int) -> list[Finding]:
+        return command_findings(_command(words), level, env)
+
+    for name, value in assigned:
+        if value is None:
+            if code_env.kind_of(name) is not None:
+                findings.append(
+                    Finding(f"{name}=…", 2, f"sets {name}, which carries code, from input: cannot classify")
+                )
             continue
-        if name in PROMPT_VARIABLES and not any(char in (value or "") for char in "$`\\"):
-            continue  # a literal prompt: nothing in it is expanded
-        if name in CODE_INJECTION_ENV or name.startswith(("LD_", "BASH_FUNC_")):
-            findings.append(Finding(f"env {name}={value or ''}", 2, f"env {name} can inject code"))
-        if name in COMMAND_ENV and value:
-            findings += shell_findings(value, 1, _NO_ENV)  # the program runs this value as a command line
+        findings += code_env.assignment_findings(name, value, depth, shell, command)
+    if any(name.startswith("GIT_CONFIG") for name, _value in assigned):
+        values = {name: value for name, value in assigned if value is not None}
+        for key, value in code_env.git_overlay_pairs(values):
+            found = config_verdict(key, value)
+            findings += _verdict_findings(found, f"git config {key}={value}"[:200], depth, env)
     return findings
+
+
+def _literal_code(text: str, depth: int, env: Env) -> list[Finding]:
+    """Commands in `NAME[…$(…)…]` in literal text: bash runs them when the text reaches arithmetic."""
+    if "[" not in text or ("$(" not in text and "`" not in text):
+        return []
+    return [finding for inner in subscript_commands(text) for finding in shell_findings(inner, depth + 1, env)]
+
+
+def _verdict_findings(found: Verdict, canonical: str, depth: int, env: Env) -> list[Finding]:
+    findings = [Finding(canonical, found.tier, found.reason)]
+    for text in found.shell:
+        findings += shell_findings(text, depth + 1, env)
+    for argv in found.commands:
+        findings += command_findings(_command(list(argv)), depth + 1, env)
+    return findings
+
+
+def _readers(env: Env) -> Readers:
+    """How stdin.py reads the text it finds to be shell text or Python, with the overlay."""
+
+    def shell(text: str, depth: int) -> list[Finding]:
+        return shell_findings(text, depth, env)
+
+    def python(text: str, depth: int) -> list[Finding]:
+        return _verdict_findings(python_verdict(text), "python script", depth, env)
+
+    def command(words: list[str], depth: int) -> list[Finding]:
+        return command_findings(_command(words), depth, env)
+
+    return Readers(shell, python, command)
 
 
 def _connection_findings(subject: Subject) -> list[Finding]:
@@ -125,99 +186,43 @@ def _command(words: list[str]) -> Command:
     return Command(words=words, dynamic=["$" in word or "`" in word for word in words])
 
 
-# -- stdin --------------------------------------------------------------------------------------------------------
-
-
-def _stdin_of_text(text: str, stdin: str, env: Env) -> list[Finding]:
-    """stdin reaches every top-level command whose input is not a pipe, a file or a here-document."""
-    findings: list[Finding] = []
-    seen: set[tuple[str, ...]] = set()
-    for command in tokenize(text, []):
-        if (
-            command.piped_into
-            or command.heredoc is not None
-            or any(op in ("<", "<<<", "<>") for op, _ in command.redirects)
-        ):
-            continue
-        key = tuple(command.words[:4])
-        if key in seen:
-            continue
-        seen.add(key)
-        findings += stdin_findings(_strip_reserved(command.words), stdin, env)
-    return findings
-
-
-def stdin_findings(words: list[str], stdin: str, env: Env, depth: int = 0) -> list[Finding]:
-    """stdin is code for programs that read their commands from it: shells and `at` without a script, `ssh HOST`
-    without a command, wrappers given no command that start a shell (`su`, `runuser -u USER`, `sudo -i`,
-    `script FILE`, `chroot DIR`, `nsenter …`, `unshare`), interpreters without a script, database clients (SQL),
-    redis-cli, mongosh."""
-    unwrapped = unwrap(words, [False] * len(words))
-    stripped = unwrapped.words
-    if not stripped:
-        return shell_findings(stdin, depth + 1, env) if unwrapped.shell_session else []
-    program = basename(stripped[0])
-    operands = [word for word in stripped[1:] if not word.startswith("-")]
-    if program in SHELLS and (not operands or "-s" in stripped) and "-c" not in stripped:
-        return shell_findings(stdin, depth + 1, env)
-    if program in STDIN_SHELLS and "-f" not in stripped:
-        return shell_findings(stdin, depth + 1, env)
-    if program == "ssh" and len(operands) <= 1:
-        return shell_findings(stdin, depth + 1, env)
-    if program == "crontab" and (not operands or operands == ["-"]) and len(stripped) <= 2:
-        return _crontab_findings(stdin, env, depth)
-    if program in DB_CLIENTS:
-        return [Finding(stdin[:200], *sql_tier(stdin))]
-    if program in ("redis-cli", "valkey-cli") and not operands:
-        return [Finding(stdin[:200], *redis_tier(stdin))]
-    if program in ("mongo", "mongosh"):
-        return [Finding(stdin[:200], *mongo_tier(stdin))]
-    if program == "dc" and dc_reads_stdin(stripped):
-        return [finding for command in dc_commands(stdin) for finding in shell_findings(command, depth + 1, env)]
-    if _is_interpreter(program) and (not operands or operands == ["-"]):
-        if program.startswith("python"):
-            return python_findings(stdin, depth)
-        return [Finding(program, 2, "script on stdin")]
-    return []
-
-
-def _crontab_findings(text: str, env: Env, depth: int) -> list[Finding]:
-    """A crontab read from stdin: each line's command (after the five time fields) will run."""
-    findings = []
-    for line in text.splitlines():
-        fields = line.split(None, 5)
-        if len(fields) == 6 and not line.lstrip().startswith("#"):
-            findings += shell_findings(fields[5], depth + 1, env)
-    return findings
-
-
 # -- shell text -----------------------------------------------------------------------------------------------------
 
-_RESERVED = frozenset(["if", "then", "else", "elif", "do", "while", "until", "!", "{", "}", "time"])
-_HEADERS = frozenset(["for", "select", "case", "function", "done", "fi", "esac"])
 
-
-def _strip_reserved(words: list[str]) -> list[str]:
-    if not words or words[0] not in _RESERVED:
-        return words
-    index = 0
-    while index < len(words) and words[index] in _RESERVED:
-        index += 1
-    return words[index:]
-
-
-def shell_findings(text: str, depth: int, env: Env = _NO_ENV) -> list[Finding]:
+def shell_findings(text: str, depth: int, env: Env = _NO_ENV, outer: TextState | None = None) -> list[Finding]:
+    """Shell text: read as bash reads it and, where POSIX sh would read a quote otherwise (`$'…'`), as sh too."""
     if depth > MAX_DEPTH:
         return [Finding(text[:200], 3, _TOO_DEEP)]
     findings: list[Finding] = []
-    if _has_fork_bomb(text):
+    if has_fork_bomb(text):
         findings.append(Finding("fork bomb", 3, "fork bomb"))
     nested: list[str] = []
+    tokens = tokenize(text, nested)
+    readings = [tokens]
+    if tokens.ansi_c:
+        readings.append(tokenize(text, nested, ansi_c=False))
+    state = read_state(tokens, outer)
+    here = state.env(env) if state.values else env
+    for reading in readings:
+        findings += _commands_findings(reading.commands, depth, here, state)
+        if reading.arithmetic:
+            findings += arithmetic_findings(reading.arithmetic, state)
+        for tail in reading.unterminated:
+            findings.append(Finding(tail[:200] or text[-200:], 1, _UNTERMINATED))
+            if tail.strip():
+                findings += shell_findings(tail, depth + 1, here)
+    for inner in dict.fromkeys(nested):
+        findings += shell_findings(inner, depth + 1, here, state)
+    return findings
+
+
+def _commands_findings(commands: list[Command], depth: int, env: Env, state: TextState) -> list[Finding]:
+    findings: list[Finding] = []
     loop_depth = 0
     every_entry = False  # the innermost `for` loop runs over every entry of a directory
-    upstream = Context()  # what the commands before this one in its pipeline select
+    upstream = _NO_CONTEXT  # what the commands before this one in its pipeline select
     previous: list[str] = []
-    for command in tokenize(text, nested):
+    for command in commands:
         first = command.words[0] if command.words else ""
         if first == "done":
             loop_depth = max(0, loop_depth - 1)
@@ -226,79 +231,61 @@ def shell_findings(text: str, depth: int, env: Env = _NO_ENV) -> list[Finding]:
         elif "do" in command.words[:2]:
             loop_depth += 1
         # Updated only for piped commands, one command at a time: linear, and free for the common case.
-        upstream = _upstream(upstream, previous) if command.piped_into else Context()
+        upstream = upstream_context(upstream, previous) if command.piped_into else _NO_CONTEXT
         context = upstream
         if loop_depth:
             context = Context(context.via_xargs, True, context.selection, context.all_but, every_entry)
-        findings += command_findings(command, depth, env, context)
+        findings += command_findings(command, depth, env, context, state)
         if command.piped_into and any(word == "dc" or word.endswith("/dc") for word in command.words):
-            findings += _dc_pipe_findings(command.words, previous, depth, env)
+            findings += dc_pipe_findings(command.words, previous, lambda text: shell_findings(text, depth + 1, env))
         previous = command.words
-    for inner in nested:
-        findings += shell_findings(inner, depth + 1, env)
     return findings
 
 
-def _dc_pipe_findings(words: list[str], previous: list[str], depth: int, env: Env) -> list[Finding]:
-    """dc reading its program from a pipe: the `!` commands of an upstream echo/printf text are classified; input
-    that cannot be seen is a program of unknown effect (1)."""
-    unwrapped = unwrap(words, [False] * len(words)).words
-    if not unwrapped or basename(unwrapped[0]) != "dc" or not dc_reads_stdin(unwrapped):
-        return []
-    if previous and basename(previous[0]) in ("echo", "printf"):
-        text = " ".join(previous[1:])
-        return [finding for command in dc_commands(text) for finding in shell_findings(command, depth + 1, env)]
-    return [Finding(" ".join(words[:3]), 1, "dc runs a program from its input, which cannot be seen")]
-
-
-def _upstream(upstream: Context, raw: list[str]) -> Context:
-    """What a command tells the deletions downstream in its pipeline (`| xargs rm`): a find's selection,
-    `tail -n +N` (all but the newest N), a bare `ls` (every entry). Updated one command at a time: linear."""
-    words = unwrap(raw, [False] * len(raw)).words
-    program = basename(words[0]) if words else ""
-    if program == "find":
-        return Context(selection=find_selection(words)[0], all_but=upstream.all_but, every=upstream.every)
-    if program == "tail" and any(word.startswith(("+", "-n+")) for word in words[1:]):
-        return Context(selection=upstream.selection, all_but=True, every=upstream.every)
-    listed = [word for word in words[1:] if not word.startswith("-")]
-    if program == "ls" and not any("*" in word or "." in word.lstrip("./") for word in listed):
-        return Context(selection=upstream.selection, all_but=upstream.all_but, every=True)
-    return upstream
-
-
-def command_findings(command: Command, depth: int, env: Env = _NO_ENV, context: Context | None = None) -> list[Finding]:
+def command_findings(
+    command: Command, depth: int, env: Env = _NO_ENV, context: Context | None = None, state: TextState = _NO_STATE
+) -> list[Finding]:
     if depth > MAX_DEPTH:  # argv a program runs (kubectl exec … kubectl exec …) nests like shell text
         return [Finding(" ".join(command.words)[:200], 3, _TOO_DEEP)]
-    findings: list[Finding] = redirect_findings(command.redirects)
-    raw_words = _strip_reserved(command.words)
+    findings: list[Finding] = redirect_findings(command.redirects) if command.redirects else []
+    if command.assignments:
+        assigned = [(name, value) for name, value, _dynamic in command.assignments]
+        findings += _variables_findings(assigned, depth, env)
+        for _name, value in assigned:
+            findings += _literal_code(value, depth, env)
+    raw_words = strip_reserved(command.words)
+    if not raw_words:
+        return findings + _no_command_findings(command, False, False)
     offset = len(command.words) - len(raw_words)
-    if raw_words and raw_words[0] in _HEADERS:
+    if raw_words[0] in HEADERS:
         return findings  # a loop or case header, a function keyword: its substitutions are classified as nested text
+    flags = command.dynamic[offset:]
+    globbed: list[bool] = []
+    if command.marks:
+        raw_words, flags, globbed = expand_words(raw_words, flags, command.marks, offset)
     words = substitute(raw_words, env)
     substituted = substituted_values(raw_words, env) if words is not raw_words else {}
-    flags = command.dynamic[offset:]
     if words is not raw_words:  # a substituted word is no longer dynamic: its value is known
         flags = [flag and word == original for flag, word, original in zip(flags, words, raw_words, strict=True)]
-    dynamic = flags
-    unwrapped = unwrap(words, dynamic)
-    for text in unwrapped.inline:
-        findings += shell_findings(text, depth + 1, env)
-    possible = unwrapped.possible_command
-    if possible and known_program(basename(possible[0])) and not _names_a_program(unwrapped.words):
-        # A word a wrapper's option took as its value names a program, and what is left names none (the option
-        # may take no value after all): the word is classified as the command too.
-        findings += command_findings(_command(possible), depth + 1, env, context)
-    words, dynamic = unwrapped.words, unwrapped.dynamic
+    for word in words:
+        if "${" in word:
+            if "[" in word:
+                findings += arithmetic_findings(subscripts_in([word]), state)
+            if "@P}" in word:
+                findings.append(
+                    Finding(word[:200], 2, "prompt expansion (${x@P}) runs the $(…) in a value: cannot classify")
+                )
+    unwrapped = unwrap(words, flags)
+    if unwrapped.inline or unwrapped.assignments or unwrapped.writes or unwrapped.effects or unwrapped.possible_command:
+        findings += _wrapper_findings(unwrapped, command.words, depth, env, context)
     if unwrapped.too_deep:
         findings.append(Finding(" ".join(command.words)[:200], 3, _TOO_DEEP))
+    position = len(words) - len(unwrapped.words)
+    words, dynamic = unwrapped.words, unwrapped.dynamic
     if not words:
-        if unwrapped.escalated:
-            findings.append(Finding(" ".join(command.words[:3]), 2, "privilege escalation"))
-        if unwrapped.shell_session and not unwrapped.escalated:
-            findings.append(Finding(" ".join(command.words[:3]), 1, _SHELL_SESSION))
-        if not command.words and any(op in (">", ">|") for op, _ in command.redirects):
-            findings.append(Finding(command.redirects[0][1], 2, "empties a file"))
-        return findings or ([Finding("", 1, "redirection only")] if command.redirects else [])
+        return findings + _no_command_findings(command, unwrapped.escalated, unwrapped.shell_session)
+    if globbed and globbed[position]:
+        return findings + _globbed_findings(raw_words, flags, position, depth, env, context, state)
     program = basename(words[0])
     canonical = " ".join([program, *words[1:]])
     if substituted:
@@ -306,36 +293,58 @@ def command_findings(command: Command, depth: int, env: Env = _NO_ENV, context: 
         # written: a value may be a secret whose name only the overlay's key reveals.
         canonical = unsubstituted(canonical, substituted)
     if dynamic and dynamic[0]:
-        findings.append(Finding(canonical, 2, "dynamic command word: cannot classify"))
+        findings.append(Finding(canonical, 3, _DYNAMIC_WORD))
         return findings
-    context = context or Context()
-    if unwrapped.via_xargs:
+    if program in state.aliases:
+        findings += shell_findings(" ".join([state.aliases[program], *words[1:]]), depth + 1, env)
+    return findings + _program_findings(
+        program, words, canonical, command, unwrapped.escalated, unwrapped.via_xargs, depth, env, context, state
+    )
+
+
+def _program_findings(
+    program: str,
+    words: list[str],
+    canonical: str,
+    command: Command,
+    escalated: bool,
+    via_xargs: bool,
+    depth: int,
+    env: Env,
+    context: Context | None,
+    state: TextState,
+) -> list[Finding]:
+    context = context or _NO_CONTEXT
+    if via_xargs:
         context = Context(True, True, context.selection, context.all_but, context.every)
     found = program_verdict(program, words, context)
     tier, reason = found.tier, found.reason
+    findings: list[Finding] = []
     if program in SHELLS or program in ("eval", "exec"):
         inner = _inline_script(program, words)
         if inner is not None:
             findings += shell_findings(inner, depth + 1, env)
             tier, reason = max(tier, 1), f"{program} running inline shell text"
-    elif _is_interpreter(program):
-        tier, reason, extra = _interpreter(program, words, depth, env)
-        findings += extra
-    findings += _heredoc_findings(program, command, depth, env)
-    if command.piped_into and (program in SHELLS or _is_interpreter(program) or program in STDIN_SHELLS):
+        elif program in SHELLS and _script_operand(words).startswith(_PIPED_SCRIPT):
+            tier, reason = max(tier, 2), f"{program} runs a script from a pipe: code that cannot be classified"
+    elif is_interpreter(program):
+        found = interpreter_verdict(program, words, found)
+        tier, reason = found.tier, found.reason
+    if command.heredoc is not None or command.redirects:
+        findings += _heredoc_findings(program, command, depth, env)
+    piped_script = program in (".", "source") and _script_operand(words).startswith(_PIPED_SCRIPT)
+    if command.piped_into and (program in SHELLS or is_interpreter(program) or program in STDIN_SHELLS or piped_script):
         operands = [word for word in words[1:] if not word.startswith("-")]
-        if not operands or (program in SHELLS and "-s" in words) or program in STDIN_SHELLS:
+        if not operands or (program in SHELLS and "-s" in words) or program in STDIN_SHELLS or piped_script:
             tier, reason = max(tier, 2), f"pipes into {program}: runs code that cannot be classified"
     truncates = program in (":", "true") or (program == "cat" and words[1:] == ["/dev/null"])
     if truncates and any(op in (">", ">|") for op, _ in command.redirects):
         tier, reason = max(tier, 2), "empties a file"
-    if unwrapped.escalated:
+    if escalated:
         tier, reason = max(tier, 2), reason if tier >= 2 else "privilege escalation"
-    findings.append(Finding(canonical, tier, unsubstituted(reason, substituted) if substituted else reason))
-    for text in found.shell:
-        findings += shell_findings(text, depth + 1, env)
-    for argv in found.commands:
-        findings += command_findings(_command(list(argv)), depth + 1, env)
+    findings.append(Finding(canonical, tier, reason))
+    if found.shell or found.commands or found.assignments or found.arithmetic:
+        findings += _verdict_extras(found, depth, env, state)
     if program == "find":
         selection, _delete, execs, _writes = find_selection(words)
     elif program in ("fd", "fdfind"):
@@ -345,6 +354,80 @@ def command_findings(command: Command, depth: int, env: Env = _NO_ENV, context: 
     for exec_words in execs:
         if exec_words:
             findings += command_findings(_command(exec_words), depth + 1, env, Context(False, True, selection))
+    return findings
+
+
+def _verdict_extras(found: Verdict, depth: int, env: Env, state: TextState) -> list[Finding]:
+    """What a program's rule says it runs, sets and evaluates."""
+    findings: list[Finding] = []
+    for text in found.shell:
+        findings += shell_findings(text, depth + 1, env)
+    for argv in found.commands:
+        findings += command_findings(_command(list(argv)), depth + 1, env)
+    if found.assignments:
+        findings += _variables_findings(list(found.assignments), depth, env)
+        for _name, value in found.assignments:
+            findings += _literal_code(value or "", depth, env)
+    if found.arithmetic:
+        findings += arithmetic_findings(list(found.arithmetic), state)
+        for text in found.arithmetic:
+            findings += _literal_code("a[" + text + "]", depth, env)
+    return findings
+
+
+def _wrapper_findings(
+    unwrapped: Unwrapped, raw: list[str], depth: int, env: Env, context: Context | None
+) -> list[Finding]:
+    """What the wrappers around a command run, set and write themselves."""
+    findings: list[Finding] = []
+    for text in unwrapped.inline:
+        findings += shell_findings(text, depth + 1, env)
+    if unwrapped.assignments:
+        findings += _variables_findings(list(unwrapped.assignments), depth, env)
+    findings += redirect_findings([(">", path) for path in unwrapped.writes])
+    for tier, reason in unwrapped.effects:
+        findings.append(Finding(" ".join(raw[:3]), tier, reason))
+    possible = unwrapped.possible_command
+    if possible and known_program(basename(possible[0])) and not _names_a_program(unwrapped.words):
+        # A word a wrapper's option took as its value names a program, and what is left names none (the option
+        # may take no value after all): the word is classified as the command too.
+        findings += command_findings(_command(possible), depth + 1, env, context)
+    return findings
+
+
+def _no_command_findings(command: Command, escalated: bool, shell_session: bool) -> list[Finding]:
+    findings: list[Finding] = []
+    if escalated:
+        findings.append(Finding(" ".join(command.words[:3]), 2, "privilege escalation"))
+    if shell_session and not escalated:
+        findings.append(Finding(" ".join(command.words[:3]), 1, _SHELL_SESSION))
+    if not command.words and any(op in (">", ">|") for op, _ in command.redirects):
+        findings.append(Finding(command.redirects[0][1], 2, "empties a file"))
+    return findings or ([Finding("", 1, "redirection only")] if command.redirects else [])
+
+
+def _globbed_findings(
+    words: list[str],
+    flags: list[bool],
+    position: int,
+    depth: int,
+    env: Env,
+    context: Context | None,
+    state: TextState,
+) -> list[Finding]:
+    """A command word with glob characters: every program it can match, classified with the same arguments."""
+    pattern = words[position]
+    names, unknown = candidates(pattern, known_names())
+    if len(names) > MAX_CANDIDATES:
+        return [Finding(" ".join(words)[:200], 3, f"the command word {pattern} can match {len(names)} programs")]
+    findings = []
+    if unknown:
+        findings.append(
+            Finding(" ".join(words)[:200], 1, f"the command word {pattern} may match a program nothing knows")
+        )
+    for name in names:
+        replaced = Command(words=[*words[:position], name, *words[position + 1 :]], dynamic=list(flags))
+        findings += command_findings(replaced, depth, env, context, state)
     return findings
 
 
@@ -363,37 +446,8 @@ def _inline_script(program: str, words: list[str]) -> str | None:
     return None
 
 
-def _is_interpreter(program: str) -> bool:
-    return program in INTERPRETERS or program.startswith(("python", "perl", "ruby", "node", "php"))
-
-
-_MODULE_TIERS = {"http.server": 2, "SimpleHTTPServer": 2, "json.tool": 0, "venv": 1, "pydoc": 0, "this": 0}
-
-
-def _interpreter(program: str, words: list[str], depth: int, env: Env) -> tuple[int, str, list[Finding]]:
-    """`python -c CODE` is read as Python; `python -m http.server` serves the directory to other hosts;
-    `python -m pip install` is pip. Other scripts are code we cannot see (1)."""
-    if program.startswith("python"):
-        for index, word in enumerate(words[1:-1], start=1):
-            if word == "-c":
-                return 1, "python code", python_findings(words[index + 1], depth)
-            if word == "-m":
-                module = words[index + 1]
-                if module in ("pip", "pip3"):
-                    found = program_verdict("pip", ["pip", *words[index + 2 :]], Context())
-                    return found.tier, found.reason, []
-                return _MODULE_TIERS.get(module, 1), f"python -m {module}", []
-    if program.startswith("perl") and any(marker in " ".join(words) for marker in _PERL_STATEFUL):
-        return 2, "perl code changes files or runs commands", []
-    found = program_verdict(program, words, Context())
-    if found.tier == 0 and program.startswith("perl"):
-        return 0, "perl prints", []
-    if program.startswith("php") and "-S" in words:
-        return found.tier, found.reason, []
-    return max(found.tier, 1), f"{program} runs code", []
-
-
-_PERL_STATEFUL = ("unlink", "rmtree", "system", "exec", "qx", "`", "rename", "chmod", "chown", "kill", "open(")
+def _script_operand(words: list[str]) -> str:
+    return next((word for word in words[1:] if not word.startswith("-")), "")
 
 
 def _heredoc_findings(program: str, command: Command, depth: int, env: Env) -> list[Finding]:
@@ -402,46 +456,11 @@ def _heredoc_findings(program: str, command: Command, depth: int, env: Env) -> l
     bodies += [target for operator, target in command.redirects if operator == "<<<"]
     findings: list[Finding] = []
     for body in bodies:
+        findings += _literal_code(body, depth, env)
         if program in SHELLS or program in STDIN_SHELLS or program == "ssh":
             findings += shell_findings(body, depth + 1, env)
         else:
-            findings += stdin_findings(command.words, body, env, depth)
+            findings += stdin_findings(command.words, body, _readers(env), depth)
     if program in DB_CLIENTS and any(operator == "<" for operator, _ in command.redirects):
         findings.append(Finding(" ".join(command.words[:3]), 2, f"{program} runs SQL from a file"))
-    return findings
-
-
-def _has_fork_bomb(text: str) -> bool:
-    """`name(){ name|name& };name` in any spacing. Each `(){` is inspected within a bounded window."""
-    if "fork while fork" in text or "fork;fork" in text.replace(" ", ""):
-        return True
-    compact_needed = "(" in text and "|" in text and "&" in text
-    if not compact_needed:
-        return False
-    compact = "".join(text.split())
-    position = compact.find("(){")
-    while position >= 0:
-        body = compact[position + 3 : position + 3 + 256].split("}", 1)[0]
-        # Only a body that pipes and backgrounds can be a bomb; then find the function's name (≤ 64 chars).
-        if "|" in body and "&" in body:
-            start = position
-            while (
-                start > 0 and position - start < 64 and (compact[start - 1].isalnum() or compact[start - 1] in "_:.-")
-            ):
-                start -= 1
-            name = compact[start:position]
-            if name and f"{name}|{name}&" in body:
-                return True
-        position = compact.find("(){", position + 3)
-    return False
-
-
-def python_findings(script: str, depth: int = 0) -> list[Finding]:
-    findings = [Finding("python script", 1, "python script")]
-    if any(marker in script for marker in PYTHON_STATEFUL):
-        findings.append(Finding("python script", 2, "python script changes files, processes or runs commands"))
-    if PYTHON_ROOT_RMTREE.search(script):
-        findings.append(Finding("python rmtree", 3, "python deletes / or a system directory"))
-    for match in PYTHON_SHELL_CALL.finditer(script):
-        findings += shell_findings(match.group("body"), depth + 1)
     return findings

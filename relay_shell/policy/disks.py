@@ -61,7 +61,11 @@ def _sfdisk(call: Call) -> Verdict:
 
 def _sgdisk(call: Call) -> Verdict:
     reading = {"p", "v", "L", "i", "O", "h", "P"}  # print, verify, list types, info, print MBR, help, pretend
-    if call.short and call.short <= reading | {"b"} and not call.long - {"--print", "--verify", "--info", "--backup"}:
+    if (
+        call.short
+        and call.short <= reading | {"b"}
+        and not call.long.keys() - {"--print", "--verify", "--info", "--backup"}
+    ):
         return verdict(1 if "b" in call.short else 0, "sgdisk reads the partition table")
     return verdict(3, "sgdisk changes the partition table")
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+from relay_shell.policy.archives import tar_verdict
 from relay_shell.policy.calls import (
     READ,
     Call,
@@ -151,20 +152,21 @@ def _rsync(call: Call) -> Verdict:
     if call.has("--remove-source-files"):
         return verdict(2, "rsync removes the source files")
     onto = writes_onto(call.operands[-1], "rsync") if call.operands else None
-    return onto if onto is not None else verdict(1, "rsync copies files")
+    found = onto if onto is not None else verdict(1, "rsync copies files")
+    shell = _rsh_command(call.words)
+    return Verdict(found.tier, found.reason, shell=shell) if shell else found
 
 
-def _tar(call: Call) -> Verdict:
-    mode = call.words[1] if len(call.words) > 1 and not call.words[1].startswith("-") else ""
-    letters = set(mode) | call.short
-    if call.has("--delete"):
-        return verdict(2, "tar deletes members of an archive")
-    if letters & {"c", "x", "r", "u", "A"} or call.long & {"--create", "--extract", "--get", "--append"}:
-        directory = call.value("-C", "--directory") or ""
-        if "x" in letters and (directory == "/" or is_protected(directory + "/")):
-            return verdict(2, "extracts into a system directory")
-        return verdict(1, "tar creates or extracts an archive")
-    return READ
+def _rsh_command(words: list[str]) -> tuple[str, ...]:
+    """rsync's remote shell (-e/--rsh), run locally: `rsync -e 'ssh -p 22'`."""
+    for index, word in enumerate(words[1:], start=1):
+        if word in ("-e", "--rsh") and index + 1 < len(words):
+            return (words[index + 1],)
+        if word.startswith("--rsh="):
+            return (word.split("=", 1)[1],)
+        if word.startswith("-e") and len(word) > 2 and not word.startswith("--"):
+            return (word[2:],)
+    return ()
 
 
 def _fpsync(call: Call) -> Verdict:
@@ -226,6 +228,7 @@ RULES: dict[str, Callable[[Call], Verdict]] = {
     "pigz": _compress,
     "lzma": _compress,
     "rsync": _rsync,
-    "tar": _tar,
-    "bsdtar": _tar,
+    "tar": tar_verdict,
+    "bsdtar": tar_verdict,
+    "gtar": tar_verdict,
 }

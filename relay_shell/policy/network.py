@@ -8,7 +8,7 @@ import re
 from collections.abc import Callable
 
 from relay_shell.policy.calls import READ, Call, Verdict, verdict
-from relay_shell.policy.files import writes_onto
+from relay_shell.policy.clients import curl_verdict, scp_verdict, ssh_verdict, wget_verdict
 
 # -- users, network configuration, firewalls ------------------------------------------------------------------
 
@@ -117,29 +117,6 @@ def _journalctl(call: Call) -> Verdict:
 _HTTP_WRITES = {"POST", "PUT", "DELETE", "PATCH"}
 
 
-def _curl(call: Call) -> Verdict:
-    method = (call.value("-X", "--request") or "").upper()
-    if (
-        method in _HTTP_WRITES
-        or call.has("-d", "-F", "-T", "--form", "--upload-file", "--json")
-        or any(option.startswith("--data") for option in call.long)
-    ):
-        return verdict(2, "HTTP request that changes a remote resource")
-    output = call.value("-o", "--output")
-    if (output is not None and output != "-") or call.has("-O", "--remote-name", "--remote-name-all", "-J"):
-        onto = writes_onto(output or "", "curl")
-        return onto if onto is not None else verdict(1, "downloads to a file")
-    return verdict(0, "HTTP GET to stdout")
-
-
-def _wget(call: Call) -> Verdict:
-    if any(option.startswith(("--post", "--method", "--body")) for option in call.long):
-        return verdict(2, "HTTP request that changes a remote resource")
-    if call.value("-O", "--output-document") == "-" or call.has("--spider"):
-        return verdict(0, "HTTP GET to stdout")
-    return verdict(1, "downloads to a file")
-
-
 def _httpie(call: Call) -> Verdict:
     words = call.operands
     method = words[0].upper() if words and words[0].isalpha() and words[0].upper() == words[0].upper() else ""
@@ -150,52 +127,14 @@ def _httpie(call: Call) -> Verdict:
 
 def _netcat(call: Call) -> Verdict:
     listening = call.has("-l", "--listen") or any("LISTEN" in word.upper() for word in call.words[1:])
-    return verdict(2, "opens a listener for other hosts") if listening else verdict(1, f"{call.program} connects")
-
-
-_SSH_VALUE_OPTIONS = frozenset(
-    [
-        "-b",
-        "-c",
-        "-D",
-        "-E",
-        "-e",
-        "-F",
-        "-I",
-        "-i",
-        "-J",
-        "-L",
-        "-l",
-        "-m",
-        "-O",
-        "-o",
-        "-p",
-        "-Q",
-        "-R",
-        "-S",
-        "-W",
-        "-w",
-        "-B",
-    ]
-)
-
-
-def _ssh(call: Call) -> Verdict:
-    index = 1
-    words = call.words
-    while index < len(words) and words[index].startswith("-"):
-        word = words[index]
-        index += 2 if word in _SSH_VALUE_OPTIONS else 1
-    remote = words[index + 1 :]
-    exposed = any(word == "-R" or word.startswith("-R") for word in words[1:index]) or call.has("-g")
-    tier, reason = (2, "ssh -R opens a listener on the remote host") if exposed else (1, "ssh session")
-    if remote:
-        # The remote command decides the tier: `ssh host uptime` is 0, `ssh host rm -rf /srv` is 3.
-        forwards = any(word.startswith(("-L", "-D", "-W")) for word in words[1:index])
-        return Verdict(
-            max(tier if exposed else 0, 1 if forwards else 0), "ssh runs a remote command", shell=(" ".join(remote),)
-        )
-    return verdict(tier, reason)
+    if listening:
+        return verdict(2, "opens a listener for other hosts")
+    if call.has("-U", "--unixsock") or any(
+        word.upper().startswith(("UNIX-CONNECT:", "UNIX:")) for word in call.words[1:]
+    ):
+        # a local daemon's socket (docker.sock, D-Bus, a database): what is sent there acts with the daemon's rights
+        return verdict(2, f"{call.program} talks to a local daemon's socket: what it sends cannot be classified")
+    return verdict(1, f"{call.program} connects")
 
 
 def listener(call: Call) -> Verdict:
@@ -236,8 +175,8 @@ RULES: dict[str, Callable[[Call], Verdict]] = {
     "loginctl": _setting,
     "dmesg": _dmesg,
     "journalctl": _journalctl,
-    "curl": _curl,
-    "wget": _wget,
+    "curl": curl_verdict,
+    "wget": wget_verdict,
     "http": _httpie,
     "https": _httpie,
     "xh": _httpie,
@@ -245,7 +184,9 @@ RULES: dict[str, Callable[[Call], Verdict]] = {
     "ncat": _netcat,
     "netcat": _netcat,
     "socat": _netcat,
-    "ssh": _ssh,
+    "ssh": ssh_verdict,
+    "scp": scp_verdict,
+    "sftp": scp_verdict,
     "flask": _server,
     "gunicorn": _server,
     "uvicorn": _server,

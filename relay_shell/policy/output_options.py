@@ -23,12 +23,13 @@ class Spec:
     runs: frozenset[str] = frozenset()  # options whose value is a command line the program runs
     verbs: Mapping[str, tuple[int, str]] = field(default_factory=dict)  # sub-commands ("db update") that act
     single_dash: bool = False  # Go-style options: `-name value` is one option, not the bundle -n -a -m -e
+    optional: frozenset[str] = frozenset()  # options whose value is only ever attached (`-H[BROWSER]`)
     # The long names an abbreviation may stand for (getopt_long, argp and argparse read `--out=F` as
     # `--output=F`): every long name above, unless the options are Go-style.
     known: frozenset[str] = field(init=False)
 
     def __post_init__(self) -> None:
-        names = long_names(self.values, self.outputs, frozenset(self.acts), self.runs)
+        names = long_names(self.values, self.outputs, frozenset(self.acts), self.runs, self.optional)
         object.__setattr__(self, "known", frozenset() if self.single_dash else names)
 
 
@@ -63,6 +64,7 @@ SPECS: dict[str, Spec] = {
             " -D --color"
         ),
         words("-o -O --log-file --LOG-FILE"),
+        _acts(1, "reads key bindings (lesskey), which can run commands, from a file not seen", "-k --lesskey-file"),
     ),
     "tree": Spec(
         words("-o -L -P -I -H -T --filelimit --timefmt --charset --sort"),
@@ -91,8 +93,9 @@ SPECS: dict[str, Spec] = {
     ),
     "ugrep": Spec(
         words("-e -f -g -m -A -B -C -t -O -M -K -N -J --regexp --file --glob --filter --index"),
-        words("--save-config"),
+        acts=_acts(1, "writes a configuration file", "--save-config"),
         runs=words("--pager --filter"),
+        optional=words("--save-config"),
     ),
     "bat": Spec(
         words("-l --language -H --highlight-line --pager --theme --style -m --map-syntax --tabs --wrap --color"),
@@ -102,6 +105,47 @@ SPECS: dict[str, Spec] = {
     "xmllint": Spec(
         words("-o --output --xpath --path --dtdvalid --dtdvalidfpi --relaxng --schema --schematron --encode --pattern"),
         words("-o --output"),
+        _acts(1, "takes shell-like commands that save and write files", "--shell"),
+    ),
+    "ag": Spec(
+        words(
+            "--pager -p --path-to-ignore -G --file-search-regex -g --ignore --ignore-dir -A -B -C -m --max-count"
+            " --depth --workers -W --width --color-line-number --color-match --color-path"
+        ),
+        runs=words("--pager"),
+    ),
+    "ack": Spec(
+        words(
+            "--pager --ackrc --type-add --type-set --type-del -A -B -C -m --max-count --output --match --ignore-dir"
+            " --ignore-file --files-from --range-start --range-end"
+        ),
+        runs=words("--pager"),
+    ),
+    "delta": Spec(words("--pager --features --syntax-theme -w --width --config"), runs=words("--pager")),
+    "glow": Spec(words("-s --style -w --width --config"), verbs=_acts(1, "edits its configuration", "config")),
+    "units": Spec(words("--log -f --file -o --output-format -l --locale"), words("--log")),
+    "exrex": Spec(words("-o --output -l --limit -d --delimiter -m --max-number"), words("-o --output")),
+    "texcount": Spec(words("-out -template -sub -sum -inc -dir"), words("-out"), single_dash=True),
+    "blkid": Spec(
+        words("-c --cache-file -o --output -s --match-tag -t --match-token -n --match-types -u --usages -p -S -O"),
+        acts=_acts(1, "rewrites its cache", "-g --garbage-collect"),
+    ),
+    "neofetch": Spec(
+        words("--config --source --ascii --image --gap --size --crop_mode --backend --colors"),
+        acts=_acts(1, "sources a configuration file, which is bash", "--config"),
+    ),
+    "actionlint": Spec(
+        words("-shellcheck -pyflakes -format -config-file -ignore -stdin-filename"),
+        runs=words("-shellcheck -pyflakes"),
+        single_dash=True,
+    ),
+    "zathura": Spec(
+        words("-x --synctex-editor-command -c --config-dir -d --data-dir -P --page -w --password --mode -e --reparent"),
+        runs=words("-x --synctex-editor-command"),
+    ),
+    "deborphan": Spec(
+        words("-A --add-keep -R --del-keep -k --keep-file -s --show-section -P --priority"),
+        acts=_acts(2, "changes its list of packages to keep", "-A --add-keep -R --del-keep -Z --zero-keep"),
     ),
     "xsv": Spec(
         words("-o --output -d --delimiter -s --select -n -j --jobs"),
@@ -117,7 +161,13 @@ SPECS: dict[str, Spec] = {
             "-C --config-file -L --locale -m --systems -M --manpath -S -s --sections -e --extension -P --pager"
             " -r --prompt -E --encoding -p --preprocessor -R --recode"
         ),
+        acts={
+            **_acts(1, "runs a web browser", "-H --html"),
+            **_acts(1, "reads a configuration that is not seen", "-C --config-file"),
+            **_acts(1, "runs a viewer program (gxditview)", "-X --ditroff"),
+        },
         runs=words("-P --pager --html -H"),
+        optional=words("-H --html -X"),
     ),
     "tldr": Spec(
         words("-p --platform -L --language -s --source -r --render"),
@@ -211,7 +261,14 @@ SPECS: dict[str, Spec] = {
     "flake8": Spec(
         words("--output-file --config --select --ignore --extend-ignore --max-line-length"), words("--output-file")
     ),
-    "pylint": Spec(words("--output --rcfile --disable --enable -j --jobs --load-plugins"), words("--output")),
+    "pylint": Spec(
+        words("--output --rcfile --disable --enable -j --jobs --load-plugins --init-hook"),
+        words("--output"),
+        {
+            **_acts(2, "runs the Python code it is given", "--init-hook"),
+            **_acts(1, "loads plugin modules", "--load-plugins"),
+        },
+    ),
     "mypy": Spec(
         words(
             "--junit-xml --html-report --xml-report --txt-report --linecount-report --linecoverage-report"
@@ -257,7 +314,12 @@ SPECS: dict[str, Spec] = {
             " --vulnerability-service --ignore-vuln --path"
         ),
         words("-o --output"),
-        _acts(2, "installs fixed versions of packages", "--fix"),
+        {
+            **_acts(2, "installs fixed versions of packages", "--fix"),
+            **_acts(
+                1, "installs the requirements into a scratch environment, running their build code", "-r --requirement"
+            ),
+        },
     ),
     "checkov": Spec(
         words(
@@ -389,4 +451,12 @@ SPECS: dict[str, Spec] = {
 }
 SPECS["batcat"] = SPECS["bat"]
 SPECS["testssl.sh"] = SPECS["testssl"]
-SPECS["qsv"] = SPECS["xsv"]
+SPECS["qsv"] = Spec(
+    SPECS["xsv"].values,
+    SPECS["xsv"].outputs,
+    verbs={
+        **SPECS["xsv"].verbs,
+        **_acts(2, "runs a command for every row, or Lua or Python code", "foreach luau py"),
+        **_acts(1, "writes files", "to excel sqlp"),
+    },
+)

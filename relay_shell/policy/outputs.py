@@ -1,12 +1,13 @@
 """Read-only programs that write, change or run something when told to. Without such an option they print or
-compute, tier 0 (vocabulary.READ_ONLY). One table (output_options.py) says, per program, which options name a
-file it writes (`sort -o F`, `nmap -oX F`, `info -o F`, `ss -D F`, `hwinfo --log F`), which write or change
-something (`ss -K` closes sockets, `lastlog -C`, `sensors -s`, `pip-audit --fix`, `semgrep --autofix`, with the
-tier), which give a command line the program runs (`sort --compress-program`, `rg --pre`, `man -P`, `feh --action`:
-that text is classified as shell text, like a find -exec command), and which sub-commands act (`trivy server`,
-`vale sync`). Programs whose operands or own language write or run (`uniq IN OUT`, `xxd IN OUT`, `yq -i`,
-`mlr -I`/`tee`/`system()`, `nmap -oX`/`--script`, `vnstat --remove`) have small rules of their own below; sed, dc,
-awk and the shell builtins that keep a command for later are in `scripts.py`.
+compute, tier 0 (read_only.py: the tier-0 list, with why). One table (output_options.py) says, per program,
+which options name a file it writes (`sort -o F`, `nmap -oX F`, `info -o F`, `ss -D F`, `hwinfo --log F`), which
+write or change something (`ss -K` closes sockets, `lastlog -C`, `sensors -s`, `pip-audit --fix`, `semgrep
+--autofix`, with the tier), which give a command line the program runs (`sort --compress-program`, `rg --pre`,
+`man -P`, `feh --action`: that text is classified as shell text, like a find -exec command), and which
+sub-commands act (`trivy server`, `vale sync`). Programs whose operands or own language write or run (`uniq IN
+OUT`, `xxd IN OUT`, `yq -i`, `mlr -I`/`tee`/`system()`, `nmap -oX`/`--script`, `vnstat --remove`, less's `+!CMD`,
+`pidstat -e`) have small rules of their own below; sed, dc, awk and the shell builtins that keep a command for
+later are in `scripts.py` and `awk_code.py`.
 
 Tiers (the rubric, adr/0004): a new output file is 1 (`> out.txt`), output onto one of the inputs is an in-place
 rewrite without a backup (2, as `sed -i`), onto a system, login or critical file or a device what
@@ -71,7 +72,7 @@ def spec_verdict(call: Call, spec: Spec) -> Verdict:
     if spec.single_dash:
         options, operands = single_dash_options(call.words, spec.values)
     else:
-        options, operands = read_options(call.words, spec.values, frozenset(), spec.known)
+        options, operands = read_options(call.words, spec.values, spec.optional, spec.known)
     found = [READ]
     commands: list[str] = []
     for name, value in options:
@@ -118,7 +119,9 @@ _UNIQ_VALUES = words("-f --skip-fields -s --skip-chars -w --check-chars")
 _UNIQ_KNOWN = long_names(_UNIQ_VALUES)
 # xxd's long options have one dash (-cols 8); a value may also be attached (-c8).
 _XXD_VALUES = words("-c -cols -g -groupsize -l -len -o -offset -s -seek -n -name")
-_YQ_VALUES = words("-o --output-format -p --input-format -I --indent --expression --from-file --front-matter")
+_YQ_VALUES = words(
+    "-o --output-format -p --input-format -I --indent --expression --from-file --front-matter -s --split-exp"
+)
 
 
 def _uniq(call: Call) -> Verdict:
@@ -138,6 +141,8 @@ def _yq(call: Call) -> Verdict:
     options, _operands = read_options(call.words, _YQ_VALUES)
     if any(name in ("-i", "--inplace", "--in-place") for name, _value in options):
         return verdict(2, f"{call.program} edits files in place without a backup")
+    if any(name in ("-s", "--split-exp") for name, _value in options):
+        return verdict(1, f"{call.program} --split-exp writes each document to a file")
     return READ
 
 
@@ -292,8 +297,39 @@ def _vlc(call: Call) -> Verdict:
     return spec_verdict(call, SPECS["vlc"])
 
 
+def _less(call: Call) -> Verdict:
+    """less: its options (outputs, lesskey files), and `+CMD` initial commands run as typed: `!CMD` and `|mCMD`
+    run a shell command, `v` an editor, `s FILE` saves the input to FILE."""
+    found = spec_verdict(call, SPECS["less"])
+    shell = list(found.shell)
+    worst = found
+    for word in call.words[1:]:
+        if not word.startswith("+") or word.startswith("+-"):
+            continue
+        command = word.lstrip("+")
+        if command.startswith("!"):
+            shell.append(command[1:])
+        elif command.startswith("|"):
+            shell.append(command[2:])
+        elif command.startswith("v"):
+            worst = max(worst, verdict(1, "less +v runs an editor"), key=lambda item: item.tier)
+        elif command.startswith("s") and command[1:].strip():
+            worst = max(worst, written("less", command[1:].strip(), []), key=lambda item: item.tier)
+    return Verdict(worst.tier, worst.reason, shell=tuple(shell)) if shell else worst
+
+
+def _pidstat(call: Call) -> Verdict:
+    """pidstat -e PROGRAM ARGS… runs the program to watch it."""
+    if "-e" in call.words:
+        program = call.words[call.words.index("-e") + 1 :]
+        return Verdict(0, "pidstat -e runs a program", commands=(tuple(program),)) if program else READ
+    return READ
+
+
 RULES: dict[str, Callable[[Call], Verdict]] = {
     **dict.fromkeys(SPECS, _specified),
+    **dict.fromkeys(("less", "zless", "bzless", "xzless", "lzless"), _less),
+    "pidstat": _pidstat,
     "uniq": _uniq,
     "xxd": _xxd,
     "yq": _yq,

@@ -5,9 +5,11 @@ building is 1; listing and searching is 0.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 from relay_shell.policy.calls import READ, Call, Verdict, verdict
+from relay_shell.policy.outputs import written
 from relay_shell.policy.vocabulary import words
 
 _PACKAGE_READ = words(
@@ -63,7 +65,7 @@ def _pacman(call: Call) -> Verdict:
     for word in call.words[1:]:
         if word.startswith("-") and not word.startswith("--"):
             letters |= set(word[1:])
-    long = call.long
+    long = call.long.keys()
     if letters & {"Q", "F", "T"} or long & {"--query", "--files", "--deptest", "--help", "--version"}:
         return verdict(0, "queries the package database")
     if letters & {"S", "R", "U"} and letters & {"p", "s", "i", "l", "g"} and not letters & {"y", "u", "c"}:
@@ -83,9 +85,28 @@ def _dpkg(call: Call) -> Verdict:
     return verdict(0, "dpkg queries packages")
 
 
+_RPM_MACRO_SHELL = re.compile(r"%\(([^()]{0,4096}(?:\([^()]{0,4096}\)[^()]{0,4096}){0,8})\)")
+
+
 def _rpm(call: Call) -> Verdict:
+    """rpm: queries and verification read; macro text (`--eval`, `-E`, `--define`, `-D`) runs the shell commands
+    of its `%(…)` and the Lua of its `%{lua:…}`; `--pipe CMD` runs CMD; `--rcfile`/`--macros` load macros nobody
+    sees; everything else changes packages."""
+    words_ = call.words
+    macros = [words_[i + 1] for i, word in enumerate(words_[:-1]) if word in ("--eval", "-E", "--define", "-D")]
+    macros += [word.split("=", 1)[1] for word in words_ if word.startswith(("--eval=", "--define="))]
+    shell = [match.group(1) for text in macros for match in _RPM_MACRO_SHELL.finditer(text)]
+    shell += [words_[i + 1] for i, word in enumerate(words_[:-1]) if word == "--pipe"]
+    if any("%{lua:" in text or ("%[" in text and "lua" in text) for text in macros):
+        return Verdict(2, "rpm macro text runs Lua code", shell=tuple(shell))
+    if call.has("--rcfile", "--macros", "--load"):
+        return Verdict(1, "rpm loads macros from a file that is not seen", shell=tuple(shell))
+    if call.has("--initdb", "--rebuilddb", "--import", "--setperms", "--setugids", "--restore"):
+        return verdict(2, "rpm changes its database or installed files")
     if call.has_exact("-q", "--query", "-V", "--verify", "-K", "--checksig", "--eval", "--showrc", "--querytags"):
-        return verdict(0, "rpm queries packages")
+        return Verdict(0, "rpm queries packages", shell=tuple(shell))
+    if macros and not call.has("-i", "--install", "-U", "--upgrade", "-F", "--freshen", "-e", "--erase"):
+        return Verdict(0, "rpm expands macros", shell=tuple(shell))
     return verdict(2, "rpm changes installed packages")
 
 
@@ -94,7 +115,8 @@ def _pip(call: Call) -> Verdict:
     if sub in ("download", "wheel", "lock", "hash"):
         return verdict(1, f"pip {sub}")
     if sub in ("install", "uninstall") and call.has_exact("--dry-run"):
-        return verdict(0, "pip dry run")
+        # resolving a source package runs its build code (setup.py) even in a dry run
+        return verdict(1 if sub == "install" else 0, "pip dry run")
     return _package_manager(call)
 
 
@@ -142,10 +164,12 @@ def _rustup(call: Call) -> Verdict:
 
 
 def _make(call: Call) -> Verdict:
-    if call.has_exact("-n", "--dry-run", "--just-print", "--recon", "-q", "--question", "-p", "--print-data-base"):
-        return verdict(0, "make dry run")
+    """make reads its makefile whatever it is asked: `$(shell …)` runs while it is read, and `+` lines and
+    `$(MAKE)` lines run even under -n, -q or -p. So no make is read-only (1 at least)."""
     if "install" in call.operands or "uninstall" in call.operands:
         return verdict(2, "make install changes the system")
+    if call.has("-n", "--dry-run", "--just-print", "--recon", "-q", "--question", "-p", "--print-data-base"):
+        return verdict(1, "make reads its makefile, whose $(shell …) runs even in a dry run")
     return verdict(1, "make runs a build")
 
 
@@ -180,8 +204,6 @@ _FORMATTERS: dict[str, tuple[frozenset[str], bool, frozenset[str]]] = {
     "sg": (words("-U --update-all"), False, frozenset()),
     "ast-grep": (words("-U --update-all"), False, frozenset()),
     "comby": (words("-i -in-place"), False, frozenset()),
-    "dos2unix": (frozenset(), True, words("-n --newfile -i --info")),
-    "unix2dos": (frozenset(), True, words("-n --newfile -i --info")),
     "jpegoptim": (frozenset(), True, words("--stdout -n --noaction")),
     "optipng": (frozenset(), True, words("-simulate")),
     "mogrify": (frozenset(), True, frozenset()),
@@ -190,6 +212,31 @@ _FORMATTERS: dict[str, tuple[frozenset[str], bool, frozenset[str]]] = {
     "strip-nondeterminism": (frozenset(), True, words("--help")),
     "ruff": (words("--fix format"), False, words("--check --diff")),
 }
+
+
+def _dos2unix(call: Call) -> Verdict:
+    """dos2unix converts its files in place (2) unless -i/--info only reports; -n/--newfile IN OUT (and -c
+    pairs after it) writes each OUT, a new file (1) or one of the inputs (2)."""
+    if call.has_exact("-i", "--info", "-h", "--help", "-V", "--version", "-L", "--license"):
+        return verdict(0, f"{call.program} only reports")
+    words_ = call.words
+    found = [verdict(0, f"{call.program} converts nothing")]
+    new_file = False
+    pending: list[str] = []
+    for word in words_[1:]:
+        if word in ("-n", "--newfile"):
+            new_file = True
+        elif word in ("-o", "--oldfile"):
+            new_file = False
+        elif not word.startswith("-") or word == "-":
+            if not new_file:
+                found.append(verdict(2, f"{call.program} converts files in place"))
+                continue
+            pending.append(word)
+            if len(pending) == 2:
+                found.append(written(call.program, pending[1], [pending[0]]))
+                pending = []
+    return max(found, key=lambda item: item.tier)
 
 
 def _formatter(call: Call) -> Verdict:
@@ -211,6 +258,7 @@ _PACKAGE_MANAGERS = words(
 RULES: dict[str, Callable[[Call], Verdict]] = {name: _package_manager for name in _PACKAGE_MANAGERS}
 RULES.update({name: _pacman for name in ("pacman", "yay", "paru", "pikaur", "trizen", "aurman", "powerpill")})
 RULES.update({name: _formatter for name in _FORMATTERS})
+RULES.update(dict.fromkeys(("dos2unix", "unix2dos", "mac2unix", "unix2mac"), _dos2unix))
 RULES.update(
     {
         "dpkg": _dpkg,

@@ -16,23 +16,55 @@ from relay_shell.policy.calls import (
 )
 
 _REPORT_SIGNALS = {"WINCH", "SIGWINCH", "INFO", "SIGINFO", "28"}
+_NO_SIGNAL = {"0", "SIG0"}
+_LISTING = {"-l", "-L", "--list", "--table"}
+
+
+def kill_signals(words: list[str]) -> tuple[list[str], list[str], bool]:
+    """The signals a kill command line names, its process operands, and whether it only lists signals. Every
+    spelling any kill reads is a signal here (bash's and procps' `-s SIG`, `-n N`, `--signal SIG`, `-SIG`,
+    `--timeout MS SIG`), wherever it is written: bash and procps take the last one (`kill -0 -s KILL PID` sends
+    KILL), so a later one must not hide behind a `-0`."""
+    signals: list[str] = []
+    operands: list[str] = []
+    listing = False
+    position = 1
+    while position < len(words):
+        word = words[position]
+        following = words[position + 1] if position + 1 < len(words) else ""
+        if word == "--":
+            operands += words[position + 1 :]
+            break
+        if word in _LISTING and not operands:
+            listing = True
+        elif word in ("-s", "-n", "--signal"):
+            signals.append(following)
+            position += 1
+        elif word == "--timeout":
+            signals.append(words[position + 2] if position + 2 < len(words) else "")
+            position += 2
+        elif word.startswith("--signal="):
+            signals.append(word.split("=", 1)[1])
+        elif word.startswith(("-s", "-n")) and len(word) > 2 and not word.startswith("--"):
+            signals.append(word[2:])
+        elif word.startswith("-") and len(word) > 1 and not word.startswith("--"):
+            signals.append(word[1:])  # -SIG, -9 (or a process group: the worse reading)
+        else:
+            operands.append(word)
+        position += 1
+    return signals, operands, listing
 
 
 def _kill(call: Call) -> Verdict:
-    args = call.words[1:]
-    if any(word in ("-l", "-L", "--list", "--table") for word in args):
+    signals, pids, listing = kill_signals(call.words)
+    if listing and not signals:
         return verdict(0, "lists signals")
-    signal = "TERM"
-    if args and args[0] in ("-s", "-n", "--signal") and len(args) > 1:
-        signal, args = args[1], args[2:]
-    elif args and args[0].startswith("-") and args[0] != "--":
-        signal, args = args[0][1:], args[1:]
-    pids = [word for word in args if word != "--"]
-    if signal in ("0", "SIG0"):
+    sent = {signal.upper() for signal in signals} or {"TERM"}
+    if sent <= _NO_SIGNAL:
         return verdict(0, "checks that a process exists")
-    if "-1" in pids or "1" in pids:
+    if "-1" in pids or "1" in pids or any(signal == "1" for signal in signals[1:]):
         return verdict(3, "kills every process or init")
-    if signal.upper() in _REPORT_SIGNALS:
+    if sent <= _REPORT_SIGNALS:
         return verdict(1, "asks a process for a report")
     return verdict(2, "signals processes")
 
@@ -41,9 +73,24 @@ def _pkill(call: Call) -> Verdict:
     # pkill -l only lists the names of what it kills; killall -l lists signals and kills nothing.
     if call.program == "killall" and call.has_exact("-l", "--list", "-L"):
         return verdict(0, "lists signals")
-    if any(word in ("-0", "--signal=0") for word in call.words):
+    signals = [value for name, value in _pkill_signals(call.words)]
+    if signals and all(signal.upper() in _NO_SIGNAL for signal in signals):
         return verdict(0, "checks that processes exist")
     return verdict(2, f"{call.program} signals processes")
+
+
+def _pkill_signals(words: list[str]) -> list[tuple[str, str]]:
+    """pkill/pgrep/killall's signal options in every spelling (`-SIG`, `-s SIG`, `--signal SIG`, `--signal=SIG`)."""
+    found: list[tuple[str, str]] = []
+    for index, word in enumerate(words[1:], start=1):
+        following = words[index + 1] if index + 1 < len(words) else ""
+        if word in ("-s", "--signal"):
+            found.append((word, following))
+        elif word.startswith("--signal="):
+            found.append(("--signal", word.split("=", 1)[1]))
+        elif word.startswith("-") and not word.startswith("--") and (word[1:].isdigit() or word[1:].isupper()):
+            found.append(("-", word[1:]))
+    return found
 
 
 _SYSTEMCTL_READ = frozenset(

@@ -6,12 +6,16 @@ evidence in a sub-command CLI's verb. A program nothing knows is tier 1.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import cache
 
 from relay_shell.policy import (
+    builtins,
+    daemons,
     devops,
     disks,
     files,
     find,
+    inspectors,
     network,
     outputs,
     packages,
@@ -22,12 +26,13 @@ from relay_shell.policy import (
     verbs,
 )
 from relay_shell.policy.calls import Call, Context, Verdict, verdict
+from relay_shell.policy.read_only import READ_ONLY
 from relay_shell.policy.vocabulary import (
     ESCALATION,
     INTERPRETERS,
     IRREVERSIBLE,
     NETWORK_LISTENERS,
-    READ_ONLY,
+    POWER,
     SHELLS,
     STATEFUL,
     TASK_RUNNERS,
@@ -49,10 +54,24 @@ RULES: dict[str, Callable[[Call], Verdict]] = {
     **verbs.RULES,
     **outputs.RULES,
     **scripts.RULES,
+    **builtins.RULES,
+    **inspectors.RULES,
+    **daemons.RULES,
 }
 
 
+# A program named by its path or a script file: what it does cannot be known, whatever its arguments ask for.
+_SCRIPT_EXTENSIONS = (".sh", ".bash", ".py", ".pl", ".rb", ".js", ".php", ".lua", ".tcl", ".awk", ".ps1")
+
+
 def program_verdict(program: str, words: list[str], context: Context) -> Verdict:
+    found = _program_verdict(program, words, context)
+    if found.tier == 0 and ("/" in words[0] or program.endswith(_SCRIPT_EXTENSIONS)) and not known_program(program):
+        return verdict(1, f"{program}: a program given by its path, whose effect cannot be known")
+    return found
+
+
+def _program_verdict(program: str, words: list[str], context: Context) -> Verdict:
     call = Call(program, words, context)
     if verbs.is_help_request(program, words):
         return verdict(0, f"{program} prints help or its version")
@@ -76,7 +95,7 @@ def program_verdict(program: str, words: list[str], context: Context) -> Verdict
     if program in STATEFUL:
         return verdict(2, f"{program} changes system state")
     if program in READ_ONLY:
-        return verdict(0, "read-only command")
+        return verdict(0, f"read-only: {READ_ONLY[program]}")
     if program in SHELLS or program in INTERPRETERS or program in TASK_RUNNERS:
         return verdict(1, f"{program} runs code")
     found = windows_verdict(program, call)
@@ -102,4 +121,30 @@ def known_program(program: str) -> bool:
         or program in WRAPPERS
         or program in WRAPPER_OPERANDS
         or program.startswith(("mkfs", "mke2fs", "mkswap"))
+    )
+
+
+@cache
+def known_names() -> frozenset[str]:
+    """Every program name a rule or the vocabulary knows: what a globbed command word is matched against."""
+    return frozenset(
+        [
+            *RULES,
+            *IRREVERSIBLE,
+            *NETWORK_LISTENERS,
+            *ESCALATION,
+            *STATEFUL,
+            *READ_ONLY,
+            *SHELLS,
+            *INTERPRETERS,
+            *TASK_RUNNERS,
+            *WRAPPERS,
+            *WRAPPER_OPERANDS,
+            *POWER,
+            "mkfs",
+            "mkfs.ext4",
+            "mkfs.xfs",
+            "mkfs.vfat",
+            "mkfs.btrfs",
+        ]
     )

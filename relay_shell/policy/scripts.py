@@ -11,9 +11,10 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+from relay_shell.policy.awk_code import awk_verdict
 from relay_shell.policy.calls import READ, Call, Verdict, long_names, read_options, verdict
 from relay_shell.policy.files import in_place
-from relay_shell.policy.outputs import commands_in_code, written
+from relay_shell.policy.outputs import written
 from relay_shell.policy.vocabulary import words
 
 # -- sed ------------------------------------------------------------------------------------------------------------
@@ -161,19 +162,6 @@ def _dc(call: Call) -> Verdict:
     return Verdict(0, "dc runs a command", shell=tuple(commands)) if commands else READ
 
 
-def _awk(call: Call) -> Verdict:
-    """awk -i inplace edits files (2); the command lines in its program (system, pipes to and from commands)
-    are classified as shell text. The program itself is code: classify.py rates every awk at least 1."""
-    if call.value("-i", "--include") == "inplace":
-        return verdict(2, "awk edits files in place")
-    commands: list[str] = []
-    for word in call.words[1:]:
-        for use, text in commands_in_code(word, ("system",)):
-            # Output piped into a command is that command's stdin: `: | sh` is rated as a pipe into a shell.
-            commands.append(f": | {text}" if use == "pipe" else text)
-    return Verdict(1, "awk program runs commands", shell=tuple(commands)) if commands else READ
-
-
 # -- shell builtins -------------------------------------------------------------------------------------------------
 
 
@@ -197,9 +185,13 @@ def _bind(call: Call) -> Verdict:
 
 
 def _completion(call: Call) -> Verdict:
-    """`complete -C CMD` / `compgen -C CMD` run CMD to produce completions."""
-    command = call.value("-C")
-    return Verdict(0, f"{call.program} -C runs a command", shell=(command,)) if command else READ
+    """`complete -C CMD` / `compgen -C CMD` run CMD to produce completions; the word list of -W is expanded when
+    the completion is made, so its `$(…)` and backquotes run then."""
+    shell = [command for command in (call.value("-C"),) if command]
+    wordlist = call.value("-W") or ""
+    if "$(" in wordlist or "`" in wordlist:
+        shell.append(f'echo "{wordlist}"')
+    return Verdict(0, f"{call.program} runs a command to complete words", shell=tuple(shell)) if shell else READ
 
 
 def _fc(call: Call) -> Verdict:
@@ -210,7 +202,10 @@ def _fc(call: Call) -> Verdict:
 
 
 def _history(call: Call) -> Verdict:
-    """`history -w [FILE]` / `-a` write the history file; every other use is the shell's own list."""
+    """`history -w [FILE]` / `-a` write the history file; `-s LINE` adds a line that `!!` or `fc` can run (it is
+    classified as shell text); every other use is the shell's own list."""
+    if call.has("-s"):
+        return Verdict(0, "history -s adds a line that can be re-run", shell=(" ".join(call.operands),))
     if not call.has("-w", "-a"):
         return READ
     operands = call.operands
@@ -226,8 +221,7 @@ RULES: dict[str, Callable[[Call], Verdict]] = {
     "sed": _sed,
     "gsed": _sed,
     "dc": _dc,
-    "awk": _awk,
-    "gawk": _awk,
+    **dict.fromkeys(("awk", "gawk", "mawk", "nawk", "original-awk"), lambda call: awk_verdict(call.words)),
     "trap": _trap,
     "bind": _bind,
     "complete": _completion,

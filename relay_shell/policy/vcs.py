@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from relay_shell.policy.calls import READ, Call, Verdict, names_files, verdict
+from relay_shell.policy.calls import READ, Call, Verdict, names_files, read_options, verdict
+from relay_shell.policy.git_config import config_verdict
 from relay_shell.policy.vocabulary import words
 
 # -- git ----------------------------------------------------------------------------------------------------------
@@ -15,7 +16,7 @@ from relay_shell.policy.vocabulary import words
 _GIT_READ = words(
     "status log diff show blame grep describe shortlog reflog ls-files ls-tree ls-remote rev-parse rev-list"
     " cat-file count-objects help version whatchanged cherry show-branch show-ref name-rev merge-base diff-files"
-    " diff-index diff-tree difftool check-ignore check-attr check-ref-format var for-each-ref range-diff fsck"
+    " diff-index diff-tree check-ignore check-attr check-ref-format var for-each-ref range-diff fsck"
     " verify-commit verify-tag verify-pack get-tar-commit-id hash-object symbolic-ref standup effort"
     " summary info count authors fame sizer"
 )
@@ -37,24 +38,111 @@ _GIT_EXTRAS = {
 }
 
 
+_GIT_GLOBAL_VALUES = frozenset(
+    ["-C", "-c", "--git-dir", "--work-tree", "--namespace", "--config-env", "--super-prefix"]
+)
+# Sub-command options whose value is a command git runs (through the shell, or on the other end of a local URL).
+_GIT_COMMAND_OPTIONS = {
+    "ls-remote": ("--upload-pack", "-u"),
+    "fetch": ("--upload-pack",),
+    "pull": ("--upload-pack",),
+    "clone": ("--upload-pack", "-u"),
+    "push": ("--receive-pack", "--exec"),
+    "archive": ("--exec",),
+    "rebase": ("--exec", "-x"),
+    "difftool": ("--extcmd", "-x"),
+    "send-email": ("--smtp-server", "--to-cmd", "--cc-cmd", "--header-cmd"),
+}
+# Sub-commands that run a program or a command line of their own.
+_GIT_RUNNING = {"difftool": 1, "mergetool": 1, "web--browse": 1, "instaweb": 2, "daemon": 2}
+
+
 def _git(call: Call) -> Verdict:
-    # Global options before the subcommand (-C DIR, -c key=value, --git-dir=…) are not the subcommand.
+    """Global options first (`-c KEY=VALUE` and `--config-env` are configuration, read by git_config), then the
+    sub-command's rule, then what its options and URLs run."""
     words = call.words
     index = 1
+    found: list[Verdict] = []
     while index < len(words) and words[index].startswith("-"):
-        index += 2 if words[index] in ("-C", "-c", "--git-dir", "--work-tree", "--namespace") else 1
+        word = words[index]
+        name, equals, attached = word.partition("=")
+        takes_next = not equals and word in _GIT_GLOBAL_VALUES
+        value = attached if equals else (words[index + 1] if takes_next and index + 1 < len(words) else "")
+        setting = value if word == "-c" else word[2:] if word.startswith("-c") and not word.startswith("--") else None
+        if setting is not None:
+            key, has_value, setting_value = setting.partition("=")
+            found.append(config_verdict(key, setting_value if has_value else "true"))
+        elif name == "--config-env":
+            key, _eq, variable = value.partition("=")
+            found.append(config_verdict(key, "$" + variable))
+        elif name == "--exec-path" and equals:
+            found.append(verdict(2, f"git runs its programs from {attached}"))
+        index += 2 if takes_next else 1
     if index >= len(words):
-        return READ
+        return _worst([READ, *found])
     inner = Call("git", ["git", *words[index:]], call.context)
-    sub = words[index]
+    found.append(_git_subcommand(inner, words[index]))
+    found += _git_commands(inner, words[index])
+    return _worst(found)
+
+
+def _git_subcommand(inner: Call, sub: str) -> Verdict:
     rule = _GIT_RULES.get(sub)
     if rule is not None:
         return rule(inner)
+    if sub in _GIT_RUNNING:
+        if inner.has_exact("--tool-help", "-h", "--help"):
+            return verdict(0, f"git {sub} lists its tools")
+        return verdict(_GIT_RUNNING[sub], f"git {sub} runs programs")
+    if sub == "help" and inner.has("-w", "--web"):
+        return verdict(1, "git help --web runs a browser")
     if sub in _GIT_READ:
         return verdict(1 if inner.value("-o", "--output") else 0, f"git {sub} reads the repository")
     if sub in _GIT_EXTRAS:
         return verdict(_GIT_EXTRAS[sub], f"git {sub}")
     return verdict(1, f"git {sub}")
+
+
+def _git_commands(inner: Call, sub: str) -> list[Verdict]:
+    """What a sub-command's options, configuration and URLs run: `--upload-pack=CMD`, `rebase -x CMD`, `grep -OCMD`,
+    `bisect run CMD…`, `submodule foreach CMD`, `clone -c KEY=VALUE`, an `ext::` URL."""
+    found: list[Verdict] = []
+    words = inner.words
+    for option in _GIT_COMMAND_OPTIONS.get(sub, ()):
+        value = inner.value(option)
+        if value:
+            found.append(Verdict(1, f"git {sub} {option} runs a command", shell=(value,)))
+    for word in words[2:] if sub == "grep" else ():
+        # -O[PAGER] / --open-files-in-pager[=PAGER]: the pager only ever attached (without it, git's own pager)
+        if (word.startswith("-O") and len(word) > 2) or word.startswith("--open-files-in-pager="):
+            pager = word[2:] if word.startswith("-O") else word.split("=", 1)[1]
+            found.append(Verdict(0, "git grep -O runs a pager", shell=(pager,)))
+    if sub == "bisect" and inner.operands[1:2] == ["run"]:
+        found.append(Verdict(1, "git bisect run runs a command", commands=(tuple(inner.operands[2:]),)))
+    if sub == "submodule" and "foreach" in words:
+        found.append(
+            Verdict(1, "git submodule foreach runs a command", shell=(" ".join(words[words.index("foreach") + 1 :]),))
+        )
+    if sub in ("clone", "init", "submodule"):
+        for position, word in enumerate(words[:-1]):
+            if word in ("-c", "--config"):
+                key, _eq, value = words[position + 1].partition("=")
+                found.append(config_verdict(key, value))
+        if inner.value("--template") is not None:
+            found.append(verdict(1, f"git {sub} --template copies hooks that cannot be seen"))
+    for word in words[2:]:
+        if "ext::" in word:
+            found.append(config_verdict("remote.url", word[word.index("ext::") :]))
+    return found
+
+
+def _worst(found: list[Verdict]) -> Verdict:
+    worst = max(found, key=lambda item: item.tier)
+    shell = tuple(text for item in found for text in item.shell)
+    commands = tuple(argv for item in found for argv in item.commands)
+    if not shell and not commands:
+        return worst
+    return Verdict(worst.tier, worst.reason, shell=shell, commands=commands)
 
 
 def _git_push(call: Call) -> Verdict:
@@ -159,12 +247,20 @@ def _git_filter_repo(call: Call) -> Verdict:
     return verdict(2, "git filter-repo rewrites history")
 
 
+_GIT_CONFIG_VALUES = frozenset(["-f", "--file", "--blob", "--type", "--default", "--comment", "--value"])
+
+
 def _git_config(call: Call) -> Verdict:
     if call.has_exact(
         "-l", "--list", "--get", "--get-all", "--get-regexp", "--get-urlmatch", "-e", "--edit"
     ) and not call.has("-e", "--edit"):
         return READ
-    return verdict(1, "git config sets an option") if len(call.operands) > 2 else READ
+    _options, operands = read_options(call.words[1:], _GIT_CONFIG_VALUES)
+    if len(operands) < 2:
+        return READ
+    # The value set is configuration git reads later: a command-carrying key is classified as what it will run.
+    found = config_verdict(operands[0], operands[1])
+    return Verdict(max(1, found.tier), "git config sets an option", shell=found.shell, commands=found.commands)
 
 
 def _git_remote(call: Call) -> Verdict:

@@ -7,9 +7,6 @@ from __future__ import annotations
 
 import re
 
-# `NAME=value` before a command or among env's arguments.
-ASSIGNMENT_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=.*", re.DOTALL)
-
 
 def words(text: str) -> frozenset[str]:
     """A set of names written as one space-separated string (the tables below are long)."""
@@ -24,46 +21,6 @@ INTERPRETERS = words(
 # Programs that run a named target whose commands the classifier cannot see (a Makefile, package.json, a
 # Rakefile): a "list" or "help" target there runs whatever the file says, so their operands are no evidence.
 TASK_RUNNERS = words("make gmake just rake task invoke ant gradle gradlew mvn nx turbo lerna npx pnpx bunx tox nox")
-
-# Read-only programs: they print or compute and change nothing (tier 0 unless a rule says otherwise).
-READ_ONLY = words(
-    # files and text
-    "ls dir vdir cat tac head tail less more most nl wc grep egrep fgrep rg ag ack ugrep zgrep zegrep zfgrep bzgrep"
-    " xzgrep lzgrep zstdgrep zcat bzcat xzcat lzcat zstdcat zless zmore bzless bzmore xzless xzmore lzless sort uniq"
-    " cut paste join comm fold fmt expand unexpand rev look column tr seq shuf od xxd hexdump hd strings file"
-    " stat readlink realpath basename dirname namei diff diff3 sdiff cmp colordiff difft delta icdiff wdiff md5sum"
-    " sha1sum sha224sum sha256sum sha384sum sha512sum b2sum cksum sum base32 base64 basenc jq yq gron jless jp"
-    " xmllint xq htmlq pup csvlook csvstat csvcut csvgrep csvsort csvjson csvformat csvclean tsv-filter tsv-select"
-    " tsv-summarize mlr miller qsv xsv bat batcat glow mdcat tree exa eza lsd broot fd fdfind locate mlocate plocate"
-    " getfacl lsattr getcap getfattr numfmt units factor bc dc expr printf echo yes true false test [ [["
-    " sleep wait whatis apropos man info tldr cheat help type which whence whereis command hash"
-    # system state
-    " ps pstree pgrep pidof top htop btop atop gtop glances nvtop iotop iftop nethogs bandwhich nload bmon vnstat"
-    " df du dua duf ncdu free uname id whoami groups who w users last lastb lastlog finger pinky tty arch nproc"
-    " lscpu lsmem lsns lsipc lslocks lslogins lsirq lsblk lsof lspci lsusb lsmod lshw lsscsi blkid findmnt"
-    " mountpoint dmidecode inxi hwinfo neofetch fastfetch screenfetch uptime tuptime vmstat iostat mpstat pidstat"
-    " sar dstat sensors locale getconf getent printenv env dirs pwd date cal ncal ulimit umask times"
-    " systemd-analyze systemd-cgls systemd-cgtop systemd-delta systemd-detect-virt systemd-ac-power userdbctl"
-    " fc-list fc-match xdpyinfo wayland-info glxinfo vainfo vdpauinfo clinfo lsb_release"
-    " pmap smem fincore free ipcs"
-    # network lookups
-    " host dig drill nslookup whois ping ping6 fping traceroute traceroute6 tracepath mtr tcptraceroute trip"
-    " ss netstat nmap nmblookup sslscan testssl testssl.sh whatweb httprobe httpx"
-    " dnsx subfinder amass asnmap tlsx gau waybackurls ipcalc sipcalc cidr"
-    # shell-local state
-    " cd pushd popd : exit return set shopt read local declare typeset unset export alias unalias trap shift"
-    " getopts let history fc compgen complete bind . break continue setopt unsetopt zle clear reset tput"
-    # linters and checkers (their write modes are rules in packages.py)
-    " shellcheck hadolint yamllint jsonlint flake8 pylint mypy pyright pyre pydocstyle pycodestyle bandit"
-    " safety pip-audit vulture checkov tflint tfsec trivy grype syft semgrep vale proselint ansible-lint"
-    " actionlint kubeval kubeconform conftest"
-    # viewers, players and inspectors
-    " feh sxiv nsxiv viewnior eog ristretto mupdf zathura evince okular xpdf mplayer mpv vlc play viu catimg chafa"
-    " timg objdump readelf nm ldd size ffprobe mediainfo identify pdfinfo pdffonts wasm-objdump readpe zipinfo"
-    " zipgrep lsar jwt fx tidy-viewer csvlens hexyl progress deborphan xbps-query procs gops sinfo squeue sreport"
-    " sacct ntpctl paclog grub-script-check idnits isutf8 texcount dircolors choose exrex gvgen qalc units"
-    " busybox toybox pg_waldump pg_controldata pg_config pg_isready pg_verifybackup pg_amcheck git-sizer"
-)
 
 # Stateful programs (tier 2) that have no finer rule.
 STATEFUL = words(
@@ -136,7 +93,7 @@ WRAPPERS: dict[str, frozenset[str]] = {
     "strace": words(
         "-e -o -p -s -u -E -a -b -I -O -S -P -X -U --output --attach --user --env --trace --trace-path"
         " --string-limit --signal --status --columns --detach-on --interruptible --summary-sort-by"
-        " --summary-columns --const-print-style --summary-syscall-overhead"
+        " --summary-columns --const-print-style --summary-syscall-overhead --inject --fault"
     ),
     "ltrace": words("-e -o -p -s -u -a -n -x -w -A -F -D -l --output --library --indent"),
     "valgrind": frozenset(),
@@ -156,22 +113,6 @@ WRAPPER_OPERANDS: dict[str, tuple[frozenset[str], int]] = {
     "timeout": (words("-s -k --signal --kill-after"), 1),
     "faketime": (words("-p --date-prog"), 1),  # -f (the advanced format) and -m are flags
 }
-# Code run by a shell at each prompt, by pagers and tools started inside a session, or loaded into programs.
-CODE_INJECTION_ENV = words(
-    "PS0 PS1 PS2 PS3 PS4 LESSOPEN LESSCLOSE LESSKEY PAGER MANPAGER GIT_PAGER SYSTEMD_PAGER EDITOR VISUAL GIT_EDITOR"
-    " SUDO_ASKPASS SSH_ASKPASS GIT_ASKPASS INPUTRC HISTFILE ZDOTDIR LD_PRELOAD LD_LIBRARY_PATH LD_AUDIT BASH_ENV"
-    " ENV PROMPT_COMMAND PYTHONSTARTUP PYTHONPATH PERL5OPT PERL5LIB RUBYOPT NODE_OPTIONS PATH IFS GIT_SSH_COMMAND"
-    " GIT_SSH GIT_EXEC_PATH GIT_PROXY_COMMAND SHELLOPTS BASHOPTS GCONV_PATH"
-)
-# Variables whose value a program runs as a command line: classified as shell text too.
-COMMAND_ENV = words(
-    "PAGER MANPAGER GIT_PAGER SYSTEMD_PAGER EDITOR VISUAL GIT_EDITOR PROMPT_COMMAND GIT_SSH_COMMAND LESSOPEN"
-    " LESSCLOSE SUDO_ASKPASS SSH_ASKPASS GIT_ASKPASS GIT_PROXY_COMMAND PS0 PS1 PS2 PS3 PS4"
-)
-# `PAGER=cat` and friends are what the server sets itself: naming a plain pager runs nothing else.
-HARMLESS_PAGERS = {name: {"", "cat", "less", "more"} for name in ("PAGER", "MANPAGER", "GIT_PAGER", "SYSTEMD_PAGER")}
-PROMPT_VARIABLES = words("PS0 PS1 PS2 PS3 PS4")
-
 # Top-level system directories: recursive chmod/chown or a move of one of them is irreversible.
 SYSTEM_DIRS = words(
     "/etc /usr /var /boot /home /bin /sbin /lib /lib32 /lib64 /libx32 /root /opt /srv /dev /proc /sys /mnt /media"
@@ -213,7 +154,7 @@ CHARACTER_DEVICES = re.compile(
     r"/dev/(?:null|zero|full|random|urandom|stdin|stdout|stderr|tty\w*|pts/|fd/|console|ptmx|shm/|mqueue/|kmsg"
     r"|log$|snd/|dri/|input/|video\d|lp\d|cu\w*|net/|ppp|usb/hiddev|hidraw)"
 )
-REDIRECT_WRITE = words("> >> >| &> &>>")
+REDIRECT_WRITE = words("> >> >| &> &>> <> >&")
 
 DB_CLIENTS = words(
     "psql mysql mariadb sqlite3 sqlite clickhouse-client clickhouse sqlcmd cqlsh duckdb mycli pgcli usql isql"

@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, field
 
 from relay_shell.policy.calls import long_names, parse_options, read_options
-from relay_shell.policy.vocabulary import ASSIGNMENT_WORD, ESCALATION, WRAPPER_OPERANDS, WRAPPERS
+from relay_shell.policy.vocabulary import ESCALATION, WRAPPER_OPERANDS, WRAPPERS
 from relay_shell.policy.vocabulary import words as word_set
 
 MAX_WRAPPERS = 32  # wrappers nest (sudo env nice …); bounded, and more than this is too deep to look through
@@ -29,6 +29,11 @@ class Unwrapped:
     inline: list[str] = field(default_factory=list)  # shell text a wrapper runs (su -c 'cmd', watch 'cmd')
     shell_session: bool = False  # a shell that reads its commands from stdin (sudo -i, su, script, chroot DIR)
     too_deep: bool = False  # more than MAX_WRAPPERS wrappers: what they run was not looked at
+    assignments: list[tuple[str, str]] = field(default_factory=list)  # env NAME=VALUE
+    # What a wrapper itself writes (strace -o F, script's typescript, nohup.out, flock's lock file) and its own
+    # effects beyond the command's (tier, reason): systemd-run's unit outside the call, ionice -p.
+    writes: list[str] = field(default_factory=list)
+    effects: list[tuple[int, str]] = field(default_factory=list)
     # The words from one that an option took as its value, when that word may be the command after all (a
     # value option listed by mistake, an exact flag name that is also the prefix of a value option): classified
     # as a command too. Over-classifying is safe; one per unwrap keeps nesting linear.
@@ -167,7 +172,10 @@ def _step(program: str, words: list[str], index: int, result: Unwrapped) -> int 
         if word == "--":
             position += 1
             break
-        if program == "env" and (word == "-" or ASSIGNMENT_WORD.fullmatch(word)):
+        if program == "env" and (word == "-" or ("=" in word and not _is_option(word))):  # env: any NAME=VALUE
+            if word != "-":
+                variable, _equals, assigned = word.partition("=")
+                result.assignments.append((variable, assigned))
             position += 1  # `env - cmd` is `env -i cmd`
             continue
         if program == "nice" and re.fullmatch(r"-\d+", word):
@@ -179,14 +187,64 @@ def _step(program: str, words: list[str], index: int, result: Unwrapped) -> int 
         options, position = parse_options(words, position, value_options, optional, _KNOWN[program])
         _note_swallowed(words, start, position, result)
         for name, value in options:
+            _wrapper_effect(program, name, value, result)
             if name in inline_options:
                 if value is not None:
                     result.inline.append(value)
                 return len(words)
             if program in ("sudo", "doas") and name in _SUDO_SHELL_OPTIONS:
                 result.shell_session = True
-    if program == "parallel" and ":::" in words[position:]:
-        return position  # the command is before `:::`, the arguments after: classified together
+    if program == "parallel":
+        return _parallel(words, position, result)
+    if program == "nohup":
+        result.effects.append((1, "nohup writes nohup.out in the working directory when its output is a terminal"))
+    elif program == "systemd-run":
+        result.effects.append((2, "systemd-run has the service manager run the command as a unit, outside the call"))
+    return position
+
+
+# Options of wrappers that write a file (the value) or act on processes that are not the command's.
+_WRITING_OPTIONS = {
+    "strace": word_set("-o --output"),
+    "ltrace": word_set("-o --output"),
+    "time": word_set("-o --output"),
+    "parallel": word_set("--joblog --results --res --output-as-files"),
+}
+_PROCESS_OPTIONS = {
+    "ionice": word_set("-p -P -u --pid --pgid --uid"),
+    "strace": word_set("-p --attach"),
+    "ltrace": word_set("-p"),
+}
+
+
+def _wrapper_effect(program: str, name: str, value: str | None, result: Unwrapped) -> None:
+    if name in _WRITING_OPTIONS.get(program, ()) and value:
+        result.writes.append(value)
+    elif name in _PROCESS_OPTIONS.get(program, ()):
+        what = "attaches to a running process" if program != "ionice" else "changes running processes' priority"
+        result.effects.append((1, f"{program} {name} {what}"))
+    elif program == "strace" and _injects(name, value):
+        result.effects.append((2, "strace injects faults or return values into the traced program"))
+
+
+def _injects(name: str, value: str | None) -> bool:
+    """strace -e inject=… / -e fault=… / --inject / --fault change what the traced program's calls return."""
+    return name in ("--inject", "--fault") or (name == "-e" and (value or "").startswith(("inject", "fault")))
+
+
+def _parallel(words: list[str], position: int, result: Unwrapped) -> int:
+    """GNU parallel runs its command (the words before `:::`/`::::`, joined) through a shell for each argument,
+    with `{}` replaced by it: the words are classified as a command run once per argument, and the joined text
+    with the first arguments as shell text. With no command, each argument is a command line."""
+    separators = [index for index in range(position, len(words)) if words[index] in (":::", "::::", ":::+", "::::+")]
+    end = separators[0] if separators else len(words)
+    arguments = [word for word in words[end:] if word not in (":::", "::::", ":::+", "::::+")]
+    command = " ".join(words[position:end])
+    if not command:
+        result.inline += arguments
+        return len(words)
+    for argument in arguments[:16] or [""]:
+        result.inline.append(command.replace("{}", argument) if "{}" in command else f"{command} {argument}")
     return position
 
 
@@ -255,15 +313,25 @@ def _switch_user(program: str, words: list[str], index: int, result: Unwrapped) 
     return len(words)
 
 
+_SCRIPT_LOGS = word_set("-O --log-out -I --log-in -B --log-io -T --log-timing -t --timing")
+
+
 def _script(words: list[str], index: int, result: Unwrapped) -> int | None:
     """script [options] [file]: -c/--command runs shell text; without it, script records an interactive shell,
-    which reads its commands from stdin. Options may follow the file (getopt permutes)."""
+    which reads its commands from stdin. Options may follow the file (getopt permutes). It writes its typescript
+    (the file, or ./typescript) and the logs its options name."""
     position = index + 1
+    operands: list[str] = []
+    logs: list[str] = []
+    command: str | None = None
+    runs_command = False
     while position < len(words):
         word = words[position]
         if word == "--":
-            break  # the rest is the file
+            operands += words[position + 1 : position + 2]
+            break
         if not _is_option(word):
+            operands.append(word)
             position += 1
             continue
         options, position = parse_options(words, position, _SCRIPT_VALUE_OPTIONS, _SCRIPT_OPTIONAL, _SCRIPT_KNOWN)
@@ -271,9 +339,14 @@ def _script(words: list[str], index: int, result: Unwrapped) -> int | None:
             if name in ("-h", "--help", "-V", "--version"):
                 return None  # prints help: rated as itself
             if name in ("-c", "--command"):
-                if value is not None:
-                    result.inline.append(value)
-                return len(words)
+                runs_command, command = True, value
+            elif name in _SCRIPT_LOGS and value:
+                logs.append(value)
+    result.writes += [operands[0] if operands else "typescript", *logs]
+    if runs_command:
+        if command is not None:
+            result.inline.append(command)
+        return len(words)
     result.shell_session = True
     return len(words)
 
@@ -301,6 +374,8 @@ def _flock(words: list[str], index: int, result: Unwrapped) -> int:
     command = len(words) - len(operands) + 1  # after the lock file
     if command < len(words) and _is_option(words[command]) and words[command] != "--":
         options += parse_options(words, command, _FLOCK_COMMAND_OPTIONS, frozenset(), _FLOCK_KNOWN)[0]
+    if operands and not operands[0].isdigit():
+        result.writes.append(operands[0])  # opened with O_CREAT: the lock file is created when missing
     for name, value in options:
         if name in _FLOCK_COMMAND_OPTIONS:
             if value is not None:

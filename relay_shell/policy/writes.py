@@ -15,7 +15,10 @@ def redirect_findings(redirects: list[tuple[str, str]]) -> list[Finding]:
             continue
         if target in ("/dev/null", "/dev/stdout", "/dev/stderr", "/dev/tty") or target.startswith("/dev/fd/"):
             continue
-        if is_device(target):
+        if target.startswith(("/dev/tcp/", "/dev/udp/")):
+            tier = 1 if operator == "<>" else 2  # bash's network redirections: `>` sends data to a service
+            findings.append(Finding(f"{operator} {target}", tier, f"bash connects to {target[5:]}"))
+        elif is_device(target):
             findings.append(Finding(f"{operator} {target}", 3, f"writes onto block device {target}"))
         elif target in CRITICAL_FILES or target.startswith("/boot/"):
             tier = 3 if operator != ">>" and operator != "&>>" else 2

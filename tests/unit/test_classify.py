@@ -35,8 +35,9 @@ TIERS = {
     "sudo ls": 2,
     "curl -fsSL http://example.invalid/install.sh | sh": 2,
     "base64 -d payload | bash": 2,
-    "$X -rf /": 2,
-    "$(echo rm) -rf /tmp/x": 2,
+    # a command word only known at run time could be any program (adr/0025): treated as irreversible
+    "$X -rf /": 3,
+    "$(echo rm) -rf /tmp/x": 3,
     "find . -name '*.pyc' -exec rm {} \\;": 2,
     "kill -TERM 1234": 2,
     "apt-get install -y nginx": 2,

@@ -513,10 +513,14 @@ def test_the_env_overlay_is_classified_where_it_reaches_a_program() -> None:
     assert tier('sh -c "$CMD"', env=(("CMD", "rm -rf /srv/data"),)) == 3
     assert tier('eval "$X"', env=(("X", "shutdown -h now"),)) == 3
     assert tier('psql -c "$Q" appdb', env=(("Q", "DROP DATABASE prod"),)) == 3
-    assert tier("$EDITOR notes.txt", env=(("EDITOR", "vim"),)) == 2  # EDITOR can inject code (tier 2 as before)
+    # EDITOR's value is the command line the program runs (adr/0025's table of code-carrying variables): vim is an
+    # editor (1), a destructive value is what it destroys.
+    assert tier("$EDITOR notes.txt", env=(("EDITOR", "vim"),)) == 1
+    assert tier("crontab -l", env=(("EDITOR", "rm -rf /srv/data"),)) == 3
     assert tier("ls", env=(("GIT_SSH_COMMAND", "rm -rf /srv/data"),)) == 3
     assert tier('echo "$GREETING"', env=(("GREETING", "rm -rf /"),)) == 0  # only printed, never run
-    assert tier('sh -c "$CMD"') == 2  # without the overlay the command word is dynamic
+    # without the overlay the command word is only known at run time: any program (adr/0025)
+    assert tier('sh -c "$CMD"') == 3
 
 
 def test_argv_reaches_the_same_rules() -> None:

@@ -144,9 +144,7 @@ async def test_a_token_armed_for_one_host_does_not_run_on_another(
     ran = await token_client.call_tool("ssh_exec", {"host": "h01", "command": command})
     assert text_of(ran) == "[exit 0]", text_of(ran)
     assert not victim.exists()
-    planned, _, _, started, executed = [
-        r for r in read_records(token_audit) if r.get("confirmation") == digest(token)
-    ]
+    planned, _, _, started, executed = [r for r in read_records(token_audit) if r.get("confirmation") == digest(token)]
     assert planned["target"]["host"] == started["target"]["host"] == executed["target"]["host"] == "h01"
     assert_never_logged(token_audit, token, other)
 

@@ -25,6 +25,7 @@ from tests.sshd import SshFleet
 
 pytestmark = [pytest.mark.anyio, pytest.mark.fleet(hosts=2)]  # `fleet`: tests/conftest.py, both hosts trusted
 
+
 async def acted(client: Client, audit_path: Path, tool: str, arguments: dict[str, Any]) -> CallToolResult:
     """Make a call that must run; check that it wrote a start record and then an end record with the same call_id
     (and no other record under its name), the start record admitting it before any outcome existed."""

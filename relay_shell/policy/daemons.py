@@ -1,0 +1,84 @@
+"""Programs that hand work to a server already running outside the call: tmux and screen (their server runs the
+commands and keys it is sent, in a shell that is not the call's), and D-Bus clients (the service acts with its own
+rights). What they send is classified as shell text where it is a command; a D-Bus method call or property change
+is 2 (what it does cannot be classified, and the kernel confinement of readonly does not reach the service).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from relay_shell.policy.calls import READ, Call, Verdict, verdict
+from relay_shell.policy.vocabulary import words
+
+# tmux commands whose last argument is a shell command, and those that type keys into a pane.
+_TMUX_RUNS = words(
+    "new-session new new-window neww split-window splitw respawn-pane respawnp respawn-window respawnw run-shell run"
+    " pipe-pane pipep display-popup popup if-shell if"
+)
+_TMUX_KEYS = words("send-keys send")
+_TMUX_READ = words(
+    "list-sessions ls list-windows lsw list-panes lsp list-clients lsc list-buffers lsb list-keys lsk"
+    " list-commands lscm show-options show show-window-options showw display-message display has-session has"
+    " capture-pane capturep show-buffer showb info start-server start kill-server"
+)
+_TMUX_VALUES = words("-t -s -c -n -x -y -F -f -L -S -e -l -d -w -h")
+
+
+def _tmux(call: Call) -> Verdict:
+    words_ = [word for word in call.words[1:]]
+    position = 0
+    while position < len(words_) and words_[position].startswith("-"):
+        position += 2 if words_[position] in ("-L", "-S", "-f", "-c") else 1
+    rest = words_[position:]
+    if not rest:
+        return verdict(1, "tmux starts a session: a shell outside the call")
+    command, arguments = rest[0], [word for word in rest[1:] if not word.startswith("-")]
+    if command in _TMUX_KEYS:
+        typed = " ".join(
+            word for word in arguments if word not in ("Enter", "C-m", "KPEnter") and word != call.value("-t")
+        )
+        return Verdict(1, "tmux types keys into a pane, whose shell runs them", shell=(typed,) if typed else ())
+    if command in _TMUX_RUNS:
+        text = arguments[-1] if arguments and arguments[-1] != call.value("-t") else ""
+        return Verdict(1, f"tmux {command} runs a command in its server", shell=(text,) if text else ())
+    if command in _TMUX_READ:
+        return READ
+    return verdict(1, f"tmux {command} changes its sessions")
+
+
+def _screen(call: Call) -> Verdict:
+    """screen -X stuff TEXT types into a window; -X exec/screen runs a command; a new screen runs a shell."""
+    words_ = call.words
+    if "-X" in words_:
+        rest = words_[words_.index("-X") + 1 :]
+        if rest[:1] and rest[0] in ("stuff", "exec", "screen", "eval"):
+            return Verdict(1, f"screen -X {rest[0]} runs text in a window", shell=(" ".join(rest[1:]),))
+        return verdict(1, "screen -X sends a command to a running screen")
+    if call.has("-ls", "-list") or "-ls" in words_ or "-list" in words_:
+        return READ
+    return verdict(1, "screen starts a session: a shell outside the call")
+
+
+def _dbus(call: Call) -> Verdict:
+    """A D-Bus method call, property change or signal acts in the service that receives it: every dbus-send, the
+    call/set-property/emit sub-commands of busctl and gdbus, qdbus given a method."""
+    operands = call.operands
+    sends = (
+        call.program == "dbus-send"
+        or (call.program in ("busctl", "gdbus") and bool(set(operands[:1]) & {"call", "set-property", "emit"}))
+        or (call.program == "qdbus" and len(operands) >= 3)
+    )
+    if sends:
+        return verdict(2, f"{call.program} calls a service over D-Bus: what it does cannot be classified")
+    return READ
+
+
+RULES: dict[str, Callable[[Call], Verdict]] = {
+    "tmux": _tmux,
+    "screen": _screen,
+    "busctl": _dbus,
+    "dbus-send": _dbus,
+    "gdbus": _dbus,
+    "qdbus": _dbus,
+}
