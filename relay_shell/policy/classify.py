@@ -42,7 +42,6 @@ from relay_shell.policy.wrappers import basename, unwrap
 from relay_shell.policy.writes import redirect_findings, tree_findings
 
 MAX_DEPTH = 6
-_EDITED_LINE = "a line edited with control keys before Enter: what it became cannot be known"
 _TOO_DEEP = "nested too deeply to classify: treated as irreversible"
 _SHELL_SESSION = "starts a shell that reads its commands from stdin"
 _NO_ENV: Env = {}
@@ -84,8 +83,7 @@ def analyze(subject: Subject) -> list[Finding]:
         # line counts as shell text, and Python's view adds what it finds stateful.
         findings += shell_findings(subject.typed, 0, env)
         findings += [finding for finding in python_findings(subject.typed) if finding.tier >= 2]
-    if subject.typed_edited:
-        findings.append(Finding(subject.typed[:200] if subject.typed else "", 2, _EDITED_LINE))
+    findings += [Finding(text[:200], tier, reason) for text, tier, reason in subject.session_findings]
     if subject.transfer is not None:
         findings.append(Finding(subject.transfer, 2, "file transfer"))
     if subject.transfer_writes is not None and subject.transfer_tree:
