@@ -201,9 +201,7 @@ def start_metrics_listener(settings: Settings, assembly: Assembly) -> str:
     return f"http://{host}:{assembly.metrics_port}/metrics"
 
 
-def print_banner(
-    settings: Settings, assembly: Assembly, offhost: OffHost | None, metrics_note: str
-) -> None:
+def print_banner(settings: Settings, assembly: Assembly, offhost: OffHost | None, metrics_note: str) -> None:
     chain = "on" if settings.audit.audit_chain else "off"
     print(
         f"relay-shell {__version__} | transport {settings.http.transport} | policy {settings.policy.policy_mode} | "

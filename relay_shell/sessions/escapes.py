@@ -22,6 +22,7 @@ less runs with LESSSECURE=1, editors reached through $EDITOR are restricted.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from relay_shell.plan import Subject
 from relay_shell.policy.shell_tokens import Command, tokenize
@@ -30,11 +31,14 @@ from relay_shell.policy.wrappers import basename, unwrap
 from relay_shell.sessions.typed import Finding
 
 EDITOR_FROM_PAGER = "`v` in a pager (less, more) opens the file in an editor, whose commands run programs"
+GLOBBED_PROGRAM = "a command word with glob or brace characters: the shell picks the program from the files present"
 EDITOR_COMMAND = "an editor's command line (`:…`: vi's `:call system()`, `:terminal`; tmux's `:run-shell`)"
 
 # Where a program's escape to the shell begins a line: `!cmd` (less, more, ftp, gdb, pg), `\! cmd` (psql, mysql),
 # `~!cmd` (mail), `:…!cmd` (vi: `:!`, `:r !`, `:'<,'>!`, `:exe "!…"`), `w !cmd` and `r !cmd` (ed).
 _LEADING_ESCAPE = re.compile(r"\s*(?:\\|~|:[^!\n]*|[\w,.$;'+\-/]*\s*)!")
+_GLOB = re.compile(r"[*?\[]|\{[^}]*[,.][^}]*\}")
+_ARRAY_ASSIGNMENT = re.compile(r"[A-Za-z_]\w*\[[^\]]*\]\+?=")
 _ESCAPE_WORDS = ("shell ", "system ", ".shell ", ".system ")  # gdb, mysql; sqlite3
 _SHELL_START = frozenset({"!", "\\!", "~!", ":sh", ":shell", "shell", ".shell", "!sh"})
 # Commands of vi and its relatives that only move, leave or write the file being edited.
@@ -97,6 +101,13 @@ _CLIENT_COMMANDS = {
 _CODE_OPTIONS = ("-e", "-E", "-c", "--eval", "-eval", "-p", "--print")
 
 
+def commands_of(text: str, nested: list[str]) -> list[Command]:
+    """The simple commands of shell text, `$(…)` contents to `nested`. The classifier's tokenizer hands them over
+    as a list, or (as its reworked version does) in a `Tokens` with `.commands`: either is read."""
+    tokens: Any = tokenize(text, nested)
+    return list(getattr(tokens, "commands", tokens))
+
+
 def escape_readings(line: str) -> list[str]:
     """The shell commands an escape in `line` would run, if a program with one reads it."""
     stripped = line.strip()
@@ -131,7 +142,7 @@ def line_findings(line: str) -> list[Finding]:
 def start_findings(text: str, depth: int = 0) -> list[Finding]:
     """Programs in shell `text` that would read the terminal in a language of their own (STARTS)."""
     nested: list[str] = []
-    findings = [finding for command in tokenize(text, nested) for finding in command_start_findings(command)]
+    findings = [finding for command in commands_of(text, nested) for finding in command_start_findings(command)]
     if depth < 4:
         for inner in nested[:8]:
             findings += start_findings(inner, depth + 1)
@@ -142,6 +153,9 @@ def command_start_findings(command: Command) -> list[Finding]:
     words = unwrap(command.words, command.dynamic).words
     if not words:
         return []
+    if words[0] not in ("[", "[[") and _GLOB.search(words[0]) and not _ARRAY_ASSIGNMENT.match(words[0]):
+        # `/usr/bin/r[m] -rf DIR`: the shell picks the program from the files present, unseen by the policy.
+        return [(" ".join(words)[:200], 2, GLOBBED_PROGRAM)]
     program = basename(words[0])
     reason = STARTS.get(program)
     if reason is None or not _reads_terminal(program, words[1:], command):

@@ -24,8 +24,9 @@ import re
 from collections.abc import Sequence
 
 from relay_shell.plan import Subject
-from relay_shell.policy.shell_tokens import Command, tokenize
+from relay_shell.policy.shell_tokens import Command
 from relay_shell.policy.vocabulary import CODE_INJECTION_ENV, COMMAND_ENV, PROMPT_VARIABLES, words
+from relay_shell.sessions.escapes import commands_of
 from relay_shell.sessions.typed import Finding
 from relay_shell.settings.patterns import Regex, matches
 
@@ -57,7 +58,7 @@ PASSWORD_LIKE_PROMPT = "a prompt that reads like a password prompt: the lines ty
 def interactive_findings(line: str, passprompt: Sequence[Regex]) -> list[Finding]:
     """What `line`, read by an interactive shell, leaves behind that changes the lines after it."""
     findings = _assignment_findings(line, passprompt)
-    for command in tokenize(line, []):
+    for command in commands_of(line, []):
         words = _without_builtin_prefix(command.words)
         dynamic = command.dynamic[len(command.words) - len(words) :]
         findings += _builtin_findings(words, dynamic, command)
@@ -102,7 +103,7 @@ def _value_at(text: str, start: int) -> tuple[str, bool]:
     rest = text[start:]
     if not rest or rest[0] in " \t\n;&|)":
         return "", False
-    commands = tokenize(": " + rest, [])
+    commands = commands_of(": " + rest, [])
     if not commands or len(commands[0].words) < 2 or commands[0].words[0] != ":":
         return rest[:200], True  # an array `(…)` or something stranger: not a plain value
     return commands[0].words[1], commands[0].dynamic[1]

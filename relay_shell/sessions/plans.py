@@ -63,7 +63,9 @@ def prepare_spawn(
             words = shlex.split(command)
         except ValueError:
             words = []
-        argv = words if words and all(_PLAIN_WORD.fullmatch(word) for word in words) else ["/bin/sh", "-c", command]
+        # A leading NAME=value is an assignment for the shell, not a program to run.
+        plain = words and "=" not in words[0] and all(_PLAIN_WORD.fullmatch(word) for word in words)
+        argv = words if plain else ["/bin/sh", "-c", command]
     if not argv or not argv[0] or (isinstance(command, str) and not command.strip()):
         raise ArgumentError("command: is empty; allowed: a program to run in the terminal, or omit it for bash")
     for item in argv:

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from relay_shell.sessions.keys import KEYS, LINE_ENDING_KEYS
 
 MAX_FRAGMENTS = 32  # pieces of one typed line kept for the policy; more control keys than that is no line
+VI_COMMAND_PREFIX = 8  # characters after Escape that may be editing commands before text is inserted (`ddi…`)
 
 EDITED = (
     "a line edited with keys before Enter (recalled, yanked, moved in): what it became cannot be known "
@@ -121,6 +122,8 @@ class _Reader:
         self.submitted: list[str] = []
         self.findings: list[Finding] = []
         self.after_escape: Finding | None = None  # noted once per line; its text is the line when it ends
+        self.escaped_from: int | None = 0 if typing.escaped else None  # the first piece typed after Escape
+        self.literal_next = False  # after Ctrl-V (quoted insert, the tty's lnext) the next key is a character
 
     def line(self) -> str:
         return "".join([*self.pieces, self.current])
@@ -132,12 +135,20 @@ class _Reader:
 
     def key(self, name: str) -> None:
         empty = not self.pieces and not self.current and not self.edited and not self.escaped
-        if name == "space":
+        if self.literal_next:
+            self.literal_next = False
+            self.text(KEYS[name].decode(errors="replace"))
+        elif name == "ctrl-v":
+            self.split()
+            self.edited = self.literal_next = True
+        elif name == "space":
             self.text(" ")
         elif name in LINE_ENDING_KEYS or name == "ctrl-o":
             self.submit()
             self.edited = name == "ctrl-o"  # operate-and-get-next loads the next line from the history
         elif name == "ctrl-c" and self.interrupt_clears:
+            self.split()
+            self.texts.extend(readings(self.pieces))  # classified all the same: nothing typed is ever dropped
             self.end_line()
         elif name in _KEEPING_KEYS or (name in _EMPTY_LINE_KEYS and empty):
             self.split()
@@ -148,7 +159,9 @@ class _Reader:
                 self.findings.append((self.line(), 2, RUNS_AT_ONCE))
             self.split()
             self.edited = True
-            self.escaped = self.escaped or name in _ESCAPE_KEYS
+            if name in _ESCAPE_KEYS and not self.escaped:
+                self.escaped = True
+                self.escaped_from = len(self.pieces)
 
     def split(self) -> None:
         if self.current:
@@ -159,6 +172,7 @@ class _Reader:
         self.split()
         line = "".join(self.pieces)
         self.texts.extend(readings(self.pieces))
+        self.texts.extend(self.vi_readings(self.pieces))
         if self.edited:
             self.findings.append((line, 2, EDITED))
         if line:
@@ -170,7 +184,18 @@ class _Reader:
             self.findings.append((self.line(), *self.after_escape[1:]))
         self.pieces, self.current = [], ""
         self.edited = self.escaped = False
-        self.after_escape = None
+        self.after_escape = self.escaped_from = None
+
+    def vi_readings(self, pieces: list[str]) -> list[str]:
+        """After Escape, vi commands may precede the text they insert (`ddirm -rf /` is `rm -rf /`): the line
+        with each of the first few characters of a piece typed after Escape dropped."""
+        if self.escaped_from is None:
+            return []
+        found = []
+        for index in range(self.escaped_from, len(pieces)):
+            rest = "".join(pieces[index + 1 :])
+            found += [pieces[index][skip:] + rest for skip in range(1, min(VI_COMMAND_PREFIX, len(pieces[index])) + 1)]
+        return found
 
     def finish(self) -> Typed:
         if len(self.pieces) >= MAX_FRAGMENTS:
@@ -179,6 +204,7 @@ class _Reader:
         # What is typed so far counts too: refusing it before Enter costs nothing.
         open_pieces = [*self.pieces, self.current] if self.current else list(self.pieces)
         self.texts.extend(readings(open_pieces))
+        self.texts.extend(self.vi_readings(open_pieces))
         if self.after_escape is not None:
             self.findings.append((self.line(), *self.after_escape[1:]))
         pieces = [*self.pieces, self.current]
