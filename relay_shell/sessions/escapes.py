@@ -142,7 +142,12 @@ def line_findings(line: str) -> list[Finding]:
 def start_findings(text: str, depth: int = 0) -> list[Finding]:
     """Programs in shell `text` that would read the terminal in a language of their own (STARTS)."""
     nested: list[str] = []
-    findings = [finding for command in commands_of(text, nested) for finding in command_start_findings(command)]
+    return commands_start_findings(commands_of(text, nested), nested, depth)
+
+
+def commands_start_findings(commands: list[Command], nested: list[str], depth: int = 0) -> list[Finding]:
+    """start_findings of a text already split into its commands (and the `$(…)` it holds, read too)."""
+    findings = [finding for command in commands for finding in command_start_findings(command)]
     if depth < 4:
         for inner in nested[:8]:
             findings += start_findings(inner, depth + 1)

@@ -55,10 +55,13 @@ RUN_TIME_NAME = "assigns to a variable named at run time: it may be one that run
 PASSWORD_LIKE_PROMPT = "a prompt that reads like a password prompt: the lines typed at it would be withheld"
 
 
-def interactive_findings(line: str, passprompt: Sequence[Regex]) -> list[Finding]:
-    """What `line`, read by an interactive shell, leaves behind that changes the lines after it."""
-    findings = _assignment_findings(line, passprompt)
-    for command in commands_of(line, []):
+def interactive_findings(
+    line: str, passprompt: Sequence[Regex], commands: list[Command] | None = None
+) -> list[Finding]:
+    """What `line` (split into `commands` already, or not), read by an interactive shell, leaves behind that
+    changes the lines after it."""
+    findings = _assignment_findings(line, passprompt) if "=" in line else []
+    for command in commands_of(line, []) if commands is None else commands:
         words = _without_builtin_prefix(command.words)
         dynamic = command.dynamic[len(command.words) - len(words) :]
         findings += _builtin_findings(words, dynamic, command)

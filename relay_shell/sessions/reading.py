@@ -6,7 +6,7 @@ a program's escape would run it (escapes.py), and with what an interactive shell
 from __future__ import annotations
 
 from relay_shell.plan import Subject
-from relay_shell.sessions.escapes import escape_readings, line_findings, start_findings
+from relay_shell.sessions.escapes import commands_of, commands_start_findings, escape_readings, line_findings
 from relay_shell.sessions.history import HISTORY, expansion_points, expansions
 from relay_shell.sessions.interactive import interactive_findings
 from relay_shell.sessions.registry import Session
@@ -28,9 +28,11 @@ def typed_subject(session: Session, data: str, enter: bool, keys: list[str]) -> 
         texts += escape_readings(line)
     texts = list(dict.fromkeys(texts))
     for text in texts:
+        nested: list[str] = []
+        commands = commands_of(text, nested)
         findings += line_findings(text)
-        findings += start_findings(text)
-        findings += interactive_findings(text, session.passprompt)
+        findings += commands_start_findings(commands, nested)
+        findings += interactive_findings(text, session.passprompt, commands)
     return Subject(typed="\n".join(texts), session_findings=tuple(findings)), typed
 
 

@@ -21,6 +21,7 @@ on) starts a fresh line: the shell (or the tty driver) discards the line, whatev
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from relay_shell.sessions.keys import KEYS, LINE_ENDING_KEYS
@@ -51,6 +52,7 @@ _CONTROL_NAMES = {
     for name, sequence in reversed(KEYS.items())
     if len(sequence) == 1 and (sequence < b" " or sequence == b"\x7f")
 }
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _SEQUENCES = sorted(
     ((sequence.decode(), name) for name, sequence in KEYS.items() if len(sequence) > 1),
     key=lambda item: -len(item[0]),
@@ -81,6 +83,11 @@ def read_keystrokes(typing: Typing, data: str, enter: bool, keys: list[str], int
     """What the policy classifies for `data` (then Enter, then `keys`) typed after `typing`. `interrupt_clears`:
     Ctrl-C is known to discard the line (a local terminal with ISIG on)."""
     reader = _Reader(typing, interrupt_clears)
+    if _CONTROL.search(data) is None:  # the usual case: plain text, no key to read
+        reader.current += data
+        if data and reader.escaped and reader.after_escape is None:
+            reader.after_escape = ("", 2, AFTER_ESCAPE)
+        data = ""
     index = 0
     while index < len(data):
         char = data[index]
