@@ -161,6 +161,8 @@ def command_start_findings(command: Command) -> list[Finding]:
     if words[0] not in ("[", "[[") and _GLOB.search(words[0]) and not _ARRAY_ASSIGNMENT.match(words[0]):
         # `/usr/bin/r[m] -rf DIR`: the shell picks the program from the files present, unseen by the policy.
         return [(" ".join(words)[:200], 2, GLOBBED_PROGRAM)]
+    if basename(words[0]) == "busybox" and len(words) > 1:
+        words = words[1:]  # `busybox vi F`: the applet named next
     program = basename(words[0])
     reason = STARTS.get(program)
     if reason is None or not _reads_terminal(program, words[1:], command):
@@ -172,22 +174,24 @@ def command_start_findings(command: Command) -> list[Finding]:
 
 
 def _reads_terminal(program: str, arguments: list[str], command: Command) -> bool:
-    """Whether the program reads its commands from the terminal: stdin is neither a file nor a pipe and, for
-    clients, interpreters and shells, no command or script is given."""
+    """Whether the program reads its commands from the terminal. Editors and full-screen programs do whatever
+    their stdin is (`echo | vim -` reads the text from the pipe and the keys from the terminal); clients,
+    interpreters and shells do when their stdin is neither a file nor a pipe and no command or script is given."""
+    if program not in _DATABASE_CLIENTS and program not in _INTERPRETERS and program not in _OTHER_SHELLS:
+        return True
     if command.piped_into or command.heredoc is not None or any(op.startswith("<") for op, _ in command.redirects):
         return False
     operands = [word for word in arguments if not word.startswith("-")]
     if program in _DATABASE_CLIENTS:
         given = any(_is_option(word, option) for option in _CLIENT_COMMANDS.get(program, ()) for word in arguments)
         return not given and not (program in _SQL_OPERAND_CLIENTS and len(operands) >= 2)
-    if program in _INTERPRETERS or program in _OTHER_SHELLS:
-        if "-i" in arguments or "--interactive" in arguments or (program == "php" and "-a" in arguments):
-            return True
-        if program == "perl" and any(word.startswith("-d") for word in arguments):
-            return True  # the debugger reads its commands from the terminal
-        code = any(word in _CODE_OPTIONS or (program == "php" and word == "-r") for word in arguments)
-        return not operands and not code
-    return True
+    # An interpreter or a shell: interactive on request, its debugger, or with no script and no code given.
+    if "-i" in arguments or "--interactive" in arguments or (program == "php" and "-a" in arguments):
+        return True
+    if program == "perl" and any(word.startswith("-d") for word in arguments):
+        return True  # the debugger reads its commands from the terminal
+    code = any(word in _CODE_OPTIONS or (program == "php" and word == "-r") for word in arguments)
+    return not operands and not code
 
 
 def _is_option(word: str, option: str) -> bool:

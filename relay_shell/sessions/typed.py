@@ -43,7 +43,7 @@ AFTER_ESCAPE = (
 _KEEPING_KEYS = frozenset({"ctrl-c", "ctrl-u", "ctrl-g", "ctrl-l", "ctrl-z", "ctrl-\\"})
 # Keys that change nothing on an empty line (moving or erasing within nothing); on a line, they edit it.
 _EMPTY_LINE_KEYS = frozenset({"left", "right", "home", "end", "delete", "backspace", "ctrl-h", "ctrl-d"})
-_TAB_KEYS = frozenset({"tab", "backtab"})
+_TAB_KEYS = frozenset({"tab", "backtab", "ctrl-i"})
 _ESCAPE_KEYS = frozenset({"esc", "ctrl-["})
 # Raw bytes in `data`, read as the keys they are: control characters one by one, and the escape sequences of
 # the named keys (an arrow sent as `\x1b[A` is the Up key, not Escape followed by `[A`).

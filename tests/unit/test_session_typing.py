@@ -91,7 +91,14 @@ def test_keys_that_change_nothing_on_an_empty_line_leave_it_fresh(key: str) -> N
 
 @pytest.mark.parametrize(
     ("data", "keys"),
-    [("shre\t -u F", ()), ("shre", ("tab",)), ("rm -rf /tm\t", ()), ("ls", ("backtab",)), ("\t", ())],
+    [
+        ("shre\t -u F", ()),
+        ("shre", ("tab",)),
+        ("rm -rf /tm\t", ()),
+        ("ls", ("backtab",)),
+        ("\t", ()),
+        ("ls", ("ctrl-i",)),
+    ],
 )
 def test_tab_is_refused_when_pressed(data: str, keys: tuple[str, ...]) -> None:
     typed = keystrokes(data, enter=False, keys=keys)
@@ -210,6 +217,8 @@ def test_an_escape_is_read_as_the_command_it_runs(line: str, reading: str) -> No
         "echo $(vim F)",
         "perl -d x.pl",
         "ncdu -r /",
+        "true | vim F",
+        "busybox vi F",
     ],
 )
 def test_a_program_with_an_unreadable_language_is_tier_2_to_start(line: str) -> None:
