@@ -19,7 +19,7 @@ from collections.abc import Callable
 from ptyprocess import PtyProcess
 
 from relay_shell.launch import ProcessTree
-from relay_shell.sessions.reader import shell_reads_commands
+from relay_shell.sessions.reader import processes_where, shell_reads_commands
 
 READ_CHUNK = 64 * 1024
 DRAIN_QUIET = 0.05  # after the leader exits, output still arriving within this window belongs to it
@@ -257,20 +257,7 @@ class LocalPty:
 
 def session_members(session_id: int) -> list[int]:
     """Every process whose session is `session_id` (the PTY's leader and all its jobs)."""
-    members = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as stat_file:
-                stat = stat_file.read()
-        except OSError:
-            continue
-        # Fields after the command name (which may contain spaces and parentheses): state ppid pgrp session.
-        fields = stat[stat.rfind(b")") + 2 :].split()
-        if len(fields) > 3 and int(fields[3]) == session_id and fields[0] != b"Z":
-            members.append(int(entry))
-    return members
+    return processes_where(3, session_id)
 
 
 def _alive(pid: int) -> bool:

@@ -27,7 +27,7 @@ _OPTION_VALUES = frozenset({"-o", "+o", "-O", "+O", "--rcfile", "--init-file"})
 
 def shell_reads_commands(process_group: int) -> bool:
     """Whether a process of `process_group` is a shell reading its commands from the terminal."""
-    for pid in _members(process_group):
+    for pid in processes_where(2, process_group):
         arguments = _arguments(pid)
         if _is_shell(pid, arguments) and reads_commands(arguments):
             return True
@@ -64,8 +64,10 @@ def reads_commands(arguments: list[str]) -> bool:
     return arguments[index].startswith(_TERMINAL_SCRIPTS)
 
 
-def _members(process_group: int) -> list[int]:
-    members = []
+def processes_where(field: int, value: int) -> list[int]:
+    """Live processes whose /proc/PID/stat field (counted after the command name: 0 state, 1 ppid, 2 process
+    group, 3 session) is `value`."""
+    found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -74,10 +76,11 @@ def _members(process_group: int) -> list[int]:
                 stat = stat_file.read()
         except OSError:
             continue
-        fields = stat[stat.rfind(b")") + 2 :].split()  # state ppid pgrp …
-        if len(fields) > 2 and int(fields[2]) == process_group and fields[0] != b"Z":
-            members.append(int(entry))
-    return members
+        # The command name may contain spaces and parentheses: the fields start after its last `)`.
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        if len(fields) > field and int(fields[field]) == value and fields[0] != b"Z":
+            found.append(int(entry))
+    return found
 
 
 def _is_shell(pid: int, arguments: list[str]) -> bool:
