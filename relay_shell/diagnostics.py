@@ -107,7 +107,14 @@ def prepare_server_info(
 
     async def execute(progress: ProgressFn) -> Execution:
         state = server_state(
-            settings, audit_log, metrics_port, open_sessions, ssh_connections, audit_counts, containment, extra,
+            settings,
+            audit_log,
+            metrics_port,
+            open_sessions,
+            ssh_connections,
+            audit_counts,
+            containment,
+            extra,
             audit_offhost,
         )
         return _text_execution(settings, state, {"info": state})

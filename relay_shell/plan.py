@@ -30,7 +30,10 @@ class Subject:
     # Lines typed into a terminal: read by a shell, a Python REPL or anything else, so classified as shell
     # text and, where that finds something stateful, as Python too.
     typed: str | None = None
-    typed_edited: bool = False  # a submitted line was edited with control keys: what it became is unknown
+    # What the sessions layer knows of a call beyond its text, as (text, tier, why): how the reader of a terminal
+    # takes typed keys and lines (history expansion, completion, line editing, a program's escape, a hook the
+    # shell keeps), and what a spawn's env undoes of the terminal's settings (sessions/reading.py, adr/0026).
+    session_findings: tuple[tuple[str, int, str], ...] = ()
     # SSH: every spelling of every host the call reaches (deny patterns match them), and whether the host
     # key goes unchecked (known_hosts=ignore asked for by the call).
     hosts: tuple[str, ...] = ()

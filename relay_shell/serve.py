@@ -77,8 +77,7 @@ def check_configuration(settings: Settings) -> int:
 
         enforcement = f"; readonly enforced by {start_confinement(settings, Metrics(enabled=False)).label}"
     print(
-        f"relay-shell {__version__}: configuration OK (audit log {settings.audit.audit_path} is writable"
-        f"{enforcement})"
+        f"relay-shell {__version__}: configuration OK (audit log {settings.audit.audit_path} is writable{enforcement})"
     )
     return 0
 
@@ -212,9 +211,7 @@ def start_metrics_listener(settings: Settings, assembly: Assembly) -> str:
     return f"http://{host}:{assembly.metrics_port}/metrics"
 
 
-def print_banner(
-    settings: Settings, assembly: Assembly, offhost: OffHost | None, metrics_note: str
-) -> None:
+def print_banner(settings: Settings, assembly: Assembly, offhost: OffHost | None, metrics_note: str) -> None:
     chain = "on" if settings.audit.audit_chain else "off"
     print(
         f"relay-shell {__version__} | transport {settings.http.transport} | policy {settings.policy.policy_mode} | "

@@ -13,6 +13,12 @@ command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
 command -v asciinema >/dev/null 2>&1 || missing+=(asciinema)
 command -v less >/dev/null 2>&1 || missing+=(less)
 command -v top >/dev/null 2>&1 || missing+=(procps)
+# The PTY tests' real programs (adr/0026): sudo, passwd and ssh-keygen at their password prompts; vim, ed and sqlite3
+# in their restricted forms (rvim is the restricted editor sessions get).
+command -v sudo >/dev/null 2>&1 || missing+=(sudo)
+command -v vim >/dev/null 2>&1 || missing+=(vim)
+command -v ed >/dev/null 2>&1 || missing+=(ed)
+command -v sqlite3 >/dev/null 2>&1 || missing+=(sqlite3)
 command -v npm >/dev/null 2>&1 || missing+=(npm)
 [ -x /usr/sbin/sshd ] || missing+=(openssh-server)
 # The audit shipping tests' collector (tests/rsyslog.py), and its TLS listener's GnuTLS netstream driver.

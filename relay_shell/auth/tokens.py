@@ -19,7 +19,6 @@ if TYPE_CHECKING:
     from mcp.server.auth.provider import AccessToken
 
 
-
 _NAME = re.compile(r"[A-Za-z0-9_.@-]{1,64}")
 _DIGEST = re.compile(r"[0-9a-f]{64}")
 

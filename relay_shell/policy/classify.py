@@ -48,7 +48,6 @@ from relay_shell.policy.wrappers import Unwrapped, basename, unwrap
 from relay_shell.policy.writes import redirect_findings, tree_findings
 
 MAX_DEPTH = 6
-_EDITED_LINE = "a line edited with control keys before Enter: what it became cannot be known"
 _TOO_DEEP = "nested too deeply to classify: treated as irreversible"
 _SHELL_SESSION = "starts a shell that reads its commands from stdin"
 _DYNAMIC_WORD = "a command word only known at run time: it could be any program, treated as irreversible"
@@ -101,8 +100,7 @@ def analyze(subject: Subject) -> list[Finding]:
         findings += shell_findings(subject.typed, 0, env)
         python = _verdict_findings(python_verdict(subject.typed), "python input", 0, env)
         findings += [finding for finding in python if finding.tier >= 2]
-    if subject.typed_edited:
-        findings.append(Finding(subject.typed[:200] if subject.typed else "", 2, _EDITED_LINE))
+    findings += [Finding(text[:200], tier, reason) for text, tier, reason in subject.session_findings]
     if subject.transfer is not None:
         findings.append(Finding(subject.transfer, 2, "file transfer"))
     if subject.transfer_writes is not None and subject.transfer_tree:

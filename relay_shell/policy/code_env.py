@@ -165,6 +165,7 @@ _INVOCATIONS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "UNZIP": (("unzip",), ("-l", "x.zip")),
     "UNZIPOPT": (("unzip",), ("-l", "x.zip")),
 }
+PROMPT_VARIABLES = frozenset(name for name, (kind, _) in VARIABLES.items() if kind == PROMPT)
 _COMPRESSORS = {"GZIP": "gzip", "BZIP2": "bzip2", "BZIP": "bzip2", "XZ_OPT": "xz", "XZ_DEFAULTS": "xz"}
 _PIPED_CONFIG = ("/dev/stdin", "/dev/fd/", "/proc/self/fd/", "/proc/thread-self/fd/", "-")
 

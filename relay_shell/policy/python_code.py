@@ -10,6 +10,7 @@ by the markers it contains, the way the classifier read all Python before.
 from __future__ import annotations
 
 import ast
+import warnings
 
 from relay_shell.policy.calls import Verdict
 from relay_shell.policy.vocabulary import PYTHON_ROOT_RMTREE, PYTHON_SHELL_CALL, PYTHON_STATEFUL, words
@@ -36,7 +37,10 @@ _WRITE_MODES = frozenset("wax+")
 def python_verdict(code: str) -> Verdict:
     """What Python code does: its tier, why, and the command lines and argvs it runs."""
     try:
-        tree = ast.parse(code)
+        # A client's text, not ours: its invalid escapes would warn on the server's stderr (or raise under -W error).
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            tree = ast.parse(code)
     except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError):
         return _by_markers(code)
     worst = (1, "python code")

@@ -107,7 +107,7 @@ def end_record(
         record["stderr_len"] = execution.stderr.produced_bytes
     error = execution.error
     if error is not None and plan is not None and plan.recorded_arguments is not None:
-        record["reason"] = "withheld: the refused input was typed with terminal echo off"
+        record["reason"] = "withheld: the refused input was typed at a password prompt"
     elif error is not None and reason_withheld:
         record["reason"] = "withheld: it may quote an argument the record keeps only as a digest or not at all"
     elif error is not None:

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from ptyprocess import PtyProcess
 
 from relay_shell.launch import ProcessTree
+from relay_shell.sessions.reader import processes_where, shell_reads_commands
 
 READ_CHUNK = 64 * 1024
 DRAIN_QUIET = 0.05  # after the leader exits, output still arriving within this window belongs to it
@@ -130,13 +131,29 @@ class LocalPty:
             os.killpg(group, signal_number)
 
     def password_mode(self) -> bool:
-        """True while a program reads a line with echo off (getpass, sudo, ssh): canonical mode without ECHO.
-        Line editors (readline) and full-screen programs turn canonical mode off and are not matched."""
-        try:
-            local_flags = termios.tcgetattr(self.fd)[3]
-        except termios.error:
-            return False
+        """True while a line is read with echo off (getpass, sudo, ssh; or a shell after `stty -echo`): canonical
+        mode without ECHO. Line editors (readline) and full-screen programs turn canonical mode off."""
+        local_flags = self._local_flags()
         return bool(local_flags & termios.ICANON) and not local_flags & termios.ECHO
+
+    def shell_reads_line(self) -> bool:
+        """True while the foreground process group holds a shell reading its commands (sessions/reader.py): what
+        is typed is a command, whatever the echo and the prompt say."""
+        try:
+            group = os.tcgetpgrp(self.fd)
+        except OSError:
+            return False
+        return shell_reads_commands(group)
+
+    def interrupt_clears_line(self) -> bool:
+        """Ctrl-C becomes SIGINT (ISIG is on): the shell or the tty driver discards the line being typed."""
+        return bool(self._local_flags() & termios.ISIG)
+
+    def _local_flags(self) -> int:
+        try:
+            return int(termios.tcgetattr(self.fd)[3])
+        except termios.error:
+            return 0
 
     async def close(self, grace: float, first_signal: int | None = None) -> None:
         """Stop every process in the terminal's session and its containment unit (`first_signal`, HUP +
@@ -242,20 +259,7 @@ class LocalPty:
 
 def session_members(session_id: int) -> list[int]:
     """Every process whose session is `session_id` (the PTY's leader and all its jobs)."""
-    members = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as stat_file:
-                stat = stat_file.read()
-        except OSError:
-            continue
-        # Fields after the command name (which may contain spaces and parentheses): state ppid pgrp session.
-        fields = stat[stat.rfind(b")") + 2 :].split()
-        if len(fields) > 3 and int(fields[3]) == session_id and fields[0] != b"Z":
-            members.append(int(entry))
-    return members
+    return processes_where(3, session_id)
 
 
 def _alive(pid: int) -> bool:

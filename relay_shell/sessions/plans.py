@@ -10,6 +10,7 @@ import shlex
 import signal
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import Any
 
 from relay_shell.arguments import MIN_OUTPUT, check_cwd, check_no_nul, child_env, clamp
@@ -22,7 +23,8 @@ from relay_shell.sessions.registry import Session, SessionRegistry, Terminal, Wa
 from relay_shell.sessions.transcript import Transcript
 from relay_shell.settings.model import Settings
 
-DEFAULT_SHELL = ["bash", "--noprofile", "--norc"]  # predictable prompt, no user aliases in the way
+# A predictable prompt, no user aliases in the way, and history expansion off: `!!` is what it says (adr/0026).
+DEFAULT_SHELL = ["bash", "--noprofile", "--norc", "+H"]
 TERM = "xterm-256color"
 SETTLE = 0.3  # seconds of quiet that end a wait without `until`
 RESIZE_SETTLE = 0.2  # a resize waits this long for the program's redraw to go quiet
@@ -61,7 +63,9 @@ def prepare_spawn(
             words = shlex.split(command)
         except ValueError:
             words = []
-        argv = words if words and all(_PLAIN_WORD.fullmatch(word) for word in words) else ["/bin/sh", "-c", command]
+        # A leading NAME=value is an assignment for the shell, not a program to run.
+        plain = words and "=" not in words[0] and all(_PLAIN_WORD.fullmatch(word) for word in words)
+        argv = words if plain else ["/bin/sh", "-c", command]
     if not argv or not argv[0] or (isinstance(command, str) and not command.strip()):
         raise ArgumentError("command: is empty; allowed: a program to run in the terminal, or omit it for bash")
     for item in argv:
@@ -70,15 +74,20 @@ def prepare_spawn(
     patterns = compile_until(until)
     wait_timeout = wait_timeout_for(settings, timeout, notes)
     work_dir = check_cwd(cwd)
+    # Loaded on first use: what a terminal starts with reads the policy's tables (policy/admission.py says why).
+    from relay_shell.sessions.pins import overlay_findings, pinned_environment
+
     # COLUMNS/LINES inherited from the server's own environment (a server started from a terminal, a test
     # runner) would override the PTY's size for curses and readline: the terminal's size is the PTY's.
-    overlay = {"TERM": TERM, "COLUMNS": None, "LINES": None, **(env or {})}
+    pins = pinned_environment(settings.policy.policy_mode)
+    overlay = {"TERM": TERM, "COLUMNS": None, "LINES": None, **pins, **(env or {})}
     terminal_env = child_env(overlay)  # the one-shot pager defaults included, unless the overlay changes them
     assert terminal_env is not None
     subject = Subject(
         command=command if isinstance(command, str) else None,
         argv=tuple(argv) if not isinstance(command, str) else None,
         env=tuple((env or {}).items()),
+        session_findings=tuple(overlay_findings(list((env or {}).items()), settings.sessions.passprompt)),
     )
 
     async def open_terminal(session_id: str) -> Terminal:
@@ -113,6 +122,10 @@ def spawn_plan(
     target: dict[str, Any] | None = None,
 ) -> Plan:
     """Start a terminal (local PTY or SSH channel) as a new session and wait for its first output."""
+    from relay_shell.sessions.escapes import spawn_findings  # loaded on first use, as the pins are
+
+    # A program that reads the keyboard in a language the policy cannot read is tier 2 to start (adr/0026).
+    subject = replace(subject, session_findings=(*subject.session_findings, *spawn_findings(subject)))
     # Named before it starts, so the call's start record (written before anything runs) already carries it.
     session_id = registry.new_id()
 
@@ -129,6 +142,7 @@ def spawn_plan(
                 transcript.path.unlink(missing_ok=True)
             raise
         session = registry.add(session_id, owner, client_id, shown, terminal, cols, rows, transcript)
+        session.passprompt = settings.sessions.passprompt
         result = await session.wait(0, patterns, wait_timeout, SETTLE, settle_from_start=True)
         terminal.exec_trace.snapshot_into(plan)  # what ran until the first output settled
         return read_result(

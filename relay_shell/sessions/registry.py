@@ -23,6 +23,9 @@ from relay_shell.launch import Launcher, TreeRecords
 from relay_shell.sessions.expect import SEARCH_WINDOW, Match, Patterns, find
 from relay_shell.sessions.ring import OutputRing, RingRead
 from relay_shell.sessions.transcript import Transcript
+from relay_shell.sessions.typed import Typing
+from relay_shell.settings.patterns import Regex
+from relay_shell.settings.sessions import DEFAULT_PASSPROMPT
 
 SHUTDOWN_GRACE = 0.5  # disconnect and shutdown: everything must be gone within 2 s
 EXITED_LINGER = 300.0  # an ended session stays readable this long after its last use
@@ -45,7 +48,11 @@ class Terminal(Protocol):
 
     def send_signal(self, signal_number: int) -> None: ...
 
-    def password_mode(self) -> bool: ...
+    def password_mode(self) -> bool: ...  # a line is read with echo off (remote: the output asks for one)
+
+    def shell_reads_line(self) -> bool: ...  # a shell reads its commands (never a password prompt); False: unknown
+
+    def interrupt_clears_line(self) -> bool: ...  # Ctrl-C is known to discard the line being typed
 
     async def close(self, grace: float, first_signal: int | None = None) -> None: ...
 
@@ -97,7 +104,9 @@ class Session:
         self.last_output = self.created
         self.ended_at: float | None = None
         self.read_cursor = 0
-        self.pending_input: list[str] = []  # the line typed so far without Enter, in pieces (typed_lines)
+        self.typing = Typing()  # the line typed so far without Enter, as the policy keeps it (sessions/typed.py)
+        self.history: list[str] = []  # the lines submitted, most recent last: what `!…` may expand to
+        self.passprompt: tuple[Regex, ...] = DEFAULT_PASSPROMPT  # what a password prompt looks like (passwords.py)
         self.input_version = 0  # counts writes and signals: a send (or a confirmation) is void after another one
         self.state: Literal["running", "exited", "closed"] = "running"
         self.exit_code: int | None = None

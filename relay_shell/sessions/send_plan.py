@@ -1,6 +1,7 @@
-"""session_send: what a send types (every line submitted, with the part typed earlier without Enter, is classified
-like a one-shot command: `typed_lines`), a secret typed from the server's environment at a password prompt, what a
-tier-3 confirmation of input is bound to, and input withheld from the audit record at a password prompt (adr/0005).
+"""session_send: what a send types (every line submitted, with the part typed earlier without Enter, classified as
+the program reading it will take it: sessions/reading.py), a secret typed from the server's environment at a
+password prompt, what a tier-3 confirmation of input is bound to, and input withheld from the audit record at a
+password prompt (sessions/passwords.py; adr/0005, adr/0026).
 """
 
 from __future__ import annotations
@@ -12,13 +13,12 @@ import time
 from typing import Any
 
 from relay_shell.errors import ArgumentError, ToolError
-from relay_shell.plan import Execution, Plan, ProgressFn, Subject
-from relay_shell.sessions.ansi import strip_ansi
+from relay_shell.plan import Execution, Plan, ProgressFn
 from relay_shell.sessions.expect import compile_until, expected_echo
 from relay_shell.sessions.keys import KEYS, key_name
+from relay_shell.sessions.passwords import last_output_line, password_prompt, withheld_input
 from relay_shell.sessions.plans import SETTLE, budget_for, check_running, read_result, wait_timeout_for
 from relay_shell.sessions.registry import Session, SessionRegistry
-from relay_shell.sessions.typed import typed_lines
 from relay_shell.settings.model import Settings
 
 PASSWORD_MODE_WAIT = 0.5  # seconds a secret waits for the terminal to turn echo off
@@ -52,12 +52,15 @@ def prepare_send(
     press_enter = enter and (bool(data) or secret is not None or not key_names)
     typed, payload = _keystrokes(data, secret, press_enter, key_names)
 
-    password_prompt = session.state == "running" and session.terminal.password_mode()
+    # Loaded on first use: the readings of typed input use the policy's tokenizer (policy/admission.py says why).
+    from relay_shell.sessions.reading import remember, typed_subject
+
+    no_echo = session.state == "running" and session.terminal.password_mode()
+    prompt = password_prompt(session) if no_echo else None
     version = session.input_version
     call_arguments = {"session_id": session_id, "data": data, "enter": enter, "keys": keys, "until": until}
-    lines, pending, edited = typed_lines(session.pending_input, data if secret is None else "", press_enter, key_names)
-    subject = Subject(typed="\n".join(lines), typed_edited=edited)
-    echo = None if password_prompt or secret is not None or key_names else expected_echo(typed)
+    subject, typed_input = typed_subject(session, data if secret is None else "", press_enter, key_names)
+    echo = None if no_echo or secret is not None or key_names else expected_echo(typed)
 
     async def execute(progress: ProgressFn) -> Execution:
         """The send, with a window on the session's exec trace: the programs started while it is handled."""
@@ -74,10 +77,11 @@ def prepare_send(
                 )
             if secret is not None:
                 await _await_password_prompt(session)
-            # Sampled again just before writing: a program may have turned echo off since the call was prepared.
-            # The start record is written by now; the end record withholds the input (adr/0014).
-            if data and plan.recorded_arguments is None and session.terminal.password_mode():
-                plan.recorded_arguments = withheld_input(call_arguments, session)
+            # Sampled again just before writing: a program may have asked for a password since the call was
+            # prepared. The start record is written by now; the end record withholds the input (adr/0014).
+            late_prompt = password_prompt(session) if data and plan.recorded_arguments is None else None
+            if late_prompt is not None:
+                plan.recorded_arguments = withheld_input(call_arguments, session, late_prompt)
             session.last_activity = time.monotonic()
             match_from = session.ring.end
             try:
@@ -87,7 +91,7 @@ def prepare_send(
             finally:
                 # Even a write cut short may have typed part of the line: the policy assumes all of it.
                 session.input_version += 1
-                session.pending_input = pending
+                remember(session, typed_input)
             if session.transcript is not None and plan.recorded_arguments is None and secret is None:
                 session.transcript.input(payload)
         result = await session.wait(match_from, patterns, wait_timeout, SETTLE, settle_from_start=False, echo=echo)
@@ -96,8 +100,8 @@ def prepare_send(
 
     plan = Plan(subject=subject, execute=execute, notes=notes, timeout=wait_timeout, session_id=session_id)
     plan.confirm_state_of = lambda: confirm_state(session, version)
-    if password_prompt and data:
-        plan.recorded_arguments = withheld_input(call_arguments, session)
+    if prompt is not None and data:
+        plan.recorded_arguments = withheld_input(call_arguments, session, prompt)
     return plan
 
 
@@ -131,49 +135,14 @@ def confirm_state(session: Session, input_version: int) -> dict[str, Any]:
     the line (`cd ../prod` typed after the confirmation; a job typed earlier that ends and gives the shell
     back). Also what the human is shown about where the input goes: the program, what is already on the line,
     and the last line of output (the prompt, as the program printed it)."""
-    ring = session.ring
-    recent = strip_ansi(ring.read(max(ring.start, ring.end - 2048)).data).decode("utf-8", errors="replace")
-    last = ""
-    # The last line with something on it, found from the end (this runs on every send; splitting all of the
-    # recent output into lines cost more than the rest of the send's preparation).
-    content_end = len(recent.rstrip())
-    if content_end:
-        line_end = recent.find("\n", content_end)
-        line = recent[recent.rfind("\n", 0, content_end) + 1 : line_end if line_end >= 0 else len(recent)]
-        redrawn = line.rsplit("\r", 1)[-1]  # a carriage return starts the line over
-        last = redrawn if redrawn.strip() else line
+    last = last_output_line(session)
     return {
         "inputs": input_version,
-        "output": ring.end,
+        "output": session.ring.end,
         "program": f"{session.command[:200]}{'…' if len(session.command) > 200 else ''} ({session.terminal.where})",
-        "pending": list(session.pending_input),
+        "pending": list(session.typing.pieces),
         "last_output": last[-200:],
     }
-
-
-def withheld_input(arguments: dict[str, Any], session: Session) -> dict[str, Any] | None:
-    """The arguments of a send typed at a no-echo prompt, as the audit log keeps them: no `data`. None when
-    the input is kept: a program can turn echo off (`stty -echo`) or print "Password:" on purpose to hide
-    what is typed next, so only a whole line that reads like a password is withheld: nothing typed before it
-    without Enter, no control characters (line editing), one line, and tier 0 or 1 (ADR 0005)."""
-    data = arguments.get("data")
-    if not isinstance(data, str) or data == "" or session.pending_input:
-        return None
-    line = data.removesuffix("\n").removesuffix("\r")
-    from relay_shell.policy.classify import classify  # loaded on first use (policy/admission.py says why)
-
-    if any(ord(char) < 32 or ord(char) == 127 for char in line) or classify(Subject(typed=line)).tier >= 2:
-        return None
-    return {**arguments, "data": f"[withheld: {len(data)} characters typed with terminal echo off]"}
-
-
-def withhold_at_password_prompt(registry: SessionRegistry, arguments: dict[str, Any]) -> dict[str, Any]:
-    """For every session_send record, valid or not: withhold `data` while the session reads a password."""
-    session_id = arguments.get("session_id")
-    session = registry.sessions.get(session_id) if isinstance(session_id, str) else None
-    if session is not None and session.state == "running" and session.terminal.password_mode():
-        return withheld_input(arguments, session) or arguments
-    return arguments
 
 
 def _secret_value(settings: Settings, secret_env: str, data: str) -> str:
@@ -199,13 +168,16 @@ def _secret_value(settings: Settings, secret_env: str, data: str) -> str:
 
 
 async def _await_password_prompt(session: Session) -> None:
-    """A program prints its prompt and turns echo off in either order: give it a moment before refusing."""
+    """A program prints its prompt and turns echo off in either order: give it a moment before refusing. A shell
+    reading its commands with echo off (`stty -echo`) is no prompt: it would run the secret as a command, and
+    its error message would show it."""
     deadline = time.monotonic() + PASSWORD_MODE_WAIT
-    while not session.terminal.password_mode():
+    while not session.terminal.password_mode() or session.terminal.shell_reads_line():
         if time.monotonic() >= deadline:
             raise ToolError(
                 "EchoOn",
-                "the terminal is echoing input, so the secret would appear in the output; wait for the password "
-                "prompt (session_recv with until) and send it then",
+                "no program is reading a password with echo off (the terminal echoes, or a shell reads commands), "
+                "so the secret would appear in the output; wait for the password prompt (session_recv with until) "
+                "and send it then",
             )
         await asyncio.sleep(0.01)

@@ -1,13 +1,30 @@
-"""[sessions]: persistent PTY sessions: how many, their buffers and lifetimes, the secrets they may type, their
-transcripts (RELAY_SHELL_MAX_SESSIONS, RELAY_SHELL_SESSION_*, _SECRET_ENV_ALLOW, _RECORD_*)."""
+"""[sessions]: persistent PTY sessions: how many, their buffers and lifetimes, the secrets they may type, what a
+password prompt looks like, their transcripts (RELAY_SHELL_MAX_SESSIONS, RELAY_SHELL_SESSION_*, _SECRET_ENV_ALLOW,
+_PASSPROMPT, _RECORD_*)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, field_serializer, field_validator
 
+from relay_shell.settings.patterns import Regex, compile_patterns
 from relay_shell.settings.values import AREA_CONFIG, comma_list, empty_is_none
+
+# What a password prompt looks like by default: sudo's `[Pp]assword` and the prompts of ssh, ssh-keygen, gpg,
+# openssl (pass phrase, Verifying), PIN and one-time codes. Written so that RE2 and Python's re read them alike;
+# compiled with re here so that a server that never types a password does not load RE2 (~3 ms) to start.
+DEFAULT_PASSPROMPT_TEXT = (
+    r"(?i)password",
+    r"(?i)pass ?phrase",
+    r"(?i)passcode",
+    r"(?i)\bPIN\b",
+    r"(?i)\bverif(y|ying|ication)\b",
+    r"(?i)\benter\b.*\bkey\b",
+    r"(?i)one-time",
+)
+DEFAULT_PASSPROMPT: tuple[Regex, ...] = tuple(re.compile(pattern) for pattern in DEFAULT_PASSPROMPT_TEXT)
 
 
 class SessionSettings(BaseModel):
@@ -31,6 +48,12 @@ class SessionSettings(BaseModel):
         description="comma-separated names (or shell patterns like DB_*) of server environment variables that "
         "session_send(secret_env=...) may type; empty: none",
     )
+    passprompt: tuple[Regex, ...] = Field(
+        DEFAULT_PASSPROMPT,
+        description="a JSON array of RE2 regexes, or one per line, searched in the last line of a session's output: "
+        "input typed while one matches and the terminal does not echo (a program, not a shell, reading) is "
+        "withheld from the audit record; empty: nothing is withheld",
+    )
     record_dir: Path | None = Field(None, description="empty (off) or a directory for asciicast session transcripts")
     record_max_bytes: int = Field(
         64 * 1024 * 1024, ge=1024 * 1024, le=64 * 1024**3, description="bytes per transcript, 1048576 to 68719476736"
@@ -38,3 +61,8 @@ class SessionSettings(BaseModel):
 
     _list = field_validator("secret_env_allow", mode="before")(comma_list)
     _empty_is_off = field_validator("record_dir", mode="before")(empty_is_none)
+    _compiled = field_validator("passprompt", mode="before")(compile_patterns)
+
+    @field_serializer("passprompt")
+    def _pattern_texts(self, patterns: tuple[Regex, ...]) -> list[str]:
+        return [pattern.pattern for pattern in patterns]

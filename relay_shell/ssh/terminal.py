@@ -149,6 +149,12 @@ class SshTerminal:
     def password_mode(self) -> bool:
         return _PASSWORD_PROMPT.search(strip_ansi(self.tail)) is not None
 
+    def shell_reads_line(self) -> bool:
+        return False  # the remote process table is not visible: the prompt decides (sessions/passwords.py)
+
+    def interrupt_clears_line(self) -> bool:
+        return False  # the remote terminal's ISIG is not visible: a line typed before Ctrl-C may still be there
+
     async def close(self, grace: float, first_signal: int | None = None) -> None:
         """Signal (if asked), hang up (close the channel: sshd sends SIGHUP to the remote session), and wait
         up to `grace` for the channel to finish closing."""

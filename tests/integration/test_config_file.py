@@ -17,6 +17,7 @@ import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
+from relay_shell.settings.model import setting_fields
 from tests.conftest import fields, server_env
 
 pytestmark = pytest.mark.anyio
@@ -277,7 +278,7 @@ def test_config_show_names_each_source_and_the_defaults(tmp_path: Path) -> None:
     result = relay_shell("config", "show", env={"RELAY_SHELL_POLICY_MODE": "readonly", "RELAY_SHELL_POLICY_MOD": "x"})
     assert result.returncode == 0, result.stderr
     lines = shown(result.stdout)
-    assert len(lines) == 62
+    assert len(lines) == len(setting_fields())  # every setting, each pinned by tests/unit/test_settings_areas.py
     assert lines["policy", "policy_mode"] == ('policy_mode = "readonly"', "environment RELAY_SHELL_POLICY_MODE")
     assert all(source == "default" for key, (_, source) in lines.items() if key != ("policy", "policy_mode"))
     assert "# Config file: none" in result.stdout

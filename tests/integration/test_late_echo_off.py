@@ -1,6 +1,6 @@
-"""A terminal that turns echo off after a session_send was prepared but before it types (a password prompt
-appearing at that instant): the input is typed, and the call's end record withholds it (adr/0014). The start
-record, written before the terminal changed, keeps what the call sent.
+"""A terminal that turns echo off after a session_send was prepared but before it types (a program at its password
+prompt turning echo off at that instant): the input is typed, and the call's end record withholds it (adr/0014,
+adr/0026). The start record, written before the terminal changed, keeps what the call sent.
 
 A real program would turn echo off in that window only by chance (it is microseconds wide: no await separates
 preparing, the start record and the write), so the test makes the change itself at that moment: the real
@@ -26,7 +26,10 @@ from tests.conftest import fields, read_records, text_of
 
 pytestmark = pytest.mark.anyio
 
-READ_A_LINE = "python3 -c \"import sys; print('ready'); line = sys.stdin.readline(); print('got', len(line))\""
+READ_A_LINE = (
+    "python3 -c \"import sys; print('ready'); sys.stdout.write('Password: '); sys.stdout.flush(); "
+    "line = sys.stdin.readline(); print('got', len(line))\""
+)
 
 
 async def test_echo_turned_off_after_preparing_withholds_the_input_from_the_end_record(
@@ -49,7 +52,9 @@ async def test_echo_turned_off_after_preparing_withholds_the_input_from_the_end_
     assembly = build_server(Settings(audit={"audit_path": audit_path}), audit_log)
     try:
         async with Client(assembly.mcp, mode="legacy") as client:
-            spawned = await client.call_tool("shell_spawn", {"command": READ_A_LINE, "until": "ready", "timeout": 10})
+            spawned = await client.call_tool(
+                "shell_spawn", {"command": READ_A_LINE, "until": "Password: ", "timeout": 10}
+            )
             session_id = fields(spawned)["session_id"]
             sent = await client.call_tool(
                 "session_send", {"session_id": session_id, "data": "hunter2", "until": "got", "timeout": 10}
@@ -64,4 +69,4 @@ async def test_echo_turned_off_after_preparing_withholds_the_input_from_the_end_
     start, end = records
     assert start["call_id"] == end["call_id"]
     assert start["args"]["data"] == "hunter2"  # on disk before the terminal changed: the documented limit
-    assert end["args"]["data"] == "[withheld: 7 characters typed with terminal echo off]", end["args"]
+    assert end["args"]["data"] == "[withheld: 7 characters typed at the password prompt 'Password:']", end["args"]

@@ -1,4 +1,5 @@
-"""The pieces of a session that need no process: output ring, keys, escape stripping, expect, typed lines."""
+"""The pieces of a session that need no process: output ring, keys, escape stripping, expect (typed input:
+test_session_typing.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ from relay_shell.sessions.ansi import strip_ansi
 from relay_shell.sessions.expect import compile_until, echo_skip, expected_echo, find, search, window_text
 from relay_shell.sessions.keys import KEYS, key_name
 from relay_shell.sessions.ring import OutputRing
-from relay_shell.sessions.typed import typed_lines
 
 # -- ring --------------------------------------------------------------------------------------------------
 
@@ -160,39 +160,6 @@ def test_the_matcher_keeps_the_line_end_of_the_echo_and_skips_its_characters() -
     coloured = b"\x1b[1mprint(6*7)\x1b[0m\r\n6*7\r\n"
     assert find(compile_until(r"6\*7\r\n"), coloured, echo) is not None
     assert find(compile_until(r"\(6\*7\)\r\n"), coloured, echo) is None
-
-
-# -- what the policy sees of typed input ------------------------------------------------------------------
-
-
-def test_typed_lines_join_input_split_across_calls() -> None:
-    texts, pending, edited = typed_lines([], "rm -r", False, [])
-    assert (texts, pending, edited) == (["rm -r"], ["rm -r"], False)
-    texts, pending, edited = typed_lines(pending, "f /tmp/x", True, [])
-    assert (texts, pending, edited) == (["rm -rf /tmp/x"], [], False)
-
-
-@pytest.mark.parametrize(
-    "data",
-    ["rm -rf /x\x04", "rm -rf /x\x07", "rm -rf /x #\x16\x15", "rm -rf /x #\x16\x03", "rm -rf /x\x1b[D"],
-)
-def test_control_characters_never_hide_typed_text_from_the_policy(data: str) -> None:
-    # Whether Ctrl-D, Ctrl-G or a quoted Ctrl-U discards the line depends on the program: classify it anyway.
-    texts, pending, _ = typed_lines([], data, False, [])
-    assert any(text.startswith("rm -rf /x") for text in texts)
-    assert "".join(pending).startswith("rm -rf /x")
-
-
-def test_a_line_edited_with_control_keys_is_read_every_way_and_flagged() -> None:
-    texts, pending, edited = typed_lines([], "rm -r\x04f /x", True, [])
-    assert ("rm -rf /x" in texts, "f /x" in texts, pending, edited) == (True, True, [], True)
-    # Ctrl-C may or may not have discarded `echo hi`: both readings are classified.
-    _, pending, _ = typed_lines([], "echo hi", False, ["ctrl-c"])
-    texts, _, edited = typed_lines(pending, "rm -rf /x", True, [])
-    assert {"echo hirm -rf /x", "rm -rf /x"} <= set(texts) and edited
-    # Keys alone, or Ctrl-C after a finished line, edit nothing.
-    assert typed_lines([], "ls", True, ["ctrl-c"]) == (["ls"], [], False)
-    assert typed_lines([], "", False, ["pagedown"]) == ([], [], False)
 
 
 def test_the_name_of_a_secret_sent_by_reference_stays_readable_in_the_log() -> None:

@@ -10,9 +10,10 @@ from pydantic import Field
 
 from relay_shell import results
 from relay_shell.runner.request import CallRequest
+from relay_shell.sessions.passwords import withhold_at_password_prompt
 from relay_shell.sessions.plans import prepare_kill, prepare_list, prepare_recv, prepare_resize, prepare_spawn
 from relay_shell.sessions.registry import SessionRegistry
-from relay_shell.sessions.send_plan import prepare_send, withhold_at_password_prompt
+from relay_shell.sessions.send_plan import prepare_send
 from relay_shell.surface.registry import ToolKind, ToolRegistry
 from relay_shell.surface.services import Services
 from relay_shell.surface.tools.local import Cwd, Env

@@ -95,7 +95,8 @@ async def test_a_shell_renamed_python_is_still_classified_as_a_shell(tmp_path: P
         hidden = await client.call_tool(
             "session_send", {"session_id": session_id, "data": f"import shutil; shutil.rmtree('{victim}')"}
         )
-        assert text_of(hidden).startswith("[DENIED tier 2"), text_of(hidden)
+        # Read as Python: a directory tree removed is tier 3, as `rm -rf` of it is above (adr/0025).
+        assert text_of(hidden).startswith("[DENIED tier 3"), text_of(hidden)
     assert victim.exists()
 
 
@@ -170,7 +171,7 @@ async def test_a_password_in_a_call_that_fails_validation_is_withheld(tmp_path: 
     assert "Tr0ub4dor" not in log
     withheld = [record["args"]["data"] for record in read_records(audit_path) if record["tool"] == "session_send"]
     # three refused calls (one record each) and the one that ran (its start and its end record)
-    assert withheld == ["[withheld: 13 characters typed with terminal echo off]"] * 5
+    assert withheld == ["[withheld: 13 characters typed at the password prompt 'Password:']"] * 5
 
 
 async def test_a_catastrophic_until_pattern_fails_the_call_not_the_server(tmp_path: Path) -> None:
@@ -189,8 +190,8 @@ async def test_a_catastrophic_until_pattern_fails_the_call_not_the_server(tmp_pa
 
 
 async def test_echo_off_does_not_hide_commands_from_the_audit_log(tmp_path: Path) -> None:
-    """`stty -echo` (or a fake "Password:" prompt) must not make typed commands vanish from the record: only a
-    single line that reads like a password is withheld."""
+    """`stty -echo` (or a fake "Password:" prompt) must not make typed lines vanish from the record: a shell
+    reading its commands with echo off is no password prompt, whatever its prompt says (adr/0026)."""
     target = tmp_path / "made-while-echo-was-off"
     async with serve(tmp_path) as (client, audit_path):
         session_id = await spawn(client, ["sh"])
@@ -200,13 +201,15 @@ async def test_echo_off_does_not_hide_commands_from_the_audit_log(tmp_path: Path
             "multi": "echo one\necho two",
             "password": "hunter2-not-a-command",
             "edited": f"x\x15rm -f {target}-edited",  # Ctrl-U erases the x: a command behind a control key
+            "fake prompt": "printf 'Password: '",
+            "after it": "echo typed-after-a-fake-prompt",
         }
         for data in typed.values():
             result = await client.call_tool(
                 "session_send", {"session_id": session_id, "data": data, "until": AT_PROMPT, "timeout": 3}
             )
             assert not result.is_error, text_of(result)
-        # A command typed in two pieces: the second piece alone reads like a password, the line does not.
+        # A command typed in two pieces.
         await client.call_tool("session_send", {"session_id": session_id, "data": "r", "enter": False})
         second = f"m -f {target}-split"
         await client.call_tool(
@@ -215,9 +218,6 @@ async def test_echo_off_does_not_hide_commands_from_the_audit_log(tmp_path: Path
     assert target.exists()
     sends = [record for record in read_records(audit_path) if record["tool"] == "session_send"]
     recorded = [record["args"]["data"] for record in sends]
-    assert typed["touch"] in recorded  # a stateful command is kept even though echo was off
-    assert typed["multi"] in recorded  # several lines are never a password
-    assert typed["edited"] in recorded  # line editing: what the line became is not a password
-    assert second in recorded  # the rest of a line begun earlier
-    assert typed["password"] not in recorded
-    assert f"[withheld: {len(typed['password'])} characters typed with terminal echo off]" in recorded
+    assert all(data in recorded for data in typed.values()), recorded  # every line, as typed
+    assert second in recorded
+    assert not any(str(data).startswith("[withheld") for data in recorded)

@@ -1,0 +1,70 @@
+"""Input withheld from the audit record: only a line typed at a password prompt (adr/0026).
+
+The rule is sudo's (`log_passwords=false` with `passprompt_regex`): input is withheld only when a password prompt
+is on the screen and the terminal does not echo. Here that is: the last line of output matches one of
+RELAY_SHELL_PASSPROMPT's patterns, the terminal reads a line with echo off (locally: canonical mode without ECHO,
+read by a program that is not a shell reading its commands; a remote terminal's modes cannot be seen, so its
+last line must also end like a prompt, ADR 0007), and the input reads like one answer (one line, nothing typed
+before it without Enter, no control keys). A session that turns echo off by itself (`stty -echo`, whatever its
+prompt says) gets its lines recorded in full. A withheld line is still classified and admitted like any other,
+and its record names the prompt that caused it: `[withheld: N characters typed at the password prompt '…']`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from relay_shell.sessions.ansi import strip_ansi
+from relay_shell.sessions.registry import Session, SessionRegistry
+from relay_shell.settings.patterns import matches
+
+PROMPT_SHOWN = 80  # characters of the prompt a record names
+RECENT_OUTPUT = 2048  # bytes of output the last line is looked for in
+
+
+def last_output_line(session: Session) -> str:
+    """The last line of output with something on it, as the screen shows it (escape codes removed; a carriage
+    return starts the line over)."""
+    ring = session.ring
+    recent = strip_ansi(ring.read(max(ring.start, ring.end - RECENT_OUTPUT)).data).decode("utf-8", errors="replace")
+    # Found from the end (this runs on every send; splitting all of the recent output into lines costs more).
+    content_end = len(recent.rstrip())
+    if not content_end:
+        return ""
+    line_end = recent.find("\n", content_end)
+    line = recent[recent.rfind("\n", 0, content_end) + 1 : line_end if line_end >= 0 else len(recent)]
+    redrawn = line.rsplit("\r", 1)[-1]
+    return redrawn if redrawn.strip() else line
+
+
+def password_prompt(session: Session) -> str | None:
+    """The password prompt a line typed now would answer, or None."""
+    terminal = session.terminal
+    if session.state != "running" or not terminal.password_mode() or terminal.shell_reads_line():
+        return None
+    prompt = last_output_line(session).strip()
+    if not any(matches(pattern, prompt) for pattern in session.passprompt):
+        return None
+    return prompt[-PROMPT_SHOWN:]
+
+
+def withheld_input(arguments: dict[str, Any], session: Session, prompt: str) -> dict[str, Any] | None:
+    """The arguments of a send typed at `prompt`, as the audit log keeps them: no `data`. None when the input
+    does not read like one answer: more than one line, control keys, or the rest of a line typed before."""
+    data = arguments.get("data")
+    if not isinstance(data, str) or data == "" or session.typing.pieces or session.typing.edited:
+        return None
+    line = data.removesuffix("\n").removesuffix("\r")
+    if any(ord(char) < 32 or ord(char) == 127 for char in line):
+        return None
+    return {**arguments, "data": f"[withheld: {len(data)} characters typed at the password prompt {prompt!r}]"}
+
+
+def withhold_at_password_prompt(registry: SessionRegistry, arguments: dict[str, Any]) -> dict[str, Any]:
+    """For every session_send record, valid or not: withhold `data` while the session shows a password prompt."""
+    session_id = arguments.get("session_id")
+    session = registry.sessions.get(session_id) if isinstance(session_id, str) else None
+    prompt = password_prompt(session) if session is not None else None
+    if session is None or prompt is None:
+        return arguments
+    return withheld_input(arguments, session, prompt) or arguments

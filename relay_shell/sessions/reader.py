@@ -1,0 +1,133 @@
+"""Who reads a local terminal's line (adr/0026): whether the foreground process group holds a shell reading its
+commands, as opposed to a program asking for a password.
+
+A shell that turned echo off (`stty -echo`, in sh or in bash without line editing) reads its command lines with
+echo off, and may print any prompt (`PS1='Password: '`): its lines are commands, recorded in full. A program that
+reads a password (sudo, passwd, ssh, getpass, `read -s` in a script) is not a shell reading its commands.
+
+A shell is known by its executable (the name, or the same file as a shell in /etc/shells: a link to one is
+one), so renaming it (`exec -a passwd sh`, a symlink called `passwd`) changes nothing. It reads its commands from
+the terminal when it has neither `-c` nor a script (or its script is the terminal: `sh /dev/stdin`), or when
+`-s` or `-i` says so. A copy of a shell under another name is an unknown program, which is arbitrary code to the
+policy already (guarded mode runs it as tier 1): it gains nothing from the log that it could not do directly.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+SHELLS = frozenset(
+    {"sh", "bash", "rbash", "dash", "ash", "hush", "zsh", "ksh", "ksh93", "mksh", "pdksh", "oksh", "posh", "yash"}
+    | {"fish", "csh", "tcsh"}
+)
+_TERMINAL_SCRIPTS = ("/dev/stdin", "/dev/tty", "/dev/fd/0", "/proc/self/fd/0", "/dev/pts/", "-")
+_OPTION_VALUES = frozenset({"-o", "+o", "-O", "+O", "--rcfile", "--init-file"})
+
+
+def shell_reads_commands(process_group: int) -> bool:
+    """Whether a process of `process_group` is a shell reading its commands from the terminal."""
+    for pid in processes_where(2, process_group):
+        arguments = _arguments(pid)
+        if _is_shell(pid, arguments) and reads_commands(arguments):
+            return True
+    return False
+
+
+def reads_commands(arguments: list[str]) -> bool:
+    """From a shell's argv: no `-c` and no script other than the terminal, or `-s`/`-i`."""
+    if arguments and os.path.basename(arguments[0]) == "busybox":
+        arguments = arguments[1:]  # `busybox sh …`
+    index = 1
+    while index < len(arguments):
+        word = arguments[index]
+        if word == "--":
+            index += 1
+            break
+        if word in _OPTION_VALUES:
+            index += 2
+            continue
+        if word.startswith("--"):
+            index += 1
+            continue
+        if word.startswith(("-", "+")) and len(word) > 1:
+            letters = word[1:]
+            if word[0] == "-" and ("s" in letters or "i" in letters):
+                return True
+            if word[0] == "-" and "c" in letters:
+                return False
+            index += 2 if letters[-1] in "oO" else 1  # `-eo pipefail`: the option's value follows
+            continue
+        break
+    if index >= len(arguments):
+        return True
+    return arguments[index].startswith(_TERMINAL_SCRIPTS)
+
+
+def processes_where(field: int, value: int) -> list[int]:
+    """Live processes whose /proc/PID/stat field (counted after the command name: 0 state, 1 ppid, 2 process
+    group, 3 session) is `value`."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as stat_file:
+                stat = stat_file.read()
+        except OSError:
+            continue
+        # The command name may contain spaces and parentheses: the fields start after its last `)`.
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        if len(fields) > field and int(fields[field]) == value and fields[0] != b"Z":
+            found.append(int(entry))
+    return found
+
+
+def _is_shell(pid: int, arguments: list[str]) -> bool:
+    try:
+        executable = os.path.basename(os.readlink(f"/proc/{pid}/exe"))
+        identity = os.stat(f"/proc/{pid}/exe")
+    except OSError:
+        # Not ours to read (a setuid program such as sudo, run by a server that is not root): its name.
+        return _command_name(pid) in SHELLS
+    if executable == "busybox":  # one binary, many programs: the one it runs is the name it was called by
+        called = [os.path.basename(word) for word in arguments[:2]]
+        return bool(set(called) & {"sh", "ash", "hush"})
+    return executable in SHELLS or (identity.st_dev, identity.st_ino) in _installed_shells()
+
+
+def _command_name(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat_file:
+            stat = stat_file.read()
+    except OSError:
+        return ""
+    return stat[stat.find(b"(") + 1 : stat.rfind(b")")].decode(errors="replace")
+
+
+def _arguments(pid: int) -> list[str]:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+            raw = cmdline.read()
+    except OSError:
+        return []
+    return [word.decode(errors="replace") for word in raw.split(b"\0")[:-1]] or [""]
+
+
+@functools.cache
+def _installed_shells() -> frozenset[tuple[int, int]]:
+    """The files of the shells /etc/shells lists (and the usual paths), by device and inode."""
+    paths = {f"/bin/{name}" for name in SHELLS} | {f"/usr/bin/{name}" for name in SHELLS}
+    try:
+        with open("/etc/shells") as listing:
+            paths |= {line.strip() for line in listing if line.startswith("/")}
+    except OSError:
+        pass
+    identities = set()
+    for path in paths:
+        try:
+            status = os.stat(path)
+        except OSError:
+            continue
+        identities.add((status.st_dev, status.st_ino))
+    return frozenset(identities)

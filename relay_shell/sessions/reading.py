@@ -1,0 +1,43 @@
+"""What the policy classifies for input typed into a session (adr/0026): the keystrokes (typed.py) as the lines
+the reading program will get, and each line as the shell would run it after history expansion (history.py), as
+a program's escape would run it (escapes.py), and with what an interactive shell keeps from it (interactive.py).
+"""
+
+from __future__ import annotations
+
+from relay_shell.plan import Subject
+from relay_shell.sessions.escapes import commands_of, commands_start_findings, escape_readings, line_findings
+from relay_shell.sessions.history import HISTORY, expansion_points, expansions
+from relay_shell.sessions.interactive import interactive_findings
+from relay_shell.sessions.registry import Session
+from relay_shell.sessions.typed import Finding, Typed, read_keystrokes
+
+HISTORY_KEPT = 256  # lines of a session's input kept to expand `!…` against
+
+
+def typed_subject(session: Session, data: str, enter: bool, keys: list[str]) -> tuple[Subject, Typed]:
+    """The policy's subject for `data` (then Enter, then `keys`) typed into `session`, and what was typed."""
+    typed = read_keystrokes(session.typing, data, enter, keys, session.terminal.interrupt_clears_line())
+    findings: list[Finding] = list(typed.findings)
+    texts = list(dict.fromkeys(typed.texts))
+    for line in list(texts):
+        points = expansion_points(line)
+        if points:
+            findings.append((line[:200], 2, HISTORY))
+            texts += expansions(line, points, session.history)
+        texts += escape_readings(line)
+    texts = list(dict.fromkeys(texts))
+    for text in texts:
+        nested: list[str] = []
+        commands = commands_of(text, nested)
+        findings += line_findings(text)
+        findings += commands_start_findings(commands, nested)
+        findings += interactive_findings(text, session.passprompt, commands)
+    return Subject(typed="\n".join(texts), session_findings=tuple(findings)), typed
+
+
+def remember(session: Session, typed: Typed) -> None:
+    """After the input was written: the line now being typed, and the lines submitted (the session's history)."""
+    session.typing = typed.typing
+    if typed.submitted:
+        session.history = [*session.history, *typed.submitted][-HISTORY_KEPT:]

@@ -1,0 +1,79 @@
+"""The PTY dialogues of the adversarial corpus against the session classifier, in process: each spawn through the
+real shell_spawn preparation, each step through the reading of typed input (sessions/reading.py) with the
+session's state carried from step to step, decided by the policy in the case's mode. The same dialogues run
+for real in tests/e2e/sessions/test_adversarial_pty.py."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from relay_shell.policy.admission import Decision, Policy
+from relay_shell.sessions.plans import prepare_spawn
+from relay_shell.sessions.reading import remember, typed_subject
+from relay_shell.sessions.typed import Typing
+from relay_shell.settings.model import Settings, by_area
+from relay_shell.settings.sessions import DEFAULT_PASSPROMPT
+from tests.pty_dialogues import dialogues, fill, fixed_places
+
+CASES = dialogues()
+
+
+def test_the_corpus_has_five_spellings_of_every_class_it_names() -> None:
+    counts: dict[str, int] = {}
+    for case in CASES:
+        counts[case["class"]] = counts.get(case["class"], 0) + 1
+    required = {"history-expansion", "tab-completion", "shell-escapes", "echo-off", "interactive-hooks"}
+    assert required <= set(counts), counts
+    assert all(count >= 6 for count in counts.values()), counts  # the issue's example and five more
+    assert len({case["id"] for case in CASES}) == len(CASES)
+    assert {case["source"] for case in CASES} == {"issue", "review"}
+
+
+def outcome(decision: Decision) -> str:
+    if decision.denied:
+        return "refused"
+    return "confirm" if decision.tier == 3 else "admitted"
+
+
+class _LocalTerminal:
+    def interrupt_clears_line(self) -> bool:
+        return True  # the server's terminals start with ISIG on
+
+
+@pytest.mark.parametrize("case", CASES, ids=[case["id"] for case in CASES])
+def test_the_session_classifier_decides_every_step(case: dict[str, Any]) -> None:
+    case = fill(case, fixed_places(case["id"]))
+    mode = case["mode"]
+    policy = Policy(mode)
+    settings = Settings(**by_area({"policy_mode": mode}))
+    spawn = case["spawn"]
+    plan = prepare_spawn(
+        settings,
+        SimpleNamespace(new_id=lambda: "s-000000000000"),  # type: ignore[arg-type]
+        "owner",
+        "client",
+        command=spawn.get("command"),
+        cols=120,
+        rows=40,
+        cwd=None,
+        env=spawn.get("env"),
+        until=spawn.get("until"),
+        timeout=1.0,
+    )
+    spawned = outcome(policy.decide(plan.subject))
+    assert spawned == case.get("spawn_expect", "admitted"), (spawned, plan.subject)
+    session: Any = SimpleNamespace(
+        typing=Typing(), history=[], passprompt=DEFAULT_PASSPROMPT, terminal=_LocalTerminal()
+    )
+    decided = []
+    for step in case["steps"]:
+        subject, typed = typed_subject(session, step["send"], step.get("enter", True), step.get("keys", []))
+        decision = policy.decide(subject)
+        decided.append((step["send"], outcome(decision), decision.reason))
+        if not decision.denied:
+            remember(session, typed)
+    assert [item[1] for item in decided] == [step["expect"] for step in case["steps"]], decided
+    assert (decided[-1][1] if decided else spawned) == case["expect"]
