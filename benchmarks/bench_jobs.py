@@ -1,0 +1,183 @@
+"""Long-running work (issue 28, adr/0028), three rows, each a ratio measured in the same run:
+
+1. `shell_exec true` through a real stdio client, this code vs the code before jobs and kept outputs existed (the
+   parent of the commit that added relay_shell/outputs.py, exported with `git archive`; BENCH_JOBS_BASE=<commit>
+   picks another): ≤ 1.02×. The two servers answer in turn, in batches of ten, so machine noise hits both alike.
+2. A job's session_recv round trip vs a PTY session's (both return at once: nothing new, timeout 0): ≤ 1.10×.
+3. Memory: 100 cut results of 10 MiB each through one server with the default bound (RELAY_SHELL_OUTPUT_STORE_BYTES,
+   64 MiB): the server's peak RSS growth over its RSS before them, against the bound: ≤ 1.10× (the bound, plus the
+   read buffers and captures of the call in flight); the store itself never holds more than the bound (the oldest
+   output is gone, the newest are readable).
+
+    python -m benchmarks.bench_jobs
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import anyio
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+
+from benchmarks.common import child_pid_running, reset_peak_rss, status_kib, verdict
+
+ROOT = Path(__file__).resolve().parent.parent
+EXEC_LIMIT = 1.02
+RECV_LIMIT = 1.10
+MEMORY_LIMIT = 1.10
+ROUNDS = 60  # batches per server
+BATCH = 10
+BOUND = 64 * 1024 * 1024
+OUTPUTS = 100
+OUTPUT_BYTES = 10 * 1024 * 1024
+
+
+def base_commit() -> str:
+    """The code before this change: the parent of the commit that added relay_shell/outputs.py."""
+    chosen = os.environ.get("BENCH_JOBS_BASE")
+    if chosen:
+        return chosen
+    added = subprocess.run(
+        ["git", "log", "--diff-filter=A", "--format=%H", "--", "relay_shell/outputs.py"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    if not added:
+        raise SystemExit("bench_jobs: relay_shell/outputs.py is in no commit yet; set BENCH_JOBS_BASE=<commit>")
+    return f"{added[-1]}^"
+
+
+def export(commit: str, directory: Path) -> None:
+    archive = directory / "code.tar"
+    with open(archive, "wb") as handle:
+        subprocess.run(["git", "archive", commit, "relay_shell"], cwd=ROOT, stdout=handle, check=True)
+    with tarfile.open(archive) as tar:
+        tar.extractall(directory, filter="data")
+
+
+def params(code: Path, work: Path, **settings: str) -> StdioServerParameters:
+    env = {key: value for key, value in os.environ.items() if not key.startswith("RELAY_SHELL_")}
+    env["RELAY_SHELL_AUDIT_PATH"] = str(work / "audit.jsonl")
+    env["PYTHONPATH"] = str(code)
+    env["XDG_CACHE_HOME"] = str(work / "cache")  # each code its own schema cache
+    env.update({f"RELAY_SHELL_{key.upper()}": value for key, value in settings.items()})
+    return StdioServerParameters(command=sys.executable, args=["-m", "relay_shell"], env=env, cwd=str(work))
+
+
+@asynccontextmanager
+async def server(code: Path, **settings: str) -> AsyncIterator[Client]:
+    with tempfile.TemporaryDirectory() as work:
+        async with Client(params(code, Path(work), **settings), mode="legacy") as client:
+            yield client
+
+
+async def timed(client: Client, tool: str, arguments: dict[str, object]) -> float:
+    started = time.perf_counter()
+    result = await client.call_tool(tool, arguments)
+    elapsed = time.perf_counter() - started
+    assert not result.is_error, result.content
+    return elapsed
+
+
+async def exec_row() -> bool:
+    with tempfile.TemporaryDirectory() as exported:
+        base = base_commit()
+        export(base, Path(exported))
+        async with server(Path(exported)) as before, server(ROOT) as after:
+            samples: dict[str, list[float]] = {"before": [], "after": []}
+            for _ in range(30):  # warm both
+                for client in (before, after):
+                    await timed(client, "shell_exec", {"command": "true"})
+            for _ in range(ROUNDS):
+                for name, client in (("before", before), ("after", after)):
+                    for _ in range(BATCH):
+                        samples[name].append(await timed(client, "shell_exec", {"command": "true"}))
+    floor, ours = statistics.median(samples["before"]), statistics.median(samples["after"])
+    ratio = ours / floor
+    print(
+        f"shell_exec true: {ours * 1000:.3f} ms, before this change ({base}) {floor * 1000:.3f} ms, "
+        f"ratio {ratio:.3f} (target ≤ {EXEC_LIMIT}) {verdict(ratio, EXEC_LIMIT)}"
+    )
+    return ratio <= EXEC_LIMIT
+
+
+async def recv_row() -> bool:
+    async with server(ROOT) as client:
+        spawned = await client.call_tool("shell_spawn", {"command": "sleep 600"})
+        session_id = (spawned.structured_content or {})["session_id"]
+        yielded = await client.call_tool("shell_exec", {"command": "sleep 600", "yield_after": 0.1, "timeout": 900})
+        job_id = (yielded.structured_content or {})["job_id"]
+        samples: dict[str, list[float]] = {"session": [], "job": []}
+        for _ in range(20):
+            for handle in (session_id, job_id):
+                await timed(client, "session_recv", {"session_id": handle, "timeout": 0})
+        for _ in range(ROUNDS):
+            for name, handle in (("session", session_id), ("job", job_id)):
+                for _ in range(BATCH):
+                    samples[name].append(await timed(client, "session_recv", {"session_id": handle, "timeout": 0}))
+        await client.call_tool("session_kill", {"session_id": job_id})
+        await client.call_tool("session_kill", {"session_id": session_id})
+    floor, ours = statistics.median(samples["session"]), statistics.median(samples["job"])
+    ratio = ours / floor
+    print(
+        f"session_recv round trip: job {ours * 1000:.3f} ms, PTY session {floor * 1000:.3f} ms, "
+        f"ratio {ratio:.3f} (target ≤ {RECV_LIMIT}) {verdict(ratio, RECV_LIMIT)}"
+    )
+    return ratio <= RECV_LIMIT
+
+
+async def memory_row() -> bool:
+    command = f"head -c {OUTPUT_BYTES} /dev/zero | tr '\\0' x"
+    async with server(ROOT, output_store_bytes=str(BOUND)) as client:
+        pid = child_pid_running("relay_shell")
+        await client.call_tool("shell_exec", {"command": "seq 1 1000"})  # the first record, the classifier loaded
+        before_kib = status_kib(pid, "VmRSS")
+        reset_peak_rss(pid)
+        kept: list[str] = []
+        for _ in range(OUTPUTS):
+            result = await client.call_tool("shell_exec", {"command": command})
+            got = result.structured_content or {}
+            assert got["truncated"] and got["output_bytes"] == OUTPUT_BYTES, got
+            kept.append(got["output_id"])
+        peak_kib = status_kib(pid, "VmHWM")
+        after_kib = status_kib(pid, "VmRSS")
+        first = await client.call_tool("session_recv", {"session_id": kept[0], "since": 0})
+        last = await client.call_tool("session_recv", {"session_id": kept[-1], "since": 0, "max_bytes": 1024})
+        readable = sum(
+            not (
+                await client.call_tool("session_recv", {"session_id": output_id, "since": 0, "max_bytes": 256})
+            ).is_error
+            for output_id in kept
+        )
+    assert first.is_error and "OutputGone" in str(first.content[0]), first.content
+    assert not last.is_error, last.content
+    assert readable * OUTPUT_BYTES <= BOUND, f"{readable} outputs of 10 MiB readable: over the bound"
+    growth = (peak_kib - before_kib) * 1024
+    ratio = growth / BOUND
+    print(
+        f"memory, {OUTPUTS} cut results of 10 MiB: peak RSS +{growth / 2**20:.1f} MiB over {before_kib / 1024:.1f} MiB "
+        f"(after: +{(after_kib - before_kib) / 1024:.1f} MiB), {readable} outputs readable, bound "
+        f"{BOUND / 2**20:.0f} MiB, ratio {ratio:.3f} (target ≤ {MEMORY_LIMIT}) {verdict(ratio, MEMORY_LIMIT)}"
+    )
+    return ratio <= MEMORY_LIMIT
+
+
+async def main() -> bool:
+    results = [await exec_row(), await recv_row(), await memory_row()]
+    return all(results)
+
+
+if __name__ == "__main__":
+    sys.exit(0 if anyio.run(main) else 1)
