@@ -12,6 +12,10 @@ authenticated principal (the token's name; for OAuth, the client with the operat
 without authentication every such client is one anonymous owner — give each client a token when several
 share a server. These owners never "disconnect"; their sessions end by session_kill, the idle timeout or
 shutdown.
+
+Jobs and kept outputs (adr/0028) belong to the principal over authenticated HTTP in both eras (`job_owner_of`):
+a client whose stream broke reconnects with its token, under a new MCP session, and finds them again. Over stdio
+and unauthenticated HTTP their owner is the connection's, as for sessions.
 """
 
 from __future__ import annotations
@@ -36,13 +40,8 @@ def owner_of(request_context: ServerRequestContext[Any, Any] | None) -> str:
         return "server"
     over_http = request_context.request is not None  # the transport attached the HTTP request
     if over_http and getattr(request_context.session._connection, "session_id", None) is None:
-        access = get_access_token()  # stateless HTTP (no MCP session id): the token says who it is
-        if access is None:
-            return _PRINCIPAL_PREFIX + "anonymous"
-        # An OAuth grant is one operator's approval of one client: two operators' grants for the same
-        # registered client are two owners.
-        subject = f"/{access.subject}" if access.subject else ""
-        return _PRINCIPAL_PREFIX + access.client_id + subject
+        # stateless HTTP (no MCP session id): the token says who it is
+        return _principal() or _PRINCIPAL_PREFIX + "anonymous"
     channel = _channel_of(request_context)
     owner = _owner_by_channel.get(channel)
     if owner is None:
@@ -52,6 +51,26 @@ def owner_of(request_context: ServerRequestContext[Any, Any] | None) -> str:
         _owner_by_channel[channel] = owner
         _channel_by_owner[owner] = weakref.ref(channel)
     return owner
+
+
+def job_owner_of(request_context: ServerRequestContext[Any, Any] | None) -> str:
+    """The owner of the jobs and kept outputs a call opens: its authenticated principal over HTTP, so that they
+    outlive the stream; otherwise the connection, as owner_of."""
+    if request_context is not None and request_context.request is not None:
+        principal = _principal()
+        if principal is not None:
+            return principal
+    return owner_of(request_context)
+
+
+def _principal() -> str | None:
+    access = get_access_token()
+    if access is None:
+        return None
+    # An OAuth grant is one operator's approval of one client: two operators' grants for the same registered
+    # client are two owners.
+    subject = f"/{access.subject}" if access.subject else ""
+    return _PRINCIPAL_PREFIX + access.client_id + subject
 
 
 def connected(owner: str) -> bool:

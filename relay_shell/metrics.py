@@ -255,6 +255,31 @@ DEFINITIONS: tuple[Definition, ...] = (
         "relay_shell_audit_checkpoint_failures",
         "Checkpoints that could not be signed or written (no record was lost).",
     ),
+    # Long-running work (adr/0028): jobs, and the memory that keeps cut results readable in full.
+    Definition(
+        "jobs_running",
+        "gauge",
+        "relay_shell_jobs_running",
+        "Commands running on as jobs after their call yielded.",
+    ),
+    Definition(
+        "jobs_max",
+        "gauge",
+        "relay_shell_jobs_max",
+        "Jobs held at once, running or ended and kept (RELAY_SHELL_MAX_JOBS); beyond it a call waits for its end.",
+    ),
+    Definition(
+        "output_store_bytes",
+        "gauge",
+        "relay_shell_output_store_bytes",
+        "Bytes held to keep cut results readable in full: kept outputs and output of commands still running.",
+    ),
+    Definition(
+        "output_store_max_bytes",
+        "gauge",
+        "relay_shell_output_store_max_bytes",
+        "The bound on those bytes (RELAY_SHELL_OUTPUT_STORE_BYTES): the oldest kept output is dropped first.",
+    ),
 )
 SHIP_TARGETS = ("syslog", "journald")
 
@@ -290,6 +315,10 @@ class Metrics:
     confined_trees: Any
     confinement_failures: Any
     denied_calls: Any
+    jobs_running: Any
+    jobs_max: Any
+    output_store_bytes: Any
+    output_store_max_bytes: Any
 
     def __init__(self, enabled: bool = True) -> None:
         self.enabled = enabled

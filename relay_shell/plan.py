@@ -1,5 +1,6 @@
 """The executors' contract: the Subject a call carries (all the text that reaches the target, for policy), the
-Plan an executor hands the runner to admit and run, and the Execution it produced. Depends on capture only."""
+Plan an executor hands the runner to admit and run, and the Execution it produced (or the job it became: a command
+still running when its call yielded, adr/0028). Depends on capture only."""
 
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ from relay_shell.capture import CapturedText
 # reports it to the client when it asked for progress.
 ProgressFn = Callable[[int], Awaitable[None]]
 
-Outcome = Literal["ok", "exit_nonzero", "timeout", "denied", "error", "confirm_required", "cancelled", "gated"]
+Outcome = Literal[
+    "ok", "exit_nonzero", "timeout", "denied", "error", "confirm_required", "cancelled", "gated", "running"
+]
 
 
 @dataclass(frozen=True)
@@ -57,6 +60,25 @@ class Execution:
     error: str | None = None  # "Kind: message" for status error
     fields: dict[str, Any] = field(default_factory=dict)  # tool-specific structured fields
     headline: str | None = None  # the result's first line, when the tool has its own (session reads)
+    # Status "running": the command outlived its call's yield_after and runs on as this job (sessions/jobs.py).
+    # The runner writes the call's `job` note, returns the handle, and attaches the end record to the job's end.
+    job: YieldedJob | None = None
+
+
+class YieldedJob(Protocol):
+    """A command still running when its call returned: its end comes later, and with it the call's end record."""
+
+    @property
+    def job_id(self) -> str: ...
+
+    def attach(self, on_end: Callable[[Execution], Any]) -> None:
+        """Call `on_end` with the command's final Execution when it ends (at once if it has): the runner writes
+        the call's end record there and returns the result the one-shot call would have, which the job keeps."""
+        ...
+
+    async def abandon(self, reason: str) -> None:
+        """End it now, unreported (its `job` note could not be written): the end still reaches `on_end`."""
+        ...
 
 
 @dataclass

@@ -33,7 +33,8 @@ class ToolResult(BaseModel):
     model_config = ConfigDict(defer_build=True, json_schema_extra=_every_field_required)
 
     status: Outcome = Field(
-        description="what happened: ok, exit_nonzero, timeout, denied, error, confirm_required, cancelled, gated"
+        description="what happened: ok, exit_nonzero, timeout, denied, error, confirm_required, cancelled, gated, "
+        "running (the command runs on as a job)"
     )
     tier: int = Field(description="policy tier of the call: 0 observe, 1 reversible, 2 stateful, 3 irreversible")
     exit_code: Annotated[int | None, nullable("integer", "exit status when the command exited")] = None
@@ -58,6 +59,20 @@ class ToolResult(BaseModel):
 class ExecResult(ToolResult):
     stderr: Annotated[str | None, nullable("string", "stderr when merge_stderr=false")] = None
     stderr_bytes: Annotated[int | None, nullable("integer", "bytes written to stderr when merge_stderr=false")] = None
+    running: bool = Field(
+        False, description="true: the command still runs as job `job_id`; read it with session_recv(session_id=job_id)"
+    )
+    job_id: Annotated[
+        str | None,
+        nullable("string", "the job the command runs on as (after yield_after); read, send to, kill it as a session"),
+    ] = None
+    cursor: Annotated[
+        int | None, nullable("integer", "a job's output so far: session_recv continues after it, or pass it as since")
+    ] = None
+    output_id: Annotated[
+        str | None,
+        nullable("string", "output cut: all of it kept for a while; page it with session_recv(session_id=output_id)"),
+    ] = None
 
 
 class SessionResult(ToolResult):
@@ -72,6 +87,18 @@ class SessionResult(ToolResult):
     match_text: Annotated[str | None, nullable("string", "the text the pattern matched")] = None
     state: Annotated[str | None, nullable("string", "running, exited or closed")] = None
     pid: Annotated[int | None, nullable("integer", "process id of the session's program (shell_spawn)")] = None
+    running: bool = Field(False, description="a job (j-…): true while its command runs")
+    result: Annotated[
+        dict[str, Any] | None,
+        nullable(
+            "object",
+            "a job that ended: the result its call would have returned had it not yielded (status, exit_code, "
+            "signal, timed_out, output head + tail, output_bytes, output_sha256, output_id, stderr, duration_ms)",
+        ),
+    ] = None
+    total_bytes: Annotated[
+        int | None, nullable("integer", "a kept output (o-…): its size; the last page has cursor equal to it")
+    ] = None
 
 
 class SessionListResult(ToolResult):

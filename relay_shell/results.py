@@ -2,8 +2,10 @@
 outputSchema are in result_models.py, loaded on first use through this module).
 
 First line says what happened: `[exit N]`, `[signal NAME]`, `[TIMEOUT after Ns]`, `[DENIED tier N (NAME): why]`,
-`[CONFIRM REQUIRED tier 3: why]`, `[GATED: why]`, `[ERROR: Kind: message]`; notes (clamped arguments) follow as
-`[NOTE: …]` lines; then the body; then `[TRUNCATED: N bytes produced, M shown — head H + tail T]` when the body was cut.
+`[CONFIRM REQUIRED tier 3: why]`, `[GATED: why]`, `[ERROR: Kind: message]`, `[CANCELLED]` (`[CANCELLED: why]` for a
+job ended from outside), or `[RUNNING: job ID after Ns | cursor C]` when the command runs on as a job (adr/0028);
+notes (clamped arguments, a cut output kept as `o-…`) follow as `[NOTE: …]` lines; then the body; then
+`[TRUNCATED: N bytes produced, M shown — head H + tail T]` when the body was cut.
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ def status_line(
     if status == "error":
         return f"[ERROR: {error}]"
     if status == "cancelled":
-        return "[CANCELLED]"
+        return "[CANCELLED]" if error is None else f"[CANCELLED: {error}]"
     if status == "confirm_required":
         return f"[CONFIRM REQUIRED tier {tier}: {error}]"
     if status == "gated":

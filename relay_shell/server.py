@@ -26,10 +26,12 @@ from relay_shell.containment.units import Containment, scope_of
 from relay_shell.identity import connected
 from relay_shell.launch import Launcher, start_launcher
 from relay_shell.metrics import Metrics
+from relay_shell.outputs import OutputStore
 from relay_shell.policy.admission import Policy
 from relay_shell.runner.context import ContextPulls
 from relay_shell.runner.pipeline import Runner
 from relay_shell.runner.recorder import Recorder
+from relay_shell.sessions.jobs import JobTable
 from relay_shell.sessions.registry import SHUTDOWN_GRACE, Session, SessionRegistry
 from relay_shell.settings.model import Settings
 from relay_shell.ssh.access import SshAccess
@@ -78,10 +80,12 @@ class Assembly:
         self.services.metrics_port = port
 
     async def shutdown(self) -> None:
-        """Close every session (local and remote), then every SSH connection, then end what the calls left
-        running (background jobs, whatever escaped): nothing the server started outlives it."""
+        """Close every session (local and remote), end every job (its end record written), then every SSH
+        connection, then end what the calls left running (background jobs, whatever escaped): nothing the server
+        started outlives it."""
         with anyio.CancelScope(shield=True):
             await self.sessions.close_all("server stopped")
+            await self.services.jobs.close_all("server stopped: the job was ended")
             self.launcher.flush_late()  # late execs not yet written, before their trees are ended
             with anyio.move_on_after(2.0):
                 await self.ssh.close()
@@ -117,13 +121,25 @@ def build_server(
         on_late=lambda call_id, execs: recorder.event("exec:late", "server", {"call_id": call_id, "execs": execs}),
     )
     session_registry = open_sessions(settings, launcher, recorder)
+    outputs = OutputStore(settings.jobs.output_store_bytes, settings.jobs.output_retention)
+    jobs = JobTable(
+        settings.jobs.max_jobs,
+        settings.sessions.session_buffer_bytes,
+        settings.jobs.job_retention,
+        settings.jobs.yield_after,
+        outputs,
+        connected,
+    )
     ssh_access = open_ssh(settings, launcher, recorder)
     publish_gauges(settings, metrics, session_registry, ssh_access)
+    publish_job_gauges(settings, metrics, jobs, outputs)
     runbook_access = RunbookAccess(settings, ssh_access)
     tools = tool_registry(session_registry)
     policy = Policy(settings.policy.policy_mode, settings.policy.policy_deny, settings.policy.policy_allow)
     runner = Runner(settings, recorder, policy, tools.entries, runbook_access.briefing_gate())
-    services = Services(settings, runner, session_registry, ssh_access, launcher, runbook_access, offhost)
+    services = Services(
+        settings, runner, session_registry, jobs, outputs, ssh_access, launcher, runbook_access, offhost
+    )
     mcp = mcp_server(settings, tools, services, token_verifier, oauth)
     if oauth is not None:  # registrations, approvals and revocations are audited like everything else
         oauth.on_event = recorder.event
@@ -188,6 +204,13 @@ def publish_gauges(
     metrics.calls_in_flight_max.set(settings.limits.max_concurrent_calls)
 
 
+def publish_job_gauges(settings: Settings, metrics: Metrics, jobs: JobTable, outputs: OutputStore) -> None:
+    metrics.jobs_running.set_function(jobs.running)
+    metrics.jobs_max.set(settings.jobs.max_jobs)
+    metrics.output_store_bytes.set_function(lambda: outputs.stored_bytes + outputs.pending_bytes)
+    metrics.output_store_max_bytes.set(settings.jobs.output_store_bytes)
+
+
 def tool_registry(session_registry: SessionRegistry) -> ToolRegistry:
     """Every tool, declared once, in the order tools/list shows them."""
     tools = ToolRegistry()
@@ -233,7 +256,9 @@ def mcp_server(
         tools=tools.sdk_tools(),
         log_level="WARNING",
         middleware=[notifier, router, runbook_context, prompts],
-        lifespan=lambda app: connection_lifespan(services.sessions, services.ssh.forwards, notifier.watch_forever),
+        lifespan=lambda app: connection_lifespan(
+            services.sessions, services.jobs, services.ssh.forwards, notifier.watch_forever
+        ),
         subscriptions=bus,
         **server_auth(settings, token_verifier, oauth),
     )
@@ -247,12 +272,13 @@ def mcp_server(
 @asynccontextmanager
 async def connection_lifespan(
     session_registry: SessionRegistry,
+    jobs: JobTable,
     forwards: ForwardRegistry,
     watch_runbooks: Callable[[], Coroutine[Any, Any, None]],
 ) -> AsyncIterator[dict[str, Any]]:
     """Entered once per served connection (a stdio stream, an in-memory client): the reapers (and the runbook
     watcher, one per server) run meanwhile, and when the connection ends the sessions and port forwards of
-    clients that are gone are closed at once."""
+    clients that are gone are closed at once (and jobs whose stream is gone are ended)."""
     async with anyio.create_task_group() as group:
         group.start_soon(session_registry.reap_forever)
         group.start_soon(forwards.reap_forever)
@@ -261,5 +287,6 @@ async def connection_lifespan(
             yield {}
         finally:
             await session_registry.close_disconnected()
+            await jobs.close_disconnected()
             await forwards.close_disconnected()
             group.cancel_scope.cancel()

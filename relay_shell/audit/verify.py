@@ -7,11 +7,14 @@ not remove (an `audit:repair` record right after them naming their exact length 
 
 It also pairs the two phases of each call by `call_id`: a `start` record with no `end` record is a call the
 server did not finish (it died, or the end record could not be written). That is not tampering, so it does not
-fail verification, but it is listed as interrupted: call id, tool, time and where the start record is.
+fail verification, but it is listed as interrupted: call id, tool, time and where the start record is. A call
+that yielded its command as a job (adr/0028) has a `job` note between the two, and its end comes when the job
+ended: one still without an end is listed with its job.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -31,6 +34,7 @@ class UnendedCall:
     tool: str
     ts: str
     where: str  # "PATH:LINE" of the start record
+    job_id: str | None = None  # it yielded and ran on as this job (its `job` note)
 
 
 @dataclass(frozen=True)
@@ -50,7 +54,11 @@ class VerifyResult:
             f"interrupted: {len(self.interrupted)} call(s) have a start record and no end record (the server "
             "stopped during them, or could not write their end); not tampering:",
         ]
-        lines += [f"  {call.call_id} {call.tool} started {call.ts} ({call.where})" for call in self.interrupted]
+        lines += [
+            f"  {call.call_id} {call.tool} started {call.ts} ({call.where})"
+            + (f", ran on as job {call.job_id}" if call.job_id else "")
+            for call in self.interrupted
+        ]
         return "\n".join(lines)
 
 
@@ -177,6 +185,8 @@ def _verify_one(
                     )
                 elif phase == "end":
                     started.pop(call_id, None)
+                elif phase == "job" and call_id in started:
+                    started[call_id] = dataclasses.replace(started[call_id], job_id=str(record.get("job_id")))
             prev = chain
             seq = record_seq
             count += 1

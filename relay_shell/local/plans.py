@@ -1,4 +1,5 @@
-"""shell_exec and shell_script: validate and clamp the arguments, then plan a bounded local process."""
+"""shell_exec and shell_script: validate and clamp the arguments, then plan a bounded local process, which runs to
+its end or, still running at the call's yield_after, on as a job (sessions/jobs.py, adr/0028)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,10 @@ import shlex
 from relay_shell.arguments import call_limits, check_cwd, check_no_nul, child_env
 from relay_shell.errors import ArgumentError
 from relay_shell.launch import Launcher
-from relay_shell.local.process import run_process
+from relay_shell.local.process import LocalCommand
+from relay_shell.outputs import keep_if_cut
 from relay_shell.plan import Execution, Plan, ProgressFn, Subject, command_execution
+from relay_shell.sessions.jobs import JobStart, run_or_yield
 from relay_shell.settings.model import Settings
 
 INTERPRETERS = {
@@ -31,6 +34,7 @@ def prepare_exec(
     merge_stderr: bool,
     use_shell: bool,
     launcher: Launcher,
+    jobs: JobStart,
 ) -> Plan:
     notes: list[str] = []
     if isinstance(command, list):
@@ -65,10 +69,13 @@ def prepare_exec(
         env=tuple((env or {}).items()),
     )
 
+    shown = command if isinstance(command, str) else shlex.join(argv)
     return _process_plan(
         settings,
         launcher,
+        jobs,
         subject,
+        shown,
         notes,
         argv,
         work_dir,
@@ -91,6 +98,7 @@ def prepare_script(
     cwd: str | None,
     env: dict[str, str | None] | None,
     launcher: Launcher,
+    jobs: JobStart,
 ) -> Plan:
     notes: list[str] = []
     if interpreter not in INTERPRETERS:
@@ -110,7 +118,9 @@ def prepare_script(
     return _process_plan(
         settings,
         launcher,
+        jobs,
         subject,
+        f"{interpreter} script: {script.strip().splitlines()[0][:200]}",
         notes,
         argv,
         work_dir,
@@ -125,7 +135,9 @@ def prepare_script(
 def _process_plan(
     settings: Settings,
     launcher: Launcher,
+    jobs: JobStart,
     subject: Subject,
+    shown: str,  # what session_list shows of a job (redacted when it becomes one)
     notes: list[str],
     argv: list[str],
     cwd: str | None,
@@ -138,22 +150,33 @@ def _process_plan(
     async def execute(progress: ProgressFn) -> Execution:
         # Named after the call (plan.call_id, set by the runner): its processes lead to the call's audit records.
         tree = launcher.call_tree(plan.call_id)
+        command = LocalCommand(tree, jobs.outputs, budget, merge_stderr, timeout, settings.limits.kill_grace, progress)
         try:
-            outcome = await run_process(
-                argv,
-                tree=tree,
-                cwd=cwd,
-                env=env,
-                stdin=stdin,
-                merge_stderr=merge_stderr,
-                timeout=timeout,
-                budget=budget,
-                kill_grace=settings.limits.kill_grace,
-                progress=progress,
-            )
-        finally:
+            await command.start(argv, cwd, env, stdin, jobs.stdin_open)
+        except BaseException:
+            tree.trace.finish_into(plan)  # what the tree executed (a refused exec), into the end record
+            raise
+
+        async def final() -> Execution:
+            outcome = command.finish()
+            traced.append(True)
             tree.trace.finish_into(plan)  # what the tree executed, into the end record
-        return command_execution(outcome)
+            fields = keep_if_cut(jobs.outputs, jobs.owner, command.stdout, plan)
+            if command.stderr is not None:
+                command.stderr.keeper.release()
+            return command_execution(outcome, fields)
+
+        traced: list[bool] = []
+        try:
+            return await run_or_yield(jobs, command, plan, "job", shown, final)
+        except BaseException:
+            command.finish()  # cancelled: wait() ended the unit; the leader is reaped, the output's room given back
+            command.stdout.keeper.release()
+            if command.stderr is not None:
+                command.stderr.keeper.release()
+            if not traced:
+                tree.trace.finish_into(plan)
+            raise
 
     plan = Plan(subject=subject, execute=execute, notes=notes, timeout=timeout)
     return plan

@@ -1,14 +1,18 @@
 """One-shot local processes: own session and process group, a containment unit, bounded capture, kill
-escalation.
+escalation — and, when the call yields (adr/0028), the same process running on as a job.
 
 The child starts a new session (so it is its own process-group leader with no controlling terminal) through
 the launch point (launch.py): inside its containment unit, which also holds what leaves the group (setsid,
-double forks, daemons), and under the exec trace when it is on. On timeout or cancellation the group and the
-unit get SIGTERM, a grace period, then SIGKILL, so no descendant survives, escaped or not.
+double forks, daemons), and under the exec trace when it is on. On timeout, cancellation or a stop (session_kill
+of its job, the server's stop) the group and the unit get the first signal (SIGTERM), a grace period, then
+SIGKILL, so no descendant survives, escaped or not.
 
 Exit is observed through a pidfd, not through the pipes: asyncio's `Process.wait()` only returns once every
 pipe is closed, so `sleep 600 & echo started` would hold the call for ten minutes. Here, after the command
 exits, output is drained only while it keeps arriving (DRAIN_QUIET), for at most DRAIN_MAX seconds.
+
+`LocalCommand.wait(until)` returns at the command's end, or at `until` (the call's yield) with the command still
+running; waiting again continues where it left off. Nothing is cleaned up until the end (`finish`).
 """
 
 from __future__ import annotations
@@ -24,8 +28,10 @@ from dataclasses import dataclass
 
 import anyio
 
-from relay_shell.capture import BoundedCapture, CapturedText
+from relay_shell.capture import CapturedText
+from relay_shell.errors import ToolError
 from relay_shell.launch import Child, ProcessTree
+from relay_shell.outputs import OutputStore, StreamSink
 from relay_shell.plan import ProgressFn
 
 READ_CHUNK = 1024 * 1024
@@ -45,14 +51,12 @@ class ProcessOutcome:
 
 
 class _Pipe:
-    """Non-blocking reads from one pipe into a capture, driven by the event loop."""
+    """Non-blocking reads from one pipe into a sink, driven by the event loop."""
 
-    def __init__(
-        self, loop: asyncio.AbstractEventLoop, fd: int, capture: BoundedCapture, activity: list[float]
-    ) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, fd: int, sink: StreamSink, activity: list[float]) -> None:
         self.loop = loop
         self.fd = fd
-        self.capture = capture
+        self.sink = sink
         self.activity = activity
         self.closed: asyncio.Future[None] = loop.create_future()
         os.set_blocking(fd, False)
@@ -70,7 +74,7 @@ class _Pipe:
         if not chunk:
             self.stop()
             return
-        self.capture.feed(chunk)
+        self.sink.feed(chunk)
         self.activity[0] = time.monotonic()
 
     def stop(self) -> None:
@@ -79,28 +83,166 @@ class _Pipe:
             self.closed.set_result(None)
 
 
+async def _no_progress(produced: int) -> None:
+    pass
+
+
+class LocalCommand:
+    """A command's process from its start to its end: its output into sinks, its stdin, its exit, its timeout,
+    a stop asked for from outside (`stop`), and the kill of its group and unit."""
+
+    def __init__(
+        self,
+        tree: ProcessTree,  # the call's processes: their unit and exec trace (launch.py)
+        outputs: OutputStore,
+        budget: int,
+        merge_stderr: bool,
+        timeout: float,
+        kill_grace: float,
+        progress: ProgressFn,
+    ) -> None:
+        self.tree = tree
+        self.merge_stderr = merge_stderr
+        self.stdout = outputs.sink(budget if merge_stderr else budget - budget // 4)
+        self.stderr = None if merge_stderr else outputs.sink(budget // 4)
+        self.deadline = time.monotonic() + timeout
+        self.kill_grace = kill_grace
+        self.progress = progress
+        self.timed_out = False
+        self.stop_signal: int | None = None  # set by stop(): the first signal of the kill
+        self.stdin_open = False
+        self.pid = 0
+        self.where = "local"
+        self.closed = False
+
+    async def start(
+        self, argv: list[str], cwd: str | None, env: dict[str, str] | None, stdin: bytes | None, stdin_open: bool
+    ) -> None:
+        """Start the process (`env` None inherits the server's); stdin gets `stdin`, then EOF unless `stdin_open`."""
+        loop = asyncio.get_running_loop()
+        try:
+            process = await self.tree.start_command(argv, cwd, env, stdin is not None or stdin_open, self.merge_stderr)
+        except BaseException:
+            self.tree.release()
+            raise
+        self.process: Child = process
+        self.pid = process.pid
+        self.pidfd = os.pidfd_open(process.pid)
+        self.exited: asyncio.Future[None] = loop.create_future()
+        self.wake: asyncio.Future[None] = loop.create_future()  # stop() or a shortened wait
+        loop.add_reader(self.pidfd, self._on_exit)
+        self.activity = [time.monotonic()]
+        assert process.stdout is not None
+        self.pipes = [_Pipe(loop, process.stdout.fileno(), self.stdout, self.activity)]
+        if self.stderr is not None:
+            assert process.stderr is not None
+            self.pipes.append(_Pipe(loop, process.stderr.fileno(), self.stderr, self.activity))
+        self.stdin_open = stdin_open
+        self.writer = asyncio.ensure_future(_feed_stdin(process, stdin, stdin_open)) if stdin is not None else None
+        self.loop = loop
+
+    def _on_exit(self) -> None:
+        if not self.exited.done():
+            self.exited.set_result(None)
+
+    async def wait(self, until: float | None) -> bool:
+        """Until the command ended (True: drained, ready to `finish`) or `until` came (False: still running).
+        The timeout or a stop ends it here; so does a cancellation, which is raised once the unit is ended."""
+        try:
+            while not self.exited.done():
+                now = time.monotonic()
+                if self.stop_signal is not None:
+                    await self._kill(self.stop_signal)
+                    break
+                remaining = self.deadline - now
+                if remaining <= 0:
+                    self.timed_out = True
+                    await self._kill(signal.SIGTERM)
+                    break
+                if until is not None and now >= until:
+                    return False
+                step = min(PROGRESS_TICK, remaining, until - now if until is not None else PROGRESS_TICK)
+                await asyncio.wait([self.exited, self.wake], timeout=step, return_when=asyncio.FIRST_COMPLETED)
+                if not self.exited.done() and not self.wake.done():
+                    await self.progress(self.produced())
+            await _drain(self.pipes, self.activity)
+        except BaseException:
+            # Cancellation (MCP notifications/cancelled, client gone, shutdown): nothing may outlive the call.
+            with anyio.CancelScope(shield=True):
+                await self._kill(signal.SIGTERM)
+                self.finish()
+            raise
+        return True
+
+    def finish(self) -> ProcessOutcome:
+        """After `wait` returned True: stop reading, reap the leader, release the tree; how it ended."""
+        if not self.closed:
+            self.closed = True
+            self._close()
+        stderr = self.stderr.capture.result() if self.stderr is not None else None
+        return _outcome(self.process.returncode, self.timed_out, self.stdout.capture.result(), stderr)
+
+    def _close(self) -> None:
+        try:
+            if self.timed_out or self.stop_signal is not None:
+                # Descendants that ignored SIGTERM after the leader died are still in the group.
+                _signal_group(self.pid, signal.SIGKILL)
+            if self.writer is not None and not self.writer.done():
+                self.writer.cancel()
+            for pipe in self.pipes:
+                pipe.stop()
+            self.loop.remove_reader(self.pidfd)
+            os.close(self.pidfd)
+            for stream in (self.process.stdin, self.process.stdout, self.process.stderr):
+                if stream is not None:
+                    with contextlib.suppress(OSError):
+                        stream.close()
+            # The leader has exited (pidfd fired) or was SIGKILLed: reap it so no zombie is left.
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.wait(timeout=self.kill_grace)
+        finally:
+            self.tree.release()  # after the leader was reaped; a unit whose background jobs run on stays
+
+    def produced(self) -> int:
+        return self.stdout.total + (self.stderr.total if self.stderr is not None else 0)
+
+    # -- from outside, while it runs as a job ----------------------------------------------------------------
+
+    def stop(self, first_signal: int | None) -> None:
+        """End the command and its whole unit: `first_signal` (default TERM), the grace, then KILL."""
+        if self.stop_signal is None:
+            self.stop_signal = first_signal or signal.SIGTERM
+        if not self.wake.done():
+            self.wake.set_result(None)
+
+    async def send_signal(self, signal_number: int) -> None:
+        """To the command's process group (what started in a new group or session of its own is not reached)."""
+        _signal_group(self.pid, signal_number)
+
+    async def write(self, data: bytes, deadline: float) -> None:
+        """Write to the command's stdin (opened with stdin_open); TimeoutError when it stops reading."""
+        stdin = self.process.stdin
+        if not self.stdin_open or stdin is None or stdin.closed:
+            raise ToolError("StdinClosed", "the job's stdin is closed (it was not opened with stdin_open, or ctrl-d)")
+        if self.writer is not None and not self.writer.done():
+            await asyncio.wait_for(asyncio.shield(self.writer), max(0.01, deadline - time.monotonic()))
+        await _write_all(stdin.fileno(), data, deadline)
+
+    def close_stdin(self) -> None:
+        stdin = self.process.stdin
+        self.stdin_open = False
+        if stdin is not None and (self.writer is None or self.writer.done()):
+            with contextlib.suppress(OSError):
+                stdin.close()
+
+    async def _kill(self, first_signal: int) -> None:
+        await _kill_group(self.exited, self.pid, self.kill_grace, self.tree, first_signal)
+
+
 async def run_process(
     argv: list[str],
     *,
-    tree: ProcessTree,  # the call's processes: their unit and exec trace (launch.py)
-    cwd: str | None,
-    env: dict[str, str] | None,  # None: inherit the server's environment
-    stdin: bytes | None,
-    merge_stderr: bool,
-    timeout: float,
-    budget: int,
-    kill_grace: float,
-    progress: ProgressFn,
-) -> ProcessOutcome:
-    try:
-        return await _run(tree, argv, cwd, env, stdin, merge_stderr, timeout, budget, kill_grace, progress)
-    finally:
-        tree.release()  # after the leader was reaped; a unit whose background jobs run on stays
-
-
-async def _run(
     tree: ProcessTree,
-    argv: list[str],
     cwd: str | None,
     env: dict[str, str] | None,
     stdin: bytes | None,
@@ -110,64 +252,12 @@ async def _run(
     kill_grace: float,
     progress: ProgressFn,
 ) -> ProcessOutcome:
-    loop = asyncio.get_running_loop()
-    stdout_capture = BoundedCapture(budget if merge_stderr else budget - budget // 4)
-    stderr_capture = None if merge_stderr else BoundedCapture(budget // 4)
-    process = await tree.start_command(argv, cwd, env, stdin is not None, merge_stderr)
-    process_group = process.pid
-    pidfd = os.pidfd_open(process.pid)
-    exited: asyncio.Future[None] = loop.create_future()
-
-    def on_exit() -> None:
-        if not exited.done():
-            exited.set_result(None)
-
-    loop.add_reader(pidfd, on_exit)
-    activity = [time.monotonic()]
-    assert process.stdout is not None
-    pipes = [_Pipe(loop, process.stdout.fileno(), stdout_capture, activity)]
-    if stderr_capture is not None:
-        assert process.stderr is not None
-        pipes.append(_Pipe(loop, process.stderr.fileno(), stderr_capture, activity))
-    writer = asyncio.ensure_future(_feed_stdin(process, stdin)) if stdin is not None else None
-
-    timed_out = False
-    try:
-        deadline = time.monotonic() + timeout
-        while not exited.done():
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                timed_out = True
-                await _kill_group(exited, process_group, kill_grace, tree)
-                break
-            await asyncio.wait([exited], timeout=min(PROGRESS_TICK, remaining))
-            if not exited.done():
-                await progress(_produced(stdout_capture, stderr_capture))
-        await _drain(pipes, activity)
-    except BaseException:
-        # Cancellation (MCP notifications/cancelled, client gone, shutdown): nothing may outlive the call.
-        with anyio.CancelScope(shield=True):
-            await _kill_group(exited, process_group, kill_grace, tree)
-        raise
-    finally:
-        if timed_out:
-            # Descendants that ignored SIGTERM after the leader died are still in the group.
-            _signal_group(process_group, signal.SIGKILL)
-        if writer is not None and not writer.done():
-            writer.cancel()
-        for pipe in pipes:
-            pipe.stop()
-        loop.remove_reader(pidfd)
-        os.close(pidfd)
-        for stream in (process.stdin, process.stdout, process.stderr):
-            if stream is not None:
-                with contextlib.suppress(OSError):
-                    stream.close()
-        # The leader has exited (pidfd fired) or was SIGKILLed: reap it so no zombie is left.
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(timeout=kill_grace)
-    stderr = stderr_capture.result() if stderr_capture is not None else None
-    return _outcome(process.returncode, timed_out, stdout_capture.result(), stderr)
+    """A command from its start to its end, as a one-shot call runs it when it may not yield: no output is kept
+    beyond its capture."""
+    command = LocalCommand(tree, OutputStore(0, 0.0), budget, merge_stderr, timeout, kill_grace, progress)
+    await command.start(argv, cwd, env, stdin, False)
+    await command.wait(None)
+    return command.finish()
 
 
 def _outcome(
@@ -182,34 +272,41 @@ def _outcome(
     return ProcessOutcome(exit_code=exit_code, signal=signal_name, timed_out=timed_out, stdout=stdout, stderr=stderr)
 
 
-def _produced(stdout: BoundedCapture, stderr: BoundedCapture | None) -> int:
-    return stdout.total + (stderr.total if stderr is not None else 0)
-
-
-async def _feed_stdin(process: Child, data: bytes) -> None:
-    """Write stdin without blocking the loop, then close it so a command reading stdin sees EOF."""
+async def _feed_stdin(process: Child, data: bytes, keep_open: bool) -> None:
+    """Write stdin without blocking the loop, then close it (unless kept open for a job) so a command reading
+    stdin sees EOF."""
     assert process.stdin is not None
+    try:
+        await _write_all(process.stdin.fileno(), data, None)
+    except OSError:  # the command closed its stdin (EPIPE): the rest is not wanted
+        keep_open = False
+    finally:
+        if not keep_open:
+            with contextlib.suppress(OSError):
+                process.stdin.close()
+
+
+async def _write_all(fd: int, data: bytes, deadline: float | None) -> None:
     loop = asyncio.get_running_loop()
-    fd = process.stdin.fileno()
     os.set_blocking(fd, False)
     view = memoryview(data)
     writable = asyncio.Event()
     loop.add_writer(fd, writable.set)
     try:
         while view:
-            await writable.wait()
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                raise TimeoutError(f"the job's stdin took {len(data) - len(view)} of {len(data)} bytes")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(writable.wait(), remaining)
             writable.clear()
             try:
                 written = os.write(fd, view[:READ_CHUNK])
             except BlockingIOError:
                 continue
-            except OSError:  # the command closed its stdin (EPIPE): the rest is not wanted
-                break
             view = view[written:]
     finally:
         loop.remove_writer(fd)
-        with contextlib.suppress(OSError):
-            process.stdin.close()
 
 
 async def _drain(pipes: list[_Pipe], activity: list[float]) -> None:
@@ -227,9 +324,11 @@ async def _drain(pipes: list[_Pipe], activity: list[float]) -> None:
         await asyncio.wait(pending, timeout=DRAIN_QUIET)
 
 
-async def _kill_group(exited: asyncio.Future[None], process_group: int, grace: float, tree: ProcessTree) -> None:
-    _signal_group(process_group, signal.SIGTERM)
-    tree.signal_all((signal.SIGTERM,))  # escaped processes too: they get the same chance to clean up
+async def _kill_group(
+    exited: asyncio.Future[None], process_group: int, grace: float, tree: ProcessTree, first_signal: int
+) -> None:
+    _signal_group(process_group, first_signal)
+    tree.signal_all((first_signal,))  # escaped processes too: they get the same chance to clean up
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(asyncio.shield(exited), grace)
     # SIGKILL the whole group even if the leader exited: its children may ignore SIGTERM.
@@ -239,7 +338,7 @@ async def _kill_group(exited: asyncio.Future[None], process_group: int, grace: f
         await asyncio.wait_for(asyncio.shield(exited), grace)
 
 
-def _signal_group(process_group: int, signal_number: signal.Signals) -> None:
+def _signal_group(process_group: int, signal_number: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(process_group, signal_number)
 

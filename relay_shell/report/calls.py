@@ -1,7 +1,8 @@
 """Audit records joined into the timeline's calls, as the log streams past.
 
 A call's records share its `call_id`: a `start` record (write-ahead, adr/0014), `confirm` records while a human is
-asked (tier 3), and an `end` record. A call becomes a row when its end record arrives; a start record that no end
+asked (tier 3), a `job` note when its command ran on as a job (adr/0028; its end record comes when the job ended),
+and an `end` record. A call becomes a row when its end record arrives; a start record that no end
 record follows is, at the end of the log, a call that was interrupted (a later `server:start` shows its server
 was replaced) or is unended (still running, or its server died and never restarted). Records of no call (a
 session's end, a forward's end or refusals, late execs, server starts, OAuth grants) are rows of their own, grouped
@@ -92,7 +93,7 @@ class Pending:
     """A call whose end record has not arrived yet."""
 
     start: dict[str, Any] | None = None
-    confirms: list[dict[str, Any]] = field(default_factory=list)
+    confirms: list[dict[str, Any]] = field(default_factory=list)  # and a job's note, in log order
     server_starts_before: int = 0
 
 
@@ -139,7 +140,7 @@ class Timeline:
             listed = record.get("interrupted")
             if isinstance(listed, list):
                 self.named_interrupted.update(str(entry.get("call_id")) for entry in listed if isinstance(entry, dict))
-        if not isinstance(call_id, str) or phase not in ("start", "confirm", "end"):
+        if not isinstance(call_id, str) or phase not in ("start", "confirm", "job", "end"):
             self._row(None, [], record, fields.summary(record))
             return
         if phase == "end":
@@ -237,7 +238,8 @@ class Timeline:
             flags |= FLAG["copy"]
         if outcome == "denied":
             flags |= FLAG["denied"]
-        if confirms or outcome == "confirm_required" or (start or {}).get("decision") == "confirmed":
+        asked = [record for record in confirms if record.get("phase") == "confirm"]
+        if asked or outcome == "confirm_required" or (start or {}).get("decision") == "confirmed":
             flags |= FLAG["confirm"]
         reason = str((end or {}).get("reason", ""))
         if reason.startswith(("AuditUnavailable", "AuditWriteFailed")):

@@ -12,8 +12,9 @@ import orjson
 SUMMARY_CHARS = 240
 # Tools that run on the server's own host; a session's later calls inherit its spawn's host.
 LOCAL_TOOLS = frozenset({"shell_exec", "shell_script", "shell_spawn"})
-# Calls whose returned text holds the bytes they produced, whole unless cut: the record has no "cut" field, so a
-# call that produced more bytes than its returned text holds was cut (session reads strip escapes, so not them).
+# Calls whose returned text holds the bytes they produced, whole unless cut. End records say `truncated: true` when
+# the result was cut (adr/0028); before that they had no such field, so a call that produced more bytes than its
+# returned text holds was taken for cut (session reads strip escapes, so not them).
 CUT_TOOLS = frozenset({"shell_exec", "shell_script", "ssh_exec"})
 # Argument names that say what a call did, in the order the summary prefers them.
 SUMMARY_ARGUMENTS = (
@@ -131,11 +132,16 @@ def session_of(record: dict[str, Any]) -> str | None:
 
 def group_keys(record: dict[str, Any]) -> list[str]:
     """Keys shared by records that belong together: a session's calls and its end (session id), a forward's
-    call, refusals and end (forward id), a tier-3 confirmation's steps (its digest), a call's late execs."""
+    call, refusals and end (forward id), a tier-3 confirmation's steps (its digest), a call's late execs, a job's
+    call and the session tools' calls on it (job id), a cut result's call and the reads of its output (output id)."""
     keys = []
     session_id = session_of(record)
     if session_id:
         keys.append(session_id)
+    for name in ("job_id", "output_id"):
+        value = record.get(name)
+        if isinstance(value, str) and value and value not in keys:
+            keys.append(value)
     target = record.get("target")
     forward_id = record.get("forward_id") or (target.get("forward_id") if isinstance(target, dict) else None)
     if not forward_id and isinstance(record.get("args"), dict):
@@ -151,6 +157,8 @@ def group_keys(record: dict[str, Any]) -> list[str]:
 
 
 def output_cut(record: dict[str, Any]) -> bool:
+    if record.get("truncated") is True or record.get("stderr_truncated") is True:
+        return True
     raw_len, output_len = record.get("raw_len"), record.get("output_len")
     return (
         record.get("tool") in CUT_TOOLS

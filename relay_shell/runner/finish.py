@@ -80,6 +80,19 @@ class Finisher:
             return reply(f"[ERROR: {message}]", defaults, tier, stopped("error", message), duration_ms, notes)
         return reply(text, defaults, tier, execution, duration_ms, notes)
 
+    def result_of(
+        self, call: CallAudit, tier: int, execution: Execution, plan: Plan, message: str | None = None
+    ) -> CallToolResult:
+        """A result no record goes with (a call that yielded: its end record comes when its job ends); with
+        `message`, the error that replaces it."""
+        duration_ms = int((time.monotonic() - call.started) * 1000)
+        entry = self.tools.get(call.tool)
+        defaults = entry.result_defaults if entry is not None else self.unknown_defaults
+        if message is not None:
+            return reply(f"[ERROR: {message}]", defaults, tier, stopped("error", message), duration_ms, plan.notes)
+        _, text = result_text(execution, tier, plan.timeout, plan.notes)
+        return reply(text, defaults, tier, execution, duration_ms, plan.notes)
+
 
 def reply(
     text: str, defaults: dict[str, Any], tier: int, execution: Execution, duration_ms: int, notes: list[str]
@@ -88,5 +101,5 @@ def reply(
     return CallToolResult(
         content=[TextContent(type="text", text=text)],
         structured_content=structured_content(defaults, outcome, tier, execution, duration_ms, notes, execution.error),
-        is_error=outcome not in ("ok", "exit_nonzero"),
+        is_error=outcome not in ("ok", "exit_nonzero", "running"),
     )

@@ -1,5 +1,6 @@
 """THE audited path. Every tool call: identify → prepare → admit (policy) → brief (the gate) → confirm (tier 3) →
-start record → execute → end record → metrics, read here from top to bottom.
+start record → execute → end record → metrics, read here from top to bottom. A call whose command outlives its
+yield_after returns a job's handle instead, and its end record is written when the job ends (jobs.py).
 
 Write-ahead (adr/0014): a call that runs anything gets a `start` record, on disk before anything executes, and an
 `end` record before its result returns, paired by `call_id`. A call refused or invalid before it runs, and a pure
@@ -30,6 +31,7 @@ from relay_shell.policy.admission import Policy
 from relay_shell.progress import Progress
 from relay_shell.runner.briefing import hold_unbriefed, open_gate
 from relay_shell.runner.finish import Finisher, stopped
+from relay_shell.runner.jobs import yielded
 from relay_shell.runner.recorder import Recorder
 from relay_shell.runner.records import CallAudit, event_record, start_record
 from relay_shell.runner.request import CallRequest
@@ -113,6 +115,8 @@ class Runner:
             if refusal is not None:
                 return self.finisher.stop(call, tier, "error", refusal, plan)
         execution = await self._execute(call, plan, tier, report_progress)
+        if execution.job is not None:  # the command runs on as a job: its end record comes with its end
+            return await yielded(self.recorder, self.finisher, call, tier, execution, plan)
         # The gate opens only on a briefing that was made and returned: a failed begin_session briefed no one.
         if plan.opens_gate and execution.status == "ok" and self.gate is not None:
             failed = open_gate(self.gate, self.finisher, request, call, plan)

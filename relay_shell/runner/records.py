@@ -105,6 +105,10 @@ def end_record(
     if execution.stderr is not None:
         record["stderr_sha256"] = execution.stderr.sha256
         record["stderr_len"] = execution.stderr.produced_bytes
+    if captured.truncated:  # the result showed head + tail only (`output_id`, when kept, pages all of it)
+        record["truncated"] = True
+    if execution.stderr is not None and execution.stderr.truncated:
+        record["stderr_truncated"] = True
     error = execution.error
     if error is not None and plan is not None and plan.recorded_arguments is not None:
         record["reason"] = "withheld: the refused input was typed at a password prompt"

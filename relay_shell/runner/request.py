@@ -1,6 +1,6 @@
 """One request as the runner and the tool functions see it, read from the SDK's request context once: who is
-calling (the audit record's client), who owns what the call opens (sessions, forwards), and the arguments as the
-client sent them and, for a tool call, as the tool received them (defaults filled in)."""
+calling (the audit record's client), who owns what the call opens (sessions, forwards; jobs and kept outputs), and
+the arguments as the client sent them and, for a tool call, as the tool received them (defaults filled in)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 
 from mcp.server.context import ServerRequestContext
 
-from relay_shell.identity import Identity, identify, owner_of
+from relay_shell.identity import Identity, identify, job_owner_of, owner_of
 
 RequestContext = ServerRequestContext[Any, Any] | None
 
@@ -38,6 +38,11 @@ class CallRequest:
     @functools.cached_property
     def owner(self) -> str:
         return owner_of(self.context)
+
+    @functools.cached_property
+    def job_owner(self) -> str:
+        """Who owns the jobs and kept outputs this call opens or reads (over HTTP, the principal: adr/0028)."""
+        return job_owner_of(self.context)
 
     def call_arguments(self) -> dict[str, Any]:
         """The arguments a call is bound by: as the tool received them, else (never validated) as sent, which only

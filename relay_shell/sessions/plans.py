@@ -9,7 +9,7 @@ import re
 import shlex
 import signal
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -258,11 +258,16 @@ def prepare_kill(
     return Plan(subject=Subject(fixed_tier=1), execute=execute, session_id=session_id)
 
 
-def prepare_list(settings: Settings, registry: SessionRegistry, owner: str) -> Plan:
+def prepare_list(settings: Settings, registry: SessionRegistry, owner: str, jobs: Sequence[Session] = ()) -> Plan:
+    """The caller's sessions, then its jobs (sessions/jobs.py: owned by the principal over HTTP, so `jobs` is
+    looked up by the caller's job owner)."""
+
     async def execute(progress: ProgressFn) -> Execution:
-        sessions = [session.describe() for session in registry.owned_by(owner)]
+        sessions = [session.describe() for session in [*registry.owned_by(owner), *jobs]]
         lines = [
-            f"{item['session_id']}  {item['state']:<7} {item['cols']}x{item['rows']}  age {item['age_s']}s  "
+            f"{item['session_id']}  {item['state']:<7} "
+            + (f"{item['cols']}x{item['rows']}" if item["cols"] is not None else str(item["kind"]))
+            + f"  age {item['age_s']}s  "
             f"idle {item['idle_s']}s  cursor {item['cursor']}  unread {item['unread_bytes']}  "
             f"dropped {item['dropped_bytes']}"
             + (f"  exit {item['exit_code']}" if item["exit_code"] is not None else "")

@@ -20,6 +20,7 @@ from relay_shell.settings.audit import AuditSettings
 from relay_shell.settings.auth import AuthSettings
 from relay_shell.settings.file import config_file_path
 from relay_shell.settings.http import HttpSettings
+from relay_shell.settings.jobs import JobSettings
 from relay_shell.settings.limits import LimitSettings
 from relay_shell.settings.metrics import MetricsSettings
 from relay_shell.settings.offhost import OffHostSettings
@@ -47,6 +48,7 @@ class Settings(BaseSettings):
     policy: PolicySettings = Field(default_factory=PolicySettings.model_construct)
     limits: LimitSettings = Field(default_factory=LimitSettings.model_construct)
     sessions: SessionSettings = Field(default_factory=SessionSettings.model_construct)
+    jobs: JobSettings = Field(default_factory=JobSettings.model_construct)
     ssh: SshSettings = Field(default_factory=SshSettings.model_construct)
     metrics: MetricsSettings = Field(default_factory=MetricsSettings.model_construct)
     trace: TraceSettings = Field(default_factory=TraceSettings.model_construct)

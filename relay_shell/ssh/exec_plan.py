@@ -1,5 +1,6 @@
 """ssh_exec and ssh_spawn: validate the arguments, resolve the target into a full identity, and plan one remote
-command or one remote PTY session. Policy sees the target in all its spellings (`Route`).
+command (which runs on as a job when it outlives the call's yield_after, adr/0028) or one remote PTY session.
+Policy sees the target in all its spellings (`Route`).
 """
 
 from __future__ import annotations
@@ -11,12 +12,14 @@ import asyncssh
 
 from relay_shell.arguments import call_limits, check_no_nul, command_text
 from relay_shell.errors import ArgumentError, ToolError
+from relay_shell.outputs import StreamSink, keep_if_cut
 from relay_shell.plan import Execution, Plan, ProgressFn, command_execution
 from relay_shell.sessions.expect import compile_until
+from relay_shell.sessions.jobs import JobStart, run_or_yield
 from relay_shell.sessions.plans import TERM, check_size, spawn_plan, wait_timeout_for
 from relay_shell.sessions.registry import SessionRegistry
 from relay_shell.ssh.connection_args import ConnectionArgs
-from relay_shell.ssh.remote_exec import RemoteOutcome, open_channel, run_remote
+from relay_shell.ssh.remote_exec import RemoteCommand, RemoteOutcome, open_channel
 from relay_shell.ssh.state import Ssh
 from relay_shell.ssh.target import Route, host_subject, target_record
 from relay_shell.ssh.terminal import SshTerminal
@@ -32,6 +35,7 @@ def prepare_exec(
     stdin: str | None,
     merge_stderr: bool,
     connection: ConnectionArgs,
+    jobs: JobStart,
 ) -> Plan:
     notes: list[str] = []
     command = command_text(command)
@@ -44,26 +48,43 @@ def prepare_exec(
     target = target_record(route)
 
     async def execute(progress: ProgressFn) -> Execution:
-        outcome = await run_remote(
-            ssh.pool,
-            route,
-            command,
-            stdin=stdin_bytes,
-            timeout=timeout_value,
-            budget=budget,
-            merge_stderr=merge_stderr,
-            progress=progress,
-        )
-        _note_trust(outcome, route, target, notes)
-        return command_execution(outcome, {"host": route.target.name, "host_key": outcome.host_key})
+        remote = RemoteCommand(ssh.pool, route, jobs.outputs, budget, merge_stderr, progress)
+        remote.start(command, stdin_bytes, jobs.stdin_open, timeout_value)
 
-    return Plan(
+        async def final() -> Execution:
+            try:
+                outcome = await remote.outcome()
+            finally:
+                release(remote.stderr)
+            _note_trust(outcome, route, target, notes)
+            fields = {"host": route.target.name, "host_key": outcome.host_key}
+            fields.update(keep_if_cut(jobs.outputs, jobs.owner, remote.stdout, plan))
+            return command_execution(outcome, fields)
+
+        def running_fields() -> dict[str, Any]:
+            return {"host": route.target.name, "host_key": remote.host_key}
+
+        shown = f"{route.target.describe()}: {command}"
+        try:
+            return await run_or_yield(jobs, remote, plan, "ssh job", shown, final, running_fields)
+        except BaseException:  # connection failed, cancelled: nothing of its output is kept
+            release(remote.stdout)
+            release(remote.stderr)
+            raise
+
+    plan = Plan(
         subject=host_subject(route, connection, command=command, stdin=stdin),
         execute=execute,
         notes=notes,
         timeout=timeout_value,
         target=target,
     )
+    return plan
+
+
+def release(sink: StreamSink | None) -> None:
+    if sink is not None:
+        sink.keeper.release()
 
 
 def _note_trust(outcome: RemoteOutcome, route: Route, target: dict[str, Any], notes: list[str]) -> None:

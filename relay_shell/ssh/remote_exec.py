@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
+import signal
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ import asyncssh
 
 from relay_shell.capture import BoundedCapture, CapturedText
 from relay_shell.errors import ToolError
+from relay_shell.outputs import OutputStore, StreamSink
 from relay_shell.plan import ProgressFn
 from relay_shell.ssh.pool import PooledConnection, SshPool, connect_error
 from relay_shell.ssh.target import Route
@@ -31,6 +33,7 @@ KILL_TIMEOUT = 5.0
 CHANNEL_RETRIES = 3
 PROGRESS_EVERY = 0.5
 T = TypeVar("T")
+Sink = BoundedCapture | StreamSink  # where a stream's bytes go: a capture, or a job's sink (outputs.py)
 
 
 @dataclass
@@ -45,9 +48,9 @@ class RemoteOutcome:
 
 
 class _ExecSession(asyncssh.SSHClientSession[bytes]):
-    """Feeds stdout and stderr into their captures; takes the remote shell's pid line out of stderr."""
+    """Feeds stdout and stderr into their sinks; takes the remote shell's pid line out of stderr."""
 
-    def __init__(self, stdout: BoundedCapture, stderr: BoundedCapture, marker: bytes) -> None:
+    def __init__(self, stdout: Sink, stderr: Sink, marker: bytes) -> None:
         self.stdout = stdout
         self.stderr = stderr
         self.marker = marker  # b"RELAY-PID-<nonce> ": never in the command's own output by chance
@@ -93,6 +96,102 @@ class _ExecSession(asyncssh.SSHClientSession[bytes]):
             self.done.set_result(None)
 
 
+class RemoteCommand:
+    """One remote command from its start to its end, in a task of its own (`wait` can return while it runs)."""
+
+    def __init__(
+        self,
+        pool: SshPool,
+        route: Route,
+        outputs: OutputStore,
+        budget: int,
+        merge_stderr: bool,
+        progress: ProgressFn,
+    ) -> None:
+        self.pool = pool
+        self.route = route
+        self.stdout = outputs.sink(budget)
+        self.stderr = None if merge_stderr else outputs.sink(budget)
+        self.progress = progress
+        self.pid: int | None = None  # the remote shell's pid lives on the remote host
+        self.where = f"on {route.target.describe()}"
+        self.host_key: str | None = None
+        self.stdin_open = False
+        self.stop_signal: int | None = None
+        self.channel: asyncssh.SSHClientChannel[bytes] | None = None
+        self.session: _ExecSession | None = None
+        self.wake: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def start(self, command: str, stdin: bytes | None, stdin_open: bool, timeout: float) -> None:
+        self.stdin_open = stdin_open
+        self.task = asyncio.ensure_future(
+            run_remote(
+                self.pool,
+                self.route,
+                command,
+                stdin=stdin,
+                timeout=timeout,
+                budget=self.stdout.capture.budget,
+                merge_stderr=self.stderr is None,
+                progress=None,
+                control=self,
+            )
+        )
+
+    async def wait(self, until: float | None) -> bool:
+        """Until the command ended (True) or `until` came (False: it runs on); a cancellation kills it first."""
+        try:
+            timeout = None if until is None else max(0.0, until - time.monotonic())
+            await asyncio.wait([self.task], timeout=timeout)
+        except BaseException:
+            self.task.cancel()  # run_remote kills the remote session before it ends
+            with contextlib.suppress(BaseException):
+                await asyncio.shield(self.task)
+            raise
+        return self.task.done()
+
+    async def outcome(self) -> RemoteOutcome:
+        return await self.task
+
+    def produced(self) -> int:
+        return self.session.produced if self.session is not None else 0
+
+    async def report(self, produced: int) -> None:
+        await self.progress(produced)
+
+    # -- from outside, while it runs as a job ----------------------------------------------------------------
+
+    def stop(self, first_signal: int | None) -> None:
+        """End it as a timeout would: the remote session killed, then the channel closed."""
+        self.stop_signal = first_signal or signal.SIGTERM
+        if not self.wake.done():
+            self.wake.set_result(None)
+
+    async def send_signal(self, signal_number: int) -> None:
+        """To the remote session's process group (`kill -SIG -- -PID` on another channel: sshd may refuse an SSH
+        signal request)."""
+        pid = self.session.pid if self.session is not None else None
+        if pid is None:
+            raise ToolError("NoRemotePid", "the remote shell's pid is not known yet: nothing to signal")
+        name = signal.Signals(signal_number).name.removeprefix("SIG")
+
+        async def send(connection: PooledConnection) -> None:
+            await connection.connection.run(f"kill -{name} -- -{pid} 2>/dev/null; true", check=False)
+
+        await on_channel(self.pool, self.route, time.monotonic() + KILL_TIMEOUT, send)
+
+    async def write(self, data: bytes, deadline: float) -> None:
+        if not self.stdin_open or self.channel is None:
+            raise ToolError("StdinClosed", "the job's stdin is closed (it was not opened with stdin_open, or ctrl-d)")
+        self.channel.write(data)
+
+    def close_stdin(self) -> None:
+        if self.stdin_open and self.channel is not None:
+            self.stdin_open = False
+            with contextlib.suppress(Exception):
+                self.channel.write_eof()
+
+
 async def run_remote(
     pool: SshPool,
     route: Route,
@@ -103,11 +202,20 @@ async def run_remote(
     budget: int,
     merge_stderr: bool,
     progress: ProgressFn | None,
+    control: RemoteCommand | None = None,
 ) -> RemoteOutcome:
-    """Connect (or reuse), run, capture. Connection failures raise ConnectFailed by kind."""
+    """Connect (or reuse), run, capture. Connection failures raise ConnectFailed by kind. With `control` (a job's
+    command: ssh_exec) its sinks take the output, and it may stop the command or keep stdin open."""
     deadline = time.monotonic() + timeout
-    stdout = BoundedCapture(budget)
-    stderr = stdout if merge_stderr else BoundedCapture(budget)
+    stdout: Sink
+    stderr: Sink
+    if control is not None:
+        stdout = control.stdout
+        stderr = control.stderr or stdout
+    else:
+        stdout = BoundedCapture(budget)
+        stderr = stdout if merge_stderr else BoundedCapture(budget)
+    wake = control.wake if control is not None else None
 
     async def run(connection: PooledConnection) -> RemoteOutcome:
         marker = f"RELAY-PID-{secrets.token_hex(8)} "
@@ -119,16 +227,19 @@ async def run_remote(
             deadline,
             lambda: connection.connection.create_session(lambda: session, prefixed, encoding=None),
         )
+        if control is not None:
+            control.channel, control.session, control.host_key = channel, session, connection.host_key
         connection.channels_open += 1
         try:
             if stdin:
                 channel.write(stdin)
-            channel.write_eof()  # a command reading stdin sees EOF instead of waiting forever
+            if control is None or not control.stdin_open:
+                channel.write_eof()  # a command reading stdin sees EOF instead of waiting forever
             timed_out = False
             try:
-                await _wait(session, deadline, progress)
+                await _wait(session, deadline, control.report if control is not None else progress, wake)
             except TimeoutError:
-                timed_out = True
+                timed_out = control is None or control.stop_signal is None  # a stop is no timeout
                 await _kill(pool, route, channel, session)
             except BaseException:  # cancelled by the client: the remote command must not outlive the call
                 with contextlib.suppress(Exception):
@@ -141,13 +252,17 @@ async def run_remote(
             exit_code=None if timed_out else channel.get_exit_status() if exit_signal is None else None,
             signal=None if timed_out or exit_signal is None else _signal_name(exit_signal[0]),
             timed_out=timed_out,
-            stdout=stdout.result(),
-            stderr=None if merge_stderr else stderr.result(),
+            stdout=_captured(stdout),
+            stderr=None if stderr is stdout else _captured(stderr),
             host_key=connection.host_key,
             accepted_new_key=connection.decision.announce_new_key(),
         )
 
     return await on_channel(pool, route, deadline, run)
+
+
+def _captured(sink: Sink) -> CapturedText:
+    return sink.capture.result() if isinstance(sink, StreamSink) else sink.result()
 
 
 async def open_channel(
@@ -198,18 +313,23 @@ async def on_channel(
     raise AssertionError("unreachable")
 
 
-async def _wait(session: _ExecSession, deadline: float, progress: ProgressFn | None) -> None:
-    """Until the channel closes; TimeoutError at the deadline. Reports progress every half second."""
+async def _wait(
+    session: _ExecSession, deadline: float, progress: ProgressFn | None, wake: asyncio.Future[None] | None
+) -> None:
+    """Until the channel closes; TimeoutError at the deadline, or when `wake` is set (a job's command stopped).
+    Reports progress every half second."""
+    waited = [session.done] if wake is None else [session.done, wake]
     while True:
         remaining = deadline - time.monotonic()
-        if remaining <= 0:
+        if remaining <= 0 or (wake is not None and wake.done()):
             raise TimeoutError
-        try:
-            await asyncio.wait_for(asyncio.shield(session.done), min(remaining, PROGRESS_EVERY))
+        done, _ = await asyncio.wait(
+            waited, timeout=min(remaining, PROGRESS_EVERY), return_when=asyncio.FIRST_COMPLETED
+        )
+        if session.done in done:
             return
-        except TimeoutError:
-            if progress is not None and time.monotonic() < deadline:
-                await progress(session.produced)
+        if not done and progress is not None and time.monotonic() < deadline:
+            await progress(session.produced)
 
 
 async def _kill(pool: SshPool, route: Route, channel: asyncssh.SSHClientChannel[bytes], session: _ExecSession) -> None:

@@ -214,6 +214,10 @@ max_sessions = 4
 secret_env_allow = ["DB_*"]
 record_dir = "{directory}/casts"
 
+[jobs]
+yield_after = 30
+max_jobs = 3
+
 [ssh]
 ssh_config = ""
 ssh_known_hosts = "strict"

@@ -93,6 +93,8 @@ def test_hosts_groups_and_cut_output_of_a_record() -> None:
     assert fields.output_cut({"tool": "shell_exec", "raw_len": 70000, "output_len": 65600})
     assert not fields.output_cut({"tool": "shell_exec", "raw_len": 100, "output_len": 109})
     assert not fields.output_cut({"tool": "session_recv", "raw_len": 70000, "output_len": 100})  # escapes stripped
+    assert fields.output_cut({"tool": "session_recv", "raw_len": 70000, "output_len": 100, "truncated": True})
+    assert fields.output_cut({"tool": "ssh_exec", "raw_len": 100, "output_len": 200, "stderr_truncated": True})
 
 
 class Collected:
@@ -140,6 +142,33 @@ def test_start_and_end_records_join_into_one_call_and_the_rest_are_events() -> N
     assert collected.outcome_of("a-3") == "unended" and collected.rows[3].flags & FLAG["unended"]
     # times and seqs are differences from the previous row's
     assert [row.values[13] for row in collected.rows] == [0, 2, -1, 3]
+
+
+def test_a_jobs_phases_are_one_call_grouped_with_the_reads_of_it() -> None:
+    """A call that yielded (adr/0028): start, its `job` note, then (after reads of the job) its end, one row."""
+    collected = Collected()
+    add = collected.timeline.add
+    add(record("a-1", "start", "01:00:01", decision="admitted", args={"command": "make"}, seq=1))
+    add(record("a-1", "job", "01:00:46", job_id="j-1", after_ms=45000, raw_len=10, seq=2))
+    read = {"tool": "session_recv", "session_id": "j-1", "outcome": "running", "args": {"session_id": "j-1"}}
+    add(record("a-2", "end", "01:00:50", seq=3, **read))
+    end = {"outcome": "ok", "exit_code": 0, "duration_ms": 70000, "job_id": "j-1", "truncated": True}
+    add(record("a-1", "end", "01:02:11", args={"command": "make"}, seq=4, output_id="o-1", **end))
+    add(record("a-3", "end", "01:02:12", seq=5, **{**read, "session_id": "o-1", "args": {"session_id": "o-1"}}))
+    collected.timeline.finish()
+    assert [row.values[0] for row in collected.rows] == ["a-2", "a-1", "a-3"]
+    job = collected.rows[1]
+    assert [record["phase"] for record in collected.details[1]] == ["start", "job", "end"]
+    assert job.outcome == "ok" and job.values[2] == 70000 and job.values[9] == 0
+    assert not job.flags & FLAG["confirm"], "a job's note is no tier-3 confirmation"
+    assert job.flags & FLAG["cut"], "the end record says it was cut"
+    assert "j-1" in job.values[11] and "j-1" in collected.rows[0].values[11], "grouped with the reads of the job"
+    assert "o-1" in job.values[11] and "o-1" in collected.rows[2].values[11], "and with the reads of its output"
+    collected = Collected()
+    collected.timeline.add(record("b-1", "start", "01:00:01", decision="admitted", seq=1))
+    collected.timeline.add(record("b-1", "job", "01:00:46", job_id="j-2", seq=2))
+    collected.timeline.finish()
+    assert collected.outcome_of("b-1") == "unended" and len(collected.details[0]) == 2, "still running, or died"
 
 
 def test_a_start_record_followed_by_a_server_start_was_interrupted() -> None:

@@ -274,3 +274,69 @@ async def test_a_tier3_call_runs_once_a_token_for_exactly_it_was_confirmed(tmp_p
     assert start["decision"] == "confirmed" and start["tier"] == 3
     assert isinstance(token, str) and token not in str(records)  # the records keep its digest only
     assert start["confirmation"] == records[0]["confirmation"]  # linked to the record that asked
+
+
+class YieldedCommand:
+    """A plan's job, as sessions/jobs.py makes one: the test ends it by calling `end` (the runner's part alone)."""
+
+    job_id = "j-0123456789ab"
+
+    def __init__(self) -> None:
+        self.on_end: Callable[[Execution], Any] | None = None
+        self.final: Any = None
+        self.abandoned: list[str] = []
+
+    def attach(self, on_end: Callable[[Execution], Any]) -> None:
+        self.on_end = on_end
+
+    async def abandon(self, reason: str) -> None:
+        self.abandoned.append(reason)
+        self.end(said("ended\n"))
+
+    def end(self, execution: Execution) -> None:
+        assert self.on_end is not None, "the runner attached itself when the call yielded"
+        self.final = self.on_end(execution)
+
+
+def running(job: YieldedCommand) -> Execution:
+    capture = BoundedCapture(1024)
+    capture.feed(b"so far\n")
+    return Execution(status="running", output=capture.result(), headline=f"[RUNNING: job {job.job_id}]", job=job)
+
+
+async def test_a_call_that_yields_gets_its_end_record_when_its_job_ends(tmp_path: Path) -> None:
+    server = Server(tmp_path)
+    job = YieldedCommand()
+
+    async def execute(progress: ProgressFn) -> Execution:
+        return running(job)
+
+    result = await server.runner.run(server.request("acts", command="sleep 9"), lambda: plan_of(execute))
+    assert text_of(result) == f"[RUNNING: job {job.job_id}]\nso far\n" and not result.is_error
+    assert (result.structured_content or {})["status"] == "running"
+    start, note = server.records()
+    assert (start["phase"], note["phase"]) == ("start", "job") and note["call_id"] == start["call_id"]
+    assert note["job_id"] == job.job_id and note["raw_len"] == 7 and note["tier"] == start["tier"]
+    job.end(said("so far\nand the rest\n"))
+    *_, end = server.records()
+    assert end["phase"] == "end" and end["call_id"] == start["call_id"] and end["outcome"] == "ok"
+    assert end["raw_len"] == len("so far\nand the rest\n") and end["args"] == start["args"]
+    assert text_of(job.final) == "[exit 0]\nso far\nand the rest\n", "the result the one-shot would have had"
+    counted = server.metric('relay_shell_tool_calls_total{outcome="ok",tier="0",tool="acts"} 1.0')
+    assert counted and not server.metric('outcome="running"'), "counted once, at its end"
+
+
+async def test_a_job_the_log_cannot_note_is_ended_and_its_output_withheld(tmp_path: Path) -> None:
+    server = Server(tmp_path)
+    job = YieldedCommand()
+
+    async def execute(progress: ProgressFn) -> Execution:
+        shutil.rmtree(server.directory)  # the log goes away while the command runs
+        server.directory.write_text("not a directory")
+        return running(job)
+
+    result = await server.runner.run(server.request("acts"), lambda: plan_of(execute))
+    assert result.is_error and "so far" not in text_of(result)
+    assert text_of(result).startswith(f"[ERROR: AuditWriteFailed: the command ran as job {job.job_id} but the log")
+    assert job.abandoned == ["the audit log could not be written when the call yielded"]
+    assert text_of(job.final).startswith("[ERROR: AuditWriteFailed: the call ran ([exit 0])"), "its end withheld too"

@@ -30,6 +30,11 @@ audit_signing_key audit_checkpoint_interval gate exec_trace exec_deny exec_trace
 ADDED = {
     "readonly_enforcement": 26,
     "passprompt": 26,
+    "yield_after": 28,
+    "max_jobs": 28,
+    "job_retention": 28,
+    "output_store_bytes": 28,
+    "output_retention": 28,
 }
 
 

@@ -26,6 +26,14 @@ Env = Annotated[
     dict[str, str | None] | None,
     Field(description="environment overlay: {NAME: value}; a null value unsets NAME"),
 ]
+YieldAfter = Annotated[
+    float | None,
+    Field(
+        description="seconds after which the call returns `[RUNNING: job ID …]` with the output so far while the "
+        "command runs on (its timeout still bounds it); default from the server (45); 0 = never, wait for the end",
+        allow_inf_nan=False,
+    ),
+]
 
 
 async def shell_exec(
@@ -42,6 +50,10 @@ async def shell_exec(
     env: Env = None,
     merge_stderr: Annotated[bool, Field(description="interleave stderr into output (false: separate)")] = True,
     use_shell: Annotated[bool, Field(description="run via /bin/sh -c (false: exec argv directly)")] = True,
+    yield_after: YieldAfter = None,
+    stdin_open: Annotated[
+        bool, Field(description="keep stdin open (after `stdin`) for input sent to the job with session_send")
+    ] = False,
 ) -> Annotated[CallToolResult, results.ExecResult]:
     """Run one command on this host and return its exit status and output.
 
@@ -49,7 +61,13 @@ async def shell_exec(
     terminal and an empty stdin unless `stdin` is given; pagers and prompts are disabled. On timeout
     the whole process group is killed and the partial output is returned after `[TIMEOUT after Ns]`.
     The first line of the result is `[exit N]`, `[signal NAME]`, `[TIMEOUT …]`, `[DENIED …]` or
-    `[ERROR: …]`; long output is cut to head + tail with a `[TRUNCATED: …]` line.
+    `[ERROR: …]`; long output is cut to head + tail with a `[TRUNCATED: …]` line, and a note names the
+    output id that pages all of it (session_recv(session_id=OUTPUT_ID, since=0, max_bytes=…)).
+
+    Long work (a build, an upgrade): set `timeout` for its whole life; if it still runs after
+    `yield_after` seconds the call returns `[RUNNING: job ID after Ns | cursor C]` with the output so far.
+    Then wait with session_recv(session_id=ID, until=…, timeout=≤45) — it returns new output, and once
+    the job ended the same `[exit N]` line and full result this call would have had; session_kill ends it.
     """
     return await services.runner.run(
         call,
@@ -64,6 +82,7 @@ async def shell_exec(
             merge_stderr=merge_stderr,
             use_shell=use_shell,
             launcher=services.launcher,
+            jobs=services.jobs.start(call.job_owner, call.identity.client_id, yield_after, stdin_open),
         ),
         call.report_progress,
     )
@@ -79,12 +98,14 @@ async def shell_script(
     max_output: MaxOutput = None,
     cwd: Cwd = None,
     env: Env = None,
+    yield_after: YieldAfter = None,
 ) -> Annotated[CallToolResult, results.ExecResult]:
     """Run a multi-line script with bash (default), sh or python and return its exit status and output.
 
     Prefer this over long `&&` chains: loops, conditionals, heredocs and functions work as written, and
     strict mode stops at the first failing step. stderr is merged into the output. Same result grammar
-    as shell_exec.
+    as shell_exec, `[RUNNING: job …]` included: a script still running after `yield_after` runs on as a
+    job, read with session_recv(session_id=ID, until=…).
     """
     return await services.runner.run(
         call,
@@ -98,6 +119,7 @@ async def shell_script(
             cwd=cwd,
             env=env,
             launcher=services.launcher,
+            jobs=services.jobs.start(call.job_owner, call.identity.client_id, yield_after),
         ),
         call.report_progress,
     )

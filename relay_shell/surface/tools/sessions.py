@@ -1,4 +1,5 @@
-"""MCP tools for PTY sessions: schema + one call into the audited runner."""
+"""MCP tools for PTY sessions — and, by the same handle model, for jobs (`j-…`) and kept outputs (`o-…`,
+adr/0028): schema + one call into the audited runner."""
 
 from __future__ import annotations
 
@@ -9,7 +10,17 @@ from mcp_types import CallToolResult
 from pydantic import Field
 
 from relay_shell import results
+from relay_shell.plan import Plan
 from relay_shell.runner.request import CallRequest
+from relay_shell.sessions.job_plans import (
+    is_job,
+    is_output,
+    prepare_job_kill,
+    prepare_job_recv,
+    prepare_job_send,
+    prepare_not_a_terminal,
+    prepare_output_recv,
+)
 from relay_shell.sessions.passwords import withhold_at_password_prompt
 from relay_shell.sessions.plans import prepare_kill, prepare_list, prepare_recv, prepare_resize, prepare_spawn
 from relay_shell.sessions.registry import SessionRegistry
@@ -18,7 +29,13 @@ from relay_shell.surface.registry import ToolKind, ToolRegistry
 from relay_shell.surface.services import Services
 from relay_shell.surface.tools.local import Cwd, Env
 
-SessionId = Annotated[str, Field(description="the session id from shell_spawn, e.g. s-1a2b3c4d5e6f")]
+SessionId = Annotated[
+    str,
+    Field(
+        description="the session id from shell_spawn (s-1a2b3c4d5e6f), a job id from a call that yielded "
+        "(j-…), or, for session_recv, the output_id of a cut result (o-…)"
+    ),
+]
 Until = Annotated[
     str | list[str] | None,
     Field(
@@ -110,10 +127,28 @@ async def session_send(
     output has been quiet for a moment. The first line reports how the wait ended: `[match N 'text' |
     cursor C]`, `[TIMEOUT …]` (output so far is kept), or `[eof: exit N …]`. Each typed line is checked
     by policy like a command; keys=["ctrl-c"] interrupts the foreground job.
+
+    To a job (j-…) started with stdin_open: `data` goes to its stdin (classified as input to its
+    command); keys=["ctrl-d"] closes stdin, keys=["ctrl-c"] interrupts it.
     """
-    return await services.runner.run(
-        call,
-        lambda: prepare_send(
+
+    def prepare() -> Plan:
+        if is_job(session_id):
+            return prepare_job_send(
+                services.settings,
+                services.jobs,
+                call.job_owner,
+                session_id=session_id,
+                data=data,
+                enter=enter,
+                keys=keys,
+                secret_env=secret_env,
+                until=until,
+                timeout=timeout,
+                max_bytes=max_bytes,
+                strip_ansi_codes=strip_ansi,
+            )
+        return prepare_send(
             services.settings,
             services.sessions,
             call.owner,
@@ -126,8 +161,9 @@ async def session_send(
             timeout=timeout,
             max_bytes=max_bytes,
             strip_ansi_codes=strip_ansi,
-        ),
-    )
+        )
+
+    return await services.runner.run(call, prepare)
 
 
 async def session_recv(
@@ -149,10 +185,38 @@ async def session_recv(
     unread output at once, or wait for some to arrive and go quiet. `cursor` in the result is where
     this read ended; pass it as `since` to read again from there if a result was lost. `dropped` counts
     bytes that were overwritten before anyone read them (the ring buffer is bounded).
+
+    A job (j-…): `[RUNNING: job ID after Ns | cursor C]` while it runs; once it ended, the first line is
+    the one its call would have returned (`[exit N]`, `[signal …]`, `[TIMEOUT …]`) and `result` holds that
+    call's full result. A cut result's output_id (o-…): pages of every byte, `since`=cursor and `max_bytes`
+    at a time, until cursor equals `total_bytes`.
     """
-    return await services.runner.run(
-        call,
-        lambda: prepare_recv(
+
+    def prepare() -> Plan:
+        if is_job(session_id):
+            return prepare_job_recv(
+                services.settings,
+                services.jobs,
+                call.job_owner,
+                session_id=session_id,
+                timeout=timeout,
+                max_bytes=max_bytes,
+                until=until,
+                strip_ansi_codes=strip_ansi,
+                since=since,
+            )
+        if is_output(session_id):
+            return prepare_output_recv(
+                services.settings,
+                services.outputs,
+                call.job_owner,
+                session_id=session_id,
+                max_bytes=max_bytes,
+                until=until,
+                strip_ansi_codes=strip_ansi,
+                since=since,
+            )
+        return prepare_recv(
             services.settings,
             services.sessions,
             call.owner,
@@ -162,8 +226,9 @@ async def session_recv(
             until=until,
             strip_ansi_codes=strip_ansi,
             since=since,
-        ),
-    )
+        )
+
+    return await services.runner.run(call, prepare)
 
 
 async def session_resize(
@@ -171,6 +236,8 @@ async def session_resize(
 ) -> Annotated[CallToolResult, results.SessionResult]:
     """Change a session's terminal size; the program gets SIGWINCH and redraws. Returns the redraw (output
     until it goes quiet, up to a second), so the next session_send sees only its own answer."""
+    if is_job(session_id) or is_output(session_id):
+        return await services.runner.run(call, lambda: prepare_not_a_terminal(session_id))
     return await services.runner.run(
         call,
         lambda: prepare_resize(
@@ -195,7 +262,15 @@ async def session_kill(
     ] = True,
 ) -> Annotated[CallToolResult, results.SessionResult]:
     """Signal or close a session. close=true (default) ends every process in it and removes it;
-    close=false delivers `signal` to the foreground job only (like a key such as Ctrl-C would)."""
+    close=false delivers `signal` to the foreground job only (like a key such as Ctrl-C would).
+    A job (j-…): close=true ends its command and everything it started; its result stays readable."""
+    if is_job(session_id):
+        return await services.runner.run(
+            call,
+            lambda: prepare_job_kill(
+                services.settings, services.jobs, call.job_owner, session_id=session_id, signal_name=signal, close=close
+            ),
+        )
     return await services.runner.run(
         call,
         lambda: prepare_kill(
@@ -210,9 +285,14 @@ async def session_kill(
 
 
 async def session_list(call: CallRequest, services: Services) -> Annotated[CallToolResult, results.SessionListResult]:
-    """List your sessions: id, command, size, age, idle time, cursor, unread and dropped bytes, state and
-    exit status."""
-    return await services.runner.run(call, lambda: prepare_list(services.settings, services.sessions, call.owner))
+    """List your sessions and jobs: id, kind, command, size, age, idle time, cursor, unread and dropped bytes,
+    state and exit status."""
+    return await services.runner.run(
+        call,
+        lambda: prepare_list(
+            services.settings, services.sessions, call.owner, jobs=services.jobs.owned_by(call.job_owner)
+        ),
+    )
 
 
 DRIVES = ToolKind(read_only=False, destructive=True, idempotent=False, open_world=True)

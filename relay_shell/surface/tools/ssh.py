@@ -14,7 +14,7 @@ from relay_shell.plan import Plan
 from relay_shell.runner.request import CallRequest
 from relay_shell.surface.registry import ToolKind, ToolRegistry
 from relay_shell.surface.services import Services
-from relay_shell.surface.tools.local import MaxOutput, Timeout
+from relay_shell.surface.tools.local import MaxOutput, Timeout, YieldAfter
 from relay_shell.surface.tools.sessions import Cols, Rows, Until, WaitTimeout
 
 if TYPE_CHECKING:
@@ -74,6 +74,10 @@ async def ssh_exec(
     max_output: MaxOutput = None,
     stdin: Annotated[str | None, Field(description="text written to the command's stdin, then EOF")] = None,
     merge_stderr: Annotated[bool, Field(description="interleave stderr into output (false: separate)")] = True,
+    yield_after: YieldAfter = None,
+    stdin_open: Annotated[
+        bool, Field(description="keep stdin open (after `stdin`) for input sent to the job with session_send")
+    ] = False,
     **connection: Unpack[SshConnection],
 ) -> Annotated[CallToolResult, results.SshExecResult]:
     """Run one command on one SSH host and return its exit status and output (the shell_exec of a remote
@@ -83,6 +87,11 @@ async def ssh_exec(
     started are killed and the partial output is returned after `[TIMEOUT after Ns]`. Connection problems
     come back as `[ERROR: Kind: …]` with Kind one of ConnectionRefused, Unreachable, UnknownHost,
     ConnectTimeout, AuthFailed, HostKeyMismatch, HostKeyUnknown. For many hosts use ssh_fanout.
+
+    A long upgrade: set `timeout` for its whole life; still running after `yield_after` seconds, the call
+    returns `[RUNNING: job ID after Ns | cursor C]` and the output so far; wait with
+    session_recv(session_id=ID, until=…), end it with session_kill. A cut result names an output id that
+    session_recv pages through.
     """
 
     def prepare() -> Plan:
@@ -97,6 +106,7 @@ async def ssh_exec(
             stdin=stdin,
             merge_stderr=merge_stderr,
             connection=connection_args(connection),
+            jobs=services.jobs.start(call.job_owner, call.identity.client_id, yield_after, stdin_open),
         )
 
     return await services.runner.run(call, prepare, call.report_progress)

@@ -61,6 +61,8 @@ async def test_tools_are_listed_with_annotations_and_schemas(client: Client) -> 
         "env",
         "merge_stderr",
         "use_shell",
+        "yield_after",  # issue 28: long-running work
+        "stdin_open",
     }
     assert "operating_guide" in (client.instructions or "")
 
@@ -162,7 +164,10 @@ async def test_truncation_keeps_head_and_tail(client: Client) -> None:
     text = text_of(result)
     lines = text.splitlines()
     assert lines[0] == "[exit 0]"
-    assert lines[1] == "1"
+    # issue 28: the cut output is kept in full, and a note says where (tests/e2e/jobs/test_outputs.py reads it)
+    output_id = result.structured_content and result.structured_content["output_id"]
+    assert output_id and lines[1].startswith(f"[NOTE: output cut: all 588895 bytes are kept as {output_id} "), lines[1]
+    assert lines[2] == "1"
     assert "100000" in lines[-2]
     assert lines[-1].startswith("[TRUNCATED: 588895 bytes produced, ")
     assert "head 512 + tail" in lines[-1]
