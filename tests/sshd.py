@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import ipaddress
 import os
 import selectors
 import signal
@@ -57,11 +58,27 @@ class SshHost:
 
 
 class SshFleet:
-    def __init__(self, root: Path, count: int, first_octet: int = 2, max_sessions: int | None = None) -> None:
-        if count < 1 or first_octet < 1 or first_octet + count - 1 > 254:
+    """`first_address` (e.g. "127.0.1.1" for a fleet of 256) places the hosts from there on, instead of from
+    127.0.0.`first_octet`; `server_lines` adds sshd_config lines to some hosts (by alias), ahead of the fleet's
+    own, so they win (sshd takes a keyword's first value)."""
+
+    def __init__(
+        self,
+        root: Path,
+        count: int,
+        first_octet: int = 2,
+        max_sessions: int | None = None,
+        first_address: str | None = None,
+        server_lines: dict[str, list[str]] | None = None,
+    ) -> None:
+        first = ipaddress.IPv4Address(first_address or f"127.0.0.{first_octet}")
+        if count < 1 or first_octet < 1 or not (first.is_loopback and (first + count - 1).is_loopback):
+            raise ValueError(f"cannot place {count} hosts on loopback from {first}")
+        if first_address is None and first_octet + count - 1 > 254:
             raise ValueError(f"cannot place {count} hosts from 127.0.0.{first_octet}")
         self.root = Path(root)
         self.max_sessions = max_sessions
+        self.server_lines = server_lines or {}
         self.client_key = self.root / "client_key"
         self.known_hosts = self.root / "known_hosts"
         self.ssh_config = self.root / "ssh_config"
@@ -69,7 +86,7 @@ class SshFleet:
         self.hosts: list[SshHost] = []
         for index in range(count):
             alias = f"h{index + 1:02d}"
-            address = f"127.0.0.{first_octet + index}"
+            address = str(first + index)
             host_key = self.root / f"{alias}_host_key"
             self.hosts.append(SshHost(alias, address, _free_port(address), host_key))
         self._token = uuid.uuid4().hex
@@ -169,6 +186,7 @@ class SshFleet:
 
     def _write_server_config(self, host: SshHost) -> Path:
         lines = [
+            *self.server_lines.get(host.alias, []),
             f"ListenAddress {host.address}:{host.port}",
             f"HostKey {host.host_key}",
             f"PidFile {self.root / f'{host.alias}.pid'}",

@@ -105,6 +105,7 @@ class PooledConnection:
     forgotten: bool = False  # removed from the pool (and its jump connection's channel given back)
     tunnel: PooledConnection | None = None  # the jump connection this one runs through
     forwards: int = 0  # port forwards riding on it: while > 0 it is never reaped, evicted or retired
+    streams_files: bool = True  # False once its host would not run `scp -f` (transfers/scp_stream.py)
 
     @property
     def host_key(self) -> str | None:
@@ -149,6 +150,15 @@ class SshPool:
             self._close(connection)  # retired: it refuses every channel
         self.released.set()
         self.released = asyncio.Event()
+
+    def reserve(self, connection: PooledConnection) -> bool:
+        """One more channel on a connection the caller already holds one on, if it has one free (no dial, no
+        wait); `release` gives it back."""
+        if connection.closed or connection.in_use >= connection.limit:
+            return False
+        connection.in_use += 1
+        connection.last_used = time.monotonic()
+        return True
 
     def hold(self, connection: PooledConnection) -> None:
         """A port forward rides on this connection (take it with `acquire`, hold it, then `release` the channel:

@@ -503,3 +503,34 @@ def test_match_exec_never_runs_and_is_a_load_problem(tmp_path: Path, home: Path)
     problems = inventory.problems()
     lines = [f"{config} line 1", f"{config} line 3", f"{home / '.ssh' / 'extra.conf'} line 1"]
     assert problems == [f"ssh_config: {where}: {MATCH_EXEC_REFUSED}" for where in lines], problems
+
+
+def test_a_listed_hosts_options_are_read_once_per_load(
+    tmp_path: Path, home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Listing the hosts reads each one's options; routing to them must not read the whole file again per host
+    (a 256-host fan-out did: one walk of a 257-block ssh_config per host). A change to the file still shows."""
+    hosts = [f"web{index:03d}" for index in range(40)]
+    config = write(
+        tmp_path / "ssh_config",
+        "".join(
+            f"Host {name}\n    HostName 10.0.{index // 250}.{index % 250 + 1}\n" for index, name in enumerate(hosts)
+        ),
+    )
+    reads: list[str] = []
+    real = inventory_module.read_ssh_options
+
+    def counted(path: Path, host: str, user: str | None, port: int | None) -> object:
+        reads.append(host)
+        return real(path, host, user, port)
+
+    monkeypatch.setattr(inventory_module, "read_ssh_options", counted)
+    inventory = Inventory(config, None)
+    assert [inventory.ssh_options(name).hostname for name in hosts[:3]] == ["10.0.0.1", "10.0.0.2", "10.0.0.3"]
+    for name in hosts:
+        inventory.ssh_options(name)
+    assert reads == []
+    assert inventory.ssh_options("not-listed").hostname is None  # a name the file does not list: read for it
+    assert reads == ["not-listed"]
+    rewrite(config, "Host web000\n    HostName 192.0.2.7\n")
+    assert inventory.ssh_options("web000").hostname == "192.0.2.7"

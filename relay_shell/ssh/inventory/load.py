@@ -191,12 +191,14 @@ def _load_snapshot(ssh_config_path: Path | None, inventory_path: Path | None) ->
     problems: list[str] = []
     files: list[Path] = []
     ssh_hosts: dict[str, InventoryHost] = {}
+    ssh_options_read: dict[str, SshConfigOptions] = {}
     if ssh_config_path is not None:
         # Taken before reading, so a change during the read shows up as a change next time.
         signatures[ssh_config_path] = _file_signature(ssh_config_path)
         if signatures[ssh_config_path] is not None:
             loaded = load_ssh_config_hosts(ssh_config_path)
             ssh_hosts = loaded.hosts
+            ssh_options_read = loaded.options
             problems += loaded.problems
             for path in loaded.parsed_files + loaded.watched_dirs:
                 signatures.setdefault(path, _file_signature(path))
@@ -211,7 +213,11 @@ def _load_snapshot(ssh_config_path: Path | None, inventory_path: Path | None) ->
             files.append(inventory_path)
 
     hosts, groups = _merge(ssh_hosts, parsed, problems)
-    return _Snapshot(hosts=hosts, groups=groups, problems=problems, files=files, signatures=signatures)
+    snapshot = _Snapshot(hosts=hosts, groups=groups, problems=problems, files=files, signatures=signatures)
+    # Listing the hosts read each one's options already: a route (ssh_options) needs them again, and with a
+    # parse per host costing a walk of the whole file, a fan-out over 256 hosts would read it 256 times more.
+    snapshot.options.update({(name, None, None): options for name, options in ssh_options_read.items()})
+    return snapshot
 
 
 class Inventory:

@@ -259,6 +259,7 @@ class SshConfigLoad:
     parsed_files: list[Path] = field(default_factory=list)
     watched_dirs: list[Path] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    options: dict[str, SshConfigOptions] = field(default_factory=dict)  # each listed host's, as read for it
 
 
 def load_ssh_config_hosts(config_path: Path) -> SshConfigLoad:
@@ -290,6 +291,7 @@ def load_ssh_config_hosts(config_path: Path) -> SshConfigLoad:
         except Exception as exc:  # as above: a problem with the file
             note_problem(loaded.problems, f"ssh_config: host {name!r}: {exc}")
             continue
+        loaded.options[name] = options
         known_hosts = STRICT_HOST_KEY_CHECKING_MODES.get(options.strict_host_key_checking or "")
         if options.strict_host_key_checking and known_hosts is None:
             note_problem(

@@ -243,7 +243,7 @@ class Ends:
         if self.job.direction == "upload":
             return await upload_file(self.session, source, path, follow=not entry.relative)
         attrs = SFTPAttrs(size=entry.size, permissions=entry.mode, atime=entry.atime, mtime=entry.mtime)
-        return await download_file(self.session, source, path, attrs)
+        return await download_file(self.session, source, path, attrs, named=not entry.relative)
 
     async def make_link(self, link_target: str, path: str) -> None:
         if self.job.direction == "download":

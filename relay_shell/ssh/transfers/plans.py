@@ -196,7 +196,8 @@ async def _execute(ssh: Ssh, route: Route, job: Job, plan: Plan, progress: Progr
                     f"host key {connection.host_key} of {route.target.address}:{route.target.port} was not known "
                     "and is now trusted (accept-new); it was added to known_hosts"
                 )
-            await _transfer(Session(sftp, meter, report.leftovers), job, report, plan)
+            session = Session(sftp, meter, report.leftovers, ssh.pool, connection)
+            await _transfer(session, job, report, plan)
         except CONNECTION_LOST as exc:
             if not report.started and not isinstance(exc, asyncssh.SFTPError):
                 raise  # lost before anything was copied: on_channel tries again on a fresh connection

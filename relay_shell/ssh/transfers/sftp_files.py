@@ -6,9 +6,10 @@ temporary name in the destination directory that is renamed over the final name 
 complete, with its mode and times set. A failure, a timeout or a cancellation removes the temporary file: the
 final name never holds half a file. Symlinks are made under a temporary name and renamed the same way.
 
-Local reads, writes and hashing run on the event loop: they take well under a millisecond per block (page
-cache; SHA-256 with SHA-NI ~0.15 ms), and handing each block to a thread cost throughput and CPU (measured:
-GIL hand-offs per block outweigh the parallel hashing on a 2-CPU machine).
+A download hashes and writes through a `Sink` (`local_io`: on a worker thread for files of a MiB or more), and
+a named file of STREAM_MIN_BYTES or more comes over the remote `scp -f` instead of SFTP reads when the host
+allows it (`scp_stream`, ADR 0029). An upload reads and hashes on the event loop: handing that to a thread cost
+more CPU than it saved (ADR 0012, ADR 0029).
 """
 
 from __future__ import annotations
@@ -31,6 +32,9 @@ from asyncssh import SFTPAttrs, SFTPClient, SFTPClientFile
 
 from relay_shell.errors import ToolError
 from relay_shell.plan import ProgressFn
+from relay_shell.ssh.pool import PooledConnection, SshPool
+from relay_shell.ssh.transfers.local_io import Sink
+from relay_shell.ssh.transfers.scp_stream import STREAM_MIN_BYTES, stream_file
 
 BLOCK_SIZE = 261120  # OpenSSH's sftp-server serves at most this per read or write (its limits@openssh.com)
 # Block requests in flight per file, enough to keep a fast link busy. Reads can run further ahead: the SSH
@@ -80,6 +84,8 @@ class Session:
     sftp: SFTPClient
     meter: Meter
     leftovers: list[str] = field(default_factory=list)  # remote temporary files that could not be removed
+    pool: SshPool | None = None  # with `connection`: the pooled connection the SFTP session runs on
+    connection: PooledConnection | None = None
 
 
 def temporary_name(final: str) -> str:
@@ -93,18 +99,17 @@ def temporary_name(final: str) -> str:
 # -- download ---------------------------------------------------------------------------------------------
 
 
-async def download_file(session: Session, remote: str, local: str, attrs: SFTPAttrs) -> Landed:
-    """Copy the remote file to `local` (mode and times from `attrs`, the source's stat)."""
+async def download_file(session: Session, remote: str, local: str, attrs: SFTPAttrs, *, named: bool) -> Landed:
+    """Copy the remote file to `local` (mode and times from `attrs`, the source's stat). `named`: the path the
+    call names (not a file inside a tree), which may come over the remote `scp -f` when it is large."""
     temp = temporary_name(local)
     descriptor = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
-        source = await session.sftp.open(remote, "rb", encoding=None, block_size=0)  # one request per read
-        try:
-            landed = await _pull(source, descriptor, attrs.size or 0, session.meter)
-        except BaseException:
-            await quietly(source.close())
-            raise
-        await source.close()
+        landed = None
+        if named and (attrs.size or 0) >= STREAM_MIN_BYTES and session.pool and session.connection:
+            landed = await _stream(session.pool, session.connection, remote, descriptor, attrs.size or 0, session.meter)
+        if landed is None:
+            landed = await _read_over_sftp(session, remote, descriptor, attrs.size or 0)
         mode = attrs.permissions if attrs.permissions is not None else 0o600
         mtime = attrs.mtime or 0
         # No setuid/setgid from a remote server: run as root, that would plant privileged programs here.
@@ -122,11 +127,33 @@ async def download_file(session: Session, remote: str, local: str, attrs: SFTPAt
     return landed
 
 
+async def _stream(
+    pool: SshPool, connection: PooledConnection, remote: str, descriptor: int, expected: int, meter: Meter
+) -> Landed | None:
+    sink = Sink(descriptor, expected)
+    try:
+        size = await stream_file(pool, connection, remote, sink, meter.add)
+        return None if size is None else Landed(size, await sink.finish())
+    finally:
+        await sink.stop()
+
+
+async def _read_over_sftp(session: Session, remote: str, descriptor: int, expected: int) -> Landed:
+    source = await session.sftp.open(remote, "rb", encoding=None, block_size=0)  # one request per read
+    try:
+        landed = await _pull(source, descriptor, expected, session.meter)
+    except BaseException:
+        await quietly(source.close())
+        raise
+    await source.close()
+    return landed
+
+
 async def _pull(source: SFTPClientFile, descriptor: int, expected: int, meter: Meter) -> Landed:
     """Read the remote file in order with up to READ_AHEAD block reads ahead, hashing and writing each block
     as it comes. Reads go up to the size seen at the start; then one more read tells whether the file ends
     there or grew (growth is followed, within the size limit)."""
-    digest = hashlib.sha256()
+    sink = Sink(descriptor, expected)
     pending: deque[tuple[int, asyncio.Task[bytes]]] = deque()
     next_offset = 0
     horizon = expected
@@ -145,8 +172,7 @@ async def _pull(source: SFTPClientFile, descriptor: int, expected: int, meter: M
             got = 0
             while data:
                 await meter.add(len(data))
-                digest.update(data)
-                _write_all(descriptor, data)
+                await sink.add(data)
                 got += len(data)
                 if got == BLOCK_SIZE:
                     break
@@ -155,15 +181,10 @@ async def _pull(source: SFTPClientFile, descriptor: int, expected: int, meter: M
                 data = await source.read(BLOCK_SIZE - got, offset + got)
             position += got
             if got < BLOCK_SIZE:
-                return Landed(position, digest.hexdigest())
+                return Landed(position, await sink.finish())
     finally:
         _abandon(request for _, request in pending)
-
-
-def _write_all(descriptor: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(descriptor, view) :]
+        await sink.stop()
 
 
 # -- upload -----------------------------------------------------------------------------------------------
