@@ -8,6 +8,7 @@ code 2), before anything is served.
 
 from __future__ import annotations
 
+import gc
 import importlib
 import sys
 from typing import TYPE_CHECKING
@@ -83,6 +84,7 @@ def run(settings: Settings) -> int:
     assembly = assemble(settings, audit_log, http_auth, containment, offhost, previous, leftovers)
     metrics_note = start_metrics_listener(settings, assembly)
     print_banner(settings, assembly, offhost, metrics_note)
+    collect_garbage_from_now_on()
     return serve_transport(settings, assembly, http_auth, audit_log)
 
 
@@ -201,9 +203,7 @@ def start_metrics_listener(settings: Settings, assembly: Assembly) -> str:
     return f"http://{host}:{assembly.metrics_port}/metrics"
 
 
-def print_banner(
-    settings: Settings, assembly: Assembly, offhost: OffHost | None, metrics_note: str
-) -> None:
+def print_banner(settings: Settings, assembly: Assembly, offhost: OffHost | None, metrics_note: str) -> None:
     chain = "on" if settings.audit.audit_chain else "off"
     print(
         f"relay-shell {__version__} | transport {settings.http.transport} | policy {settings.policy.policy_mode} | "
@@ -243,6 +243,15 @@ def serve_transport(settings: Settings, assembly: Assembly, http_auth: HttpAuth,
     finally:
         audit_log.close()
     return 0
+
+
+def collect_garbage_from_now_on() -> None:
+    """What startup made lives as long as the server: frozen, the garbage collector never walks it again (a full
+    collection walked it in ~20 ms, on the event loop, every few hundred calls); then the collector, off during
+    startup (cli.py), is on for what the calls make. Startup's own cyclic garbage, a few hundred objects, is
+    frozen with it rather than paying a full collection to find it."""
+    gc.freeze()
+    gc.enable()
 
 
 def raise_open_files_limit() -> None:
