@@ -245,6 +245,33 @@ def child_pid_running(module_hint: str) -> int:
     raise RuntimeError(f"no child process running {module_hint}")
 
 
+def children() -> set[int]:
+    """The PIDs of this process's running children."""
+    me = str(os.getpid())
+    found = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as handle:
+                if handle.read().rsplit(")", 1)[1].split()[1] == me:
+                    found.add(int(entry))
+        except (FileNotFoundError, ProcessLookupError, IndexError):
+            continue
+    return found
+
+
+@contextmanager
+def new_children() -> Iterator[list[int]]:
+    """The children started inside the block (a server a client spawned), listed when it ends."""
+    before = children()
+    started: list[int] = []
+    yield started
+    started += sorted(children() - before)
+    if not started:
+        raise RuntimeError("no child process was started")
+
+
 def status_kib(pid: int, field: str) -> int:
     with open(f"/proc/{pid}/status") as handle:
         for line in handle:
