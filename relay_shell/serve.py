@@ -111,11 +111,12 @@ def start_offhost(settings: Settings, audit_log: AuditLog) -> OffHost | None:
     return OffHost(settings, audit_log)
 
 
-def http_authentication(settings: Settings) -> HttpAuth:
-    from relay_shell.auth.setup import HttpAuth, check_http_settings
-
+def http_authentication(settings: Settings) -> HttpAuth | None:
+    """The HTTP transport's authentication; None over stdio, which loads none of it."""
     if settings.http.transport != "http":
-        return HttpAuth()
+        return None
+    from relay_shell.auth.setup import check_http_settings
+
     return check_http_settings(settings)
 
 
@@ -165,7 +166,7 @@ def end_leftovers(settings: Settings, containment: Containment) -> tuple[Previou
 def assemble(
     settings: Settings,
     audit_log: AuditLog,
-    http_auth: HttpAuth,
+    http_auth: HttpAuth | None,
     containment: Containment,
     offhost: OffHost | None,
     previous: PreviousRun,
@@ -174,7 +175,8 @@ def assemble(
     from relay_shell.audit.interrupted import restart_fields
     from relay_shell.server import build_server
 
-    assembly = build_server(settings, audit_log, http_auth.tokens, http_auth.oauth, containment, offhost)
+    tokens, oauth = (http_auth.tokens, http_auth.oauth) if http_auth is not None else (None, None)
+    assembly = build_server(settings, audit_log, tokens, oauth, containment, offhost)
     restart = restart_fields(previous, [leftover.record() for leftover in leftovers])
     # The policy in force, for the auditor's report (adr/0023): a log says which rules each of its servers applied.
     policy = {
@@ -216,9 +218,9 @@ def print_banner(settings: Settings, assembly: Assembly, offhost: OffHost | None
         print(f"relay-shell: {note}", file=sys.stderr, flush=True)
 
 
-def serve_transport(settings: Settings, assembly: Assembly, http_auth: HttpAuth, audit_log: AuditLog) -> int:
+def serve_transport(settings: Settings, assembly: Assembly, http_auth: HttpAuth | None, audit_log: AuditLog) -> int:
     """Serve until the transport ends (stdin closed, a signal); the audit log is closed last."""
-    if settings.http.transport == "http":
+    if http_auth is not None:
         from relay_shell.http import serve_http
 
         try:
