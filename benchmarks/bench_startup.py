@@ -69,6 +69,7 @@ class Server:
     argv: list[str]
     env: dict[str, str]
     cwd: Path | None = None
+    idle_pause: float = IDLE_PAUSE  # before the RSS is read
     wall: list[float] = field(default_factory=list)
     cpu: list[float] = field(default_factory=list)
     rss_kib: list[float] = field(default_factory=list)
@@ -94,7 +95,7 @@ class Server:
             assert '"result"' in line, line
             process.stdin.write(INITIALIZED)
             process.stdin.flush()
-            time.sleep(IDLE_PAUSE)
+            time.sleep(self.idle_pause)
             rss = status_kib(process.pid, "VmRSS")
         finally:
             process.stdin.close()
@@ -103,6 +104,13 @@ class Server:
             self.wall.append(elapsed)
             self.cpu.append(cpu)
             self.rss_kib.append(rss)
+
+
+def time_to_initialize(argv: list[str], env: dict[str, str]) -> float:
+    """One start's time to `initialize` answered (bench_runbooks times its starts with it)."""
+    server = Server(argv[0], argv, env, idle_pause=0)
+    server.start()
+    return server.wall[0]
 
 
 def relay_server(code: ServerCode, audit_dir: str) -> Server:

@@ -198,7 +198,7 @@ def _dependencies(pyproject: Path) -> object:
     return project.get("dependencies"), project.get("requires-python")
 
 
-def relay_params(audit_dir: str, code: ServerCode | None = None, **settings: str) -> StdioServerParameters:
+def relay_params(audit_dir: str, code: ServerCode | None = None, /, **settings: str) -> StdioServerParameters:
     code = code or this_code()
     env = {key: value for key, value in os.environ.items() if not key.startswith("RELAY_SHELL_")}
     env["RELAY_SHELL_AUDIT_PATH"] = str(Path(audit_dir) / "audit.jsonl")
@@ -212,7 +212,7 @@ def bare_params() -> StdioServerParameters:
 
 
 @asynccontextmanager
-async def relay_client(code: ServerCode | None = None, **settings: str) -> AsyncIterator[Client]:
+async def relay_client(code: ServerCode | None = None, /, **settings: str) -> AsyncIterator[Client]:
     with tempfile.TemporaryDirectory() as audit_dir:
         async with Client(relay_params(audit_dir, code, **settings), mode="legacy") as client:
             yield client
