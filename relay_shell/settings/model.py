@@ -123,7 +123,9 @@ def merged_sources(values: Mapping[str, Any]) -> dict[str, Any]:
         sources.append(file_values(path))
     merged: dict[str, Any] = {}
     for source in reversed(sources):
-        for area, value in source.items():
+        for key, value in source.items():
+            # An area's name in any case, as pydantic-settings matched them (`[HTTP]` is [http]).
+            area = key.lower() if key.lower() in Settings.model_fields else key
             below = merged.get(area)
             if isinstance(value, Mapping) and isinstance(below, Mapping):
                 merged[area] = {**below, **value}
