@@ -1,9 +1,12 @@
 """Over streamable HTTP: `shell_exec true` latency vs the same SDK client calling a bare MCPServer's HTTP tool that
-spawns `/bin/sh -c true` (median ≤ 1.15×), and throughput with 8 concurrent clients (≥ 0.8× the bare server's).
+spawns `/bin/sh -c true` (median ≤ 1.15×), and throughput with 8 concurrent clients (≥ 0.90× the bare server's,
+issue 27).
 
 relay-shell runs with bearer-token authentication, as a service would; the bare server has none (the floor is
 the transport and the spawn). Calls alternate one by one between the two servers for the latency, and the two
-throughput runs alternate too, so machine noise hits both alike.
+throughput runs alternate too, so machine noise hits both alike. Each server's CPU per call in the throughput runs
+is printed beside its rate: with eight clients the clients, the servers and the commands share the machine's
+cores, and the server's CPU per call is what it adds.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
-from benchmarks.common import HERE, median, verdict
+from benchmarks.common import HERE, HTTP_THROUGHPUT, Options, Row, cpu_seconds, median, ratio_row, run_alone, this_code
 
 CALLS = 300
 WARMUP = 20
@@ -34,7 +37,7 @@ CLIENTS = 8
 CALLS_PER_CLIENT = 60
 ROUNDS = 3
 LATENCY_LIMIT = 1.15
-THROUGHPUT_FLOOR = 0.8
+THROUGHPUT_FLOOR = 0.90  # issue 27
 TOKEN = "bench-token-" + os.urandom(8).hex()
 
 
@@ -56,8 +59,14 @@ def start_relay(directory: Path) -> tuple[subprocess.Popen[str], str]:
         RELAY_SHELL_AUDIT_PATH=str(directory / "audit.jsonl"),
         RELAY_SHELL_MAX_CONCURRENT_CALLS="1000",
     )
+    code = this_code()
     process = subprocess.Popen(
-        [sys.executable, "-m", "relay_shell"], env=env, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+        code.argv(),
+        env=code.environment(env),
+        cwd=code.root,
+        stdin=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     assert process.stderr is not None
     while line := process.stderr.readline():
@@ -89,7 +98,7 @@ def start_bare() -> tuple[subprocess.Popen[str], str]:
 async def connect(url: str, token: str | None) -> AsyncIterator[Client]:
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     transport = streamable_http_client(url, http_client=create_mcp_http_client(headers=headers))
-    async with Client(transport, mode="legacy") as client:  # type: ignore[arg-type]
+    async with Client(transport, mode="legacy") as client:
         yield client
 
 
@@ -119,7 +128,7 @@ async def throughput(url: str, token: str | None, tool: str, arguments: dict[str
             return CLIENTS * CALLS_PER_CLIENT / (time.perf_counter() - started)
 
 
-async def main() -> bool:
+async def measure_all() -> list[Row]:
     with tempfile.TemporaryDirectory(prefix="bench-http-") as directory:
         relay, relay_url = start_relay(Path(directory))
         bare, bare_url = start_bare()
@@ -143,9 +152,14 @@ async def main() -> bool:
                     relay_samples.append(await timed(relay_call))
             relay_rates: list[float] = []
             bare_rates: list[float] = []
+            relay_cpu = bare_cpu = 0.0
             for _ in range(ROUNDS):
+                used = cpu_seconds(bare.pid)
                 bare_rates.append(await throughput(bare_url, None, "sh_true", {}))
+                bare_cpu += cpu_seconds(bare.pid) - used
+                used = cpu_seconds(relay.pid)
                 relay_rates.append(await throughput(relay_url, TOKEN, "shell_exec", {"command": "true"}))
+                relay_cpu += cpu_seconds(relay.pid) - used
         finally:
             for process in (relay, bare):
                 process.terminate()
@@ -153,17 +167,30 @@ async def main() -> bool:
     ours_median, floor_median = median(relay_samples), median(bare_samples)
     latency_ratio = ours_median / floor_median
     rate_ratio = median(relay_rates) / median(bare_rates)
+    calls = ROUNDS * CLIENTS * CALLS_PER_CLIENT
     print(
         f"http shell_exec true: relay-shell {ours_median * 1000:.2f} ms, bare HTTP tool {floor_median * 1000:.2f} ms, "
-        f"ratio {latency_ratio:.3f} (target ≤ {LATENCY_LIMIT}) {verdict(latency_ratio, LATENCY_LIMIT)}"
+        f"ratio {latency_ratio:.3f}"
     )
     print(
-        f"http throughput, {CLIENTS} clients: relay-shell {median(relay_rates):.0f} calls/s, bare "
-        f"{median(bare_rates):.0f} calls/s, ratio {rate_ratio:.3f} (target ≥ {THROUGHPUT_FLOOR}) "
-        f"{'PASS' if rate_ratio >= THROUGHPUT_FLOOR else 'FAIL'}"
+        f"http throughput, {CLIENTS} clients: relay-shell {median(relay_rates):.0f} calls/s "
+        f"({[round(rate) for rate in relay_rates]}, server CPU {relay_cpu / calls * 1000:.2f} ms per call), bare "
+        f"{median(bare_rates):.0f} calls/s ({[round(rate) for rate in bare_rates]}, server CPU "
+        f"{bare_cpu / calls * 1000:.2f} ms per call), ratio {rate_ratio:.3f}"
     )
-    return latency_ratio <= LATENCY_LIMIT and rate_ratio >= THROUGHPUT_FLOOR
+    return [
+        ratio_row("HTTP shell_exec true vs a bare MCP server tool", latency_ratio, LATENCY_LIMIT),
+        ratio_row(HTTP_THROUGHPUT, rate_ratio, THROUGHPUT_FLOOR, higher_is_better=True),
+    ]
+
+
+def rows(options: Options) -> list[Row]:
+    return anyio.run(measure_all)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_alone(rows, argv)
 
 
 if __name__ == "__main__":
-    raise SystemExit(0 if anyio.run(main) else 1)
+    raise SystemExit(main())

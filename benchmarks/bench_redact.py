@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 
+from benchmarks.common import Options, Row, run_alone
 from relay_shell.redaction.redact import redact
 
 MIB = 2**20
@@ -36,21 +37,24 @@ def _seconds(text: str) -> float:
     return time.perf_counter() - started
 
 
-def main() -> bool:
-    ok = True
+def rows(options: Options) -> list[Row]:
+    measured = []
     for name, unit in [("realistic", REALISTIC), *((repr(unit[:32]), unit) for unit in ADVERSARIAL)]:
         one = min(_seconds(unit * (MIB // len(unit))) for _ in range(3))
         four = min(_seconds(unit * (4 * MIB // len(unit))) for _ in range(3))
         ratio = four / one if one else 0.0
         passed = ratio <= RATIO_TARGET
-        ok = ok and passed
+        measured.append(Row(f"redaction linear, {name}: 4 MiB / 1 MiB", f"{ratio:.2f}", f"≤ {RATIO_TARGET}", passed))
         print(
             f"{name:<36} 1 MiB {one * 1000:8.1f} ms  {1 / one:7.1f} MiB/s  4 MiB / 1 MiB {ratio:5.2f} "
             f"(target <= {RATIO_TARGET})  {'PASS' if passed else 'FAIL'}"
         )
-    print(f"redaction: {'PASS' if ok else 'FAIL'}")
-    return ok
+    return measured
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_alone(rows, argv)
 
 
 if __name__ == "__main__":
-    raise SystemExit(0 if main() else 1)
+    raise SystemExit(main())

@@ -11,7 +11,16 @@ import time
 
 import anyio
 
-from benchmarks.common import child_pid_running, relay_client, reset_peak_rss, status_kib, verdict
+from benchmarks.common import (
+    Options,
+    Row,
+    child_pid_running,
+    relay_client,
+    reset_peak_rss,
+    run_alone,
+    status_kib,
+    verdict,
+)
 
 TOTAL = 500 * 1024 * 1024
 COMMAND = f"head -c {TOTAL} /dev/zero; echo DONE"
@@ -44,7 +53,7 @@ def describe(sessions: list[dict[str, object]], session_id: str) -> dict[str, ob
     return next((item for item in sessions if item["session_id"] == session_id), {"state": "missing"})
 
 
-async def main() -> bool:
+async def measure_all() -> list[Row]:
     async with relay_client(session_buffer_bytes=str(RING_BYTES)) as relay:
         pid = child_pid_running("relay_shell")
         # Warm the session code paths with a small session, then close it so its ring is freed.
@@ -88,8 +97,23 @@ async def main() -> bool:
         f"(baseline {baseline_kib / 1024:.1f} MiB, target ≤ {limit_mib:g}) {verdict(growth_mib, limit_mib)}"
         + ("" if finished else f"; NOT FINISHED within {DEADLINE_S:g} s")
     )
-    return finished and exited and growth_mib <= limit_mib
+    return [
+        Row(
+            "500 MB nobody reads: server peak RSS growth",
+            f"{growth_mib:.1f} MiB" + ("" if finished and exited else " (the session did not finish cleanly)"),
+            f"≤ {limit_mib:g} MiB",
+            finished and exited and growth_mib <= limit_mib,
+        )
+    ]
+
+
+def rows(options: Options) -> list[Row]:
+    return anyio.run(measure_all)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_alone(rows, argv)
 
 
 if __name__ == "__main__":
-    raise SystemExit(0 if anyio.run(main) else 1)
+    raise SystemExit(main())

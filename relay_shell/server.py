@@ -20,7 +20,6 @@ if TYPE_CHECKING:
 
 from relay_shell import __version__
 from relay_shell.audit.log import AuditLog
-from relay_shell.auth.setup import server_auth
 from relay_shell.containment.start import start_containment
 from relay_shell.containment.units import Containment, scope_of
 from relay_shell.identity import connected
@@ -260,13 +259,22 @@ def mcp_server(
             services.sessions, services.jobs, services.ssh.forwards, notifier.watch_forever
         ),
         subscriptions=bus,
-        **server_auth(settings, token_verifier, oauth),
+        **http_auth(settings, token_verifier, oauth),
     )
     declare_list_changed(mcp._lowlevel_server)
     register_context(mcp, pulls, settings, services.ssh)
     prompts.register(mcp)
     runbook_context.register(mcp)
     return mcp
+
+
+def http_auth(settings: Settings, token_verifier: TokenVerifier | None, oauth: OAuthProvider | None) -> dict[str, Any]:
+    """The SDK's auth settings for the HTTP transport; none (and auth/ unloaded) without tokens or OAuth."""
+    if token_verifier is None and oauth is None:
+        return {}
+    from relay_shell.auth.setup import server_auth
+
+    return server_auth(settings, token_verifier, oauth)
 
 
 @asynccontextmanager

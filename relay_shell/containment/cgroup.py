@@ -19,9 +19,12 @@ hence the instance directory is a threaded root and every unit a threaded cgroup
 on the event loop, so nothing else of the server forks meanwhile, and other threads stay where they are.
 
 Making a threaded cgroup (mkdir, then `threaded` into cgroup.type) is most of a unit's cost, so a few are
-made ahead (`spares`) by a thread of their own, off the event loop, which also removes ended ones. Their
-names are therefore not the unit's: each is labelled with it in an extended attribute
-(`user.relay_shell.unit`, Linux 5.7+), and the marker of the processes inside says it too.
+made ahead (`spares`) by a thread of their own, off the event loop. An ended unit's cgroup, once empty, is a
+spare again when nothing of its unit remains in it (not frozen by a kill, no cgroup a command made below it);
+else that thread removes it: a mkdir and an rmdir per call each hold the kernel's cgroup mutex, which the
+spawning thread's move into a unit waits for. The names are therefore not the units': each is labelled with
+its unit in an extended attribute (`user.relay_shell.unit`, Linux 5.7+), and the marker of the processes inside
+says it too.
 
 Threaded cgroups have no cgroup.kill (it is for whole domains): a unit is ended by freezing it (frozen
 processes cannot fork) and SIGKILLing every process listed, until it is empty. The instance directory is never
@@ -109,7 +112,7 @@ class CgroupTree:
         # Shared with the filler thread: list append and pop are atomic, and so is next() on a count.
         self.spares: list[tuple[Path, int]] = []  # empty threaded cgroups (and their cgroup.threads) to use next
         self.labels: list[tuple[Path, bytes]] = []  # unit cgroups to label with their unit's name
-        self.doomed: list[Path] = []  # ended, empty unit cgroups to remove
+        self.ended: list[Path] = []  # ended, empty unit cgroups: spares again, or removed
         self.names = itertools.count(1)  # unit-1, unit-2, …
         self.wanted = threading.Event()  # wakes the filler thread
         self.spare_target = 0  # 0: make no spares (before the filler starts, and once the server stops)
@@ -180,8 +183,8 @@ class CgroupTree:
         return path, threads
 
     def discard(self, path: Path) -> None:
-        """An ended unit's cgroup, empty: the filler thread removes it."""
-        self.doomed.append(path)
+        """An ended unit's cgroup, empty: the filler thread makes it a spare again, or removes it."""
+        self.ended.append(path)
         self.wanted.set()
 
     def start_filler(self, target: int) -> None:
@@ -203,15 +206,20 @@ class CgroupTree:
         threading.Thread(target=filler, name="relay-shell-cgroups", daemon=True).start()
 
     def tidy(self) -> None:
-        """Label the units' cgroups, remove the ended ones, make spares (errors only mean the next unit makes
-        its own, or the label is missing: the processes' marker still names the unit)."""
+        """Label the units' cgroups, take the ended ones back as spares (or remove them), make spares (errors
+        only mean the next unit makes its own, or the label is missing: the processes' marker still names the
+        unit)."""
         while self.labels:
             path, label = self.labels.pop()
             with contextlib.suppress(OSError):  # before 5.7 cgroupfs has no user xattrs
                 os.setxattr(path, UNIT_ATTRIBUTE, label)
-        while self.doomed:
+        while self.ended:
+            path = self.ended.pop()
             with contextlib.suppress(OSError):
-                self.remove(self.doomed.pop())
+                if len(self.spares) < self.spare_target and self.inside and reusable(path):
+                    self.spares.append((path, os.open(path / "cgroup.threads", os.O_WRONLY | os.O_CLOEXEC)))
+                else:
+                    self.remove(path)
         with contextlib.suppress(OSError):
             while len(self.spares) < self.spare_target and self.inside:
                 self.spares.append(self.create(f"unit-{next(self.names)}"))
@@ -355,6 +363,21 @@ def adopted_of(path: Path) -> dict[int, int]:
         if pid_text.isdigit() and start_text.isdigit():
             adopted[int(pid_text)] = int(start_text)
     return adopted
+
+
+def reusable(path: Path) -> bool:
+    """An ended unit's cgroup can hold the next unit as it is: empty, not frozen (kill() froze the units it
+    ended), and no cgroup below it (a command of the unit may have made one). Its old label stays until the next
+    unit's replaces it: an empty cgroup is no leftover, whatever its label (containment/leftovers.py)."""
+    if populated(path):
+        return False
+    with os.scandir(path) as entries:  # the directory entries say which are directories: no stat per file
+        if any(entry.is_dir(follow_symlinks=False) for entry in entries):
+            return False
+    try:
+        return (path / "cgroup.freeze").read_bytes().strip() == b"0"
+    except FileNotFoundError:  # no freezer (before 5.2): nothing froze it
+        return True
 
 
 def populated(path: Path) -> bool:

@@ -1,5 +1,5 @@
 """The config file (`--config FILE`, RELAY_SHELL_CONFIG): TOML, the settings' names grouped by area, `[sessions]`
-`max_sessions = 16`. pydantic-settings' TOML source reads it (settings/model.py); this module finds where a key is
+`max_sessions = 16`. pydantic-settings' TOML source reads it (settings/toml_file.py); this module finds where a key is
 written, for errors that name the file and the line, and writes values as TOML (errors, `config show`).
 """
 

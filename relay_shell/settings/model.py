@@ -3,6 +3,11 @@ environment, the config file (settings/file.py), and the defaults.
 
 A setting keeps the name it had before the areas: RELAY_SHELL_MAX_SESSIONS is `max_sessions` in `[sessions]` of
 the file and `settings.sessions.max_sessions` in the code, so no table maps one spelling to another.
+
+Settings is a plain pydantic model that gathers its sources itself, area by area: pydantic-settings reads the
+config file (settings/toml_file.py) and is loaded only when there is one. Its BaseSettings, only to merge the
+keyword arguments over our own environment source, cost every start ~9 ms and ~2 MiB of memory for loading
+pydantic-settings and the providers it imports (dotenv, the cloud secret stores, its command-line parser).
 """
 
 from __future__ import annotations
@@ -12,9 +17,8 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.fields import FieldInfo
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from relay_shell.settings.audit import AuditSettings
 from relay_shell.settings.auth import AuthSettings
@@ -33,10 +37,9 @@ from relay_shell.settings.trace import TraceSettings
 ENV_PREFIX = "RELAY_SHELL_"
 
 
-class Settings(BaseSettings):
-    # extra="forbid": a section the file misspells is an error naming it. No env_prefix: EnvironmentSource reads
-    # the RELAY_SHELL_* names of every area's settings.
-    model_config = SettingsConfigDict(extra="forbid", validate_default=True)
+class Settings(BaseModel):
+    # extra="forbid": a section the file misspells is an error naming it.
+    model_config = ConfigDict(extra="forbid", validate_default=True)
 
     # An area no source sets holds its defaults, which are written in their parsed form: made without validation,
     # so the area's own validator is not built at every start (its schema is part of this one's; values.py
@@ -54,21 +57,10 @@ class Settings(BaseSettings):
     trace: TraceSettings = Field(default_factory=TraceSettings.model_construct)
     runbooks: RunbookSettings = Field(default_factory=RunbookSettings.model_construct)
 
-    @classmethod
-    def settings_customise_sources(
-        cls,
-        settings_cls: type[BaseSettings],
-        init_settings: PydanticBaseSettingsSource,
-        env_settings: PydanticBaseSettingsSource,
-        dotenv_settings: PydanticBaseSettingsSource,
-        file_secret_settings: PydanticBaseSettingsSource,
-    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        path = config_file_path()
-        if path is None:
-            return init_settings, EnvironmentSource(settings_cls)
-        from pydantic_settings import TomlConfigSettingsSource  # tomllib: only when there is a file
-
-        return init_settings, EnvironmentSource(settings_cls), TomlConfigSettingsSource(settings_cls, toml_file=path)
+    def __init__(self, **values: Any) -> None:
+        """The settings from `values` (by area, as `by_area` groups them), over the environment, over the config
+        file; an invalid value raises pydantic's ValidationError located at (area, setting)."""
+        super().__init__(**merged_sources(values))
 
     @model_validator(mode="after")
     def _offhost_needs_chain(self) -> Settings:
@@ -121,11 +113,24 @@ def environment_values() -> dict[str, str]:
     return values
 
 
-class EnvironmentSource(PydanticBaseSettingsSource):
-    """RELAY_SHELL_<NAME> for every setting of every area: the variables keep the flat names they always had."""
+def merged_sources(values: Mapping[str, Any]) -> dict[str, Any]:
+    """The sources, highest first: keyword arguments, RELAY_SHELL_<NAME> for every setting of every area (the
+    variables keep the flat names they always had), the config file. A higher source's value replaces a lower
+    one's setting by setting within an area; whatever is not a table of settings replaces it whole."""
+    sources = [dict(values), by_area(environment_values())]
+    path = config_file_path()
+    if path is not None:
+        from relay_shell.settings.toml_file import file_values  # pydantic-settings and tomllib: only for a file
 
-    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
-        return None, field_name, False  # unused: __call__ reads the whole environment at once
-
-    def __call__(self) -> dict[str, Any]:
-        return by_area(environment_values())
+        sources.append(file_values(path))
+    merged: dict[str, Any] = {}
+    for source in reversed(sources):
+        for key, value in source.items():
+            # An area's name in any case, as pydantic-settings matched them (`[HTTP]` is [http]).
+            area = key.lower() if key.lower() in Settings.model_fields else key
+            below = merged.get(area)
+            if isinstance(value, Mapping) and isinstance(below, Mapping):
+                merged[area] = {**below, **value}
+            else:
+                merged[area] = value
+    return merged

@@ -290,12 +290,12 @@ def test_config_show_names_each_source_and_the_defaults(tmp_path: Path) -> None:
 
 
 def test_a_start_without_a_file_pays_for_none_of_it(tmp_path: Path) -> None:
-    """No config file: the TOML reader, the misspelling suggestions, `config show` and RE2 (no patterns) stay
-    unloaded; with a file, only the TOML reader comes in."""
+    """No config file: pydantic-settings and the TOML reader, the misspelling suggestions, `config show` and RE2 (no
+    patterns) stay unloaded; with a file, only pydantic-settings and the TOML reader come in."""
     probe = (
         "import sys, relay_shell.cli\n"
         "code = relay_shell.cli.main(sys.argv[1:])\n"
-        "names = ('tomllib', 'difflib', 'relay_shell.config_show', 're2')\n"
+        "names = ('pydantic_settings', 'tomllib', 'difflib', 'relay_shell.config_show', 're2')\n"
         "print(code, *[name for name in names if name in sys.modules])\n"
     )
     env = {**server_env(tmp_path / "audit.jsonl"), "PYTHONDONTWRITEBYTECODE": "1"}
@@ -309,4 +309,4 @@ def test_a_start_without_a_file_pays_for_none_of_it(tmp_path: Path) -> None:
         capture_output=True,
         text=True,
     )
-    assert with_file.stdout.splitlines()[-1] == "0 tomllib", with_file
+    assert with_file.stdout.splitlines()[-1] == "0 pydantic_settings tomllib", with_file

@@ -98,17 +98,20 @@ def test_a_stdio_server_starts_lists_its_tools_and_runs_a_command_without_asyncs
     assert loaded["asyncssh"] == [], "startup imported asyncssh (ssh/access.py: it belongs to the first SSH call)"
 
 
-# Loaded on first use, not by a start that answers initialize (bench_startup: the start within 1.15x of a bare
+# Loaded on first use, not by a start that answers initialize (bench_startup: the start within 1.10x of a bare
 # MCPServer): the policy classifier with its rule modules and tables (the first call), the result models (a tool's
 # first call, or tools/list on a cold schema cache), the runbook search (the first briefing).
 LAZY_AT_START = ("relay_shell.policy.classify", "relay_shell.result_models", "relay_shell.runbooks.search")
+# Libraries a start as an MCP client makes it (no arguments, no config file) does not load either (adr/0030): the
+# option parser (~0.4 MiB), pydantic-settings and the providers it imports (~2 MiB, ~9 ms; a config file's reader).
+LIBRARIES_NOT_AT_START = ("argparse", "pydantic_settings")
 INITIALIZE_ONLY = """
 import json, sys
 import relay_shell.cli
 code = relay_shell.cli.main(sys.argv[2:])
 ours = sorted(name for name in sys.modules if name.startswith("relay_shell"))
 with open(sys.argv[1], "w") as result:
-    json.dump({"exit": code, "relay_shell": ours}, result)
+    json.dump({"exit": code, "relay_shell": ours, "modules": sorted(sys.modules)}, result)
 """
 
 
@@ -138,6 +141,7 @@ def test_a_start_that_only_answers_initialize_loads_no_classifier_result_models_
         loaded = result_of(result_path, process)
     assert "relay_shell.server" in loaded["relay_shell"]  # the probe did start the whole server
     assert [name for name in LAZY_AT_START if name in loaded["relay_shell"]] == []
+    assert [name for name in LIBRARIES_NOT_AT_START if name in loaded["modules"]] == []
 
 
 def test_an_http_server_starts_and_serves_without_asyncssh(tmp_path: Path) -> None:

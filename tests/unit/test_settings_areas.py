@@ -72,6 +72,16 @@ def test_the_config_variable_is_not_an_unknown_setting(clean_env: Path, monkeypa
     assert unknown_variables() == ["RELAY_SHELL_SESIONS"]
 
 
+def test_a_section_named_in_another_case_is_its_area(clean_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """As pydantic-settings' BaseSettings read the file before the merge became ours (adr/0030)."""
+    config = clean_env / "relay.toml"
+    config.write_text("[HTTP]\nhttp_port = 9001\n[Sessions]\nmax_sessions = 4\n")
+    monkeypatch.setenv("RELAY_SHELL_CONFIG", str(config))
+    monkeypatch.setenv("RELAY_SHELL_MAX_SESSIONS", "5")  # the environment still wins within the area
+    settings = load_settings()
+    assert settings.http.http_port == 9001 and settings.sessions.max_sessions == 5
+
+
 def test_by_area_groups_flat_names_and_refuses_others() -> None:
     assert by_area({"max_sessions": 2, "max_output": 2048}) == {
         "sessions": {"max_sessions": 2},
