@@ -87,6 +87,37 @@ async def test_metrics_are_behind_the_host_check_too(tmp_path: Path) -> None:
         stop(server)
 
 
+def test_an_idle_connection_outlives_the_clients_keep_alive(tmp_path: Path) -> None:
+    """A connection idle for longer than a client keeps one (httpx, the TypeScript SDK: 5 s) is still open: with the
+    server closing at the same moment, a client reusing it loses its request to a read error."""
+    server = start(tmp_path)
+    try:
+        host, port = server.url.split("/")[2].rsplit(":", 1)
+        request = f"GET /metrics HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n".encode()
+        with socket.create_connection((host, int(port)), timeout=10) as connection:
+            for _ in range(2):
+                connection.sendall(request)
+                answer = b""
+                while b"\r\n\r\n" not in answer:
+                    chunk = connection.recv(65536)
+                    assert chunk, "the server closed the idle connection"
+                    answer += chunk
+                head, body = answer.split(b"\r\n\r\n", 1)
+                length = int(
+                    next(line for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")).split(
+                        b":"
+                    )[1]
+                )
+                while len(body) < length:
+                    chunk = connection.recv(65536)
+                    assert chunk, "the server closed the connection mid-answer"
+                    body += chunk
+                assert head.startswith(b"HTTP/1.1 200") and b"relay_shell_audit_records_total" in body
+                time.sleep(6.5)  # past 5 s idle
+    finally:
+        stop(server)
+
+
 @pytest.mark.parametrize("mode", ["legacy", "auto"])  # per MCP session id; per token in the stateless era
 async def test_one_client_cannot_see_drive_or_kill_another_clients_session(authed: HttpServer, mode: str) -> None:
     async with client(authed, TOKENS["alice"], mode) as alice, client(authed, TOKENS["bob"], mode) as bob:
