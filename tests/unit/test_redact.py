@@ -451,11 +451,13 @@ MIB = 1 << 20
 
 
 def best_of_five(text: str) -> float:
+    """This thread's CPU time, not the wall clock: on a loaded machine (two test workers, other jobs) the wall clock
+    measures the scheduler, and linearity is about the work done."""
     best = float("inf")
     for _ in range(5):
-        start = time.perf_counter()
+        start = time.thread_time()
         redact(text)
-        best = min(best, time.perf_counter() - start)
+        best = min(best, time.thread_time() - start)
     return best
 
 
