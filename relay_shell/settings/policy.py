@@ -11,8 +11,8 @@ from relay_shell.settings.patterns import Regex, compile_patterns
 from relay_shell.settings.values import AREA_CONFIG
 
 PATTERNS = (
-    "a JSON array of RE2 regexes (no backreferences, no lookaround), or one regex per line (in the file: a list); "
-    "searched in each command's text and canonical forms"
+    "a JSON array of regexes in Python's re syntax, matched by RE2 (README, Operator patterns: no backreferences, "
+    "no lookaround), or one regex per line (in the file: a list); searched in each command's text and canonical forms"
 )
 
 
