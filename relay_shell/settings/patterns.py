@@ -12,6 +12,7 @@ RE2 does not accept stops it too.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
@@ -81,6 +82,11 @@ def compile_re2(patterns: Sequence[str | Regex]) -> list[Regex]:
                 f"pattern {pattern!r} is not a valid regex in RE2 syntax ({problem}): RE2 has no backreferences, "
                 "lookaround, possessive quantifiers or atomic groups, and spells \\Z as \\z"
             ) from None
+        except UnicodeEncodeError:
+            raise ValueError(
+                f"pattern {pattern!r} is not a valid regex for relay-shell: it holds a lone UTF-16 surrogate, which "
+                "is not Unicode text"
+            ) from None
     return compiled
 
 
@@ -95,12 +101,17 @@ class OperatorPattern:
         self.folds = folds
 
     def search(self, text: str) -> Any:
-        """A case-insensitive pattern searches the text with pattern_syntax.CASE_FOLDS applied."""
+        """A case-insensitive pattern searches the text with pattern_syntax.CASE_FOLDS applied. RE2 matches UTF-8:
+        a lone surrogate (in a command a client wrote, in an argv the kernel gave) is searched as U+FFFD, one
+        character for one as `re` counts it, so `.` and the rest still match."""
         if self.folds and not text.isascii():
             from relay_shell.settings.pattern_syntax import CASE_FOLDS
 
             text = text.translate(CASE_FOLDS)
-        return self.compiled.search(text)
+        try:
+            return self.compiled.search(text)
+        except UnicodeEncodeError:
+            return self.compiled.search(re.sub("[\ud800-\udfff]", "\ufffd", text))
 
     def __repr__(self) -> str:
         return f"OperatorPattern({self.pattern!r})"

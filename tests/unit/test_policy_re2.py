@@ -199,6 +199,24 @@ def test_a_word_boundary_that_could_miss_a_match_is_refused(pattern: str) -> Non
     assert repr(pattern) in str(raised.value) and "\\b" in str(raised.value).replace("\\B", "\\b")
 
 
+def test_a_lone_surrogate_in_the_text_is_searched_and_still_denied() -> None:
+    """Issue 30 review N1: RE2 matches UTF-8 and a lone surrogate cannot be encoded; `re` matched it as one
+    character. The deny still matches, in the policy and in the exec trace's patterns (which call search)."""
+    (anywhere,) = compile_re2([r"rm -rf /"])
+    (dotted,) = compile_re2([r"a.x"])
+    assert matches(anywhere, "\ud800rm -rf /\udcff") and matches(dotted, "a\udcffx")
+    assert anywhere.search("x\udfff rm -rf /") is not None
+    policy = Policy("open", deny=[r"^rm -rf /$"])
+    assert policy.decide(Subject(command="rm -rf /", stdin="\ud800")).denied
+    assert policy.decide(Subject(command="echo \ud800; rm -rf /")).denied  # its canonical `rm -rf /`
+    assert not policy.decide(Subject(command="echo \ud800 rm -rf /")).denied  # anchored: as with re
+
+
+def test_a_pattern_holding_a_lone_surrogate_is_refused_at_startup() -> None:
+    with pytest.raises(ValueError, match="lone UTF-16 surrogate"):
+        compile_re2(["rm\ud800"])
+
+
 def test_the_policy_reports_the_pattern_as_the_operator_wrote_it() -> None:
     decision = Policy("open", deny=[r"rm\s+-rf"]).decide(Subject(command="rm\x0b-rf /"))
     assert decision.denied and decision.reason == "matches deny pattern 'rm\\\\s+-rf'"
