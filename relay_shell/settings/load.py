@@ -14,7 +14,7 @@ from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
 from relay_shell.errors import ConfigError
-from relay_shell.settings.file import CONFIG_VARIABLE, config_file_path, key_line, toml_value
+from relay_shell.settings.file import CONFIG_VARIABLE, config_file_path, key_line, toml_value, unsafe_place
 from relay_shell.settings.model import ENV_PREFIX, Settings, areas, environment_values, setting_fields
 
 # Set by relay-shell itself, not by an operator: the containment marker every command inherits (a relay-shell
@@ -26,6 +26,12 @@ def load_settings() -> Settings:
     path = config_file_path()
     if path is not None and not path.is_file():
         raise ConfigError(f"{CONFIG_VARIABLE}={str(path)!r}: no such file; allowed: the path of a TOML config file")
+    problem = unsafe_place(path) if path is not None else None
+    if problem is not None:  # whoever can write the file sets the policy: refused, as sshd refuses its own
+        raise ConfigError(
+            f"{path}: refused: {problem}; allowed: a file, and directories above it, owned by root or the server's "
+            "user and writable by no one else (chmod go-w, chown)"
+        )
     try:
         return Settings()
     except ValidationError as exc:

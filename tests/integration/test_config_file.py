@@ -147,6 +147,50 @@ def test_a_missing_file_is_refused(tmp_path: Path) -> None:
     assert "RELAY_SHELL_CONFIG=" in result.stderr and "no such file" in result.stderr, result.stderr
 
 
+@pytest.mark.parametrize(
+    ("change", "fragment"),
+    [
+        ("group-writable file", "the file {config} is writable by its group (mode 0664)"),
+        ("world-writable file", "the file {config} is writable by others (mode 0646)"),
+        ("file of another user", "the file {config} is owned by uid 65534, not root or the server's user"),
+        ("world-writable directory", "the directory {directory} is writable by its group and others (mode 0777)"),
+        ("directory of another user", "the directory {directory} is owned by uid 65534"),
+    ],
+)
+def test_a_file_others_could_change_is_refused_at_startup(tmp_path: Path, change: str, fragment: str) -> None:
+    """Review S5: whoever can write the config file sets the policy, so a file (or a directory above it) that
+    another user owns or that its group or others can write is refused, as sshd's StrictModes refuses its own;
+    the sticky /tmp above tmp_path is fine."""
+    directory = tmp_path / "etc"
+    directory.mkdir(mode=0o755)
+    config = directory / "relay.toml"
+    config.write_text('[policy]\npolicy_deny = ["mkfs"]\n')
+    config.chmod(0o644)
+    assert relay_shell("--config", str(config), "--check-config").returncode == 0
+    if change == "group-writable file":
+        config.chmod(0o664)
+    elif change == "world-writable file":
+        config.chmod(0o646)
+    elif change == "file of another user":
+        os.chown(config, 65534, -1)
+    elif change == "world-writable directory":
+        directory.chmod(0o777)
+    else:
+        os.chown(directory, 65534, -1)
+    for args in (["--config", str(config), "--check-config"], ["--config", str(config)], ["config", "show"]):
+        result = relay_shell(*args, env={"RELAY_SHELL_CONFIG": str(config)} if args[0] == "config" else None)
+        error = result.stderr.strip()
+        assert result.returncode == 2 and result.stdout == "", (args, result)
+        assert error.startswith(f"relay-shell: configuration error: {config}: refused: "), error
+        assert fragment.format(config=config, directory=directory) in error, error
+        assert error.endswith("writable by no one else (chmod go-w, chown)") and "\n" not in error, error
+    directory.chmod(0o1777)  # the sticky bit: nobody else can replace the file
+    os.chown(directory, 0, -1)
+    config.chmod(0o600)
+    os.chown(config, os.geteuid(), -1)
+    assert relay_shell("--config", str(config), "--check-config").returncode == 0
+
+
 def test_an_environment_variable_keeps_its_error_with_a_file(tmp_path: Path) -> None:
     config = tmp_path / "relay.toml"
     config.write_text("[sessions]\nmax_sessions = 3\n")
