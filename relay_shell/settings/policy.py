@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, Field, field_serializer, field_validator
+from pydantic import Field, field_serializer, field_validator
 
 from relay_shell.settings.patterns import Regex, compile_patterns
-from relay_shell.settings.values import AREA_CONFIG
+from relay_shell.settings.values import Area
 
 PATTERNS = (
     "a JSON array of regexes in Python's re syntax, matched by RE2 (README, Operator patterns: no backreferences, "
@@ -16,9 +16,7 @@ PATTERNS = (
 )
 
 
-class PolicySettings(BaseModel):
-    model_config = AREA_CONFIG
-
+class PolicySettings(Area):
     policy_mode: Literal["open", "guarded", "readonly"] = Field("open", description="open, guarded or readonly")
     policy_deny: tuple[Regex, ...] = Field((), description=PATTERNS)
     policy_allow: tuple[Regex, ...] = Field((), description=PATTERNS)

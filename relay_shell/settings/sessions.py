@@ -5,14 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import Field, field_validator
 
-from relay_shell.settings.values import AREA_CONFIG, comma_list, empty_is_none
+from relay_shell.settings.values import Area, comma_list, empty_is_none
 
 
-class SessionSettings(BaseModel):
-    model_config = AREA_CONFIG
-
+class SessionSettings(Area):
     max_sessions: int = Field(16, ge=1, le=1024, description="PTY sessions open at once, 1 to 1024")
     session_buffer_bytes: int = Field(
         1024 * 1024,

@@ -109,6 +109,12 @@ def test_check_config_and_the_audit_tools_read_the_file(tmp_path: Path, log_path
             3,
             ['[sessions] max_sessions = "many"', "valid integer", "1 to 1024"],
         ),
+        # review S3: a truth value is no number and a number no truth value (pydantic's lax mode would take them)
+        ("[audit]\naudit_chain = 1\n", 2, ["[audit] audit_chain = 1: must be true or false, not the number 1"]),
+        ("[auth]\noauth_lock_first_client = 0.0\n", 2, ["oauth_lock_first_client = 0.0: must be true or false"]),
+        ("[sessions]\nmax_sessions = true\n", 2, ["[sessions] max_sessions = true: must be a number, not true"]),
+        ("[http]\nhttp_port = true\n", 2, ["[http] http_port = true: must be a number, not true; allowed: "]),
+        ("[limits]\nkill_grace = false\n", 2, ["[limits] kill_grace = false: must be a number, not false"]),
         # out of range
         ("[sessions]\n\nmax_sessions = 5000\n", 3, ["[sessions] max_sessions = 5000", "less than or equal to 1024"]),
         # a key in the wrong section, a misspelt section, a setting outside any section
@@ -139,6 +145,16 @@ def test_a_bad_file_stops_startup_with_one_line_naming_file_line_key_and_problem
         for fragment in fragments:
             assert fragment in error, (fragment, error)
         assert result.stdout == ""
+
+
+def test_the_environment_still_reads_truth_values_as_text(tmp_path: Path) -> None:
+    """Review S3 refuses a number for a truth value in the file; RELAY_SHELL_AUDIT_CHAIN=0 (text) stays false."""
+    result = relay_shell("config", "show", env={"RELAY_SHELL_AUDIT_CHAIN": "0", "RELAY_SHELL_MAX_SESSIONS": "7"})
+    assert result.returncode == 0, result.stderr
+    lines = shown(result.stdout)
+    assert lines["audit", "audit_chain"][0] == "audit_chain = false" and lines["sessions", "max_sessions"][0] == (
+        "max_sessions = 7"
+    )
 
 
 def test_a_missing_file_is_refused(tmp_path: Path) -> None:
