@@ -333,6 +333,36 @@ def test_every_area_round_trips_through_config_show_with_secrets_masked(tmp_path
     }
 
 
+def test_patterns_that_look_like_secrets_round_trip_through_config_show(tmp_path: Path) -> None:
+    """Review S4: a deny pattern that names a password option looks like a secret to redaction, but it is the
+    policy: `config show` must print it, so that its output read back as a config file denies the same."""
+    config = tmp_path / "relay.toml"
+    config.write_text(
+        "[policy]\n"
+        "policy_deny = ['--password=\\S+', 'Authorization: Bearer .*', 'mysql -p\\S+', 'mkfs']\n"
+        "policy_allow = ['^export AWS_SECRET_ACCESS_KEY=x$']\n"
+        "[trace]\n"
+        "exec_deny = ['sshpass -p \\S+', 'https://admin:hunter2@']\n"
+        "[sessions]\n"
+        'secret_env_allow = ["DB_PASSWORD", "API_TOKEN"]\n'
+    )
+    written = tomllib.loads(config.read_text())
+    first = relay_shell("config", "show", "--config", str(config))
+    assert first.returncode == 0, first.stderr
+    assert "[REDACTED]" not in first.stdout and "(masked)" not in first.stdout, first.stdout
+    output = tomllib.loads(first.stdout)
+    for area, values in written.items():
+        for key, value in values.items():
+            assert output[area][key] == value, (key, output[area][key])
+    again = tmp_path / "again.toml"
+    again.write_text(first.stdout)
+    second = relay_shell("config", "show", "--config", str(again))
+    assert second.returncode == 0, second.stderr
+    assert {key: line for key, (line, _) in shown(second.stdout).items()} == {
+        key: line for key, (line, _) in shown(first.stdout).items()
+    }
+
+
 def test_config_show_names_each_source_and_the_defaults(tmp_path: Path) -> None:
     result = relay_shell("config", "show", env={"RELAY_SHELL_POLICY_MODE": "readonly", "RELAY_SHELL_POLICY_MOD": "x"})
     assert result.returncode == 0, result.stderr
