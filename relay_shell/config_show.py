@@ -20,14 +20,14 @@ from relay_shell import __version__
 from relay_shell.redaction.redact import redact
 from relay_shell.redaction.values import REDACTED
 from relay_shell.settings.file import CONFIG_VARIABLE, config_file_path, key_line, toml_value
-from relay_shell.settings.load import load_settings, unknown_variables
+from relay_shell.settings.load import load_settings, startup_warnings
 from relay_shell.settings.model import ENV_PREFIX, Settings, areas, environment_values, setting_fields
 
 
 def show_settings() -> int:
     settings = load_settings()  # ConfigError: cli.py prints it
-    for name in unknown_variables():
-        print(f"relay-shell: warning: {name} is not a relay-shell setting (typo?); ignored", file=sys.stderr)
+    for warning in startup_warnings():
+        print(f"relay-shell: warning: {warning}", file=sys.stderr)
     sys.stdout.write(render(settings, sources()))
     return 0
 

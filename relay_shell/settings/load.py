@@ -132,6 +132,38 @@ def _unknown_key(area: str, name: str) -> str:
     return f"[{area}] {name}: unknown setting; allowed in [{area}]: {', '.join(in_area)}"
 
 
+def startup_warnings() -> list[str]:
+    """What an operator should hear about a configuration that loads: misspelt variables, and empty ones that
+    override what the file sets (review N3)."""
+    warnings = [f"{name} is not a relay-shell setting (typo?); ignored" for name in unknown_variables()]
+    return warnings + empty_overrides()
+
+
+def empty_overrides() -> list[str]:
+    """An empty RELAY_SHELL_* variable overrides the file as any other does, and empty means "none" or "off": a
+    deny list the file sets is emptied by `RELAY_SHELL_POLICY_DENY=` left over in a unit or a compose file. That is
+    allowed (the environment wins, and empty is how a setting is turned off) but never silent."""
+    path = config_file_path()
+    empty = [name for name, value in environment_values().items() if not value.strip()]
+    if path is None or not empty:
+        return []
+    import tomllib
+
+    text = path.read_text(errors="replace")
+    in_file = tomllib.loads(text)
+    fields = setting_fields()
+    warnings = []
+    for name in empty:
+        area = fields[name][0]
+        if name in in_file.get(area, {}):
+            where = f"{path}:{key_line(text, (area, name))}"
+            warnings.append(
+                f"{ENV_PREFIX}{name.upper()} is empty and overrides [{area}] {name} set in {where}: the setting is "
+                "empty; unset the variable to use the file's value"
+            )
+    return warnings
+
+
 def unknown_variables() -> list[str]:
     """RELAY_SHELL_* names that no setting reads: usually a typo an operator wants to hear about."""
     known = {ENV_PREFIX + name.upper() for name in setting_fields()} | NOT_SETTINGS

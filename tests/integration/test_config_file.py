@@ -157,6 +157,27 @@ def test_the_environment_still_reads_truth_values_as_text(tmp_path: Path) -> Non
     )
 
 
+def test_an_empty_variable_that_empties_the_files_setting_is_never_silent(tmp_path: Path) -> None:
+    """Review N3: `RELAY_SHELL_POLICY_DENY=` left in a unit overrides the file's deny list with none. The
+    environment wins (empty is how a setting is turned off), with a warning naming both, at start and in config
+    show; an empty variable for a setting the file leaves alone, or none at all, says nothing."""
+    config = tmp_path / "relay.toml"
+    config.write_text('[policy]\npolicy_mode = "guarded"\npolicy_deny = ["mkfs", "^rm -rf /$"]\n')
+    empty = {"RELAY_SHELL_POLICY_DENY": "", "RELAY_SHELL_EXEC_DENY": " "}
+    warning = (
+        f"relay-shell: warning: RELAY_SHELL_POLICY_DENY is empty and overrides [policy] policy_deny set in "
+        f"{config}:3: the setting is empty; unset the variable to use the file's value"
+    )
+    for args in (["--config", str(config), "--check-config"], ["config", "show", "--config", str(config)]):
+        result = relay_shell(*args, env={**empty, "XDG_STATE_HOME": str(tmp_path / "state")})
+        assert result.returncode == 0, result.stderr
+        assert result.stderr.splitlines() == [warning], result.stderr
+        quiet = relay_shell(*args, env={"XDG_STATE_HOME": str(tmp_path / "state"), "RELAY_SHELL_EXEC_DENY": ""})
+        assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr
+    show = relay_shell("config", "show", "--config", str(config), env=empty)
+    assert shown(show.stdout)["policy", "policy_deny"] == ("policy_deny = []", "environment RELAY_SHELL_POLICY_DENY")
+
+
 def test_a_missing_file_is_refused(tmp_path: Path) -> None:
     result = relay_shell("--config", str(tmp_path / "nowhere.toml"), "--check-config")
     assert result.returncode == 2
