@@ -139,6 +139,29 @@ def test_the_window_shows_the_calls_of_its_time_and_client(log_path: Path, tmp_p
     assert "30 records verified" in page.read_text(encoding="latin-1")  # verification covers the whole log
 
 
+def test_data_that_spells_a_mark_of_the_page_stays_data(tmp_path: Path) -> None:
+    """Review S6: the page's marks were substituted one after another, so a mark inside substituted text (a log
+    file under a directory named @SUMMARY@, a client named @EXCEPTIONS@ or @BANNER@) was replaced in
+    turn: the summary, the exceptions or the trust banner written again where the data stood."""
+    directory = tmp_path / "@SUMMARY@"
+    directory.mkdir()
+    path = directory / "audit.jsonl"
+    log = AuditLog(path)
+    log.open()
+    write_calls(log, 0, 3, client="http:@EXCEPTIONS@")
+    write_calls(log, 3, 2, client="stdio:@BANNER@")
+    log.close()
+    page = tmp_path / "page.html"
+    for window, client in (([], "http:@EXCEPTIONS@"), (["--client", "stdio:@BANNER@"], "stdio:@BANNER@")):
+        ran = report(str(path), *window, "-o", str(page))
+        assert ran.returncode == 0, ran.stderr
+        text = page.read_text(encoding="latin-1")
+        assert text.count('<div class="figures">') == 1 and text.count('<section id="trust"') == 1, window
+        assert f"{directory}/audit.jsonl" in shown(page, "Log file(s), oldest first")
+        assert f"<title>{client}</title>" in text  # in the chart of calls per client
+    assert "client stdio:@BANNER@" in shown(page, "Shown")
+
+
 def test_a_transcript_that_no_longer_matches_its_record_fails_the_report(tmp_path: Path) -> None:
     casts = tmp_path / "casts"
     casts.mkdir()
