@@ -131,12 +131,37 @@ def test_signed_checkpoints_verify_with_their_key_and_fail_with_another(tmp_path
 def test_the_window_shows_the_calls_of_its_time_and_client(log_path: Path, tmp_path: Path) -> None:
     page = tmp_path / "window.html"
     ran = report(
-        str(log_path), "--since", "2026-11-29T00:03", "--until", "2026-11-29T00:12Z", "--client", "bob", "-o", str(page)
+        str(log_path),
+        "--since",
+        "2026-11-29T00:03",
+        "--until",
+        "2026-11-29T00:12Z",
+        "--client",
+        "http:bob",
+        "-o",
+        str(page),
     )
     assert ran.returncode == 0, ran.stderr
     assert shown(page, "Calls shown").startswith("2 calls")  # c-10 and c-11: bob's, before 00:12
-    assert "client bob" in shown(page, "Shown")
+    assert "client http:bob" in shown(page, "Shown")
     assert "30 records verified" in page.read_text(encoding="latin-1")  # verification covers the whole log
+
+
+def test_the_client_window_matches_the_client_exactly_as_recorded(tmp_path: Path) -> None:
+    """Review N6: `--client alice` showed http:alice's and stdio:alice's calls, two clients that only share the
+    name they declared; the window now takes the client as recorded."""
+    path = tmp_path / "audit.jsonl"
+    log = AuditLog(path)
+    log.open()
+    write_calls(log, 0, 3, client="http:alice")
+    write_calls(log, 3, 2, client="stdio:alice")
+    log.close()
+    page = tmp_path / "page.html"
+    for client, calls in (("http:alice", 3), ("stdio:alice", 2), ("alice", 0)):
+        ran = report(str(path), "--client", client, "-o", str(page))
+        assert ran.returncode == 0, ran.stderr
+        assert shown(page, "Calls shown").startswith(f"{calls} calls"), client
+        assert f"client {client}" in shown(page, "Shown")
 
 
 def test_data_that_spells_a_mark_of_the_page_stays_data(tmp_path: Path) -> None:
