@@ -2,9 +2,11 @@
 followed by where it came from: `environment RELAY_SHELL_X` (which wins), `file PATH:LINE`, or `default`.
 
 Secrets are masked: the settings that say where key and token material is kept (the token file, the OAuth state,
-the signing and TLS client keys), and any value the audit log's redaction would hide (a password in a URL, a
-token's shape). A masked line is commented out, so the output stays a config file that gives the same settings
-apart from those: never one that silently holds "[REDACTED]" as a path or a pattern.
+the signing and TLS client keys), and any single value the audit log's redaction would hide (a password in a URL).
+A masked line is commented out, so the output stays a config file that gives the same settings apart from those:
+never one that silently holds "[REDACTED]" as a path. Lists are shown as they are: deny and allow patterns, host
+and variable names are no secrets, and a pattern that looks like one (`--password=.+`) is exactly what a deny
+list holds; masking it would drop the list from a file made from this output (review S4).
 """
 
 from __future__ import annotations
@@ -18,14 +20,14 @@ from relay_shell import __version__
 from relay_shell.redaction.redact import redact
 from relay_shell.redaction.values import REDACTED
 from relay_shell.settings.file import CONFIG_VARIABLE, config_file_path, key_line, toml_value
-from relay_shell.settings.load import load_settings, unknown_variables
+from relay_shell.settings.load import load_settings, startup_warnings
 from relay_shell.settings.model import ENV_PREFIX, Settings, areas, environment_values, setting_fields
 
 
 def show_settings() -> int:
     settings = load_settings()  # ConfigError: cli.py prints it
-    for name in unknown_variables():
-        print(f"relay-shell: warning: {name} is not a relay-shell setting (typo?); ignored", file=sys.stderr)
+    for warning in startup_warnings():
+        print(f"relay-shell: warning: {warning}", file=sys.stderr)
     sys.stdout.write(render(settings, sources()))
     return 0
 
@@ -81,6 +83,4 @@ def masked_value(field: FieldInfo, value: Any) -> tuple[Any, bool]:
         return REDACTED, True
     if isinstance(value, str) and redact(value) != value:
         return redact(value), True
-    if isinstance(value, list) and any(isinstance(item, str) and redact(item) != item for item in value):
-        return [redact(item) if isinstance(item, str) else item for item in value], True
-    return value, False
+    return value, False  # a list (patterns, names) as it is

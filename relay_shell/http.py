@@ -21,6 +21,7 @@ from relay_shell.auth.tokens import TokenFileVerifier
 from relay_shell.identity import authenticated_name
 from relay_shell.settings.model import Settings
 from relay_shell.wire import ID_SCAN_BYTES, Reading, RefusedCall, declared_client, oversized, read_message
+from relay_shell.wire_lenient import CallScanner
 
 if TYPE_CHECKING:
     from mcp.server.transport_security import TransportSecuritySettings
@@ -212,6 +213,7 @@ class MessageGuard:
         tail = b""
         size = 0
         digest = hashlib.sha256()  # of an oversized body, as it streams past
+        scanner = CallScanner()  # the tools/calls an oversized body holds, as it streams past
         more = True
         while more:
             message = await receive()
@@ -228,9 +230,12 @@ class MessageGuard:
             tail = (bytes(body[-ID_SCAN_BYTES:]) + chunk)[-ID_SCAN_BYTES:]
             digest.update(body)
             digest.update(chunk)
+            scanner.feed(bytes(body))
+            scanner.feed(chunk)
             body.clear()
         if size > self.max_body:
-            await self.refuse(scope, receive, send, 413, oversized(head, tail, size, self.max_body, digest.hexdigest()))
+            reading = oversized(head, tail, size, self.max_body, digest.hexdigest(), scanner.finish())
+            await self.refuse(scope, receive, send, 413, reading)
             return
         reading = read_message(bytes(body))
         if reading.answer is not None:
@@ -264,10 +269,10 @@ class MessageGuard:
         if refused is not None:
             await refused(scope, receive, send)
             return
-        if reading.refused is not None:
-            session = dict(scope["headers"]).get(b"mcp-session-id", b"")
-            name = authenticated_name() or self.session_names.get(session) or reading.refused.client_name
-            self.on_refused(name or "unknown", reading.refused)
+        session = dict(scope["headers"]).get(b"mcp-session-id", b"")
+        for call in reading.refused:  # one record per tools/call (a batch holds several)
+            name = authenticated_name() or self.session_names.get(session) or call.client_name
+            self.on_refused(name or "unknown", call)
         assert reading.answer is not None
         await _answer(send, status, reading.answer)
 

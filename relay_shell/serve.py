@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from relay_shell import __version__
 from relay_shell.errors import ConfigError
-from relay_shell.settings.load import load_settings, unknown_variables
+from relay_shell.settings.load import load_settings, startup_warnings
 
 if TYPE_CHECKING:
     from relay_shell.audit.interrupted import PreviousRun
@@ -44,8 +44,8 @@ def serve(check_only: bool) -> int:
 
 def load_configuration() -> Settings:
     settings = load_settings()
-    for name in unknown_variables():
-        print(f"relay-shell: warning: {name} is not a relay-shell setting (typo?); ignored", file=sys.stderr)
+    for warning in startup_warnings():
+        print(f"relay-shell: warning: {warning}", file=sys.stderr)
     return settings
 
 

@@ -5,7 +5,8 @@ hops to a worker thread and back, three hops per call, which is a measurable sha
 call. This transport reads and writes the same pipes with asyncio's pipe transports, same framing (one
 JSON-RPC message per line) and the same protections: while serving, fd 0 reads /dev/null and fd 1 goes to
 stderr, so neither the server nor anything it starts can write into the protocol stream. When stdin or
-stdout is not a pipe, socket or terminal (a regular file, /dev/null), it falls back to the SDK's transport.
+stdout is not a pipe, socket or terminal (a regular file, /dev/null), which epoll cannot watch, a thread copies
+between it and a pipe, so the messages take the same path (the same bounds, the same refusal records).
 
 Every line is read by `wire.read_message`; a tools/call it refuses (its id, encoding, shape or size) is handed
 to `on_refused` with the client name the connection declared first, before the error is written back, so the
@@ -20,32 +21,32 @@ import fcntl
 import hashlib
 import os
 import stat
+import threading
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
-from mcp.server.stdio import stdio_server
 from mcp.shared._context_streams import create_context_streams
 from mcp.shared.message import SessionMessage
 
 from relay_shell.wire import ID_SCAN_BYTES, Reading, RefusedCall, declared_client, oversized, read_message
+from relay_shell.wire_lenient import CallScanner
 
 MAX_LINE = 256 * 1024 * 1024  # one JSON-RPC message; megabyte arguments are fine, a runaway line is not
 SKIP_CHUNK = 1024 * 1024  # a line over MAX_LINE is consumed this much at a time
+COPY_CHUNK = 1024 * 1024  # bytes a copying thread moves at a time between a regular file and its pipe
+COPY_DRAIN_SECONDS = 10.0  # how long a stop waits for the last answers to reach a regular file on stdout
 
 
 @asynccontextmanager
 async def stdio_transport(
     on_refused: Callable[[str, RefusedCall], None] | None = None,
 ) -> AsyncIterator[tuple[Any, Any]]:
-    if not (_streamable(0) and _streamable(1)):
-        async with stdio_server() as streams:
-            yield streams
-        return
     loop = asyncio.get_running_loop()
-    stdin_fd = _divert(0, os.open(os.devnull, os.O_RDONLY))
-    stdout_fd = _divert(1, os.dup(2))
+    stdin_private = _divert(0, os.open(os.devnull, os.O_RDONLY))
+    stdout_private = _divert(1, os.dup(2))
+    stdin_fd, stdout_fd, copier = _watchable(stdin_private, stdout_private)
     read_transport: asyncio.ReadTransport | None = None
     write_transport: asyncio.WriteTransport | None = None
     try:
@@ -69,8 +70,9 @@ async def stdio_transport(
             client_name: str | None = None  # the first name the connection declares is its name in the log
 
             def answer(reading: Reading) -> None:
-                if reading.refused is not None and on_refused is not None:
-                    on_refused(client_name or reading.refused.client_name or "unknown", reading.refused)
+                for refused in reading.refused:  # one record per tools/call (a batch holds several)
+                    if on_refused is not None:
+                        on_refused(client_name or refused.client_name or "unknown", refused)
                 if reading.answer is not None:  # answer it, or the client waits for a reply forever
                     writer.write(reading.answer + b"\n")
 
@@ -114,8 +116,10 @@ async def stdio_transport(
         for transport in (read_transport, write_transport):
             if transport is not None:
                 transport.close()
-        _restore(0, stdin_fd)
-        _restore(1, stdout_fd)
+        if copier is not None:
+            await anyio.to_thread.run_sync(copier.join, COPY_DRAIN_SECONDS)  # the answers reach the file
+        _restore(0, stdin_private)
+        _restore(1, stdout_private)
 
 
 async def _skip_line(reader: asyncio.StreamReader, overrun: asyncio.LimitOverrunError) -> Reading | None:
@@ -125,6 +129,7 @@ async def _skip_line(reader: asyncio.StreamReader, overrun: asyncio.LimitOverrun
     tail = b""
     size = 0
     digest = hashlib.sha256()
+    scanner = CallScanner()
     while True:
         found = "Separator is found" in str(overrun)  # asyncio says which, and how far it may consume
         remaining = overrun.consumed
@@ -135,11 +140,12 @@ async def _skip_line(reader: asyncio.StreamReader, overrun: asyncio.LimitOverrun
             remaining -= len(chunk)
             size += len(chunk)
             digest.update(chunk)
+            scanner.feed(chunk)
             head = head or chunk[:ID_SCAN_BYTES]
             tail = (tail + chunk)[-ID_SCAN_BYTES:]
         if found:
             await reader.readexactly(1)  # the newline
-            return oversized(head, tail, size, MAX_LINE, digest.hexdigest())
+            return oversized(head, tail, size, MAX_LINE, digest.hexdigest(), scanner.finish())
         try:
             rest = await reader.readuntil(b"\n")
         except asyncio.LimitOverrunError as again:
@@ -149,8 +155,52 @@ async def _skip_line(reader: asyncio.StreamReader, overrun: asyncio.LimitOverrun
             return None
         size += len(rest) - 1
         digest.update(rest[:-1])
+        scanner.feed(rest[:-1])
         tail = (tail + rest[:-1])[-ID_SCAN_BYTES:]
-        return oversized(head, tail, size, MAX_LINE, digest.hexdigest())
+        return oversized(head, tail, size, MAX_LINE, digest.hexdigest(), scanner.finish())
+
+
+def _watchable(stdin_fd: int, stdout_fd: int) -> tuple[int, int, threading.Thread | None]:
+    """Descriptors the loop can watch for stdin and stdout, and the thread copying to stdout if there is one.
+
+    epoll refuses a regular file or /dev/null (`relay-shell < in.jsonl > out.jsonl`): a thread copies between it
+    and a pipe the loop watches, so every message goes through the same reader, bounds and refusal records."""
+    stdin_watched = stdin_fd if _streamable(stdin_fd) else _pipe_from(stdin_fd)
+    stdout_watched, copier = (stdout_fd, None) if _streamable(stdout_fd) else _pipe_to(stdout_fd)
+    return stdin_watched, stdout_watched, copier
+
+
+def _pipe_from(source: int) -> int:
+    """The read end of a pipe a daemon thread fills from `source` (a regular file, /dev/null) until its end; the
+    thread stops at EOF, or when the server closed the read end (EPIPE)."""
+    read_end, write_end = os.pipe()
+    # The thread's own copy of `source`: `source` is restored to fd 0 afterwards.
+    threading.Thread(target=_copy, args=(os.dup(source), write_end), name="relay-shell-stdin", daemon=True).start()
+    return read_end
+
+
+def _pipe_to(target: int) -> tuple[int, threading.Thread]:
+    """The write end of a pipe a thread drains into `target` (a regular file, /dev/null) until the server
+    closes it; the thread, to wait for the last answers."""
+    read_end, write_end = os.pipe()
+    thread = threading.Thread(target=_copy, args=(read_end, os.dup(target)), name="relay-shell-stdout", daemon=True)
+    thread.start()
+    return write_end, thread
+
+
+def _copy(source: int, target: int) -> None:
+    """Copy until `source` ends or `target` takes no more (the server stopped reading, the file is full: what is
+    left is lost as it would be without the thread), then close both."""
+    try:
+        while chunk := os.read(source, COPY_CHUNK):
+            view = memoryview(chunk)
+            while view:
+                view = view[os.write(target, view) :]
+    except OSError:
+        pass
+    finally:
+        os.close(source)
+        os.close(target)
 
 
 def _streamable(fd: int) -> bool:

@@ -37,6 +37,9 @@ from typing import Any
 import mcp_types as types
 from pydantic import ValidationError
 
+from relay_shell import wire_lenient
+from relay_shell.wire_lenient import BOM
+
 MAX_NESTING = 200  # containers around any value, the message object included; pydantic-core stops there too
 MAX_INTEGER_DIGITS = 4300  # digits of one integer (Python's int/str limit; pydantic-core stops there too)
 LONE_SURROGATES = "relay-shell/lone-surrogates"  # params._meta key: where a tool call held lone surrogates
@@ -49,13 +52,15 @@ INVALID_REQUEST = -32600
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _ID_VALUE = rb'-?(?:0|[1-9][0-9]{0,4299})|"(?:[^"\\\x00-\x1f]|\\.){0,1024}"'
 _JSON_ID = rb"(" + _ID_VALUE + rb")"
-_LEADING_ID = rb'\s*\{\s*(?:"(?:jsonrpc|method)"\s*:\s*"[^"\\]{0,64}"\s*,\s*){0,2}"id"\s*:\s*' + _JSON_ID
-_TRAILING_ID = rb',\s*"id"\s*:\s*' + _JSON_ID + rb"\s*\}\s*$"
-# A top-level "method": among the short members a message starts with (the Python SDK writes jsonrpc and id
-# first, the TypeScript SDK method first), or the last members before the closing brace.
-_SHORT_MEMBER = rb'"(?:jsonrpc|method|id)"\s*:\s*(?:' + _ID_VALUE + rb")"
-_LEADING_METHOD = rb"\s*\{\s*(?:" + _SHORT_MEMBER + rb'\s*,\s*){0,2}"method"\s*:\s*"([^"\\]{1,64})"'
-_TRAILING_METHOD = rb',\s*"method"\s*:\s*"([^"\\]{1,64})"(?:\s*,\s*' + _SHORT_MEMBER + rb"){0,2}\s*\}\s*$"
+# The short top-level members around the id and the method at the head of a message (the Python SDK writes jsonrpc
+# and id first, the TypeScript SDK method first) or at its tail, before the closing brace: any key with a scalar.
+_SCALAR = rb"(?:" + _ID_VALUE + rb"|-?[0-9][0-9.eE+-]{0,64}|true|false|null)"
+_MEMBER = rb'"(?:[^"\\]|\\.){1,64}"\s*:\s*' + _SCALAR
+_METHOD = rb'"method"\s*:\s*"((?:[^"\\]|\\.){1,64})"'
+_LEADING_ID = rb"\s*\{\s*(?:" + _MEMBER + rb'\s*,\s*){0,8}"id"\s*:\s*' + _JSON_ID
+_TRAILING_ID = rb',\s*"id"\s*:\s*' + _JSON_ID + rb"(?:\s*,\s*" + _MEMBER + rb"){0,8}\s*\}\s*$"
+_LEADING_METHOD = rb"\s*\{\s*(?:" + _MEMBER + rb"\s*,\s*){0,8}" + _METHOD
+_TRAILING_METHOD = rb",\s*" + _METHOD + rb"(?:\s*,\s*" + _MEMBER + rb"){0,8}\s*\}\s*$"
 
 
 @dataclass(frozen=True)
@@ -76,21 +81,23 @@ class RefusedCall:
 @dataclass(frozen=True)
 class Reading:
     """What one message is: a message to serve (`message`, read from `data`), an error to send back
-    (`answer`, one JSON object), or neither (a notification or response nobody answers). `refused` is set
-    when the answer refuses a tools/call."""
+    (`answer`, one JSON object), or neither (a notification or response nobody answers). `refused` holds the
+    tools/calls the answer refuses (a batch holds several), one record each."""
 
     message: types.JSONRPCMessage | None = None
     data: bytes | None = None
     answer: bytes | None = None
-    refused: RefusedCall | None = None
+    refused: tuple[RefusedCall, ...] = ()
 
 
 class _Unreadable(Exception):
-    def __init__(self, code: int, message: str, id_json: bytes = b"null", call: RefusedCall | None = None) -> None:
+    def __init__(
+        self, code: int, message: str, id_json: bytes = b"null", calls: tuple[RefusedCall, ...] | None = None
+    ) -> None:
         super().__init__(message)
         self.code = code
         self.id_json = id_json
-        self.call = call
+        self.calls = calls  # None: not known from the parsed message; what its bytes show is looked for
 
 
 class _LongNumber(str):
@@ -134,36 +141,65 @@ def error_body(code: int, id_json: bytes, message: str) -> bytes:
     return b'{"jsonrpc":"2.0","id":' + id_json + b',"error":' + error + b"}"
 
 
-def oversized(head: bytes, tail: bytes, size: int, limit: int, sha256: str) -> Reading:
+def oversized(head: bytes, tail: bytes, size: int, limit: int, sha256: str, calls_seen: int = 0) -> Reading:
     """The answer to a message longer than the transport reads: -32600 with its id when the first or last
     bytes show it, else with id null (JSON-RPC: an id that cannot be detected is answered as null); a
-    RefusedCall when they show a tools/call. `sha256` is the digest of the whole message."""
+    RefusedCall for each tools/call it holds: `calls_seen` by a CallScanner over the whole message, or at
+    least the one its first or last bytes show. `sha256` is the digest of the whole message."""
     message = (
         f"Invalid Request: the message is {size} bytes, longer than this transport reads ({limit} bytes); nothing ran"
     )
     id_json = _visible_id(head, tail)
-    call = _visible_call(head, tail, id_json)
-    if call is not None:
-        call = replace(call, reason=message, message_len=size, message_sha256=sha256)
-    return Reading(answer=error_body(INVALID_REQUEST, id_json, message), refused=call)
+    calls = _unread_calls(calls_seen, head, tail)
+    refused = tuple(replace(call, reason=message, message_len=size, message_sha256=sha256) for call in calls)
+    return Reading(answer=error_body(INVALID_REQUEST, id_json, message), refused=refused)
+
+
+def _unread_calls(count: int, head: bytes, tail: bytes) -> tuple[RefusedCall, ...]:
+    """`count` tools/calls seen in a message that could not be read, at least the one its head or tail shows; the
+    first with the id its head or tail shows (the message's own id: that of the call it is)."""
+    id_json = _visible_id(head, tail)
+    shown = _visible_call(head, tail, id_json)
+    count = max(count, 1 if shown is not None else 0)
+    if count and shown is None:
+        shown = RefusedCall(request_id=_id_text(id_json))
+    return tuple(shown if index == 0 and shown else RefusedCall(request_id=None) for index in range(count))
 
 
 def _visible_id(head: bytes, tail: bytes) -> bytes:
     # re's cache compiles the patterns on the first unreadable message, not at every server start.
-    found = re.match(_LEADING_ID, head[:ID_SCAN_BYTES]) or re.search(_TRAILING_ID, tail[-ID_SCAN_BYTES:])
+    head = head[:ID_SCAN_BYTES].removeprefix(BOM)
+    found = re.match(_LEADING_ID, head) or re.search(_TRAILING_ID, tail[-ID_SCAN_BYTES:])
     return found.group(1) if found else b"null"
 
 
 def _visible_call(head: bytes, tail: bytes, id_json: bytes) -> RefusedCall | None:
     """A RefusedCall for a message that could not be read when its first or last bytes show it is a tools/call
     (the id as found there, or None)."""
-    found = re.match(_LEADING_METHOD, head[:ID_SCAN_BYTES]) or re.search(_TRAILING_METHOD, tail[-ID_SCAN_BYTES:])
-    if found is None or found.group(1) != b"tools/call":
+    head = head[:ID_SCAN_BYTES].removeprefix(BOM)
+    found = re.match(_LEADING_METHOD, head) or re.search(_TRAILING_METHOD, tail[-ID_SCAN_BYTES:])
+    if found is None or _json_text(found.group(1)) != "tools/call":
         return None
+    return RefusedCall(request_id=_id_text(id_json))
+
+
+def _id_text(id_json: bytes) -> str | None:
+    """An id found at a message's head or tail as records keep it: a string of at most 1,024 characters or an
+    integer's digits, both read back safely; None for null."""
     if id_json == b"null":
-        return RefusedCall(request_id=None)
-    # A string of at most 1,024 characters or an integer's digits: both read back safely.
-    return RefusedCall(request_id=json.loads(id_json) if id_json.startswith(b'"') else id_json.decode())
+        return None
+    return _json_text(id_json) if id_json.startswith(b'"') else id_json.decode()
+
+
+def _json_text(string: bytes) -> str | None:
+    """A JSON string's text (its escapes resolved: `tools\\/call`), without or with its quotes; None if it is not
+    one."""
+    quoted = string if string.startswith(b'"') else b'"' + string + b'"'
+    try:
+        text = json.loads(quoted)
+    except ValueError:
+        return None
+    return text if isinstance(text, str) else None
 
 
 def _read_slowly(data: bytes) -> Reading:
@@ -171,11 +207,47 @@ def _read_slowly(data: bytes) -> Reading:
         parsed = _parse(data)
         return _classify(parsed)
     except _Unreadable as refused:
-        call = refused.call
-        if call is not None:
-            digest = hashlib.sha256(data).hexdigest()
-            call = replace(call, reason=str(refused), message_len=len(data), message_sha256=digest)
-        return Reading(answer=error_body(refused.code, refused.id_json, str(refused)), refused=call)
+        calls, id_json = refused.calls, refused.id_json
+        if calls is None:  # the message could not be read as JSON-RPC: what do its bytes show?
+            calls, shown_id = _shown_in(data)
+            id_json = shown_id if id_json == b"null" and shown_id is not None else id_json
+        reason = str(refused)
+        digest = hashlib.sha256(data).hexdigest() if calls else ""
+        calls = tuple(replace(call, reason=reason, message_len=len(data), message_sha256=digest) for call in calls)
+        return Reading(answer=error_body(refused.code, id_json, reason), refused=calls)
+
+
+def _shown_in(data: bytes) -> tuple[tuple[RefusedCall, ...], bytes | None]:
+    """The tools/calls a message that is not JSON-RPC shows (wire_lenient.py): those of the JSON value it holds,
+    read leniently, each with what could be read of it, and one whose tool is unknown for each further
+    `"method": "tools/call"` member outside that value; and the id to answer with, if that value shows one."""
+    values = wire_lenient.lenient_values(data, _LENIENT_DECODER)
+    if not values:
+        scanned = max(wire_lenient.count_tool_calls(text) for text in wire_lenient.texts_of(data))
+        return _unread_calls(scanned, data, data), None
+    # The first value that holds calls (`{}` in a comment before a message is no message), else the first.
+    value, before, after = next((found for found in values if _calls_in(found[0])), values[0])
+    calls = _calls_in(value)
+    outside = wire_lenient.count_tool_calls(before) + wire_lenient.count_tool_calls(after)
+    shown_id = _answer_id(value["id"]) if isinstance(value, dict) and "id" in value else None
+    if calls:  # the calls outside the value that was read: their ids are not known
+        return (*calls, *(RefusedCall(request_id=None) for _ in range(outside))), shown_id
+    # A value inside a message broken around it (its params, say): the message's own id, if its ends show it.
+    return _unread_calls(outside, data, data), shown_id
+
+
+def _calls_in(value: Any) -> tuple[RefusedCall, ...]:
+    """A RefusedCall for each tools/call in a message or a batch, nested batches included (one record per call),
+    in the order they were written."""
+    calls = []
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, list):
+            stack.extend(reversed(item))
+        elif isinstance(item, dict) and item.get("method") == "tools/call":
+            calls.append(seen_call(item, _survey(item)[0]))
+    return tuple(calls)
 
 
 def _parse(data: bytes) -> Any:
@@ -184,12 +256,10 @@ def _parse(data: bytes) -> Any:
         return json.loads(text, parse_int=_integer, parse_float=_float, parse_constant=_no_constant)
     except RecursionError:
         message = f"Invalid Request: the message is nested deeper than {MAX_NESTING} levels; nothing ran"
-        id_json = _visible_id(data, data)
-        raise _Unreadable(INVALID_REQUEST, message, id_json, _visible_call(data, data, id_json)) from None
+        raise _Unreadable(INVALID_REQUEST, message, _visible_id(data, data)) from None
     except ValueError as exc:
-        id_json = _visible_id(data, data)
         message = f"Parse error: the message is not JSON ({exc})"
-        raise _Unreadable(PARSE_ERROR, message, id_json, _visible_call(data, data, id_json)) from None
+        raise _Unreadable(PARSE_ERROR, message, _visible_id(data, data)) from None
 
 
 def _integer(text: str) -> int | _LongNumber:
@@ -209,30 +279,30 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON value")
 
 
+# For what a refused message shows only: NaN and Infinity are read (the SDK's reader takes them too).
+_LENIENT_DECODER = json.JSONDecoder(parse_int=_integer, parse_float=_float)
+
+
 def _classify(parsed: Any) -> Reading:
     if isinstance(parsed, list):
-        holds_call = any(isinstance(item, dict) and _is_tool_call(item) for item in parsed)
-        raise _Unreadable(
-            INVALID_REQUEST,
-            "Invalid Request: batches are not part of MCP; send one message per line",
-            call=RefusedCall(request_id=None) if holds_call else None,
-        )
+        batch = "Invalid Request: batches are not part of MCP; send one message per line"
+        raise _Unreadable(INVALID_REQUEST, batch, calls=_calls_in(parsed))
     if not isinstance(parsed, dict):
-        raise _Unreadable(INVALID_REQUEST, "Invalid Request: a message is one JSON object")
+        raise _Unreadable(INVALID_REQUEST, "Invalid Request: a message is one JSON object", calls=())
     if "method" not in parsed and ("result" in parsed or "error" in parsed):
         return Reading()  # a response the SDK could not read: JSON-RPC never answers a response
     has_id = "id" in parsed
     request_id = parsed.get("id")
     id_json = _answer_id(request_id) if has_id else b"null"
     depth, long_number, surrogates = _survey(parsed)
-    call = _seen_call(parsed, depth) if has_id and _is_tool_call(parsed) else None
+    calls = (seen_call(parsed, depth),) if has_id and _is_tool_call(parsed) else ()
     if has_id and not _mcp_id(request_id):
         raise _Unreadable(
             INVALID_REQUEST,
             f"Invalid Request: id {_shown(request_id)} is not a string or an integer (MCP: a request id is a "
             "string or an integer, never null); nothing ran",
             id_json,
-            call,
+            calls,
         )
     outside = [path for path in surrogates if not _in_tool_call_arguments(parsed, path)]
     problem = None
@@ -248,7 +318,7 @@ def _classify(parsed: Any) -> Reading:
     if problem is not None:
         if not has_id:
             return Reading()  # a notification is never answered, not even to say it was dropped
-        raise _Unreadable(INVALID_REQUEST, f"Invalid Request: {problem}; nothing ran", id_json, call)
+        raise _Unreadable(INVALID_REQUEST, f"Invalid Request: {problem}; nothing ran", id_json, calls)
     if surrogates:
         parsed = _mark_surrogates(parsed, surrogates)
     data = _dump(parsed).encode("utf-8")
@@ -265,7 +335,7 @@ def _classify(parsed: Any) -> Reading:
         'Invalid Request: not a JSON-RPC 2.0 request (it needs "jsonrpc": "2.0", a string "method" and '
         '"params" as an object when present)',
         id_json,
-        call,
+        calls,
     )
 
 
@@ -273,18 +343,20 @@ def _is_tool_call(message: dict[str, Any]) -> bool:
     return message.get("method") == "tools/call" and "id" in message
 
 
-def _seen_call(message: dict[str, Any], depth: int) -> RefusedCall:
-    """What a tools/call refused here keeps for its record: its id, and its tool name, arguments and declared
-    client unless the message is nested too deep to keep them (its digest still identifies it)."""
+def seen_call(message: dict[str, Any], depth: int) -> RefusedCall:
+    """What a tools/call refused here keeps for its record: its id (None when it has none), and its tool name,
+    arguments and declared client unless the message is nested too deep to keep them (its digest still
+    identifies it)."""
     params = message.get("params")
     params = params if isinstance(params, dict) else {}
+    request_id = _recorded_id(message["id"]) if "id" in message else None
     if depth > MAX_NESTING:
-        return RefusedCall(request_id=_recorded_id(message.get("id")))
+        return RefusedCall(request_id=request_id)
     meta = params.get("_meta")
     info = meta.get(CLIENT_INFO) if isinstance(meta, dict) else None
     name = info.get("name") if isinstance(info, dict) else None
     return RefusedCall(
-        request_id=_recorded_id(message.get("id")),
+        request_id=request_id,
         tool=_escape_surrogates(params.get("name")),
         arguments=_escape_surrogates(params.get("arguments")),
         client_name=_escape_surrogates(name)[:64] if isinstance(name, str) else None,

@@ -85,7 +85,9 @@ class Window:
             return False
         if self.client is None:
             return True
-        return client_id == self.client or client_id.split(":", 1)[-1] == self.client
+        # Exactly as recorded: `alice` matched http:alice and stdio:alice, two clients an auditor must tell apart
+        # (a name is what a client declares; the transport is not), review N6.
+        return client_id == self.client
 
 
 @dataclass

@@ -44,7 +44,11 @@ def add_parser(subparsers: Any) -> None:
         "--since", metavar="T", help="show calls from this UTC time on (2026-01-31 or 2026-01-31T12:00Z)"
     )
     report.add_argument("--until", metavar="T", help="show calls before this UTC time")
-    report.add_argument("--client", metavar="NAME", help="show this client's calls only (http:alice, or alice)")
+    report.add_argument(
+        "--client",
+        metavar="NAME",
+        help="show the calls of this client only, exactly as the log records it (http:alice, stdio:alice)",
+    )
     report.add_argument(
         "--record-dir", type=Path, metavar="DIR", help="the session transcripts (RELAY_SHELL_RECORD_DIR)"
     )

@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
+import re
 import shutil
 import time
 from dataclasses import asdict, dataclass
@@ -85,8 +86,9 @@ def write_page(
         "@SUMMARY@": _summary(summary),
         "@EXCEPTIONS@": _exceptions(summary),
     }
-    for mark, text in replacements.items():
-        head = head.replace(mark, text)
+    # One pass: a mark inside substituted text (a logged client named `@EXCEPTIONS@`, a log file under a directory
+    # named `@SUMMARY@`) is data, never substituted in turn (review S6).
+    head = re.sub(r"@[A-Z_]+@", lambda found: replacements.get(found.group(0), found.group(0)), head)
     meta = {
         "chunk": ChunkedDetails.CHUNK,
         "names": {

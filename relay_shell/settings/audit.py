@@ -6,9 +6,9 @@ import os
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
-from relay_shell.settings.values import AREA_CONFIG
+from relay_shell.settings.values import Area
 
 
 def default_audit_path() -> Path:
@@ -16,9 +16,7 @@ def default_audit_path() -> Path:
     return Path(state_home) / "relay-shell" / "audit.jsonl"
 
 
-class AuditSettings(BaseModel):
-    model_config = AREA_CONFIG
-
+class AuditSettings(Area):
     audit_path: Path = Field(default_factory=default_audit_path, description="path of the JSON Lines audit log")
     audit_chain: bool = Field(True, description="true or false")
     audit_fsync: Literal["off", "always"] = Field("off", description="off or always")

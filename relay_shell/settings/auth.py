@@ -5,14 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import Field, field_validator
 
-from relay_shell.settings.values import AREA_CONFIG, SECRET, empty_is_none
+from relay_shell.settings.values import SECRET, Area, empty_is_none
 
 
-class AuthSettings(BaseModel):
-    model_config = AREA_CONFIG
-
+class AuthSettings(Area):
     token_file: Path | None = Field(
         None,
         description="empty (no authentication) or a file of `NAME SHA256-OF-TOKEN` lines, not group/world readable",

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,24 @@ _HEADER = rf"\s*\[\s*({_KEY_PART}(?:\s*\.\s*{_KEY_PART})*)\s*\]\s*(?:#.*)?$"
 def config_file_path() -> Path | None:
     raw = os.environ.get(CONFIG_VARIABLE, "")
     return Path(raw).expanduser() if raw else None
+
+
+def unsafe_place(path: Path) -> str | None:
+    """Why the config file could be changed by someone other than root or the server's user, as sshd's StrictModes
+    sees it: the file or a directory above it owned by another user, or writable by its group or others (a
+    directory with the sticky bit, /tmp, may be: nobody else can replace a file in it). None when it is safe."""
+    uid = os.geteuid()
+    resolved = path.resolve()
+    for place in (resolved, *resolved.parents):
+        info = place.stat()
+        kind = "file" if place == resolved else "directory"
+        if info.st_uid not in (0, uid):
+            return f"the {kind} {place} is owned by uid {info.st_uid}, not root or the server's user (uid {uid})"
+        writable = info.st_mode & 0o022
+        if writable and (kind == "file" or not info.st_mode & stat.S_ISVTX):
+            who = {0o020: "its group", 0o002: "others"}.get(writable, "its group and others")
+            return f"the {kind} {place} is writable by {who} (mode {stat.S_IMODE(info.st_mode):04o})"
+    return None
 
 
 def _dotted(text: str) -> tuple[str, ...]:

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import Field, field_validator
 
-from relay_shell.settings.values import AREA_CONFIG, comma_list
+from relay_shell.settings.values import Area, comma_list
 
 
-class HttpSettings(BaseModel):
-    model_config = AREA_CONFIG
-
+class HttpSettings(Area):
     transport: Literal["stdio", "http"] = Field("stdio", description="stdio or http (streamable HTTP at /mcp)")
     http_host: str = Field("127.0.0.1", description="address the HTTP transport binds; non-loopback needs TOKEN_FILE")
     http_port: int = Field(8765, ge=0, le=65535, description="port of the HTTP transport, 0 to 65535 (0 picks one)")

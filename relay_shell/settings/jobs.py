@@ -4,14 +4,12 @@ long an ended job's result is kept, and the memory that keeps cut results readab
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
-from relay_shell.settings.values import AREA_CONFIG
+from relay_shell.settings.values import Area
 
 
-class JobSettings(BaseModel):
-    model_config = AREA_CONFIG
-
+class JobSettings(Area):
     yield_after: float = Field(
         45.0,
         ge=0.0,

@@ -5,14 +5,12 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import Field, model_validator
 
-from relay_shell.settings.values import AREA_CONFIG
+from relay_shell.settings.values import Area
 
 
-class LimitSettings(BaseModel):
-    model_config = AREA_CONFIG
-
+class LimitSettings(Area):
     max_output: int = Field(65536, ge=1024, le=64 * 1024 * 1024, description="bytes, 1024 to MAX_OUTPUT_HARD")
     max_output_hard: int = Field(1024 * 1024, ge=1024, le=64 * 1024 * 1024, description="bytes, 1024 to 67108864")
     max_timeout: float = Field(3600.0, ge=1.0, le=86400.0, description="seconds, 1 to 86400")

@@ -14,7 +14,7 @@ from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
 from relay_shell.errors import ConfigError
-from relay_shell.settings.file import CONFIG_VARIABLE, config_file_path, key_line, toml_value
+from relay_shell.settings.file import CONFIG_VARIABLE, config_file_path, key_line, toml_value, unsafe_place
 from relay_shell.settings.model import ENV_PREFIX, Settings, areas, environment_values, setting_fields
 
 # Set by relay-shell itself, not by an operator: the containment marker every command inherits (a relay-shell
@@ -26,6 +26,12 @@ def load_settings() -> Settings:
     path = config_file_path()
     if path is not None and not path.is_file():
         raise ConfigError(f"{CONFIG_VARIABLE}={str(path)!r}: no such file; allowed: the path of a TOML config file")
+    problem = unsafe_place(path) if path is not None else None
+    if problem is not None:  # whoever can write the file sets the policy: refused, as sshd refuses its own
+        raise ConfigError(
+            f"{path}: refused: {problem}; allowed: a file, and directories above it, owned by root or the server's "
+            "user and writable by no one else (chmod go-w, chown)"
+        )
     try:
         return Settings()
     except ValidationError as exc:
@@ -124,6 +130,38 @@ def _unknown_key(area: str, name: str) -> str:
     if nearest:
         return f"[{area}] {name}: unknown setting in [{area}]; did you mean [{fields[nearest[0]][0]}] {nearest[0]}?"
     return f"[{area}] {name}: unknown setting; allowed in [{area}]: {', '.join(in_area)}"
+
+
+def startup_warnings() -> list[str]:
+    """What an operator should hear about a configuration that loads: misspelt variables, and empty ones that
+    override what the file sets (review N3)."""
+    warnings = [f"{name} is not a relay-shell setting (typo?); ignored" for name in unknown_variables()]
+    return warnings + empty_overrides()
+
+
+def empty_overrides() -> list[str]:
+    """An empty RELAY_SHELL_* variable overrides the file as any other does, and empty means "none" or "off": a
+    deny list the file sets is emptied by `RELAY_SHELL_POLICY_DENY=` left over in a unit or a compose file. That is
+    allowed (the environment wins, and empty is how a setting is turned off) but never silent."""
+    path = config_file_path()
+    empty = [name for name, value in environment_values().items() if not value.strip()]
+    if path is None or not empty:
+        return []
+    import tomllib
+
+    text = path.read_text(errors="replace")
+    in_file = tomllib.loads(text)
+    fields = setting_fields()
+    warnings = []
+    for name in empty:
+        area = fields[name][0]
+        if name in in_file.get(area, {}):
+            where = f"{path}:{key_line(text, (area, name))}"
+            warnings.append(
+                f"{ENV_PREFIX}{name.upper()} is empty and overrides [{area}] {name} set in {where}: the setting is "
+                "empty; unset the variable to use the file's value"
+            )
+    return warnings
 
 
 def unknown_variables() -> list[str]:

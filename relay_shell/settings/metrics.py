@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import ipaddress
 
-from pydantic import BaseModel, Field, field_serializer, field_validator
+from pydantic import Field, field_serializer, field_validator
 
-from relay_shell.settings.values import AREA_CONFIG, text
+from relay_shell.settings.values import Area, text
 
 
 def metrics_host_port(raw: str) -> tuple[str, int]:
@@ -31,9 +31,7 @@ def host_port_text(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-class MetricsSettings(BaseModel):
-    model_config = AREA_CONFIG
-
+class MetricsSettings(Area):
     metrics_addr: tuple[str, int] | None = Field(
         None, description="empty (off) or a loopback HOST:PORT such as 127.0.0.1:9464"
     )

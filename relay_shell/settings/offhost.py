@@ -8,9 +8,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from pydantic import BaseModel, Field, field_serializer, field_validator, model_validator
+from pydantic import Field, field_serializer, field_validator, model_validator
 
-from relay_shell.settings.values import AREA_CONFIG, SECRET, empty_is_none, existing_file, text
+from relay_shell.settings.values import SECRET, Area, empty_is_none, existing_file, text
 
 JOURNALD_SOCKET = "/run/systemd/journal/socket"
 
@@ -108,9 +108,7 @@ def checkpoint_interval(raw: str) -> CheckpointInterval:
     return CheckpointInterval(records, seconds)
 
 
-class OffHostSettings(BaseModel):
-    model_config = AREA_CONFIG
-
+class OffHostSettings(Area):
     audit_syslog: SyslogTarget | None = Field(
         None,
         description="empty (off) or where to ship every audit record as RFC 5424 syslog: tcp://HOST:PORT, "

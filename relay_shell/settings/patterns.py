@@ -3,14 +3,16 @@ and compiled once, in RE2.
 
 RE2 and not Python's `re`: the policy matches these against commands an AI client writes and the exec trace
 against argv a program chose, so matching must take time linear in the text whatever the pattern; a backtracking
-pattern such as `(a+)+$` would stall the server on a crafted command (adr/0019, issue 30). A pattern RE2 does not
-accept, or one RE2 would read differently from `re` without saying so, stops startup naming the pattern and the
-construct.
+pattern such as `(a+)+$` would stall the server on a crafted command (adr/0019, issue 30). Patterns are written
+as for Python's `re`: where RE2 would read a construct otherwise, the compiled pattern keeps `re`'s meaning
+(settings/pattern_syntax.py) or, where it cannot, startup stops naming the pattern and the construct; a pattern
+RE2 does not accept stops it too.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
@@ -53,10 +55,13 @@ def compile_patterns(raw: object) -> tuple[Regex, ...]:
 
 def compile_re2(patterns: Sequence[str | Regex]) -> list[Regex]:
     """ValueError naming the pattern and the construct for a pattern RE2 does not accept (backreferences,
-    lookaround, possessive quantifiers, \\Z) or reads differently from `re` (`{,n}`)."""
+    lookaround, possessive quantifiers, \\Z) or would read differently from `re` where relay-shell cannot keep
+    `re`'s meaning (`{,n}`, `\\B`, POSIX classes: settings/pattern_syntax.py)."""
     if not patterns:
         return []
     import re2  # ~3 ms: only when there are patterns
+
+    from relay_shell.settings.pattern_syntax import SyntaxDifference, folds_case, to_re2
 
     options = re2.Options()
     options.log_errors = False  # the error is ours to report, once
@@ -65,51 +70,53 @@ def compile_re2(patterns: Sequence[str | Regex]) -> list[Regex]:
         if isinstance(pattern, Regex):
             compiled.append(pattern)
             continue
-        construct = _silently_different(pattern)
-        if construct is not None:
-            raise ValueError(
-                f"pattern {pattern!r} is not a valid regex for relay-shell: {construct} repeats in Python's re but is "
-                "literal text in RE2; write {0,n} for {,n} and * for {,}"
-            )
         try:
-            compiled.append(re2.compile(pattern, options))
+            translated = to_re2(pattern)
+        except SyntaxDifference as difference:
+            raise ValueError(f"pattern {pattern!r} is not a valid regex for relay-shell: {difference}") from None
+        try:
+            compiled.append(OperatorPattern(pattern, re2.compile(translated, options), folds_case(pattern)))
         except re2.error as exc:
             problem = exc.args[0].decode(errors="replace") if exc.args and isinstance(exc.args[0], bytes) else exc
             raise ValueError(
                 f"pattern {pattern!r} is not a valid regex in RE2 syntax ({problem}): RE2 has no backreferences, "
                 "lookaround, possessive quantifiers or atomic groups, and spells \\Z as \\z"
             ) from None
+        except UnicodeEncodeError:
+            raise ValueError(
+                f"pattern {pattern!r} is not a valid regex for relay-shell: it holds a lone UTF-16 surrogate, which "
+                "is not Unicode text"
+            ) from None
     return compiled
 
 
-def _silently_different(pattern: str) -> str | None:
-    """The first `{,n}` or `{,}` outside a character class: RE2 compiles it as the literal text."""
-    index = 0
-    in_class = False
-    while index < len(pattern):
-        character = pattern[index]
-        if character == "\\":
-            index += 2
-            continue
-        if in_class:
-            in_class = character != "]"
-        elif character == "[":
-            in_class = True
-            index += 1
-            index += pattern.startswith("^", index)
-            index += pattern.startswith("]", index)  # `[]…]`, `[^]…]`: a first `]` is a member
-            continue
-        elif character == "{" and pattern.startswith(",", index + 1):
-            end = pattern.find("}", index)
-            if end != -1 and (end == index + 2 or pattern[index + 2 : end].isdigit()):
-                return pattern[index : end + 1]
-        index += 1
-    return None
+class OperatorPattern:
+    """An operator's pattern: `pattern` as written, searched with its RE2 translation (`re`'s meaning kept)."""
+
+    __slots__ = ("compiled", "folds", "pattern")
+
+    def __init__(self, pattern: str, compiled: Any, folds: bool = False) -> None:
+        self.pattern = pattern
+        self.compiled = compiled
+        self.folds = folds
+
+    def search(self, text: str) -> Any:
+        """A case-insensitive pattern searches the text with pattern_syntax.CASE_FOLDS applied. RE2 matches UTF-8:
+        a lone surrogate (in a command a client wrote, in an argv the kernel gave) is searched as U+FFFD, one
+        character for one as `re` counts it, so `.` and the rest still match."""
+        if self.folds and not text.isascii():
+            from relay_shell.settings.pattern_syntax import CASE_FOLDS
+
+            text = text.translate(CASE_FOLDS)
+        try:
+            return self.compiled.search(text)
+        except UnicodeEncodeError:
+            return self.compiled.search(re.sub("[\ud800-\udfff]", "\ufffd", text))
+
+    def __repr__(self) -> str:
+        return f"OperatorPattern({self.pattern!r})"
 
 
 def matches(pattern: Regex, text: str) -> bool:
-    """`pattern.search(text)`, with `$` also matching before a final newline as it does in Python's re (RE2's `$`
-    is the end of the text only): a deny pattern written for `re` keeps matching `reboot\\n`."""
-    if pattern.search(text) is not None:
-        return True
-    return text.endswith("\n") and pattern.search(text[:-1]) is not None
+    """Whether the pattern is found anywhere in the text."""
+    return pattern.search(text) is not None

@@ -6,20 +6,18 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, Field, field_serializer, field_validator
+from pydantic import Field, field_serializer, field_validator
 
 from relay_shell.settings.patterns import Regex, compile_patterns
-from relay_shell.settings.values import AREA_CONFIG
+from relay_shell.settings.values import Area
 
 PATTERNS = (
-    "a JSON array of RE2 regexes (no backreferences, no lookaround), or one regex per line (in the file: a list); "
-    "searched in each command's text and canonical forms"
+    "a JSON array of regexes in Python's re syntax, matched by RE2 (README, Operator patterns: no backreferences, "
+    "no lookaround), or one regex per line (in the file: a list); searched in each command's text and canonical forms"
 )
 
 
-class PolicySettings(BaseModel):
-    model_config = AREA_CONFIG
-
+class PolicySettings(Area):
     policy_mode: Literal["open", "guarded", "readonly"] = Field("open", description="open, guarded or readonly")
     readonly_enforcement: Literal["auto", "required"] = Field(
         "auto",

@@ -5,14 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import Field, field_validator
 
-from relay_shell.settings.values import AREA_CONFIG, empty_is_none
+from relay_shell.settings.values import Area, empty_is_none
 
 
-class RunbookSettings(BaseModel):
-    model_config = AREA_CONFIG
-
+class RunbookSettings(Area):
     runbook_dir: Path | None = Field(
         None, description="empty (off) or a directory of Markdown runbooks with YAML front matter (*.md, recursive)"
     )

@@ -7,10 +7,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from pydantic import BaseModel, Field, field_serializer, field_validator
+from pydantic import Field, field_serializer, field_validator
 
 from relay_shell.settings.patterns import Regex, compile_patterns
-from relay_shell.settings.values import AREA_CONFIG, comma_list, empty_is_none
+from relay_shell.settings.values import Area, comma_list, empty_is_none
 
 # What a password prompt looks like by default: sudo's `[Pp]assword` and the prompts of ssh, ssh-keygen, gpg,
 # openssl (pass phrase, Verifying), PIN and one-time codes. Written so that RE2 and Python's re read them alike;
@@ -27,9 +27,7 @@ DEFAULT_PASSPROMPT_TEXT = (
 DEFAULT_PASSPROMPT: tuple[Regex, ...] = tuple(re.compile(pattern) for pattern in DEFAULT_PASSPROMPT_TEXT)
 
 
-class SessionSettings(BaseModel):
-    model_config = AREA_CONFIG
-
+class SessionSettings(Area):
     max_sessions: int = Field(16, ge=1, le=1024, description="PTY sessions open at once, 1 to 1024")
     session_buffer_bytes: int = Field(
         1024 * 1024,

@@ -6,14 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import Field, field_validator
 
-from relay_shell.settings.values import AREA_CONFIG, empty_is_none
+from relay_shell.settings.values import Area, empty_is_none
 
 
-class SshSettings(BaseModel):
-    model_config = AREA_CONFIG
-
+class SshSettings(Area):
     ssh_config: Path | None = Field(
         default_factory=lambda: Path.home() / ".ssh" / "config",
         description="path of the OpenSSH client config (default ~/.ssh/config); empty to ignore it",

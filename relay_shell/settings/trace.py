@@ -5,15 +5,13 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, Field, field_serializer, field_validator
+from pydantic import Field, field_serializer, field_validator
 
 from relay_shell.settings.patterns import Regex, compile_patterns
-from relay_shell.settings.values import AREA_CONFIG
+from relay_shell.settings.values import Area
 
 
-class TraceSettings(BaseModel):
-    model_config = AREA_CONFIG
-
+class TraceSettings(Area):
     exec_trace: Literal["on", "off"] = Field(
         "off",
         description="on (every execve of the trees calls and local sessions start goes into their audit records, "

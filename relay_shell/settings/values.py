@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pydantic import ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
 
 if TYPE_CHECKING:
     from pydantic.json_schema import JsonDict
@@ -19,6 +19,27 @@ if TYPE_CHECKING:
 # source sets is made without validation (settings/model.py). defer_build: an area is validated as part of
 # Settings; its own validator (~0.5 ms each) is built only if something constructs the area alone.
 AREA_CONFIG = ConfigDict(extra="forbid", validate_default=True, arbitrary_types_allowed=True, defer_build=True)
+
+
+class Area(BaseModel):
+    """What every area's model is: AREA_CONFIG, and no truth value read as a number or a number as a truth value.
+
+    pydantic's lax mode takes `max_sessions = true` as 1 and `audit_chain = 1` as true: a TOML value has a type,
+    and a file that writes the wrong one is a mistake to point out, not to guess at (the environment's text is
+    still read as text: RELAY_SHELL_AUDIT_CHAIN=1 is true)."""
+
+    model_config = AREA_CONFIG
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _truth_values_are_not_numbers(cls, raw: object, info: ValidationInfo) -> object:
+        annotation = cls.model_fields[info.field_name or ""].annotation
+        if annotation is bool and isinstance(raw, int | float) and not isinstance(raw, bool):
+            raise ValueError(f"must be true or false, not the number {raw!r}")
+        if annotation in (int, float) and isinstance(raw, bool):
+            raise ValueError(f"must be a number, not {str(raw).lower()}")
+        return raw
+
 
 # In json_schema_extra: the value is where key or token material is kept; `relay-shell config show` masks it.
 SECRET: JsonDict = {"secret": True}

@@ -11,7 +11,9 @@ What JSON-RPC 2.0 and MCP say an answer must be (adr/0016):
 - a tools/call that reaches the server (readable within the server's bounds) gets a result, never a
   JSON-RPC error; every tools/call that takes an answer, refused ones included, has exactly one audit
   record (checks.py `must_be_audited`: by its id, or by the digest of the message when it has no id a record
-  can be found by); prompts/get and resources/read are recorded when served.
+  can be found by), also one a JSON-RPC reader refuses for what frames it (a byte order mark, junk before or
+  after it, UTF-16, a method spelled with escapes), and each call of a batch; prompts/get and resources/read
+  are recorded when served.
 """
 
 from __future__ import annotations
@@ -63,6 +65,7 @@ class Probe:
     kind: str = ""  # how it was generated, for the report
     extra: dict[str, Any] = field(default_factory=dict)
     record_id: str | None = None  # the id as the record keeps it, when that is not the key's text (`1e3`)
+    records: int = 1  # audit records the message must have when it is audited once (a batch: one per call)
 
 
 def id_key(value: Any) -> tuple[str, str] | None:
@@ -410,7 +413,7 @@ def malformed(rng: random.Random, request_id: int, era: str, client: str, huge_b
         "method": "tools/call",
         "params": {"name": "server_info", "arguments": {}, **envelope(era, client)},
     }
-    choice = rng.randrange(26)
+    choice = rng.randrange(28)
     if choice == 0:
         return _probe(b"this is not json", "null", None, "garbage")
     if choice == 1:
@@ -488,9 +491,53 @@ def malformed(rng: random.Random, request_id: int, era: str, client: str, huge_b
     if choice == 24:
         deep = b'{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"x":' + b"[" * 500 + b"]" * 500 + b"}}"
         return _probe(deep, "none", None, "notification nested too deep")
+    if choice == 26:
+        return framed_call(rng, call, key)
+    if choice == 27:
+        return batch_of_calls(rng, call, request_id)
     return _probe(b"   ", "none", None, "blank line")
 
 
-def _probe(line: bytes, expect: str, key: tuple[str, str] | None, kind: str, audited: str = "at_most_once") -> Probe:
-    method = "tools/call" if b'"tools/call"' in line[:200] or b'"tools/call"' in line[-300:] else "other"
+def framed_call(rng: random.Random, call: dict[str, Any], key: tuple[str, str] | None) -> Probe:
+    """A tools/call a JSON-RPC reader refuses for what frames it, whose bytes still show it: answered with its id,
+    and recorded once, with its tool (issue 30 review S1)."""
+    line = encode(call).encode()
+    framings = {
+        "byte order mark": b"\xef\xbb\xbf" + line,
+        "NUL before": b"\x00" + line,
+        "no-break space before": "\u00a0".encode() + line,
+        "comment before": b"/*{}*/" + line,
+        "form feed before": b"\x0c" + line,
+        "UTF-16": encode(call).encode("utf-16-le"),
+        "trailing garbage": line + b" xyz",
+        "tools\\/call and garbage": line.replace(b'"tools/call"', b'"tools\\/call"') + b"garbage",
+        "tools/\\u0063all and garbage": line.replace(b'"tools/call"', b'"tools/\\u0063all"') + b"}",
+    }
+    kind = rng.choice(list(framings))
+    return _probe(framings[kind], "error", key, kind, method="tools/call")
+
+
+def batch_of_calls(rng: random.Random, call: dict[str, Any], request_id: int) -> Probe:
+    """A batch (maybe nested) of tools/calls: one error with id null, and one record per call."""
+    count = rng.randint(1, 4)
+    calls = [encode({**call, "id": f"batch-{request_id}-{index}"}) for index in range(count)]
+    batch = "[" + ",".join(calls) + "]"
+    nested = rng.random() < 0.3
+    probe = _probe(
+        ("[" + batch + "]" if nested else batch).encode(), "null", None, "batch of calls", method="tools/call"
+    )
+    probe.records = count
+    return probe
+
+
+def _probe(
+    line: bytes,
+    expect: str,
+    key: tuple[str, str] | None,
+    kind: str,
+    audited: str = "at_most_once",
+    method: str | None = None,
+) -> Probe:
+    if method is None:
+        method = "tools/call" if b'"tools/call"' in line[:200] or b'"tools/call"' in line[-300:] else "other"
     return Probe(line=line, method=method, expect=expect, key=key, audited=audited, kind=f"malformed:{kind}")

@@ -304,9 +304,11 @@ def check_log(
             report.fail("more than one audit record for a call", f"{probe.kind} id {key[:40]} -> {count} records")
     for digest, probes in by_digest.items():
         count = by_message[digest]
-        if count != len(probes):
-            invariant = "unaudited call" if count < len(probes) else "more than one audit record for a call"
+        expected = sum(probe.records for probe in probes)  # a batch: one record per call it holds
+        if count != expected:
+            invariant = "unaudited call" if count < expected else "more than one audit record for a call"
             shown = f"{probes[0].kind} message sha256 {digest[:16]} sent {len(probes)}x -> {count} records"
+            shown += f" ({expected} expected)"
             report.fail(invariant, f"{shown}; {probes[0].line[:120]!r}")
     # Calls before initialize name no client (none was declared yet): every later record names the same one.
     before = {probe_record_key(probe) for probe, _ in sent if probe.kind.startswith("lifecycle:")}

@@ -110,6 +110,12 @@ def test_check_config_and_the_audit_tools_read_the_file(tmp_path: Path, log_path
             3,
             ['[sessions] max_sessions = "many"', "valid integer", "1 to 1024"],
         ),
+        # review S3: a truth value is no number and a number no truth value (pydantic's lax mode would take them)
+        ("[audit]\naudit_chain = 1\n", 2, ["[audit] audit_chain = 1: must be true or false, not the number 1"]),
+        ("[auth]\noauth_lock_first_client = 0.0\n", 2, ["oauth_lock_first_client = 0.0: must be true or false"]),
+        ("[sessions]\nmax_sessions = true\n", 2, ["[sessions] max_sessions = true: must be a number, not true"]),
+        ("[http]\nhttp_port = true\n", 2, ["[http] http_port = true: must be a number, not true; allowed: "]),
+        ("[limits]\nkill_grace = false\n", 2, ["[limits] kill_grace = false: must be a number, not false"]),
         # out of range
         ("[sessions]\n\nmax_sessions = 5000\n", 3, ["[sessions] max_sessions = 5000", "less than or equal to 1024"]),
         # a key in the wrong section, a misspelt section, a setting outside any section
@@ -142,10 +148,85 @@ def test_a_bad_file_stops_startup_with_one_line_naming_file_line_key_and_problem
         assert result.stdout == ""
 
 
+def test_the_environment_still_reads_truth_values_as_text(tmp_path: Path) -> None:
+    """Review S3 refuses a number for a truth value in the file; RELAY_SHELL_AUDIT_CHAIN=0 (text) stays false."""
+    result = relay_shell("config", "show", env={"RELAY_SHELL_AUDIT_CHAIN": "0", "RELAY_SHELL_MAX_SESSIONS": "7"})
+    assert result.returncode == 0, result.stderr
+    lines = shown(result.stdout)
+    assert lines["audit", "audit_chain"][0] == "audit_chain = false" and lines["sessions", "max_sessions"][0] == (
+        "max_sessions = 7"
+    )
+
+
+def test_an_empty_variable_that_empties_the_files_setting_is_never_silent(tmp_path: Path) -> None:
+    """Review N3: `RELAY_SHELL_POLICY_DENY=` left in a unit overrides the file's deny list with none. The
+    environment wins (empty is how a setting is turned off), with a warning naming both, at start and in config
+    show; an empty variable for a setting the file leaves alone, or none at all, says nothing."""
+    config = tmp_path / "relay.toml"
+    config.write_text('[policy]\npolicy_mode = "guarded"\npolicy_deny = ["mkfs", "^rm -rf /$"]\n')
+    empty = {"RELAY_SHELL_POLICY_DENY": "", "RELAY_SHELL_EXEC_DENY": " "}
+    warning = (
+        f"relay-shell: warning: RELAY_SHELL_POLICY_DENY is empty and overrides [policy] policy_deny set in "
+        f"{config}:3: the setting is empty; unset the variable to use the file's value"
+    )
+    for args in (["--config", str(config), "--check-config"], ["config", "show", "--config", str(config)]):
+        result = relay_shell(*args, env={**empty, "XDG_STATE_HOME": str(tmp_path / "state")})
+        assert result.returncode == 0, result.stderr
+        assert result.stderr.splitlines() == [warning], result.stderr
+        quiet = relay_shell(*args, env={"XDG_STATE_HOME": str(tmp_path / "state"), "RELAY_SHELL_EXEC_DENY": ""})
+        assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr
+    show = relay_shell("config", "show", "--config", str(config), env=empty)
+    assert shown(show.stdout)["policy", "policy_deny"] == ("policy_deny = []", "environment RELAY_SHELL_POLICY_DENY")
+
+
 def test_a_missing_file_is_refused(tmp_path: Path) -> None:
     result = relay_shell("--config", str(tmp_path / "nowhere.toml"), "--check-config")
     assert result.returncode == 2
     assert "RELAY_SHELL_CONFIG=" in result.stderr and "no such file" in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize(
+    ("change", "fragment"),
+    [
+        ("group-writable file", "the file {config} is writable by its group (mode 0664)"),
+        ("world-writable file", "the file {config} is writable by others (mode 0646)"),
+        ("file of another user", "the file {config} is owned by uid 65534, not root or the server's user"),
+        ("world-writable directory", "the directory {directory} is writable by its group and others (mode 0777)"),
+        ("directory of another user", "the directory {directory} is owned by uid 65534"),
+    ],
+)
+def test_a_file_others_could_change_is_refused_at_startup(tmp_path: Path, change: str, fragment: str) -> None:
+    """Review S5: whoever can write the config file sets the policy, so a file (or a directory above it) that
+    another user owns or that its group or others can write is refused, as sshd's StrictModes refuses its own;
+    the sticky /tmp above tmp_path is fine."""
+    directory = tmp_path / "etc"
+    directory.mkdir(mode=0o755)
+    config = directory / "relay.toml"
+    config.write_text('[policy]\npolicy_deny = ["mkfs"]\n')
+    config.chmod(0o644)
+    assert relay_shell("--config", str(config), "--check-config").returncode == 0
+    if change == "group-writable file":
+        config.chmod(0o664)
+    elif change == "world-writable file":
+        config.chmod(0o646)
+    elif change == "file of another user":
+        os.chown(config, 65534, -1)
+    elif change == "world-writable directory":
+        directory.chmod(0o777)
+    else:
+        os.chown(directory, 65534, -1)
+    for args in (["--config", str(config), "--check-config"], ["--config", str(config)], ["config", "show"]):
+        result = relay_shell(*args, env={"RELAY_SHELL_CONFIG": str(config)} if args[0] == "config" else None)
+        error = result.stderr.strip()
+        assert result.returncode == 2 and result.stdout == "", (args, result)
+        assert error.startswith(f"relay-shell: configuration error: {config}: refused: "), error
+        assert fragment.format(config=config, directory=directory) in error, error
+        assert error.endswith("writable by no one else (chmod go-w, chown)") and "\n" not in error, error
+    directory.chmod(0o1777)  # the sticky bit: nobody else can replace the file
+    os.chown(directory, 0, -1)
+    config.chmod(0o600)
+    os.chown(config, os.geteuid(), -1)
+    assert relay_shell("--config", str(config), "--check-config").returncode == 0
 
 
 def test_an_environment_variable_keeps_its_error_with_a_file(tmp_path: Path) -> None:
@@ -275,6 +356,36 @@ def test_every_area_round_trips_through_config_show_with_secrets_masked(tmp_path
     assert second.returncode == 0, second.stderr
     assert {key: line for key, (line, _) in shown(second.stdout).items()} == {
         key: line for key, (line, _) in lines.items()
+    }
+
+
+def test_patterns_that_look_like_secrets_round_trip_through_config_show(tmp_path: Path) -> None:
+    """Review S4: a deny pattern that names a password option looks like a secret to redaction, but it is the
+    policy: `config show` must print it, so that its output read back as a config file denies the same."""
+    config = tmp_path / "relay.toml"
+    config.write_text(
+        "[policy]\n"
+        "policy_deny = ['--password=\\S+', 'Authorization: Bearer .*', 'mysql -p\\S+', 'mkfs']\n"
+        "policy_allow = ['^export AWS_SECRET_ACCESS_KEY=x$']\n"
+        "[trace]\n"
+        "exec_deny = ['sshpass -p \\S+', 'https://admin:hunter2@']\n"
+        "[sessions]\n"
+        'secret_env_allow = ["DB_PASSWORD", "API_TOKEN"]\n'
+    )
+    written = tomllib.loads(config.read_text())
+    first = relay_shell("config", "show", "--config", str(config))
+    assert first.returncode == 0, first.stderr
+    assert "[REDACTED]" not in first.stdout and "(masked)" not in first.stdout, first.stdout
+    output = tomllib.loads(first.stdout)
+    for area, values in written.items():
+        for key, value in values.items():
+            assert output[area][key] == value, (key, output[area][key])
+    again = tmp_path / "again.toml"
+    again.write_text(first.stdout)
+    second = relay_shell("config", "show", "--config", str(again))
+    assert second.returncode == 0, second.stderr
+    assert {key: line for key, (line, _) in shown(second.stdout).items()} == {
+        key: line for key, (line, _) in shown(first.stdout).items()
     }
 
 

@@ -131,12 +131,60 @@ def test_signed_checkpoints_verify_with_their_key_and_fail_with_another(tmp_path
 def test_the_window_shows_the_calls_of_its_time_and_client(log_path: Path, tmp_path: Path) -> None:
     page = tmp_path / "window.html"
     ran = report(
-        str(log_path), "--since", "2026-11-29T00:03", "--until", "2026-11-29T00:12Z", "--client", "bob", "-o", str(page)
+        str(log_path),
+        "--since",
+        "2026-11-29T00:03",
+        "--until",
+        "2026-11-29T00:12Z",
+        "--client",
+        "http:bob",
+        "-o",
+        str(page),
     )
     assert ran.returncode == 0, ran.stderr
     assert shown(page, "Calls shown").startswith("2 calls")  # c-10 and c-11: bob's, before 00:12
-    assert "client bob" in shown(page, "Shown")
+    assert "client http:bob" in shown(page, "Shown")
     assert "30 records verified" in page.read_text(encoding="latin-1")  # verification covers the whole log
+
+
+def test_the_client_window_matches_the_client_exactly_as_recorded(tmp_path: Path) -> None:
+    """Review N6: `--client alice` showed http:alice's and stdio:alice's calls, two clients that only share the
+    name they declared; the window now takes the client as recorded."""
+    path = tmp_path / "audit.jsonl"
+    log = AuditLog(path)
+    log.open()
+    write_calls(log, 0, 3, client="http:alice")
+    write_calls(log, 3, 2, client="stdio:alice")
+    log.close()
+    page = tmp_path / "page.html"
+    for client, calls in (("http:alice", 3), ("stdio:alice", 2), ("alice", 0)):
+        ran = report(str(path), "--client", client, "-o", str(page))
+        assert ran.returncode == 0, ran.stderr
+        assert shown(page, "Calls shown").startswith(f"{calls} calls"), client
+        assert f"client {client}" in shown(page, "Shown")
+
+
+def test_data_that_spells_a_mark_of_the_page_stays_data(tmp_path: Path) -> None:
+    """Review S6: the page's marks were substituted one after another, so a mark inside substituted text (a log
+    file under a directory named @SUMMARY@, a client named @EXCEPTIONS@ or @BANNER@) was replaced in
+    turn: the summary, the exceptions or the trust banner written again where the data stood."""
+    directory = tmp_path / "@SUMMARY@"
+    directory.mkdir()
+    path = directory / "audit.jsonl"
+    log = AuditLog(path)
+    log.open()
+    write_calls(log, 0, 3, client="http:@EXCEPTIONS@")
+    write_calls(log, 3, 2, client="stdio:@BANNER@")
+    log.close()
+    page = tmp_path / "page.html"
+    for window, client in (([], "http:@EXCEPTIONS@"), (["--client", "stdio:@BANNER@"], "stdio:@BANNER@")):
+        ran = report(str(path), *window, "-o", str(page))
+        assert ran.returncode == 0, ran.stderr
+        text = page.read_text(encoding="latin-1")
+        assert text.count('<div class="figures">') == 1 and text.count('<section id="trust"') == 1, window
+        assert f"{directory}/audit.jsonl" in shown(page, "Log file(s), oldest first")
+        assert f"<title>{client}</title>" in text  # in the chart of calls per client
+    assert "client stdio:@BANNER@" in shown(page, "Shown")
 
 
 def test_a_transcript_that_no_longer_matches_its_record_fails_the_report(tmp_path: Path) -> None:

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import random
 import time
 from pathlib import Path
 
 import orjson
 import pytest
 
+from relay_shell import wire_lenient
 from relay_shell.arguments import clamp
 from relay_shell.audit.log import AuditLog
 from relay_shell.audit.record import MAX_RECORD_BYTES, audit_arguments, bound_record
@@ -89,8 +91,8 @@ def test_an_id_that_is_no_string_or_number_gets_invalid_request_with_id_null(req
 )
 def test_a_tool_call_refused_for_its_id_comes_with_what_its_record_keeps(request_id: str, recorded: str) -> None:
     data = call(request_id, '{"command":"true","env":{"X":"\\ud800"}}')
-    refused = read_message(data).refused
-    assert refused is not None and refused.request_id == recorded and refused.tool == "shell_exec"
+    (refused,) = read_message(data).refused
+    assert refused.request_id == recorded and refused.tool == "shell_exec"
     assert refused.arguments == {"command": "true", "env": {"X": "\\ud800"}}  # the six characters
     assert refused.message_len == len(data) and refused.message_sha256 == hashlib.sha256(data).hexdigest()
     assert "is not a string or an integer" in refused.reason and refused.reason.endswith("; nothing ran")
@@ -107,17 +109,17 @@ def test_every_tool_call_refused_here_comes_with_a_refused_call_and_nothing_else
         b'{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"x":' + b"[" * 100_000 + b"]" * 100_000 + b"}}",
         b'{"method":"tools/call","params":{"x":' + b"[" * 100_000 + b"]" * 100_000 + b'},"jsonrpc":"2.0","id":5}',
     ):
-        refused = read_message(data).refused
-        assert refused is not None and refused.request_id in ("5", "\\ud800"), data[:80]
+        (refused,) = read_message(data).refused
+        assert refused.request_id in ("5", "\\ud800"), data[:80]
         assert refused.message_sha256 == hashlib.sha256(data).hexdigest()
-    assert read_message(call("5", '{"command":' + deep + "}")).refused.arguments is None  # type: ignore[union-attr]
+    assert read_message(call("5", '{"command":' + deep + "}")).refused[0].arguments is None
     # What the record keeps is made of plain Python values, which the log's encoder takes.
-    kept = read_message(call("1.5", '{"timeout":2.5,"max_output":' + "1" * 5000 + "}")).refused
-    assert kept is not None and isinstance(kept.arguments, dict)
+    (kept,) = read_message(call("1.5", '{"timeout":2.5,"max_output":' + "1" * 5000 + "}")).refused
+    assert isinstance(kept.arguments, dict)
     assert type(kept.arguments["timeout"]) is float and type(kept.arguments["max_output"]) is str
     orjson.dumps(kept.arguments)
     batch = read_message(b'[{"jsonrpc":"2.0","id":7,"method":"tools/call"}]')
-    assert batch.refused is not None and batch.refused.request_id is None
+    assert [(refused.request_id, refused.tool) for refused in batch.refused] == [("7", None)]
     for data in (
         b'{"jsonrpc":"2.0","id":5,"method":"ping","params":{"x":' + b"[" * 300 + b"]" * 300 + b"}}",
         b'{"jsonrpc":"2.0","method":"tools/call","params":{"x":' + b"[" * 300 + b"]" * 300 + b"}}",  # no id
@@ -125,7 +127,7 @@ def test_every_tool_call_refused_here_comes_with_a_refused_call_and_nothing_else
         b'[{"jsonrpc":"2.0","id":7,"method":"ping"}]',
         call("5", '{"command":"true"}'),  # served: the tool gate records it
     ):
-        assert read_message(data).refused is None, data[:80]
+        assert read_message(data).refused == (), data[:80]
 
 
 def test_a_message_that_is_not_json_is_answered_with_the_id_its_head_shows() -> None:
@@ -201,16 +203,16 @@ def test_an_oversized_message_is_answered_with_the_id_at_either_end() -> None:
     head = b'{"jsonrpc":"2.0","id":42,"method":"tools/call","params":{"x":"aaaa'
     first = oversized(head, b'aaa"}}', 10**9, 256, "d1")
     assert first.answer is not None and json.loads(first.answer)["id"] == 42
-    assert first.refused is not None and (first.refused.request_id, first.refused.message_sha256) == ("42", "d1")
+    assert [(refused.request_id, refused.message_sha256) for refused in first.refused] == [("42", "d1")]
     tail = b'aaaa"}},"jsonrpc":"2.0","id":"ts-1"}\n'
     last = oversized(b'{"method":"tools/call","params":{"x":"aa', tail, 10**9, 256, "d2")
     assert last.answer is not None and json.loads(last.answer)["id"] == "ts-1"
-    assert last.refused is not None and last.refused.request_id == "ts-1" and last.refused.message_len == 10**9
+    assert [(refused.request_id, refused.message_len) for refused in last.refused] == [("ts-1", 10**9)]
     neither = oversized(b"aaaa", b"aaaa", 10**9, 256, "d3")
-    assert neither.answer is not None and json.loads(neither.answer)["id"] is None and neither.refused is None
+    assert neither.answer is not None and json.loads(neither.answer)["id"] is None and neither.refused == ()
     # The method as the last member: a tools/call too, with no id to be found.
     trailing = oversized(b'{"params":{"x":"aa', b'aa"},"method":"tools/call"}', 10**9, 256, "d4")
-    assert trailing.refused is not None and trailing.refused.request_id is None
+    assert [refused.request_id for refused in trailing.refused] == [None]
 
 
 # -- the shared bound of audited fields ---------------------------------------------------------------------
@@ -279,3 +281,75 @@ def test_until_patterns_that_regex_would_unroll_are_refused_at_once() -> None:
             compile_until(pattern)
     assert time.monotonic() - started < 1.0  # refused before compiling (each would take ~0.3 s and ~270 MB)
     assert len(compile_until([r"^\$ $", r"\d{1000}", r"[{]{5}", r"x{,5}"])) == 4
+
+
+SPELLINGS = [
+    b'"method":"tools/call"',
+    b'"method" :\t"tools\\/call"',
+    b'"\\u006dethod":"tools/\\u0063all"',
+    b'"\\u006Dethod"\n:\n"\\u0074ools\\u002Fcall"',
+    b'"method":' + b" " * 100_000 + b'"tools/call"',  # whitespace longer than a scanner's carry
+]
+
+
+@pytest.mark.parametrize("spelling", SPELLINGS, ids=range(len(SPELLINGS)))
+def test_a_tools_call_member_is_found_in_any_json_spelling_in_chunks_of_any_size(spelling: bytes) -> None:
+    """Review S1: the scan over a message too long to keep counts each `"method": "tools/call"` member once,
+    wherever the chunks split it, in UTF-8 and UTF-16."""
+    message = b'{"params":{"x":"' + b"a" * 3000 + b'"},' + spelling + b',"id":1} [{' + spelling + b"}]"
+    assert wire_lenient.count_tool_calls(message.decode()) == 2
+    for size in (1, 7, 100, 513, 4096, len(message)):
+        for encoding in ("utf-8", "utf-16-le", "utf-16-be"):
+            encoded = message.decode().encode(encoding)
+            if size < 100 and len(encoded) > 50_000:
+                continue  # a byte at a time through 200 KB: slow, and no other split than the smaller message's
+            scanner = wire_lenient.CallScanner()
+            for start in range(0, len(encoded), size):
+                scanner.feed(encoded[start : start + size])
+            assert scanner.finish() == 2, (size, encoding)
+    assert wire_lenient.count_tool_calls('{"method":"tools/list","x":"tools/call","tools/call":"method"}') == 0
+
+
+@pytest.mark.parametrize(
+    ("data", "ids"),
+    [
+        (b"\xef\xbb\xbf" + call("1", "{}"), ["1"]),
+        (b"\x00\xc2\xa0/*{}*/" + call("2", "{}") + b"trailing", ["2"]),
+        (call("3", "{}").decode().encode("utf-16-le"), ["3"]),
+        (call("4", "{}").decode().encode("utf-16"), ["4"]),
+        (b"[[" + call("5", "{}") + b"],[" + call("6", "{}") + b"]]", ["5", "6"]),
+        (call("7", "{}") + call("8", "{}"), ["7", None]),  # after the first value: seen, not read
+        (call("9", "{}")[:-9] + b"\x00" + call("10", "{}")[-9:], ["9"]),  # the head shows its id
+    ],
+)
+def test_a_refused_message_records_every_call_it_shows(data: bytes, ids: list[str | None]) -> None:
+    reading = read_message(data)
+    assert reading.answer is not None and reading.message is None
+    assert [refused.request_id for refused in reading.refused] == ids
+    assert all(refused.message_sha256 == hashlib.sha256(data).hexdigest() for refused in reading.refused)
+
+
+def test_an_oversized_message_counts_the_calls_its_scanner_saw() -> None:
+    reading = oversized(b'{"params":{"x":"aa', b'aa"},"\\u006dethod":"tools/call","id":5,"x":1}', 10**9, 256, "d", 3)
+    assert [refused.request_id for refused in reading.refused] == ["5", None, None]
+    assert reading.answer is not None and json.loads(reading.answer)["id"] == 5
+
+
+def test_the_chunked_scan_counts_what_the_whole_message_holds() -> None:
+    """A differential test: random messages of members in every spelling, quotes, escapes and whitespace runs of
+    any length, cut into random chunks, counted as the scan of the whole text counts them."""
+    rng = random.Random(30)
+    pieces = [*SPELLINGS[:4], b'"method"', b'"tools/call"', b":", b'"', b"\\u00", b"x", b'"\\u006dethod"']
+    for _ in range(300):
+        parts = [rng.choice(pieces) if rng.random() < 0.8 else b" " * rng.choice([1, 600, 3000]) for _ in range(12)]
+        message = b"{" + b"".join(parts) + b"}"
+        expected = wire_lenient.count_tool_calls(message.decode())
+        for encoding in ("utf-8", "utf-16-le"):
+            encoded = message.decode().encode(encoding)
+            scanner = wire_lenient.CallScanner()
+            position = 0
+            while position < len(encoded):
+                size = rng.choice([1, 2, 3, 50, 511, 512, 513, 2048])
+                scanner.feed(encoded[position : position + size])
+                position += size
+            assert scanner.finish() == expected, (message[:200], encoding)

@@ -183,14 +183,17 @@ def test_the_window_keeps_the_calls_of_its_time_and_client() -> None:
     window = Window(
         since=record_time("--since", "2026-11-29T01:00:02"),
         until=record_time("--until", "2026-11-29T01:00:04"),
-        client="alice",
+        client="http:alice",
     )
     collected = Collected(window)
     for second in range(1, 6):
         collected.timeline.add(record(f"a-{second}", "end", f"01:00:0{second}", outcome="ok", seq=second))
     collected.timeline.add(record("b-1", "end", "01:00:03", outcome="ok", seq=9, client_id="http:bob"))
+    # Another client that declared the same name (review N6): the client is matched as recorded.
+    collected.timeline.add(record("c-1", "end", "01:00:03", outcome="ok", seq=10, client_id="stdio:alice"))
     assert [row.values[0] for row in collected.rows] == ["a-2", "a-3"]
-    assert collected.timeline.outside_window == 4
+    assert collected.timeline.outside_window == 5
+    assert not Window(client="alice").admits("2026-11-29T01:00:03.000000Z", "http:alice")  # no name alone
 
 
 def test_command_line_times_become_record_times() -> None:

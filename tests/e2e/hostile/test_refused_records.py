@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import subprocess
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -22,7 +23,7 @@ import pytest
 from relay_shell.audit.verify import verify_files
 from relay_shell.wire import MAX_INTEGER_DIGITS
 from tests.conftest import read_records
-from tests.fuzz.peers import HttpPeer, StdioPeer, ask, initialize, server_dir
+from tests.fuzz.peers import HttpPeer, StdioPeer, ask, initialize, server_dir, server_env
 
 pytestmark = pytest.mark.anyio
 
@@ -89,7 +90,7 @@ CASES: dict[str, tuple[bytes, tuple[str, str] | None, str | None, str]] = {
     ),
     "params not an object": (call_line("105", "[1,2]"), ("int", "105"), "105", "unknown"),
     "not JSON (cut short)": (call_line("106", shell_exec('{"command":"tr'))[:-3], ("int", "106"), "106", "unknown"),
-    "a batch": (b"[" + call_line("107") + b"]", None, None, "unknown"),
+    "a batch": (b"[" + call_line("107") + b"]", None, "107", "server_info"),  # each call of a batch: read
 }
 
 
@@ -118,6 +119,136 @@ async def test_a_tool_call_refused_for_its_encoding_is_answered_and_has_one_reco
     assert refused["client_id"] == f"{peer.transport}:{CLIENT}" and refused["message_len"] == len(line)
     assert refused["reason"] == answer["error"]["message"][:512]
     assert verify_files([peer.audit_path]).ok
+
+
+def method_first(id_json: str) -> bytes:
+    """A tools/call with its members in another order: the method first, the id last (as the TypeScript SDK)."""
+    params = '{"name":"server_info","arguments":{}}'
+    return f'{{"method":"tools/call","params":{params},"jsonrpc":"2.0","id":{id_json}}}'.encode()
+
+
+BOM = b"\xef\xbb\xbf"
+
+# Issue 30 review S1: what a JSON-RPC reader refuses but whose bytes show tools/calls, in any JSON spelling.
+# name: (message, the answer's id as the peer reads it (None: id null), [(request_id, tool) of each record])
+FRAMED: dict[str, tuple[bytes, tuple[str, str] | None, list[tuple[str | None, str]]]] = {
+    "a byte order mark, jsonrpc and id first": (BOM + call_line("201"), ("int", "201"), [("201", "server_info")]),
+    "a byte order mark, method first": (BOM + method_first("202"), ("int", "202"), [("202", "server_info")]),
+    "trailing garbage": (call_line("203") + b" xyz", ("int", "203"), [("203", "server_info")]),
+    "trailing garbage, params first": (
+        b'{"params":{"name":"server_info","arguments":{}},"method":"tools/call","jsonrpc":"2.0","id":204} xyz',
+        ("int", "204"),
+        [("204", "server_info")],
+    ),
+    "tools\\/call and garbage": (
+        call_line("205").replace(b'"tools/call"', b'"tools\\/call"') + b"garbage",
+        ("int", "205"),
+        [("205", "server_info")],
+    ),
+    "tools/\\u0063all and garbage": (
+        call_line("206").replace(b'"tools/call"', b'"tools/\\u0063all"') + b"}",
+        ("int", "206"),
+        [("206", "server_info")],
+    ),
+    "a nested batch": (b"[[" + call_line("207") + b"]]", None, [("207", "server_info")]),
+    "a batch of three": (
+        b"[" + call_line("208") + b"," + call_line("209") + b"," + call_line("210") + b"]",
+        None,
+        [("208", "server_info"), ("209", "server_info"), ("210", "server_info")],
+    ),
+    "a NUL before": (b"\x00" + call_line("211"), ("int", "211"), [("211", "server_info")]),
+    "UTF-16": (call_line("212").decode().encode("utf-16-le"), ("int", "212"), [("212", "server_info")]),
+    "a no-break space before": (b"\xc2\xa0" + call_line("213"), ("int", "213"), [("213", "server_info")]),
+    "a comment before": (b"/*x*/" + call_line("214"), ("int", "214"), [("214", "server_info")]),
+    "a form feed before": (b"\x0c" + call_line("215"), ("int", "215"), [("215", "server_info")]),
+    "a NUL inside (the tool cannot be read)": (
+        call_line("216").replace(b'"jsonrpc"', b'"jsonrpc"\x00'),
+        None,
+        [(None, "unknown")],
+    ),
+    "garbage with an escaped method member in it": (
+        b'garbage {"\\u006dethod" : "tools\\/call" garbage',
+        None,
+        [(None, "unknown")],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(FRAMED))
+async def test_a_message_refused_for_its_framing_records_every_tools_call_it_shows(
+    peer: StdioPeer | HttpPeer, case: str
+) -> None:
+    line, answer_key, expected = FRAMED[case]
+    answer = await ask(peer, line, answer_key)
+    assert answer is not None, f"no answer with the id the client sent ({answer_key})"
+    assert answer["error"]["code"] in (-32600, -32700), answer
+    digest = hashlib.sha256(line).hexdigest()
+    records = [record for record in read_records(peer.audit_path) if record.get("message_sha256") == digest]
+    assert [(record["request_id"], record["tool"]) for record in records] == expected
+    for record in records:
+        assert record["client_id"] == f"{peer.transport}:{CLIENT}" and record["message_len"] == len(line)
+        assert (record["outcome"], record["phase"], record["reason"]) == ("error", "end", answer["error"]["message"])
+    assert verify_files([peer.audit_path]).ok
+
+
+async def test_an_oversized_http_body_with_its_params_first_is_recorded_with_its_id(tmp_path: Path) -> None:
+    """A body over the SDK's 4 MiB whose method and id come after 5 MiB of arguments: 413, with the id, and one
+    record (found by the scan of the body as it streams past, in bounded memory)."""
+    peer = await HttpPeer.start(server_dir(), tmp_path / "audit.jsonl", policy_mode="readonly")
+    try:
+        await initialize(peer, client=CLIENT)
+        body = (
+            b'{"params":{"name":"shell_exec","arguments":{"command":"' + b"a" * (5 * 1024 * 1024) + b'"}},'
+            b'"method":"tools/call","id":301,"jsonrpc":"2.0","x":1}'
+        )
+        status, messages, _ = await peer.post(body)
+        assert status == 413 and messages[0]["id"] == 301, (status, messages)
+        spelled = body.replace(b'"method":"tools/call","id":301', b'"\\u006dethod" : "tools\\/call","id":302')
+        status, messages, _ = await peer.post(spelled)
+        assert status == 413 and messages[0]["id"] == 302, (status, messages)
+    finally:
+        await peer.close()
+    for sent, request_id in ((body, "301"), (spelled, "302")):
+        digest = hashlib.sha256(sent).hexdigest()
+        records = [record for record in read_records(peer.audit_path) if record.get("message_sha256") == digest]
+        assert [(record["request_id"], record["tool"], record["message_len"]) for record in records] == [
+            (request_id, "unknown", len(sent))
+        ]
+
+
+def test_stdin_from_a_regular_file_goes_through_the_same_reader(tmp_path: Path) -> None:
+    """`relay-shell < in.jsonl > out.jsonl`: epoll cannot watch a regular file, and the SDK's own transport (which
+    it fell back to) has none of the transport's bounds nor its refusal records. A call refused for its id and a
+    batch are recorded, and every answer reaches the output file."""
+    lines = [
+        b'{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},'
+        b'"clientInfo":{"name":"' + CLIENT.encode() + b'","version":"1"}}}',
+        b'{"jsonrpc":"2.0","method":"notifications/initialized"}',
+        call_line("1.5"),
+        b"[" + call_line("401") + b"," + call_line("402") + b"]",
+        call_line("403", '{"name":"server_info","arguments":{"x":' + DEEP + "}}"),
+    ]
+    (tmp_path / "in.jsonl").write_bytes(b"\n".join(lines) + b"\n")
+    audit_path = tmp_path / "audit.jsonl"
+    env = server_env(audit_path, server_dir(), policy_mode="readonly", ssh_config="")
+    with open(tmp_path / "in.jsonl", "rb") as stdin, open(tmp_path / "out.jsonl", "wb") as stdout:
+        completed = subprocess.run(
+            [sys.executable, "-m", "relay_shell"], stdin=stdin, stdout=stdout, stderr=subprocess.PIPE, env=env,
+            cwd=server_dir(), timeout=60,
+        )  # fmt: skip
+    assert completed.returncode == 0, completed.stderr[-500:]
+    answers = [json.loads(line) for line in (tmp_path / "out.jsonl").read_bytes().splitlines()]
+    by_id = {json.dumps(answer.get("id")): answer for answer in answers}
+    assert by_id["1.5"]["error"]["code"] == -32600 and by_id["null"]["error"]["code"] == -32600
+    assert "nested deeper than 200" in by_id["403"]["error"]["message"]
+    records = {str(record.get("request_id")): record for record in read_records(audit_path)}
+    assert {request_id: records[request_id]["tool"] for request_id in ("1.5", "401", "402", "403")} == {
+        "1.5": "server_info",
+        "401": "server_info",
+        "402": "server_info",
+        "403": "unknown",
+    }
+    assert all(records[request_id]["client_id"] == f"stdio:{CLIENT}" for request_id in ("1.5", "401", "402"))
 
 
 async def test_a_refused_call_keeps_what_could_be_read_of_its_arguments(peer: StdioPeer | HttpPeer) -> None:
