@@ -178,7 +178,7 @@ def assemble(
     policy = {
         "mode": settings.policy.policy_mode,
         "confirm_tier3": settings.policy.confirm_tier3,
-        "exec_trace": settings.trace.exec_trace,
+        "exec_trace": assembly.launcher.tracer.state,  # what applies (on, off, unavailable), `auto` decided
         "gate": settings.runbooks.gate,
     }
     assembly.recorder.server_started({**restart, "policy": policy})

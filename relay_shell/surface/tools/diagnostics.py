@@ -51,7 +51,7 @@ def server_info_plan(call: CallRequest, services: Services) -> Plan:
     recorder = services.runner.recorder
     described = {
         **services.runbooks.state(services.runner.gate, call.owner),  # the runbooks, this session's briefing gate
-        "exec_trace": services.launcher.tracer.status(),
+        "exec_trace": services.launcher.trace_status(),
     }
     return prepare_server_info(
         services.settings,
