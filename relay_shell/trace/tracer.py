@@ -283,8 +283,8 @@ class ExecTracer:
             target = tree.late_trace() if tree.closed else tree
             if answered.paused.unreadable:
                 self._unreadable(target, answered)
-            else:
-                self._record(target, answered)
+            elif not self._record(target, answered):
+                continue  # a PATH search's miss: counted, not listed, nothing ran
             if target is not tree:
                 self.late += 1
                 self.late_waiting.add(tree)
@@ -302,8 +302,8 @@ class ExecTracer:
             shown_denied = f"an exec of pid {answered.pid} that could not be read (RELAY_SHELL_EXEC_DENY fails closed)"
         target.add(entry, digest_line(None, [], outcome), shown_denied, False)
 
-    def _record(self, target: ExecTrace, answered: _Answered) -> None:
-        """Under the lock: an exec's entry, its digest line, the counters."""
+    def _record(self, target: ExecTrace, answered: _Answered) -> bool:
+        """Under the lock: an exec's entry, its digest line, the counters. False for a miss (ENOENT)."""
         paused = answered.paused
         assert paused.raw is not None and paused.target is not None
         _, raw_argv, argc, cut = paused.raw
@@ -311,7 +311,7 @@ class ExecTracer:
         outcome = "denied" if paused.denied else found.outcome
         if outcome == "ENOENT":
             target.missed()
-            return
+            return False
         self._count(outcome)
         argv = [item.decode("utf-8", errors="backslashreplace") for item in raw_argv]
         shown = redacted_argv(argv)
@@ -331,12 +331,14 @@ class ExecTracer:
         target.add(entry, digest_line(found.path, shown, outcome, fields), shown_denied, dropped)
         if answered.tree is None:
             self.unattributed += 1
+        return True
 
     # -- closed trees: late execs, forgetting ------------------------------------------------------------------
 
-    def _write_late(self, tree: ExecTrace, now: bool) -> None:
+    def _write_late(self, tree: ExecTrace, now: bool, direct: bool = False) -> None:
         """Under the lock: a call's late execs as one `exec:late` record, when nothing of its tree runs any more
-        (`now`), or LATE_BATCH of them are waiting, or the oldest has waited LATE_WAIT seconds."""
+        (`now`), or LATE_BATCH of them are waiting, or the oldest has waited LATE_WAIT seconds. Written by the
+        event loop (the service thread hands it over), or at once when `direct` (on the loop, at shutdown)."""
         late = tree.late
         if late is None or not late.count:
             self.late_waiting.discard(tree)
@@ -346,9 +348,13 @@ class ExecTracer:
         tree.late = None
         self.late_waiting.discard(tree)
         record = late.record()
+        if tree is self.stray:
+            record["unattributed"] = True  # no tree claimed them: under no call (lineage.py says when)
         if self.on_late is None:
             return
-        if self.loop is not None and not self.loop.is_closed():  # on the service thread: written by the loop
+        if direct:
+            self.on_late(tree.call_id, record)
+        elif self.loop is not None and not self.loop.is_closed():
             with contextlib.suppress(RuntimeError):  # the loop closed meanwhile (the server is gone)
                 self.loop.call_soon_threadsafe(self.on_late, tree.call_id, record)
 
@@ -371,14 +377,7 @@ class ExecTracer:
 
     def _flush_late_locked(self, direct: bool = False) -> None:
         for tree in [*self.late_waiting, self.stray]:
-            late = tree.late
-            if late is None or not late.count:
-                continue
-            if direct and self.on_late is not None:
-                tree.late = None
-                self.on_late(tree.call_id, late.record())
-            else:
-                self._write_late(tree, now=True)
+            self._write_late(tree, now=True, direct=direct)
 
     # -- the tree's first exec: the server's own posix_spawn, answered unread ---------------------------------
 

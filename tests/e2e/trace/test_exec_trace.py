@@ -46,7 +46,8 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 async def client(workdir: Path) -> AsyncIterator[Client]:
-    async with connect(workdir / "audit.jsonl", exec_trace="on", exec_deny=DENY) as connected:
+    # The trace: on by default here (root, `auto`).
+    async with connect(workdir / "audit.jsonl", exec_deny=DENY) as connected:
         yield connected
 
 
