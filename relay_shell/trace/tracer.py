@@ -232,9 +232,9 @@ class ExecTracer:
         if starting is not None and self.first_unread and shares_memory(pid):
             # The server's own exec of a tree's first program (posix_spawn's child, sharing the server's memory,
             # runs nothing of its own before it): recorded before the spawn, let go unread.
-            notifications.answer(notif_id, 0)
             with self.lock:
                 lineage.leader(pid, starting)
+                notifications.answer(notif_id, 0)
             return
         tree = lineage.quick(pid)
         stat = None
@@ -246,16 +246,18 @@ class ExecTracer:
         if stat is None and (tree is None or tree.closed or tree.wants_entry()):
             stat = read_stat(pid)  # a listed entry names its parent
         paused = read_paused(self.reader, notifications, notif_id, pid, number, arch, args, self.deny)
-        try:
-            delivered = notifications.answer(notif_id, paused.answer)
-        except OSError:
-            self.faults += 1
-            delivered = False
-        if not delivered:
-            return  # gone meanwhile (killed): nothing ran, and what was read may not have been its own
-        if paused.unreadable:
-            self.faults += 1
+        # The lock from the answer until the exec waits in `pending`: a record taken meanwhile (the program may
+        # exit, and its call end, as soon as it is answered) waits for it, so it is in its call's record.
         with self.lock:
+            try:
+                delivered = notifications.answer(notif_id, paused.answer)
+            except OSError:
+                self.faults += 1
+                delivered = False
+            if not delivered:
+                return  # gone meanwhile (killed): nothing ran, and what was read may not have been its own
+            if paused.unreadable:
+                self.faults += 1
             self.pending.append(_Answered(tree, pid, stat.ppid if stat else 0, time.monotonic(), paused))
             if len(self.pending) >= PENDING_MAX:
                 self._settle()
