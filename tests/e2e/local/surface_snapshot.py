@@ -5,9 +5,10 @@ are masked).
 
 `tests/data/surface_snapshot.json` was written by this module from commit 682d9a6 (main before the renovation of
 issue 25): `python -m tests.e2e.local.surface_snapshot > tests/data/surface_snapshot.json`. The test
-(`test_surface_unchanged.py`) runs the same scenario on the code under test and compares. It is written and compared as root, as CI runs it: the
-exec trace's default (`auto`, adr/0027) traces a root server, so the records carry `execs` (their process ids and
-times masked); a user's open-mode server would run untraced.
+(`test_surface_unchanged.py`) runs the same scenario on the code under test and compares.
+It is written and compared as root, as CI runs it: the exec trace's default (`auto`, adr/0027) traces a root
+server, so the records carry `execs` (their process ids and times masked); a user's open-mode server runs
+untraced.
 """
 
 from __future__ import annotations
