@@ -30,6 +30,7 @@ from relay_shell.trace.record import ExecTrace
 from relay_shell.trace.spawn import spawn
 
 LOOP_EXECS = 2000
+ROUNDS = 5
 
 
 class Steps:
@@ -71,11 +72,28 @@ def instrument(steps: Steps, reads: dict[str, list[int]]) -> None:
     tracer.ExecTracer._settle = steps.wrap("record built (batch)", tracer.ExecTracer._settle)  # type: ignore[method-assign]
     tracer.ExecTracer._ready = steps.wrap("wake-up to answer, all", tracer.ExecTracer._ready)  # type: ignore[method-assign]
     original_read = memory.read_request
+    original_spans = memory.Reader.spans
+    spans_calls: list[int] = []
+
+    def timed_spans(reader: memory.Reader, pid: int, spans: list[tuple[int, int]]) -> list[bytes]:
+        wall = time.perf_counter_ns()
+        try:
+            return original_spans(reader, pid, spans)
+        finally:
+            spans_calls.append(time.perf_counter_ns() - wall)
 
     def read_request(reader: memory.Reader, pid: int, path_address: int, argv_address: int, size: int) -> Any:
         wall = time.perf_counter_ns()
-        request = original_read(reader, pid, path_address, argv_address, size)
+        spans_calls.clear()
+        memory.Reader.spans = timed_spans  # type: ignore[method-assign]
+        try:
+            request = original_read(reader, pid, path_address, argv_address, size)
+        finally:
+            memory.Reader.spans = original_spans  # type: ignore[method-assign]
         reads.setdefault("request read (process_vm_readv, as shipped)", []).append(time.perf_counter_ns() - wall)
+        if spans_calls:
+            reads.setdefault("— its first process_vm_readv (a new process)", []).append(spans_calls[0])
+            reads.setdefault("— its system calls, all", []).append(sum(spans_calls))
         # The same bytes again, both ways, while the process still waits (not on the shipped path).
         spans = [(path_address, len(request[0]) + 1), (argv_address, (len(request[1]) + 1) * size)]
         wall = time.perf_counter_ns()
@@ -145,17 +163,21 @@ def print_breakdown(execs: int = LOOP_EXECS) -> None:
         return
     run_loop(exec_tracer, 50)  # warm: caches, the first opens
     run_loop(None, 50)
-    untraced = min(run_loop(None, execs) for _ in range(3))
-    clean = min(run_loop(exec_tracer, execs) for _ in range(3))
+    # Interleaved, best of ROUNDS each: the load of a shared machine hits the three alike.
+    untraced_runs, clean_runs, floor_runs = [], [], []
     shipped_read = tracer.read_paused
-    tracer.read_paused = lambda *args: answer.Paused(unreadable=True)  # nothing read: the round trip alone
-    floor = min(run_loop(exec_tracer, execs) for _ in range(3))
-    tracer.read_paused = shipped_read
+    for _ in range(ROUNDS):
+        untraced_runs.append(run_loop(None, execs))
+        clean_runs.append(run_loop(exec_tracer, execs))
+        tracer.read_paused = lambda *args: answer.Paused(unreadable=True)  # nothing read: the round trip alone
+        floor_runs.append(run_loop(exec_tracer, execs))
+        tracer.read_paused = shipped_read
+    untraced, clean, floor = min(untraced_runs), min(clean_runs), min(floor_runs)
     busy_execs = max(1, execs // 10)
     busy_untraced = busy_loop(None, busy_execs)
     busy_traced = busy_loop(exec_tracer, busy_execs)
     print(
-        f"trace breakdown ({execs} × /bin/true from one sh, in-process, best of 3): untraced "
+        f"trace breakdown ({execs} × /bin/true from one sh, in-process, interleaved, best of {ROUNDS}): untraced "
         f"{untraced / execs * 1e6:.0f} µs per exec; added by the trace {(clean - untraced) / execs * 1e6:.0f} µs "
         f"per exec as shipped, {(floor - untraced) / execs * 1e6:.0f} µs when the service thread reads nothing "
         "(the kernel's round trip, the supervisor's wake-up from epoll_wait, NOTIF_RECV/NOTIF_SEND, attribution: "
@@ -163,7 +185,7 @@ def print_breakdown(execs: int = LOOP_EXECS) -> None:
         f"{(busy_traced - busy_untraced) / busy_execs * 1e6:.0f} µs per exec ({busy_execs} execs: the GIL)"
     )
     instrument(steps, reads)
-    traced = min(run_loop(exec_tracer, execs) for _ in range(3))
+    traced = min(run_loop(exec_tracer, execs) for _ in range(ROUNDS))
     print(
         f"  instrumented run (the step timers and the side-by-side reads add to it): added "
         f"{(traced - untraced) / execs * 1e6:.0f} µs per exec; the service thread's steps:"
