@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import subprocess
-import threading
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
 from typing import IO, TYPE_CHECKING, Any, Literal, Protocol, TypeVar
@@ -33,6 +32,7 @@ import anyio
 
 from relay_shell.containment.units import Containment, NoUnit, Unit
 from relay_shell.errors import ConfigError
+from relay_shell.launch_trace_default import trace_default
 from relay_shell.plan import Plan
 from relay_shell.settings.model import Settings
 
@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from relay_shell.trace.tracer import ExecTracer
 
 T = TypeVar("T")
-Spawning = Callable[[dict[str, str]], AbstractContextManager[dict[str, str] | None]]  # a unit's `spawning`
+Spawning = Callable[[dict[str, str] | None], AbstractContextManager[dict[str, str] | None]]  # a unit's `spawning`
 LateWriter = Callable[[str | None, dict[str, Any]], None]  # writes an `exec:late` record: (call_id, execs)
 Confined = Callable[[Callable[[], Any]], Any]  # a confinement's run_confined: the spawn on a confined thread
 
@@ -71,7 +71,7 @@ S = TypeVar("S", bound=Started)
 class TreeTrace(Protocol):
     """A tree's exec trace: trace/tree.py's TracedTree, or UNTRACED."""
 
-    async def place(self, start: Callable[[], T], hold: threading.Event | None) -> T: ...
+    async def place(self, start: Callable[[], T]) -> T: ...
 
     async def start_command(
         self,
@@ -100,7 +100,7 @@ class Untraced:
     """A tree without the exec trace (off, unavailable here, or a remote terminal): started on the calling
     thread, and its records carry no `execs`."""
 
-    async def place(self, start: Callable[[], T], hold: threading.Event | None) -> T:
+    async def place(self, start: Callable[[], T]) -> T:
         return start()
 
     async def start_command(
@@ -136,14 +136,15 @@ UNTRACED = Untraced()
 
 
 class TraceOff:
-    """RELAY_SHELL_EXEC_TRACE=off: every tree is UNTRACED; server_info says so as the tracer would."""
+    """The exec trace off (RELAY_SHELL_EXEC_TRACE=off, or `auto` where tracing would take something from the
+    commands): every tree is UNTRACED; server_info says so, and why, as the tracer would."""
 
     state = "off"
-    reason = "RELAY_SHELL_EXEC_TRACE=off"
     no_new_privs = False
     active: Literal[False] = False
 
-    def __init__(self, deny_patterns: int, entries_kept: int) -> None:
+    def __init__(self, reason: str, deny_patterns: int, entries_kept: int) -> None:
+        self.reason = reason
         self.deny_patterns = deny_patterns
         self.entries_kept = entries_kept
 
@@ -160,6 +161,7 @@ class TraceOff:
             "execs_traced": 0,
             "execs_denied": 0,
             "late_execs": 0,
+            "unattributed_execs": 0,
             "untraced_trees": 0,
             "read_faults": 0,
             "trees_open": 0,
@@ -261,9 +263,6 @@ class ProcessTree:
         self.tracing = trace  # starts the tree (launch.py only)
         fields = confinement.record_fields()
         self.trace: TreeRecords = ConfinedRecords(trace, fields) if fields else trace  # what executors record
-        # A terminal's spawner thread stays until the terminal closes: the program's parent-death signal fires
-        # when the thread that forked it ends (adr/0019). Set by release().
-        self.hold = threading.Event()
 
     async def start_command(
         self, argv: list[str], cwd: str | None, env: dict[str, str] | None, with_stdin: bool, merge_stderr: bool
@@ -290,10 +289,11 @@ class ProcessTree:
 
     async def start_terminal(self, spawn: Callable[[dict[str, str], Callable[[], None]], S], env: dict[str, str]) -> S:
         """A terminal's program, started by `spawn` with the environment the tree gives it and what its child
-        must run between fork and exec (readonly: confine itself); traced, on a spawner thread that stays until
-        release(). Whatever fails, nothing of the tree is left; a PermissionError is ExecDenied when
-        RELAY_SHELL_EXEC_DENY refused the program (ptyprocess reports a refused exec as a plain OSError with
-        errno EPERM, which passes through as it is)."""
+        must run between fork and exec (readonly: confine itself); traced, on the spawner thread (which lives as
+        long as the server: the program's parent-death signal fires when the thread that forked it ends). Whatever
+        fails, nothing of the tree is left; a PermissionError is ExecDenied when RELAY_SHELL_EXEC_DENY refused the
+        program (ptyprocess reports a refused exec as a plain OSError with errno EPERM, which passes through as it
+        is)."""
 
         def start() -> S:
             with self.unit.spawning(env) as child_env:
@@ -301,7 +301,7 @@ class ProcessTree:
                 return spawn(child_env, self.confinement.prepare_child)
 
         try:
-            process = await self.tracing.place(start, self.hold)
+            process = await self.tracing.place(start)
         except PermissionError:
             self.release()
             self.tracing.raise_if_refused()
@@ -323,9 +323,8 @@ class ProcessTree:
         await self.unit.kill(grace)
 
     def release(self) -> None:
-        """The leader ended and was reaped (or never started): a terminal's spawner thread may end; a unit whose
-        background jobs still run stays until they end or the server stops."""
-        self.hold.set()
+        """The leader ended and was reaped (or never started): a unit whose background jobs still run stays until
+        they end or the server stops."""
         self.unit.release()
 
 
@@ -338,28 +337,40 @@ class Launcher:
         containment: Containment,
         tracer: ExecTracer | TraceOff,
         confinement: Confinement | Unconfined = UNCONFINED,
+        setting: str = "on",
     ) -> None:
         self.containment = containment
         self.tracer = tracer
         self.confinement = confinement
+        self.setting = setting  # RELAY_SHELL_EXEC_TRACE: auto, on or off
 
     def call_tree(self, call_id: str | None) -> ProcessTree:
         """A one-shot command's or script's tree. Its unit is named after the call, so its processes (their
         marker, their cgroup) lead to the call's audit records, after a restart too; its execs after the end
         record (background jobs) go into `exec:late` records under the call's id."""
-        return ProcessTree(self.containment.open_unit("call", call_id), self._trace(call_id), self.confinement)
+        unit = self.containment.open_unit("call", call_id)
+        return ProcessTree(unit, self._trace(call_id, unit), self.confinement)
 
     def session_tree(self, session_id: str) -> ProcessTree:
         """A local PTY session's tree, its unit named after the session. Its trace learns the id of the call that
         spawned it from shell_spawn's record (`snapshot_into`)."""
-        return ProcessTree(self.containment.open_unit("session", session_id), self._trace(None), self.confinement)
+        unit = self.containment.open_unit("session", session_id)
+        return ProcessTree(unit, self._trace(None, unit), self.confinement)
 
-    def _trace(self, call_id: str | None) -> TreeTrace:
+    def _trace(self, call_id: str | None, unit: Unit | NoUnit) -> TreeTrace:
         tracer = self.tracer
         if tracer.active:  # on: not off, nor unavailable here, nor stopped since
-            from relay_shell.trace.tree import TracedTree  # trace/ is loaded only with the trace on
+            from relay_shell.trace.lineage import Unit as ShownUnit  # trace/ is loaded only with the trace on
+            from relay_shell.trace.tree import TracedTree
 
-            return TracedTree(tracer, call_id)
+            # How the tree's processes show their unit, for the exec trace's attribution (trace/lineage.py).
+            shown = ShownUnit()
+            if isinstance(unit, Unit):
+                shown.marker = unit.marker
+                tree = self.containment.tree
+                if unit.cgroup is not None and tree is not None:
+                    shown.cgroup = f"{tree.directory.name}/{unit.cgroup.name}"
+            return TracedTree(tracer, call_id, shown)
         return UNTRACED
 
     def helper_argv(self, argv: list[str]) -> list[str]:
@@ -388,16 +399,20 @@ class Launcher:
 
     def banner(self) -> str:
         """The startup banner's part for what processes start under."""
-        banner = f"containment {self.containment.mode} | exec trace {self.tracer.state}"
+        chosen = " (auto)" if self.setting == "auto" and self.tracer.state != "unavailable" else ""
+        banner = f"containment {self.containment.mode} | exec trace {self.tracer.state}{chosen}"
         if self.confinement.state != "off":
             banner += f" | readonly enforced by {self.confinement.label}"
         return banner
 
     def banner_notes(self) -> list[str]:
-        """Lines said once at startup after the banner."""
+        """Lines said once at startup after the banner: why the trace is unavailable, why `auto` left it off, what
+        it costs a server that is not root (no_new_privs), and readonly left to the classifier alone."""
         notes = []
         if self.tracer.state == "unavailable":
             notes.append(f"exec trace unavailable: {self.tracer.reason}")
+        elif self.tracer.state == "off" and self.setting == "auto":
+            notes.append(f"exec trace off: {self.tracer.reason}")
         elif self.tracer.no_new_privs:
             notes.append(f"exec trace: {self.tracer.reason}")
         if self.confinement.state == "classifier-only":
@@ -407,19 +422,29 @@ class Launcher:
             )
         return notes
 
+    def trace_status(self) -> dict[str, Any]:
+        """server_info's `exec_trace`: the tracer's status and the setting it came from."""
+        return {"setting": self.setting, **self.tracer.status()}
+
 
 def start_launcher(settings: Settings, containment: Containment, metrics: Metrics, on_late: LateWriter) -> Launcher:
     """The server's launcher: the containment chosen at startup (cli.serve) and the exec trace the settings ask
-    for. `on_late` writes an `exec:late` record (through the runner; trace/ imports nothing above it)."""
+    for (`auto`: trace_default) and the readonly confinement the mode asks for. `on_late` writes an `exec:late`
+    record (through the runner; trace/ imports nothing above it)."""
     confinement = start_confinement(settings, metrics)
+    setting = settings.trace.exec_trace
     deny_patterns = settings.trace.exec_deny
-    if settings.trace.exec_trace == "off":
-        return Launcher(containment, TraceOff(len(deny_patterns), settings.trace.exec_trace_entries), confinement)
+    wanted, reason = trace_default(setting, settings.policy.policy_mode)
+    if not wanted:
+        trace_off = TraceOff(reason, len(deny_patterns), settings.trace.exec_trace_entries)
+        return Launcher(containment, trace_off, confinement, setting)
     from relay_shell.trace.tracer import ExecTracer
 
     tracer = ExecTracer(deny_patterns, settings.trace.exec_trace_entries, metrics)
     tracer.on_late = on_late
-    return Launcher(containment, tracer, confinement)
+    if setting == "auto" and tracer.active:
+        tracer.reason = f"{reason}; {tracer.reason}"
+    return Launcher(containment, tracer, confinement, setting)
 
 
 def start_confinement(settings: Settings, metrics: Metrics) -> Confinement | Unconfined:

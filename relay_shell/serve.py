@@ -190,7 +190,7 @@ def assemble(
     policy: dict[str, str] = {
         "mode": settings.policy.policy_mode,
         "confirm_tier3": settings.policy.confirm_tier3,
-        "exec_trace": settings.trace.exec_trace,
+        "exec_trace": assembly.launcher.tracer.state,  # what applies (on, off, unavailable), `auto` decided
         "gate": settings.runbooks.gate,
     }
     if assembly.launcher.confinement.state != "off":  # readonly: landlock ABI N, or classifier-only (adr/0024)

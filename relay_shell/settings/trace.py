@@ -12,10 +12,12 @@ from relay_shell.settings.values import Area
 
 
 class TraceSettings(Area):
-    exec_trace: Literal["on", "off"] = Field(
-        "off",
-        description="on (every execve of the trees calls and local sessions start goes into their audit records, "
-        "where the kernel allows it) or off (the default: it costs ~0.6 ms per call, adr/0019)",
+    exec_trace: Literal["auto", "on", "off"] = Field(
+        "auto",
+        description="auto (the default: on where tracing takes nothing from the commands: a root server, one with "
+        "no_new_privs already, readonly mode; off for a user's open or guarded server, where it would need "
+        "no_new_privs, adr/0027), on (every execve of the trees calls and local sessions start goes into their "
+        "audit records, where the kernel allows it) or off",
     )
     # Matched while a traced exec waits, over argv a program chose: RE2 keeps that linear whatever the pattern.
     exec_deny: tuple[Regex, ...] = Field(

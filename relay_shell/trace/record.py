@@ -22,6 +22,8 @@ from typing import Any
 import orjson
 
 from relay_shell.audit.record import audit_arguments
+from relay_shell.trace.deny import refusal_shown
+from relay_shell.trace.resolve import Target
 
 DEFAULT_ENTRIES = 64
 ENTRY_BYTES = 24 * 1024  # the kept entries, encoded, together: the end record stays well under its 64 KiB
@@ -52,12 +54,11 @@ class ExecTrace:
         self.call_id: str | None = None  # the call whose record this is: late execs are recorded under it
         self.late: ExecTrace | None = None  # execs after the record was written, until an `exec:late` record
         self.late_since = 0.0
-        # The tree's first exec, made by the server itself and recorded by it: its notification (the first of the
-        # listener, the spawned process being the tree's only one until then) is answered without being read.
-        # Its digest line waits until its outcome is known, and goes in before any other exec's (flush_first).
-        self.server_first = False
-        self.first_line: bytes | None = None
-        self.first_entry: dict[str, Any] = {}
+        # The tree's first exec, made by the server itself and checked by it before the spawn: its notification
+        # (from a process sharing the server's memory, lineage.shares_memory) is answered without being read. Its
+        # entry is built once its outcome is known, before any other exec's (flush_first): [time, pid, parent,
+        # path, argv, resolve.Target, outcome, set-id dropped].
+        self.first: list[Any] | None = None
 
     def wants_entry(self) -> bool:
         """Whether the next exec is listed (here or in the window): only then is its entry made."""
@@ -74,9 +75,20 @@ class ExecTrace:
         return self.late
 
     def flush_first(self) -> None:
-        if self.first_line is not None:
-            self.digest.update(self.first_line)
-            self.first_line = None
+        """The held first exec into the list (redaction and the entry built off the spawn's path)."""
+        if self.first is None:
+            return
+        at, pid, ppid, path, argv, found, outcome, setid = self.first
+        self.first = None
+        shown = redacted_argv(argv)
+        fields = resolved_fields(found)
+        entry = None
+        if self.wants_entry():
+            entry = entry_of(self.started, at, pid, ppid, path, shown, len(argv), len(argv), False, outcome, fields)
+            if setid:
+                entry["setid_dropped"] = True
+        denied_text = refusal_shown(path, shown) if outcome == "denied" else None
+        self.add(entry, digest_line(path, shown, outcome, fields), denied_text, setid)
 
     def add(self, entry: dict[str, Any] | None, digest_line: bytes, denied_text: str | None, setid: bool) -> None:
         self.flush_first()
@@ -110,6 +122,11 @@ class ExecTrace:
         self.not_found += 1
         if self.window is not None:
             self.window.missed()
+
+    def close(self) -> None:
+        """Its record is written: what later execs of the tree need is kept (counters, call_id), the entries go."""
+        self.closed = True
+        self.entries = []
 
     def record(self) -> dict[str, Any]:
         """The `execs` field."""
@@ -172,7 +189,7 @@ def compact(entry: dict[str, Any]) -> dict[str, Any]:
     return {**entry, "argv": [{"omitted": len(argv), "sha256_of_all": digest}], "argv_cut": True}
 
 
-def unreadable_entry(trace_started: float, pid: int, ppid: int, refused: bool) -> dict[str, Any]:
+def unreadable_entry(trace_started: float, at: float, pid: int, ppid: int, refused: bool) -> dict[str, Any]:
     """An exec whose request could not be read (a 32-bit pointer the layer misread, a process that made itself
     non-dumpable under a server without CAP_SYS_PTRACE): listed all the same, with what is known."""
     entry: dict[str, Any] = {
@@ -180,7 +197,7 @@ def unreadable_entry(trace_started: float, pid: int, ppid: int, refused: bool) -
         "ppid": ppid,
         "path": None,
         "argv": [],
-        "t_ms": round((time.monotonic() - trace_started) * 1000, 1),
+        "t_ms": round((at - trace_started) * 1000, 1),
         "ok": not refused,
         "error": "unreadable",
     }
@@ -189,13 +206,41 @@ def unreadable_entry(trace_started: float, pid: int, ppid: int, refused: bool) -
     return entry
 
 
-def digest_line(path: str | None, shown: list[Any], outcome: str) -> bytes:
-    """One exec's line of the trace's digest: what two identical runs share (no pid, no time)."""
-    return orjson.dumps([path, shown, outcome]) + b"\n"
+def digest_line(path: str | None, shown: list[Any], outcome: str, found: dict[str, Any] | None = None) -> bytes:
+    """One exec's line of the trace's digest: what two identical runs share (no pid, no time); with what the path
+    resolved to (`program`, `interpreter`) when that differs from the path."""
+    line = [path, shown, outcome] if not found else [path, shown, outcome, found]
+    return orjson.dumps(line) + b"\n"
+
+
+def resolved_fields(target: Target) -> dict[str, Any]:
+    """What an entry says of where its path led (adr/0027): the program when it is not the path itself (a link,
+    /dev/fd/N, /proc/self/…), `undetermined` with the reason when no path names it, and a script's interpreter
+    chain (each level's interpreter, its program, its `#!` argument redacted, an env-style target)."""
+    fields: dict[str, Any] = {}
+    if target.program is not None and target.program != target.path:
+        fields["program"] = target.program
+    if target.undetermined:
+        fields["program"] = None
+        fields["undetermined"] = target.undetermined
+    levels = []
+    for level in target.interpreters:
+        shown: dict[str, Any] = {"path": level.path}
+        if level.program != level.path:
+            shown["program"] = level.program
+        if level.argument is not None:
+            shown["argument"] = redacted_argv([level.argument])[0]
+        if level.target:
+            shown["runs"] = redacted_argv(level.target)
+        levels.append(shown)
+    if levels:
+        fields["interpreter"] = levels
+    return fields
 
 
 def entry_of(
     trace_started: float,
+    at: float,
     pid: int,
     ppid: int,
     path: str,
@@ -204,15 +249,18 @@ def entry_of(
     argv_len: int,
     cut: bool,
     outcome: str,
+    found: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     entry: dict[str, Any] = {
         "pid": pid,
         "ppid": ppid,
         "path": path,
         "argv": shown,
-        "t_ms": round((time.monotonic() - trace_started) * 1000, 1),
+        "t_ms": round((at - trace_started) * 1000, 1),
         "ok": outcome == "ok",
     }
+    if found:
+        entry.update(found)
     if argc != argv_len or cut:
         entry["argc"] = argc
         entry["argv_cut"] = True

@@ -1,10 +1,11 @@
 """A small ctypes layer over seccomp user notification (Linux >= 5.5): a hand-built BPF filter that sends every
-execve/execveat to a listener fd, and the three ioctls that receive a notification, check it is still valid and
-answer it. No binding, no compiled code (adr/0019).
+execve/execveat to a listener fd, and the two ioctls that receive a notification and answer it (an answer that
+reaches the process also proves it waited all along, so NOTIF_ID_VALID is not needed). No binding, no compiled
+code (adr/0019).
 
 The filter is installed on the calling thread only (no TSYNC): filters belong to a thread and are inherited by
-the children it creates, so a short-lived spawner thread carries it into one call's process tree and takes it
-away again when it ends.
+the children it creates, so the spawner thread carries it into every traced tree (trace/spawners.py) and the
+server's other threads stay unfiltered.
 """
 
 from __future__ import annotations
@@ -40,7 +41,6 @@ NOTIF_SIZE = 80  # struct seccomp_notif: id u64, pid u32, flags u32, seccomp_dat
 RESP_SIZE = 24  # struct seccomp_notif_resp: id u64, val s64, error s32, flags u32
 IOCTL_NOTIF_RECV = _iowr(0, NOTIF_SIZE)
 IOCTL_NOTIF_SEND = _iowr(1, RESP_SIZE)
-IOCTL_NOTIF_ID_VALID = (1 << 30) | (8 << 16) | (ord("!") << 8) | 2  # _IOW('!', 2, __u64)
 
 # Per machine: the seccomp syscall number, and per audit arch the execve and execveat numbers the filter traps.
 _ARCHES: dict[str, tuple[int, dict[int, tuple[int, ...]]]] = {
@@ -161,7 +161,6 @@ def no_new_privs_set() -> bool:
 
 _NOTIF = struct.Struct("=QIIiIQ6Q")  # id, pid, flags, nr, arch, instruction pointer, args[6]
 _RESP = struct.Struct("=QqiI")  # id, val, error, flags
-_ID = struct.Struct("=Q")
 
 
 class Notifications:
@@ -184,19 +183,16 @@ class Notifications:
         fields = _NOTIF.unpack(buffer)
         return fields[0], fields[1], fields[3], fields[4], fields[6:12]
 
-    def valid(self, notif_id: int) -> bool:
-        """The process is still waiting on this notification: what was read from its memory was its own."""
-        try:
-            fcntl.ioctl(self.listener, IOCTL_NOTIF_ID_VALID, _ID.pack(notif_id))
-        except OSError:
-            return False
-        return True
-
-    def answer(self, notif_id: int, error: int = 0) -> None:
-        """Let the exec go on (error 0), or fail it with -error. A process gone meanwhile is not an error."""
+    def answer(self, notif_id: int, error: int = 0) -> bool:
+        """Let the exec go on (error 0), or fail it with -error. False when the process is no longer waiting
+        (killed meanwhile: its notification is gone): then it was not the one waiting all along, and what was read
+        of it between its receipt and this answer may be another process's (its pid reused). True proves the
+        opposite, which is why no NOTIF_ID_VALID is needed before answering."""
         flags = SECCOMP_USER_NOTIF_FLAG_CONTINUE if error == 0 else 0
         try:
             fcntl.ioctl(self.listener, IOCTL_NOTIF_SEND, _RESP.pack(notif_id, 0, -error if error else 0, flags))
         except OSError as exc:
             if exc.errno not in (errno.ENOENT, errno.EINTR):
                 raise
+            return False
+        return True

@@ -107,13 +107,15 @@ def resolve_program(program: str, env: dict[str, str] | None, cwd: str | None = 
 def spawn(
     argv: list[str],
     cwd: str | None,
-    env: dict[str, str],
+    env: dict[str, str] | None,
     with_stdin: bool,
     merge_stderr: bool,
     path: str,
 ) -> SpawnedChild:
     """Start the program at `path` (resolve_program's) with argv in a new session, with pipes for stdout (and
-    stderr unless merged) and stdin (or /dev/null). OSError as Popen raises it when the program cannot run."""
+    stderr unless merged) and stdin (or /dev/null); `env` None: the server's own environment as it is now (C's
+    `environ`, which os.environ keeps up to date: nothing to copy or encode). OSError as Popen raises it when the
+    program cannot run."""
     parent_ends: list[int] = []
     child_ends: list[int] = []
     try:
@@ -149,64 +151,75 @@ def spawn(
     )
 
 
+def _check(code: int) -> None:
+    if code != 0:
+        raise OSError(code, os.strerror(code))
+
+
+def _attributes() -> ctypes.Array[ctypes.c_char]:
+    """The spawn attributes every traced spawn shares, made once: a new session, every signal at its default (the
+    internal ones included) and none blocked."""
+    attributes = ctypes.create_string_buffer(_OPAQUE)
+    defaults = ctypes.create_string_buffer(_SIGSET)
+    empty_mask = ctypes.create_string_buffer(_SIGSET)
+    _check(_libc.posix_spawnattr_init(attributes))
+    _libc.sigemptyset(defaults)
+    _libc.sigaddset(defaults, signal.SIGPIPE)
+    _libc.sigaddset(defaults, signal.SIGXFSZ)
+    first_word = int.from_bytes(defaults.raw[:8], "little") | _INTERNAL_SIGNAL_BITS
+    ctypes.memmove(defaults, first_word.to_bytes(8, "little"), 8)
+    _libc.sigemptyset(empty_mask)
+    _check(_libc.posix_spawnattr_setsigdefault(attributes, defaults))
+    _check(_libc.posix_spawnattr_setsigmask(attributes, empty_mask))
+    flags = _POSIX_SPAWN_SETSID | _POSIX_SPAWN_SETSIGDEF | _POSIX_SPAWN_SETSIGMASK
+    _check(_libc.posix_spawnattr_setflags(attributes, ctypes.c_short(flags)))
+    return attributes
+
+
+_ATTRIBUTES = _attributes() if SPAWN_READY else None
+_ENVIRON = ctypes.POINTER(ctypes.c_char_p).in_dll(_libc, "environ")
+
+
 def _posix_spawn(
-    path: str, argv: list[str], env: dict[str, str], cwd: str | None, stdin: int | None, stdout: int, stderr: int
+    path: str,
+    argv: list[str],
+    env: dict[str, str] | None,
+    cwd: str | None,
+    stdin: int | None,
+    stdout: int,
+    stderr: int,
 ) -> int:
     """glibc's posix_spawn with what Popen does for these calls: stdin from the pipe (None: /dev/null), stdout
     and stderr onto theirs, the working directory, no other descriptor, a new session, every signal at its
     default and none blocked. The child's pid; OSError when the program cannot run."""
-    encoded_path = os.fsencode(path)
-    encoded_env = [os.fsencode(f"{name}={value}") for name, value in env.items()]
     actions = ctypes.create_string_buffer(_OPAQUE)
-    attributes = ctypes.create_string_buffer(_OPAQUE)
-    defaults = ctypes.create_string_buffer(_SIGSET)
-    empty_mask = ctypes.create_string_buffer(_SIGSET)
     _check(_libc.posix_spawn_file_actions_init(actions))
     try:
-        _check(_libc.posix_spawnattr_init(attributes))
-        try:
-            if stdin is not None:
-                _check(_libc.posix_spawn_file_actions_adddup2(actions, stdin, 0))
-            else:
-                _check(_libc.posix_spawn_file_actions_addopen(actions, 0, b"/dev/null", os.O_RDONLY, 0))
-            _check(_libc.posix_spawn_file_actions_adddup2(actions, stdout, 1))
-            _check(_libc.posix_spawn_file_actions_adddup2(actions, stderr, 2))
-            if cwd is not None:
-                if not _HAS_CHDIR:
-                    raise OSError(errno.ENOSYS, "posix_spawn_file_actions_addchdir_np is missing (glibc < 2.29)")
-                _check(_libc.posix_spawn_file_actions_addchdir_np(actions, os.fsencode(cwd)))
-            _check(_libc.posix_spawn_file_actions_addclosefrom_np(actions, 3))
-            _libc.sigemptyset(defaults)
-            _libc.sigaddset(defaults, signal.SIGPIPE)
-            _libc.sigaddset(defaults, signal.SIGXFSZ)
-            first_word = int.from_bytes(defaults.raw[:8], "little") | _INTERNAL_SIGNAL_BITS
-            ctypes.memmove(defaults, first_word.to_bytes(8, "little"), 8)
-            _libc.sigemptyset(empty_mask)
-            _check(_libc.posix_spawnattr_setsigdefault(attributes, defaults))
-            _check(_libc.posix_spawnattr_setsigmask(attributes, empty_mask))
-            flags = _POSIX_SPAWN_SETSID | _POSIX_SPAWN_SETSIGDEF | _POSIX_SPAWN_SETSIGMASK
-            _check(_libc.posix_spawnattr_setflags(attributes, ctypes.c_short(flags)))
-            pid = ctypes.c_int(0)
-            encoded_argv = [os.fsencode(item) for item in argv]
-            # The GIL is released for this call: the service thread answers the first execve meanwhile.
-            code = _libc.posix_spawn(
-                ctypes.byref(pid),
-                encoded_path,
-                actions,
-                attributes,
-                _array(encoded_argv),
-                _array(encoded_env),
-            )
-            if code != 0:
-                filename = cwd if code == errno.ENOENT and cwd is not None and not os.path.isdir(cwd) else argv[0]
-                raise OSError(code, os.strerror(code), filename)
-            return pid.value
-        finally:
-            _libc.posix_spawnattr_destroy(attributes)
+        if stdin is not None:
+            _check(_libc.posix_spawn_file_actions_adddup2(actions, stdin, 0))
+        else:
+            _check(_libc.posix_spawn_file_actions_addopen(actions, 0, b"/dev/null", os.O_RDONLY, 0))
+        _check(_libc.posix_spawn_file_actions_adddup2(actions, stdout, 1))
+        _check(_libc.posix_spawn_file_actions_adddup2(actions, stderr, 2))
+        if cwd is not None:
+            _check(_libc.posix_spawn_file_actions_addchdir_np(actions, os.fsencode(cwd)))
+        _check(_libc.posix_spawn_file_actions_addclosefrom_np(actions, 3))
+        pid = ctypes.c_int(0)
+        environment = (
+            _ENVIRON if env is None else _array([os.fsencode(f"{name}={value}") for name, value in env.items()])
+        )
+        # The GIL is released for this call: the service thread answers the first execve meanwhile.
+        code = _libc.posix_spawn(
+            ctypes.byref(pid),
+            os.fsencode(path),
+            actions,
+            _ATTRIBUTES,
+            _array([os.fsencode(item) for item in argv]),
+            environment,
+        )
+        if code != 0:
+            filename = cwd if code == errno.ENOENT and cwd is not None and not os.path.isdir(cwd) else argv[0]
+            raise OSError(code, os.strerror(code), filename)
+        return pid.value
     finally:
         _libc.posix_spawn_file_actions_destroy(actions)
-
-
-def _check(code: int) -> None:
-    if code != 0:
-        raise OSError(code, os.strerror(code))

@@ -1,21 +1,26 @@
-"""One process tree's exec trace, as the launch point drives it (launch.py; adr/0019). The tree starts on a spawner
-thread carrying the exec filter: a one-shot command through glibc's posix_spawn, its first exec (the server's own)
-recorded before the spawn; a terminal as its executor starts it. What the tree executed goes into the records: a
-call's end record takes the whole tree (`finish_into`), shell_spawn what ran until its first output settled
-(`snapshot_into`), each session_send a window of the session's trace (`window_into`), session:end the session's
-whole tree (`end_fields`). With the trace off, launch.py's UNTRACED stands in for it.
+"""One process tree's exec trace, as the launch point drives it (launch.py; adr/0019, adr/0027). The tree starts on
+the spawner thread, which carries the exec filter: a one-shot command through glibc's posix_spawn, its first exec
+(the server's own) resolved, checked and recorded before the spawn; a terminal as its executor starts it. What the
+tree executed goes into the records: a call's end record takes the whole tree (`finish_into`), shell_spawn what
+ran until its first output settled (`snapshot_into`), each session_send a window of the session's trace
+(`window_into`), session:end the session's whole tree (`end_fields`). With the trace off, launch.py's UNTRACED stands
+in for it.
 """
 
 from __future__ import annotations
 
+import errno
 import os
-import threading
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any, TypeVar
 
 from relay_shell.errors import ToolError
 from relay_shell.plan import Plan
+from relay_shell.trace import resolve
+from relay_shell.trace.answer import UNDETERMINED_REFUSED
+from relay_shell.trace.deny import denies, deny_texts
+from relay_shell.trace.lineage import Unit
 from relay_shell.trace.record import ExecTrace
 from relay_shell.trace.spawn import SPAWN_MISSING, SPAWN_READY, SpawnedChild, resolve_program, spawn
 from relay_shell.trace.tracer import ExecTracer
@@ -25,22 +30,22 @@ C = TypeVar("C")
 # The tree's containment unit starting its process (containment/units.py `Unit.spawning`): the environment with
 # the unit's marker, the spawning thread in the unit's cgroup. The launcher hands it over; trace/ imports nothing
 # of containment.
-Spawning = Callable[[dict[str, str]], AbstractContextManager[dict[str, str] | None]]
-# Readonly confinement (launch.py, confine/): runs the spawn on a thread that confined itself first, or just runs
-# it when nothing is confined.
+Spawning = Callable[[dict[str, str] | None], AbstractContextManager[dict[str, str] | None]]
+# Readonly confinement (launch.py, confine/): runs the spawn on a thread that confined itself first (made by the
+# spawner thread, so it inherits the exec filter), or just runs it when nothing is confined.
 Confined = Callable[[Callable[[], SpawnedChild]], SpawnedChild]
 
 
 class TracedTree:
-    def __init__(self, tracer: ExecTracer, call_id: str | None) -> None:
+    def __init__(self, tracer: ExecTracer, call_id: str | None, unit: Unit) -> None:
         self.tracer = tracer
+        self.unit = unit  # how its processes show their containment unit (marker, cgroup): attribution's last word
         self.execs = ExecTrace(tracer.max_entries)
         self.execs.call_id = call_id  # execs after its record was written are recorded under it (`exec:late`)
 
-    async def place(self, start: Callable[[], T], hold: threading.Event | None) -> T:
-        """Run `start` (which starts the tree's first process) on a spawner thread carrying the exec filter; with
-        `hold` that thread stays until it is set."""
-        return await self.tracer.spawn(self.execs, start, hold)
+    async def place(self, start: Callable[[], T]) -> T:
+        """Run `start` (which starts the tree's first process) on the spawner thread, which carries the filter."""
+        return await self.tracer.spawn(self.execs, start, self.unit)
 
     async def start_command(
         self,
@@ -57,20 +62,20 @@ class TracedTree:
         under the filter, adr/0019); `untraced()` (Popen) where glibc lacks what that needs, said in the record."""
         if not SPAWN_READY:
             self.execs.state = f"untraced: {SPAWN_MISSING}"
+            self.tracer.untraced_trees += 1
             return untraced()
 
         def start() -> SpawnedChild:
-            """On the spawner thread. The environment is always explicit: the server's own (env None) is not
-            changed for a spawn that runs beside the event loop."""
-            full_env = env if env is not None else dict(os.environ)
-            with spawning(full_env) as child_env:
-                assert child_env is not None
+            """On the spawner thread, while the event loop waits for it. The server's own environment (env None)
+            gets the unit's marker for the spawn, as it does for Popen (containment/units.py), and is passed as it
+            is: nothing copied or encoded."""
+            with spawning(env) as child_env:
                 path = resolve_program(argv[0], child_env, cwd)
-                if self.execs.state != "traced":  # no filter on this thread (the trace is unavailable for this tree)
+                if not self.tracer.first_unread:  # read by the service thread like any other exec
                     return confined(lambda: spawn(argv, cwd, child_env, with_stdin, merge_stderr, path))
                 # The server's own exec, the tree's first: recorded here (the service thread lets it go unread).
                 # Recorded absolute, like every other entry (a relative path is the child's working directory's).
-                self.tracer.first_exec(self.execs, os.path.normpath(os.path.join(cwd or os.getcwd(), path)), argv)
+                self.first_exec(os.path.normpath(os.path.join(cwd or os.getcwd(), path)), argv, cwd)
                 try:
                     child = confined(lambda: spawn(argv, cwd, child_env, with_stdin, merge_stderr, path))
                 except OSError as exc:
@@ -79,7 +84,32 @@ class TracedTree:
                 self.tracer.first_exec_started(self.execs, child.pid)
                 return child
 
-        return await self.place(start, None)
+        try:
+            return await self.place(start)
+        except OSError as exc:
+            if exc.errno != errno.ENOSYS or self.tracer.active:
+                raise
+            # The tracer stopped while this tree's first exec waited (its listener closed): run it untraced.
+            self.execs.state = f"untraced: {self.tracer.reason}"
+            self.tracer.untraced_trees += 1
+            return untraced()
+
+    def first_exec(self, path: str, argv: list[str], cwd: str | None) -> None:
+        """The server's own exec, checked like any other: resolved (links, a `#!` chain: a relative interpreter is
+        the call's working directory's), matched against EXEC_DENY, refused when its program cannot be determined
+        while patterns are set."""
+        deny = self.tracer.deny
+        where = os.path.abspath(cwd or ".")
+        if deny:
+            found = resolve.locate(os.getpid(), path, cwd=where)
+        else:
+            found = resolve.locate_cached(os.getpid(), path, cwd=where)
+        denied = False
+        if deny and found.outcome == "ok":
+            denied = bool(found.undetermined) or denies(deny, deny_texts(found, argv))
+            if found.undetermined:
+                found.undetermined = f"{UNDETERMINED_REFUSED}: {found.undetermined}"
+        self.tracer.first_exec(self.execs, path, argv, found, denied)
 
     def raise_if_refused(self) -> None:
         """After the start failed with EPERM: ExecDenied when RELAY_SHELL_EXEC_DENY refused every exec of the tree,
@@ -108,12 +138,9 @@ class TracedTree:
         try:
             yield
         finally:
-            # Under the lock the service thread holds from an exec's answer until it is recorded, as a record is
-            # taken: an exec answered before the window closed is in it.
-            with self.tracer.lock:
-                if self.execs.window is window:
-                    self.execs.window = None
-            _into(plan, self.tracer.snapshot(window), window)
+            # Under the lock the service thread holds while it records, the waiting batch built first: an exec
+            # answered before the window closed is in it.
+            _into(plan, self.tracer.detach(self.execs, window), window)
 
     def end_fields(self) -> dict[str, Any]:
         """session:end: the summary of the session's whole tree (what it still executes is late now)."""
@@ -133,7 +160,8 @@ def refusal_notes(trace: ExecTrace) -> list[str]:
         notes.append(f"{trace.denied - len(trace.denied_execs)} more execs refused by RELAY_SHELL_EXEC_DENY")
     if trace.setid_dropped:
         notes.append(
-            f"{trace.setid_dropped} set-user-ID program(s) ran without their privilege: the exec trace needs "
-            "no_new_privs here (RELAY_SHELL_EXEC_TRACE=off restores it)"
+            f"{trace.setid_dropped} set-user-ID program(s) ran without their privilege: the tree runs with "
+            "no_new_privs (readonly's confinement sets it; elsewhere the exec trace needs it here, and "
+            "RELAY_SHELL_EXEC_TRACE=off restores it)"
         )
     return notes

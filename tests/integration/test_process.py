@@ -15,7 +15,9 @@ from relay_shell.local.process import ProcessOutcome, run_process
 from tests.procs import alive
 
 pytestmark = pytest.mark.anyio
-LAUNCHER = Launcher(start_containment("off", "test"), TraceOff(0, 64))  # the process group alone, untraced
+LAUNCHER = Launcher(
+    start_containment("off", "test"), TraceOff("RELAY_SHELL_EXEC_TRACE=off", 0, 64)
+)  # the process group alone, untraced
 
 
 async def no_progress(produced: int) -> None:

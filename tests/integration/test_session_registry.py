@@ -35,7 +35,9 @@ def _registry(ended: list[Session], **limits: Any) -> SessionRegistry:
         "kill_grace": 1.0,
     }
     options.update(limits)
-    launcher = Launcher(start_containment("off", "test"), TraceOff(0, 64))  # each terminal its session alone
+    launcher = Launcher(
+        start_containment("off", "test"), TraceOff("RELAY_SHELL_EXEC_TRACE=off", 0, 64)
+    )  # each terminal its session alone
     return SessionRegistry(on_end=ended.append, launcher=launcher, **options)
 
 

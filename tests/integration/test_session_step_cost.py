@@ -67,7 +67,7 @@ def _reference_last_line(recent: str) -> str:
 
 
 async def test_the_line_a_confirmation_shows_is_the_last_line_with_something_on_it() -> None:
-    launcher = Launcher(start_containment("off", "test"), TraceOff(0, 64))
+    launcher = Launcher(start_containment("off", "test"), TraceOff("RELAY_SHELL_EXEC_TRACE=off", 0, 64))
     registry = SessionRegistry(
         max_sessions=1,
         buffer_bytes=4096,

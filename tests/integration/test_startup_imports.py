@@ -295,9 +295,9 @@ def test_an_http_start_with_oauth_loads_it(tmp_path: Path) -> None:
 
 
 def test_with_the_exec_trace_off_nothing_of_the_trace_is_loaded(tmp_path: Path) -> None:
-    """The exec trace is off by default, and then nothing under relay_shell/trace/ is imported, neither at start
-    nor by a command or a PTY session (the launch point's null objects stand in for it). The same start with the
-    trace on loads it: the probe sees what it is looking for."""
+    """With the exec trace off (a user's open server's default, adr/0027) nothing under relay_shell/trace/ is
+    imported, neither at start nor by a command or a PTY session (the launch point's null objects stand in for
+    it). The same start with the trace on loads it: the probe sees what it is looking for."""
     hello = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "probe", "version": "1"}}
     loaded: dict[str, list[str]] = {}
     for setting in ("off", "on"):

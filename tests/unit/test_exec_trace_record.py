@@ -22,7 +22,9 @@ from relay_shell.trace.record import (
 
 def add(trace: ExecTrace, argv: list[str], outcome: str = "ok") -> None:
     shown = redacted_argv(argv)
-    entry = entry_of(trace.started, 10, 1, "/bin/" + argv[0], shown, len(argv), len(argv), False, outcome)
+    entry = entry_of(
+        trace.started, trace.started, 10, 1, "/bin/" + argv[0], shown, len(argv), len(argv), False, outcome
+    )
     denied = " ".join(argv) if outcome == "denied" else None
     trace.add(entry if trace.wants_entry() else None, digest_line("/bin/" + argv[0], shown, outcome), denied, False)
 
@@ -77,7 +79,9 @@ def test_identical_runs_give_identical_digests_whatever_the_pids_and_times() -> 
         trace = ExecTrace(64)
         for name in ("sh", "ls", "rm"):
             shown = redacted_argv([name])
-            entry = entry_of(trace.started, pid, pid - 1, f"/bin/{name}", shown, 1, 1, False, "ok")
+            entry = entry_of(
+                trace.started, trace.started + pid / 1000, pid, pid - 1, f"/bin/{name}", shown, 1, 1, False, "ok"
+            )
             trace.add(entry, digest_line(f"/bin/{name}", shown, "ok"), None, False)
         digests.append(trace.record()["sha256"])
     assert digests[0] == digests[1]

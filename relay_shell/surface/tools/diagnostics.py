@@ -52,7 +52,7 @@ def server_info_plan(call: CallRequest, services: Services) -> Plan:
     recorder = services.runner.recorder
     described = {
         **services.runbooks.state(services.runner.gate, call.owner),  # the runbooks, this session's briefing gate
-        "exec_trace": services.launcher.tracer.status(),
+        "exec_trace": services.launcher.trace_status(),
         "enforcement": services.launcher.confinement.status(),  # readonly: landlock ABI N, classifier-only, off
     }
     return prepare_server_info(

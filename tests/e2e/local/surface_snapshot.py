@@ -6,6 +6,9 @@ are masked).
 `tests/data/surface_snapshot.json` was written by this module from commit 682d9a6 (main before the renovation of
 issue 25): `python -m tests.e2e.local.surface_snapshot > tests/data/surface_snapshot.json`. The test
 (`test_surface_unchanged.py`) runs the same scenario on the code under test and compares.
+It is written and compared as root, as CI runs it: the exec trace's default (`auto`, adr/0027) traces a root
+server, so the records carry `execs` (their process ids and times masked); a user's open-mode server runs
+untraced.
 """
 
 from __future__ import annotations
@@ -36,6 +39,8 @@ QUOTING_TOOLS = {
     "audit_tail",
     "operation_confirm",
 }
+# An exec trace entry's process ids and time (the paths, argv, outcomes and the digest over them are the run's own).
+EXEC_RUN_FIELDS = {"pid", "ppid", "t_ms"}
 DIGEST_FIELDS = {"output_sha256", "output_len", "raw_sha256", "raw_len", "stderr_sha256", "stderr_len"}
 
 
@@ -43,6 +48,12 @@ def normalise_record(record: dict[str, Any]) -> dict[str, Any]:
     masked = {key: value for key, value in record.items() if key not in RUN_FIELDS}
     if isinstance(masked.get("args"), dict) and "session_id" in masked["args"]:
         masked["args"] = {**masked["args"], "session_id": "<session>"}
+    execs = masked.get("execs")
+    if isinstance(execs, dict) and isinstance(execs.get("entries"), list):
+        entries = [
+            {key: value for key, value in entry.items() if key not in EXEC_RUN_FIELDS} for entry in execs["entries"]
+        ]
+        masked["execs"] = {**execs, "entries": entries}
     quoting = record.get("tool") in QUOTING_TOOLS or record.get("outcome") == "confirm_required"
     if quoting or record.get("tool") == "server:start":
         masked = {key: value for key, value in masked.items() if key not in DIGEST_FIELDS}

@@ -1,11 +1,16 @@
-"""The tracer's fallback when the service thread cannot watch a new tree's listener (epoll.register fails): the
-listener is closed and the tree spawned untraced by the event loop's thread, which carries no filter (a thread
-started from the filtered spawner thread would inherit the filter and its first exec would wait for ever).
+"""The tracer's fallbacks when its one listener cannot be served (adr/0027): the trace is `unavailable`, and every
+tree is spawned untraced by the event loop's thread, which carries no filter (the spawner thread carries it: a tree
+it started would wait for ever for answers nobody gives).
 
-MOCK, and the only one here: epoll.register failing for one listener (ENOSPC, fs.epoll.max_user_watches reached)
-cannot be produced for real on this machine without exhausting the watches of every process of the user, the
-other sessions' included. The spawn, the filter, the listener and the program are real. The check runs in a child
-interpreter so that the hang it guards against fails the test (a timeout) instead of freezing pytest.
+- at startup, epoll cannot watch the listener: the tracer says unavailable and why, the spawner thread (and with
+  it the filter) ends, the call runs untraced;
+- later, the service thread fails reading a notification: the listener is closed (the execs of trees already
+  traced fail with ENOSYS instead of waiting), the trace turns unavailable, the next call runs untraced.
+
+MOCK, and the only ones here: epoll.register failing (ENOSPC, fs.epoll.max_user_watches reached) and NOTIF_RECV
+failing cannot be produced for real on this machine without exhausting the watches of every process of the user
+or breaking the kernel's seccomp. The spawn, the filter, the listener and the programs are real. Each check runs in
+a child interpreter so that the hang it guards against fails the test (a timeout) instead of freezing pytest.
 """
 
 from __future__ import annotations
@@ -15,48 +20,94 @@ import subprocess
 import sys
 from pathlib import Path
 
-PROGRAM = r"""
-import asyncio, errno
+COMMON = r"""
+import asyncio, errno, select
 from relay_shell.containment.start import start_containment
 from relay_shell.launch import Launcher
 from relay_shell.local.process import run_process
+from relay_shell.trace import seccomp
 from relay_shell.trace.tracer import ExecTracer
 
+async def run(launcher):
+    tree = launcher.call_tree(None)
+    async def progress(produced):
+        pass
+    outcome = await run_process(
+        ["/bin/sh", "-c", "grep Seccomp: /proc/self/status; /bin/echo ran"], tree=tree, cwd=None,
+        env=None, stdin=None, merge_stderr=True, timeout=10, budget=65536, kill_grace=1.0, progress=progress,
+    )
+    return outcome.exit_code, outcome.stdout.text, type(tree.trace).__name__
+"""
+
+AT_STARTUP = (
+    COMMON
+    + r"""
 class RegisterFails:
-    '''MOCK: the real epoll, except that registering a listener fails.'''
-    def __init__(self, real):
-        self.real = real
+    '''MOCK: the real epoll, except that watching the listener fails.'''
+    def __init__(self):
+        self.real = real_epoll()
     def register(self, fd, mask):
         raise OSError(errno.ENOSPC, "mocked: fs.epoll.max_user_watches reached")
     def __getattr__(self, name):
         return getattr(self.real, name)
 
+real_epoll = select.epoll
+select.epoll = RegisterFails
+
 async def main():
     tracer = ExecTracer([], 64)
-    assert tracer.state == "on", tracer.reason
-    tracer.epoll = RegisterFails(tracer.epoll)
-    tree = Launcher(start_containment("off", "test"), tracer).call_tree(None)
-    async def progress(produced):
-        pass
-    outcome = await run_process(
-        ["/bin/sh", "-c", "grep Seccomp: /proc/self/status; /bin/echo untraced-ran"], tree=tree, cwd=None,
-        env=None, stdin=None, merge_stderr=True, timeout=10, budget=65536, kill_grace=1.0, progress=progress,
-    )
-    print(outcome.exit_code, repr(outcome.stdout.text), tree.trace.execs.state, tracer.status()["untraced_trees"])
+    print(tracer.state, "|", tracer.reason)
+    print(await run(Launcher(start_containment("off", "test"), tracer)))
 
 asyncio.run(main())
 """
+)
+
+LATER = (
+    COMMON
+    + r"""
+async def main():
+    tracer = ExecTracer([], 64)
+    assert tracer.state == "on", tracer.reason
+    launcher = Launcher(start_containment("off", "test"), tracer)
+    print(await run(launcher))
+    def broken(self):
+        '''MOCK: NOTIF_RECV fails as on a listener the kernel no longer serves.'''
+        raise OSError(errno.EBADF, "mocked: the listener cannot be read")
+    seccomp.Notifications.receive = broken
+    print(await run(launcher))  # its first exec meets the broken service thread: ENOSYS, then run untraced
+    await asyncio.sleep(0.2)
+    print(tracer.state, "|", tracer.reason)
+    print(await run(launcher))
+
+asyncio.run(main())
+"""
+)
 
 
-def test_an_unwatchable_listener_spawns_untraced_from_the_loop_thread(tmp_path: Path) -> None:
+def run_child(tmp_path: Path, program: str) -> list[str]:
     script = tmp_path / "fallback.py"
-    script.write_text(PROGRAM)
+    script.write_text(program)
     try:
         ran = subprocess.run(
             [sys.executable, str(script)], env=dict(os.environ), capture_output=True, text=True, timeout=30
         )
     except subprocess.TimeoutExpired:
-        raise AssertionError("the fallback spawn hung (its first exec waited for an answer that never came)") from None
+        raise AssertionError("a spawn hung (its exec waited for an answer that never came)") from None
     assert ran.returncode == 0, ran.stderr
-    assert "untraced-ran" in ran.stdout and "Seccomp:\\t0" in ran.stdout, ran.stdout
-    assert "untraced: the listener could not be watched 1" in ran.stdout, ran.stdout
+    return ran.stdout.splitlines()
+
+
+def test_a_listener_epoll_cannot_watch_makes_the_trace_unavailable(tmp_path: Path) -> None:
+    state, outcome = run_child(tmp_path, AT_STARTUP)
+    assert state.startswith("unavailable | ") and "max_user_watches" in state, state
+    assert outcome == "(0, 'Seccomp:\\t0\\nran\\n', 'Untraced')", outcome
+
+
+def test_a_failing_service_thread_leaves_no_tree_waiting_and_later_calls_untraced(tmp_path: Path) -> None:
+    traced, failed, state, untraced = run_child(tmp_path, LATER)
+    assert traced == "(0, 'Seccomp:\\t2\\nran\\n', 'TracedTree')", traced
+    # The call whose first exec met the failure: refused with ENOSYS by the kernel, then started untraced.
+    assert failed == "(0, 'Seccomp:\\t0\\nran\\n', 'TracedTree')", failed
+    assert state.startswith("unavailable | the exec tracer stopped (OSError"), state
+    assert untraced == "(0, 'Seccomp:\\t0\\nran\\n', 'Untraced')", untraced

@@ -21,9 +21,7 @@ async def test_traced_and_denied_execs_are_counted(tmp_path: Path) -> None:
     standin.write_text("#!/bin/sh\necho standin\n")
     standin.chmod(0o755)
     path = f"{bindir}:/usr/bin:/bin"
-    async with connect(
-        tmp_path / "audit.jsonl", metrics_addr="127.0.0.1:0", exec_trace="on", exec_deny=r"(^|/)nc( |$)"
-    ) as client:
+    async with connect(tmp_path / "audit.jsonl", metrics_addr="127.0.0.1:0", exec_deny=r"(^|/)nc( |$)") as client:
         await client.call_tool("shell_exec", {"command": "ls / >/dev/null; nc -h; true", "env": {"PATH": path}})
         info = fields(await client.call_tool("server_info", {}))["info"]
         with urllib.request.urlopen(f"http://127.0.0.1:{info['metrics']['listen_port']}/metrics", timeout=10) as got:

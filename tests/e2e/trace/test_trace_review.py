@@ -12,6 +12,7 @@ relay-shell subprocess and the SDK's stdio client, with real programs (the C one
 
 from __future__ import annotations
 
+import secrets
 import subprocess
 import sys
 import time
@@ -25,6 +26,7 @@ from mcp import Client
 
 from tests.conftest import connect, fields, read_records, server_env, text_of
 from tests.e2e.trace.attacks import FROM_SERVER_ADDRESSES, INT80, compile_program
+from tests.procs import live_argvs
 
 pytestmark = pytest.mark.anyio
 DENY = r'["^/usr/bin/id( |$)", "^/bin/echo .*MARK-refused", "(x+)+y"]'
@@ -43,7 +45,8 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 async def client(workdir: Path) -> AsyncIterator[Client]:
-    async with connect(workdir / "audit.jsonl", exec_trace="on", exec_deny=DENY) as connected:
+    # The trace: on by default here (root, `auto`).
+    async with connect(workdir / "audit.jsonl", exec_deny=DENY) as connected:
         yield connected
 
 
@@ -139,6 +142,10 @@ async def test_traced_children_start_with_every_signal_at_its_default(client: Cl
     assert "SigIgn:\t0000000000000000" in text_of(result), text_of(result)
 
 
+def sleeping(seconds: str) -> bool:
+    return ["sleep", seconds] in [[item.decode() for item in argv[:2]] for argv in live_argvs().values()]
+
+
 def test_a_pattern_re2_refuses_stops_the_server_naming_the_setting(tmp_path: Path) -> None:
     env = server_env(tmp_path / "audit.jsonl", exec_trace="on", exec_deny=r'["(a)\\1"]')
     started = subprocess.run(
@@ -168,19 +175,21 @@ async def test_late_execs_of_a_tree_still_running_are_written_at_shutdown(tmp_pa
     job ends by itself seconds later."""
     audit = tmp_path / "audit.jsonl"
     marker = tmp_path / "late-ran"
-    async with connect(audit, exec_trace="on", containment="off") as client:
-        command = f"(sleep 0.3; /bin/uname -n > {marker}; exec sleep 4.5) >/dev/null 2>&1 & echo started"
+    token = str(secrets.randbelow(10**6)).rjust(6, "1")  # sleep 4.<token>: a process this test can find
+    async with connect(audit, containment="off") as client:
+        command = f"(sleep 0.3; /bin/uname -n > {marker}; exec sleep 4.{token}) >/dev/null 2>&1 & echo started"
         result = await client.call_tool("shell_exec", {"command": command})
         assert "started" in text_of(result)
         deadline = time.monotonic() + 10
-        while not (marker.exists() and marker.stat().st_size) and time.monotonic() < deadline:
+        # Until the job runs its last program (on a loaded machine that can be well after the marker appears).
+        while not sleeping(f"4.{token}") and time.monotonic() < deadline:
             await anyio.sleep(0.05)
-        assert marker.exists()
+        assert marker.exists() and sleeping(f"4.{token}")
     call_id = [record for record in read_records(audit) if record.get("phase") == "end"][-1]["call_id"]
     late = [record for record in read_records(audit) if record["tool"] == "exec:late"]
     assert late and all(record["call_id"] == call_id for record in late), late
     argvs = [entry["argv"] for record in late for entry in record["execs"]["entries"]]
-    assert ["/bin/uname", "-n"] in argvs and ["sleep", "4.5"] in argvs, argvs
+    assert ["/bin/uname", "-n"] in argvs and ["sleep", f"4.{token}"] in argvs, argvs
 
 
 async def test_the_calls_own_program_is_found_and_recorded_as_popen_would(client: Client, workdir: Path) -> None:

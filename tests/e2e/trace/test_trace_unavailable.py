@@ -19,7 +19,7 @@ LAUNCHER = str(Path(__file__).with_name("no_seccomp.py"))
 
 
 def test_the_banner_says_once_that_the_trace_is_unavailable(tmp_path: Path) -> None:
-    env = server_env(tmp_path / "audit.jsonl", exec_trace="on")
+    env = server_env(tmp_path / "audit.jsonl")
     finished = subprocess.run(
         [sys.executable, LAUNCHER, sys.executable, "-m", "relay_shell"],
         env=env,
@@ -39,7 +39,7 @@ async def test_calls_run_untraced_and_server_info_says_why(tmp_path: Path) -> No
     params = StdioServerParameters(
         command=sys.executable,
         args=[LAUNCHER, sys.executable, "-m", "relay_shell"],
-        env=server_env(audit_path, exec_trace="on"),
+        env=server_env(audit_path),
     )
     async with Client(params) as client:  # type: ignore[arg-type]
         info = fields(await client.call_tool("server_info", {}))["info"]["exec_trace"]

@@ -36,9 +36,13 @@ def shared_dir() -> Iterator[Path]:
 
 
 def server_as_nobody(shared_dir: Path, **settings: str) -> StdioServerParameters:
+    """relay-shell as nobody; the trace `on` unless `exec_trace` says otherwise ("" for the default, auto)."""
     assert os.geteuid() == 0, "this test switches to nobody with setpriv: run it as root"
     python = unprivileged_python()
-    env = server_env(shared_dir / "audit.jsonl", exec_trace="on", **settings)
+    settings = {"exec_trace": "on", **settings}
+    if not settings["exec_trace"]:
+        del settings["exec_trace"]
+    env = server_env(shared_dir / "audit.jsonl", **settings)
     env["HOME"] = str(shared_dir)
     env.update(python.env)
     command = as_nobody([python.executable, "-m", "relay_shell"])
@@ -84,3 +88,27 @@ async def test_an_unreadable_exec_is_refused_when_exec_deny_is_configured(shared
         execs = last_end(shared_dir / "audit.jsonl")["execs"]
         refused = [entry for entry in execs["entries"] if entry.get("error") == "unreadable"]
         assert execs["denied"] == 1 and len(refused) == 1 and refused[0]["denied"] is True, execs
+
+
+async def test_by_default_a_users_open_server_is_untraced_and_says_why(shared_dir: Path) -> None:
+    """`auto` (adr/0027): tracing here would need no_new_privs on every command, which takes sudo and su from
+    them; an open or guarded server run as a user is left untraced, and says so."""
+    async with Client(server_as_nobody(shared_dir, exec_trace="")) as client:  # type: ignore[arg-type]
+        info = fields(await client.call_tool("server_info", {}))["info"]["exec_trace"]
+        assert (info["state"], info["setting"], info["no_new_privs"]) == ("off", "auto", False), info
+        assert info["reason"].startswith("auto: not root") and "set-user-ID" in info["reason"], info
+        result = await client.call_tool("shell_exec", {"command": "su --version"})
+        assert "set-user-ID" not in text_of(result)  # nothing ran without its privilege
+    assert "execs" not in last_end(shared_dir / "audit.jsonl")
+
+
+async def test_by_default_a_users_readonly_server_is_traced(shared_dir: Path) -> None:
+    """`auto` in readonly mode: every tree gets no_new_privs there anyway, so the trace takes nothing more."""
+    async with Client(server_as_nobody(shared_dir, exec_trace="", policy_mode="readonly")) as client:  # type: ignore[arg-type]
+        info = fields(await client.call_tool("server_info", {}))["info"]["exec_trace"]
+        assert (info["state"], info["setting"], info["no_new_privs"]) == ("on", "auto", True), info
+        assert info["reason"].startswith("auto: readonly mode"), info
+        result = await client.call_tool("shell_exec", {"command": "ls / >/dev/null; id -u"})
+        assert fields(result)["status"] == "ok", text_of(result)
+    entries = last_end(shared_dir / "audit.jsonl")["execs"]["entries"]
+    assert [entry["argv"] for entry in entries][-2:] == [["ls", "/"], ["id", "-u"]], entries
