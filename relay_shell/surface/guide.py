@@ -15,8 +15,9 @@ operation_confirm(token) and repeat the identical call before it expires; if the
 itself, a refusal comes back as [DENIED …]). Long output is cut to head + tail with a [TRUNCATED: …] line: narrow the command (grep, tail, head) \
 rather than raising max_output.
 - Commands get no terminal and stdin is empty unless you pass `stdin`; pagers are off. Set `timeout` for \
-long jobs. server_info shows the policy mode and limits; audit_tail shows recent audited calls.
-- Anything that needs a terminal (REPL, password prompt, pager, TUI, installer questions, a job to watch): \
+long jobs; one still running after `yield_after` seconds returns `[RUNNING: job ID …]`: wait with \
+session_recv(session_id=ID, until=…, timeout=…). server_info shows the policy mode and limits; audit_tail shows recent audited calls.
+- Anything that needs a terminal (REPL, password prompt, pager, TUI, installer questions): \
 shell_spawn, then session_send(session_id, data, until=<regex of the next prompt>) returns the whole answer in \
 one call; session_recv reads more (pass `since`=cursor to re-read), keys=["ctrl-c"] interrupts, \
 secret_env types a password the operator provided, session_kill closes. Sessions are yours alone.
@@ -47,7 +48,8 @@ call is classified, admitted by policy, bounded, and audited. Work like a carefu
 | run several steps with logic, loops, heredocs | `shell_script` | `interpreter` bash (default), sh or python; `strict=true` adds `set -euo pipefail` for shells |
 | feed data to a command | `shell_exec` with `stdin` | the command gets EOF after your data; without `stdin` it reads /dev/null |
 | change environment for one call | `env` | `{"NAME": "value"}`; `{"NAME": null}` unsets; pagers and prompts are already off |
-| drive a REPL, password prompt, pager, TUI, installer, or watch a long job | `shell_spawn` + `session_send(until=…)` | see "Sessions" below |
+| drive a REPL, password prompt, pager, TUI, installer | `shell_spawn` + `session_send(until=…)` | see "Sessions" below |
+| a long build, upgrade or copy | `shell_exec` / `shell_script` / `ssh_exec` with `timeout` | still running after `yield_after` seconds it runs on as a job: see "Long-running commands" |
 | run a command on one SSH host | `ssh_exec(host, command)` | same grammar as `shell_exec`; `stdin` gets EOF; connection errors by kind |
 | a terminal on an SSH host | `ssh_spawn(host)` + `session_*` | exactly like a local session |
 | see the fleet | `ssh_hosts`, resource `relay-shell://inventory` | aliases, addresses, groups (`@web`), jump hosts |
@@ -63,6 +65,17 @@ call is classified, admitted by policy, bounded, and audited. Work like a carefu
 
 Prefer one precise command over exploratory dumps: `grep -n pattern file | head -50` beats `cat` of a large \
 file. Output beyond `max_output` is cut to its head and tail; the audit log still records the digest of all of it.
+
+## Long-running commands
+
+Give a long command a `timeout` for its whole life. If it still runs after `yield_after` seconds (default 45; \
+`yield_after=0` waits for the end) the call returns `[RUNNING: job j-… after Ns | cursor C]` with the output so \
+far; the command runs on as a job. Wait with `session_recv(session_id="j-…", until="done|error", timeout=30)`, \
+repeated: it returns the new output, and once the job ended the first line and full result the call would have \
+returned (`[exit N]`, `[signal …]`, `[TIMEOUT …]`). `session_kill(session_id="j-…")` ends it and what it started; \
+`session_list` shows your jobs. A cut result (`[TRUNCATED: …]`) names an `output_id` (`o-…`): read every byte \
+with `session_recv(session_id="o-…", since=0, max_bytes=65536)`, then `since=cursor` until `cursor` equals \
+`total_bytes`.
 
 ## Sessions (terminals)
 
@@ -86,7 +99,7 @@ ended).
 `secret_env="NAME"` (RELAY_SHELL_SECRET_ENV_ALLOW): wait \
 for the prompt, then `session_send(session_id, secret_env="NAME", until=…)`; the value is typed, never shown \
 or logged. Input typed at a no-echo prompt is withheld from the audit log.
-- `session_recv(session_id, until=…, timeout=…)` waits for more output without typing (a long build, a log \
+- `session_recv(session_id, until=…, timeout=…)` waits for more output without typing (a log \
 line); without `until` it returns unread output at once. Every result has `cursor`; if a result is lost, \
 `session_recv(since=<old cursor>)` reads it again. `dropped` > 0 means output was overwritten before anyone \
 read it (the buffer is bounded): read more often or narrow the output.
