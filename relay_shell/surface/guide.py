@@ -26,8 +26,8 @@ connections are pooled); ssh_spawn opens a remote terminal driven by the same se
 ssh_hosts (inventory, @groups) → ssh_check (who is reachable) → ssh_exec on one canary → ssh_fanout(command, \
 hosts) in batches; per-host status ok/failed/unreachable/timeout/denied/auth_failed/hostkey_rejected. Host keys: \
 accept-new trusts a new host once and never a changed key; HostKeyMismatch means stop and ask the operator.
-- Files: ssh_upload(host, local_path, remote_path) / ssh_download(host, remote_path, local_path) over SFTP; \
-the destination path is the copy's own name (not a directory to put it in); recursive=true for a tree \
+- Files: ssh_upload(host, local_path, remote_path) / ssh_download(host, remote_path, local_path) over SFTP \
+(a large download: the remote `scp -f`); the destination path is the copy's own name (not a directory to put it in); recursive=true for a tree \
 (symlinks stay symlinks); modes and mtimes kept; the result lists each file's SHA-256, and what did not arrive.
 - Port forwards: ssh_forward(host, spec) with L:0:dhost:dport (reach a service only the SSH host reaches, through the local port the result names), R:0:dhost:dport (let the SSH host reach a service here) or D:0 (SOCKS proxy); listeners are loopback-only unless bind_address says otherwise (tier 2); every R forward is tier 2. ssh_forward_list shows bytes and connections; ssh_forward_close ends one; yours close when you disconnect or after an idle hour without connections.
 Read the operating_guide prompt for the full workflow. Guided workflows (prompts with arguments): \
@@ -56,7 +56,7 @@ call is classified, admitted by policy, bounded, and audited. Work like a carefu
 | who is reachable | `ssh_check(hosts)` | connect + `true` per host; empty `hosts` = every inventory host |
 | one command on many hosts | `ssh_fanout(command, hosts)` | per-host status, exit code, bounded output |
 | a host's key fingerprints | `ssh_keyscan(hosts)` | never writes known_hosts |
-| copy a file or a directory tree to or from an SSH host | `ssh_upload`, `ssh_download` | SFTP; destination = the copy's own path; `recursive=true` for trees; SHA-256 per file |
+| copy a file or a directory tree to or from an SSH host | `ssh_upload`, `ssh_download` | SFTP (a large download: the remote `scp -f`); destination = the copy's own path; `recursive=true` for trees; SHA-256 per file |
 | reach a port only an SSH host can reach, or let it reach one here | `ssh_forward(host, spec)` | `L:0:dhost:dport`, `R:0:dhost:dport`, `D:0` (SOCKS); `ssh_forward_list`, `ssh_forward_close` |
 | check limits, policy mode, audit state | `server_info` | tier 0, always allowed |
 | see what was run recently | `audit_tail` | filters `tool`, `tier`, `denied`, `lines` |
@@ -154,7 +154,8 @@ and stop at the first unexpected failure; summarize per host for the user.
 Policy sees the target too: a host the operator denied is refused under every spelling (alias, address, \
 decimal or hex IP, IPv4-mapped IPv6).
 
-File transfers (`ssh_upload`, `ssh_download`, SFTP on the pooled connection, tier 2):
+File transfers (`ssh_upload`, `ssh_download`, SFTP on the pooled connection — a large named file is \
+downloaded over the remote `scp -f` there —, tier 2):
 
 - The destination path names the copy itself: `ssh_upload(host, local_path="/tmp/app.tar", \
 remote_path="/srv/app.tar")`. A directory already there is refused (`IsADirectory`), not written into; a \
