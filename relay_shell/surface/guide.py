@@ -68,7 +68,7 @@ file. Output beyond `max_output` is cut to its head and tail; the audit log stil
 
 ## Long-running commands
 
-Give a long command a `timeout` for its whole life. If it still runs after `yield_after` seconds (default 45; \
+Give a long command a `timeout` for its whole life. If it still runs after `yield_after` seconds (server_info's `jobs`; \
 `yield_after=0` waits for the end) the call returns `[RUNNING: job j-… after Ns | cursor C]` with the output so \
 far; the command runs on as a job. Wait with `session_recv(session_id="j-…", until="done|error", timeout=30)`, \
 repeated: it returns the new output, and once the job ended the first line and full result the call would have \
