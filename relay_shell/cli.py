@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import os
+import re
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -170,6 +171,12 @@ def audit_parser() -> argparse.ArgumentParser:
     tail.add_argument("--tier", type=int, choices=[0, 1, 2, 3], help="only this tier")
     tail.add_argument("--denied", action="store_true", help="only denied calls")
     tail.add_argument("--call-id", help="only the records of this call (its start and end)")
+    tail.add_argument(
+        "--job",
+        metavar="JOB_ID",
+        help="only a job's records (j-…): the start, job note and end of the call that ran on as it, and the "
+        "reads, sends and kill of the job",
+    )
     tail.add_argument("--path", type=Path, help="log file; default: the configured log")
     tail.add_argument(
         "--execs", action="store_true", help="only records with an exec trace, printed as their exec lists"
@@ -208,8 +215,14 @@ def audit_command(args: list[str]) -> int:
     if options.lines < 1:
         parser.error("-n must be at least 1")
     path = options.path or _configured_audit_path()
+    if options.job is not None and re.fullmatch(r"j-[0-9a-f]{12}", options.job) is None:
+        parser.error(f"--job: {options.job!r} is not a job id; allowed: j- and 12 hex digits, as a result names it")
     record_filter = TailFilter(
-        tool=options.tool, tier=options.tier, denied=True if options.denied else None, call_id=options.call_id
+        tool=options.tool,
+        tier=options.tier,
+        denied=True if options.denied else None,
+        call_id=options.call_id,
+        job_id=options.job,
     )
     if not path.exists():
         print(f"relay-shell: audit log {path} does not exist", file=sys.stderr)

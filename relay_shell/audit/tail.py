@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +22,16 @@ class TailFilter:
     denied: bool | None = None
     call_id: str | None = None  # a call's records: its start and its end (and a tier-3 dialogue's steps)
     execs: bool = False  # only records with an exec trace (adr/0019)
+    # A job's records (adr/0028): the start, `job` note and end of the call that yielded as this job, and the
+    # calls that read, wrote to or killed it (session_id = the job). The start carries no job id: the call is
+    # known from the note (job_call_id), which a backward scan meets before the start.
+    job_id: str | None = None
+    job_call_id: str | None = None
 
     def matches(self, record: dict[str, Any]) -> bool:
         if self.execs and "execs" not in record:
+            return False
+        if self.job_id is not None and not self._of_job(record):
             return False
         if self.call_id is not None and record.get("call_id") != self.call_id:
             return False
@@ -33,6 +40,17 @@ class TailFilter:
         if self.tier is not None and record.get("tier") != self.tier:
             return False
         return not (self.denied is not None and bool(record.get("denied")) != self.denied)
+
+    def _of_job(self, record: dict[str, Any]) -> bool:
+        if record.get("job_id") == self.job_id or record.get("session_id") == self.job_id:
+            return True
+        return self.job_call_id is not None and record.get("call_id") == self.job_call_id
+
+    def learned(self, record: dict[str, Any]) -> TailFilter:
+        """This filter after a matching record: a job's note names the call whose start comes before it."""
+        if self.job_id is not None and record.get("phase") == "job" and record.get("job_id") == self.job_id:
+            return replace(self, job_call_id=record.get("call_id"))
+        return self
 
 
 def recent_records(path: Path, lines: int, record_filter: TailFilter | None = None) -> list[dict[str, Any]]:
@@ -64,6 +82,7 @@ def recent_records(path: Path, lines: int, record_filter: TailFilter | None = No
                 record = _parse(raw)
                 if record is not None and record_filter.matches(record):
                     found.append(record)
+                    record_filter = record_filter.learned(record)
                     if len(found) >= lines:
                         break
     found.reverse()

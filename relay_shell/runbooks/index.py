@@ -72,7 +72,8 @@ def _size(line: str) -> int:
 
 
 def index_document(catalog: Catalog, mode: str, directory: str | None) -> dict[str, Any]:
-    """The index resource: every runbook offered in this mode, and the files that failed to load."""
+    """The index resource: every runbook offered in this mode, and the files that failed to load; of the runbooks
+    hidden in this mode not even how many there are."""
     offered = ordered(catalog.visible(mode))
     return {
         "directory": directory,
@@ -98,7 +99,6 @@ def index_document(catalog: Catalog, mode: str, directory: str | None) -> dict[s
             }
             for runbook in offered
         ],
-        "hidden_in_this_mode": len(catalog.runbooks) - len(offered),
         "not_loaded": [
             {"file": problem.path, "problem": problem.problem} for problem in catalog.problems[:MAX_PROBLEMS_SHOWN]
         ],
@@ -107,12 +107,11 @@ def index_document(catalog: Catalog, mode: str, directory: str | None) -> dict[s
 
 
 def library_state(catalog: Catalog, mode: str, directory: str | None, max_files: int, max_bytes: int) -> dict[str, Any]:
-    """For server_info: what is loaded, offered, and what failed (first 20)."""
+    """For server_info: what is loaded and offered in this mode, and what failed (first 20). A runbook hidden in this
+    mode counts nowhere (it answers as absent everywhere: review N2), so no count of files or of every mode's."""
     return {
         "directory": directory,
-        "files": catalog.files,
-        "loaded": len(catalog.runbooks),
-        "offered_in_this_mode": len(catalog.visible(mode)),
+        "loaded": len(catalog.visible(mode)),
         "max_files": max_files,
         "max_bytes": max_bytes,
         "problems": [{"file": problem.path, "problem": problem.problem} for problem in catalog.problems[:20]],

@@ -15,8 +15,9 @@ operation_confirm(token) and repeat the identical call before it expires; if the
 itself, a refusal comes back as [DENIED …]). Long output is cut to head + tail with a [TRUNCATED: …] line: narrow the command (grep, tail, head) \
 rather than raising max_output.
 - Commands get no terminal and stdin is empty unless you pass `stdin`; pagers are off. Set `timeout` for \
-long jobs. server_info shows the policy mode and limits; audit_tail shows recent audited calls.
-- Anything that needs a terminal (REPL, password prompt, pager, TUI, installer questions, a job to watch): \
+long jobs; one still running after `yield_after` seconds returns `[RUNNING: job ID …]`: wait with \
+session_recv(session_id=ID, until=…, timeout=…). server_info shows the policy mode and limits; audit_tail shows recent audited calls.
+- Anything that needs a terminal (REPL, password prompt, pager, TUI, installer questions): \
 shell_spawn, then session_send(session_id, data, until=<regex of the next prompt>) returns the whole answer in \
 one call; session_recv reads more (pass `since`=cursor to re-read), keys=["ctrl-c"] interrupts, \
 secret_env types a password the operator provided, session_kill closes. Sessions are yours alone.
@@ -25,8 +26,8 @@ connections are pooled); ssh_spawn opens a remote terminal driven by the same se
 ssh_hosts (inventory, @groups) → ssh_check (who is reachable) → ssh_exec on one canary → ssh_fanout(command, \
 hosts) in batches; per-host status ok/failed/unreachable/timeout/denied/auth_failed/hostkey_rejected. Host keys: \
 accept-new trusts a new host once and never a changed key; HostKeyMismatch means stop and ask the operator.
-- Files: ssh_upload(host, local_path, remote_path) / ssh_download(host, remote_path, local_path) over SFTP; \
-the destination path is the copy's own name (not a directory to put it in); recursive=true for a tree \
+- Files: ssh_upload(host, local_path, remote_path) / ssh_download(host, remote_path, local_path) over SFTP \
+(a large download: the remote `scp -f`); the destination path is the copy's own name (not a directory to put it in); recursive=true for a tree \
 (symlinks stay symlinks); modes and mtimes kept; the result lists each file's SHA-256, and what did not arrive.
 - Port forwards: ssh_forward(host, spec) with L:0:dhost:dport (reach a service only the SSH host reaches, through the local port the result names), R:0:dhost:dport (let the SSH host reach a service here) or D:0 (SOCKS proxy); listeners are loopback-only unless bind_address says otherwise (tier 2); every R forward is tier 2. ssh_forward_list shows bytes and connections; ssh_forward_close ends one; yours close when you disconnect or after an idle hour without connections.
 Read the operating_guide prompt for the full workflow. Guided workflows (prompts with arguments): \
@@ -47,14 +48,15 @@ call is classified, admitted by policy, bounded, and audited. Work like a carefu
 | run several steps with logic, loops, heredocs | `shell_script` | `interpreter` bash (default), sh or python; `strict=true` adds `set -euo pipefail` for shells |
 | feed data to a command | `shell_exec` with `stdin` | the command gets EOF after your data; without `stdin` it reads /dev/null |
 | change environment for one call | `env` | `{"NAME": "value"}`; `{"NAME": null}` unsets; pagers and prompts are already off |
-| drive a REPL, password prompt, pager, TUI, installer, or watch a long job | `shell_spawn` + `session_send(until=…)` | see "Sessions" below |
+| drive a REPL, password prompt, pager, TUI, installer | `shell_spawn` + `session_send(until=…)` | see "Sessions" below |
+| a long build, upgrade or copy | `shell_exec` / `shell_script` / `ssh_exec` with `timeout` | still running after `yield_after` seconds it runs on as a job: see "Long-running commands" |
 | run a command on one SSH host | `ssh_exec(host, command)` | same grammar as `shell_exec`; `stdin` gets EOF; connection errors by kind |
 | a terminal on an SSH host | `ssh_spawn(host)` + `session_*` | exactly like a local session |
 | see the fleet | `ssh_hosts`, resource `relay-shell://inventory` | aliases, addresses, groups (`@web`), jump hosts |
 | who is reachable | `ssh_check(hosts)` | connect + `true` per host; empty `hosts` = every inventory host |
 | one command on many hosts | `ssh_fanout(command, hosts)` | per-host status, exit code, bounded output |
 | a host's key fingerprints | `ssh_keyscan(hosts)` | never writes known_hosts |
-| copy a file or a directory tree to or from an SSH host | `ssh_upload`, `ssh_download` | SFTP; destination = the copy's own path; `recursive=true` for trees; SHA-256 per file |
+| copy a file or a directory tree to or from an SSH host | `ssh_upload`, `ssh_download` | SFTP (a large download: the remote `scp -f`); destination = the copy's own path; `recursive=true` for trees; SHA-256 per file |
 | reach a port only an SSH host can reach, or let it reach one here | `ssh_forward(host, spec)` | `L:0:dhost:dport`, `R:0:dhost:dport`, `D:0` (SOCKS); `ssh_forward_list`, `ssh_forward_close` |
 | check limits, policy mode, audit state | `server_info` | tier 0, always allowed |
 | see what was run recently | `audit_tail` | filters `tool`, `tier`, `denied`, `lines` |
@@ -63,6 +65,17 @@ call is classified, admitted by policy, bounded, and audited. Work like a carefu
 
 Prefer one precise command over exploratory dumps: `grep -n pattern file | head -50` beats `cat` of a large \
 file. Output beyond `max_output` is cut to its head and tail; the audit log still records the digest of all of it.
+
+## Long-running commands
+
+Give a long command a `timeout` for its whole life. If it still runs after `yield_after` seconds (server_info's `jobs`; \
+`yield_after=0` waits for the end) the call returns `[RUNNING: job j-… after Ns | cursor C]` with the output so \
+far; the command runs on as a job. Wait with `session_recv(session_id="j-…", until="done|error", timeout=30)`, \
+repeated: it returns the new output, and once the job ended the first line and full result the call would have \
+returned (`[exit N]`, `[signal …]`, `[TIMEOUT …]`). `session_kill(session_id="j-…")` ends it and what it started; \
+`session_list` shows your jobs. A cut result (`[TRUNCATED: …]`) names an `output_id` (`o-…`): read every byte \
+with `session_recv(session_id="o-…", since=0, max_bytes=65536)`, then `since=cursor` until `cursor` equals \
+`total_bytes`.
 
 ## Sessions (terminals)
 
@@ -86,7 +99,7 @@ ended).
 `secret_env="NAME"` (RELAY_SHELL_SECRET_ENV_ALLOW): wait \
 for the prompt, then `session_send(session_id, secret_env="NAME", until=…)`; the value is typed, never shown \
 or logged. Input typed at a no-echo prompt is withheld from the audit log.
-- `session_recv(session_id, until=…, timeout=…)` waits for more output without typing (a long build, a log \
+- `session_recv(session_id, until=…, timeout=…)` waits for more output without typing (a log \
 line); without `until` it returns unread output at once. Every result has `cursor`; if a result is lost, \
 `session_recv(since=<old cursor>)` reads it again. `dropped` > 0 means output was overwritten before anyone \
 read it (the buffer is bounded): read more often or narrow the output.
@@ -141,7 +154,8 @@ and stop at the first unexpected failure; summarize per host for the user.
 Policy sees the target too: a host the operator denied is refused under every spelling (alias, address, \
 decimal or hex IP, IPv4-mapped IPv6).
 
-File transfers (`ssh_upload`, `ssh_download`, SFTP on the pooled connection, tier 2):
+File transfers (`ssh_upload`, `ssh_download`, SFTP on the pooled connection — a large named file is \
+downloaded over the remote `scp -f` there —, tier 2):
 
 - The destination path names the copy itself: `ssh_upload(host, local_path="/tmp/app.tar", \
 remote_path="/srv/app.tar")`. A directory already there is refused (`IsADirectory`), not written into; a \

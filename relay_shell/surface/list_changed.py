@@ -20,7 +20,7 @@ import functools
 import logging
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import Any
 
 import anyio
@@ -59,7 +59,8 @@ class ListChangedNotifier:
         self.on_change = on_change  # re-register prompts, refresh the instructions: before clients re-list
         self.connections: weakref.WeakSet[Connection] = weakref.WeakSet()
         self.watching = False
-        self.notified_generation = runbooks.generation()
+        # What clients of this mode were last shown: a change to a runbook hidden in it is not announced.
+        self.notified_view: Hashable = runbooks.view(runbooks.retrieval.catalog()) if runbooks.configured else None
         self.notifications_sent = 0
 
     async def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
@@ -89,18 +90,18 @@ class ListChangedNotifier:
     async def notify_if_changed(self) -> None:
         library = self.runbooks.retrieval.library
         assert library is not None
-        generation = (await anyio.to_thread.run_sync(library.refresh)).generation
-        if generation == self.notified_generation:
+        view = self.runbooks.view(await anyio.to_thread.run_sync(library.refresh))
+        if view == self.notified_view:
             return
         first_seen = time.monotonic()
         while time.monotonic() - first_seen < MAX_DEBOUNCE:
             await anyio.sleep(QUIET)
-            settled = (await anyio.to_thread.run_sync(library.refresh)).generation
-            if settled == generation:
+            settled = self.runbooks.view(await anyio.to_thread.run_sync(library.refresh))
+            if settled == view:
                 break
-            generation = settled
+            view = settled
         self.on_change()
-        self.notified_generation = generation
+        self.notified_view = view
         await self.notify()
 
     async def notify(self) -> None:

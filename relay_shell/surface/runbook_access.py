@@ -6,6 +6,7 @@ tool, a prompt or resource request)."""
 from __future__ import annotations
 
 import functools
+from collections.abc import Hashable
 from typing import TYPE_CHECKING, Any
 
 from relay_shell.identity import connected
@@ -17,6 +18,7 @@ from relay_shell.surface.workflows import PROMPTS
 
 if TYPE_CHECKING:
     from relay_shell.runbooks.gate import BriefingGate
+    from relay_shell.runbooks.library import Catalog
     from relay_shell.runbooks.retrieval import Retrieval
 
 
@@ -47,9 +49,11 @@ class RunbookAccess:
             library.refresh()
         return Retrieval(library, settings.policy.policy_mode, self.inventory_groups)
 
-    def generation(self) -> int:
-        """The catalog's generation (it changes with the directory): 0 without a directory."""
-        return self.retrieval.catalog().generation if self.configured else 0
+    def view(self, catalog: Catalog) -> Hashable:
+        """What a client of this mode can see of a catalog: its visible runbooks (name, file, digest) and the files
+        that failed to load. A change to a runbook hidden in this mode changes nothing here (review N2)."""
+        visible = tuple((runbook.name, runbook.relpath, runbook.sha256) for runbook in catalog.visible(self.mode))
+        return (visible, catalog.problems)
 
     def briefing_gate(self) -> BriefingGate | None:
         """RELAY_SHELL_GATE=briefing: the gate the runner consults before a call of tier 1 or more runs; None when

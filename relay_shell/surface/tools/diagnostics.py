@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from mcp_types import CallToolResult
 from pydantic import Field
@@ -20,7 +20,8 @@ async def server_info(call: CallRequest, services: Services) -> Annotated[CallTo
     output, maximum timeout), audit log path and health, terminal sessions (open, limits), metrics
     listener, process containment (cgroup or subreaper and why, background jobs still running), how readonly
     is enforced (`enforcement`: by the kernel with Landlock, or classifier-only and why), the team's
-    runbooks (loaded, failed to load) and this session's briefing gate. Call it once before work to learn what
+    runbooks (loaded, failed to load), this session's briefing gate, your jobs (running, ended, the bound,
+    yield_after) and the store of cut outputs (bytes held, bound). Call it once before work to learn what
     the policy will admit."""
     return await services.runner.run(call, lambda: server_info_plan(call, services))
 
@@ -54,6 +55,7 @@ def server_info_plan(call: CallRequest, services: Services) -> Plan:
         **services.runbooks.state(services.runner.gate, call.owner),  # the runbooks, this session's briefing gate
         "exec_trace": services.launcher.trace_status(),
         "enforcement": services.launcher.confinement.status(),  # readonly: landlock ABI N, classifier-only, off
+        "jobs": jobs_state(services, call.job_owner),
     }
     return prepare_server_info(
         services.settings,
@@ -66,6 +68,27 @@ def server_info_plan(call: CallRequest, services: Services) -> Plan:
         described,
         services.offhost.describe() if services.offhost is not None else None,
     )
+
+
+def jobs_state(services: Services, owner: str) -> dict[str, Any]:
+    """This client's jobs (adr/0028), the server's bound on them, and the store of cut results' full outputs."""
+    mine = services.jobs.owned_by(owner)
+    running = sum(1 for job in mine if job.state == "running")
+    settings = services.settings.jobs
+    outputs = services.outputs.status()
+    return {
+        "running": running,
+        "ended": len(mine) - running,  # ended, their results still readable
+        "max": services.jobs.max_jobs,  # for the whole server, running or ended
+        "yield_after_seconds": services.jobs.default_yield,
+        "retention_seconds": settings.job_retention,
+        "outputs": {
+            "kept": outputs["outputs"],
+            "bytes": outputs["stored_bytes"] + outputs["pending_bytes"],  # kept, and held by running commands
+            "max_bytes": services.outputs.limit,
+            "retention_seconds": services.outputs.retention,
+        },
+    }
 
 
 INSPECTS = ToolKind(read_only=True, destructive=False, idempotent=True, open_world=False)

@@ -309,11 +309,11 @@ async def ssh_download(
     timeout: TransferTimeout = 600,
     **connection: Unpack[SshConnection],
 ) -> Annotated[CallToolResult, results.TransferResult]:
-    """Copy a file or a directory tree from an SSH host to this machine over SFTP, keeping mode bits and
-    modification times. local_path is the copy's own path: `remote_path=/var/log/syslog,
-    local_path=/tmp/web01-syslog` (a directory already at local_path is refused, not written into). With
-    recursive=true a tree is merged into an existing directory; symlinks inside it are copied as symlinks,
-    never followed.
+    """Copy a file or a directory tree from an SSH host to this machine, keeping mode bits and modification
+    times: a large named file comes over the remote `scp -f` on the pooled connection, anything else over SFTP.
+    local_path is the copy's own path: `remote_path=/var/log/syslog, local_path=/tmp/web01-syslog` (a
+    directory already at local_path is refused, not written into). With recursive=true a tree is merged into
+    an existing directory; symlinks inside it are copied as symlinks, never followed.
 
     Files land under a temporary name and are renamed when complete, so local_path never holds half a file.
     The result lists each file with its bytes and SHA-256; a timeout or failure says what arrived and what did
@@ -440,7 +440,7 @@ def register(tools: ToolRegistry) -> None:
     tools.add(ssh_keyscan, "Fetch SSH host keys", PROBES)
     tools.add(ssh_hosts, "List SSH hosts", LISTS)
     tools.add(ssh_upload, "Upload files over SFTP", TRANSFERS)
-    tools.add(ssh_download, "Download files over SFTP", TRANSFERS)
+    tools.add(ssh_download, "Download files over SFTP or the remote scp", TRANSFERS)
     tools.add(ssh_forward, "Open an SSH port forward", OPENS_A_FORWARD)
     tools.add(ssh_forward_list, "List your port forwards", LISTS)
     tools.add(ssh_forward_close, "Close a port forward", CLOSES_A_FORWARD)

@@ -140,3 +140,27 @@ async def test_a_jobs_cut_result_is_kept_too(tmp_path: Path) -> None:
         data, _ = await page_all(client, output_id, 1024 * 1024)
         assert data == b"".join(b"%d\n" % number for number in range(1, 200001))
         assert hashlib.sha256(data).hexdigest() == final["result"]["output_sha256"]
+
+
+async def test_server_info_shows_the_jobs_and_the_output_store(tmp_path: Path) -> None:
+    """server_info's `jobs`: this client's jobs running and ended, the bound, and the bytes the output store holds
+    against its bound (a cut result kept in full)."""
+    settings = {"max_jobs": "5", "output_store_bytes": "20000000", "yield_after": "7"}
+    async with connect(tmp_path / "audit.jsonl", **settings) as client:
+
+        async def jobs() -> dict[str, Any]:
+            return dict(fields(await client.call_tool("server_info", {}))["info"]["jobs"])
+
+        before = await jobs()
+        assert before["running"] == 0 and before["ended"] == 0 and before["max"] == 5, before
+        assert before["yield_after_seconds"] == 7 and before["outputs"]["max_bytes"] == 20000000, before
+        assert before["outputs"]["kept"] == 0 and before["outputs"]["bytes"] == 0, before
+
+        ended = job_of(await client.call_tool("shell_exec", {"command": "sleep 1.5; echo x", "yield_after": 0.5}))
+        job_of(await client.call_tool("shell_exec", {"command": "sleep 30", "yield_after": 0.2}))
+        await until_ended(client, ended)
+        cut = fields(await client.call_tool("shell_exec", {"command": SEQ, "max_output": 1000}))
+        assert cut["output_id"], cut
+        after = await jobs()
+        assert after["running"] == 1 and after["ended"] == 1, after
+        assert after["outputs"]["kept"] == 1 and after["outputs"]["bytes"] == len(SEQ_BYTES), after

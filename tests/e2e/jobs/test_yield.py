@@ -5,9 +5,13 @@ returns the one-shot call's own first line and result; the call's end record is 
 from __future__ import annotations
 
 import hashlib
+import subprocess
+import sys
 import time
 from pathlib import Path
+from typing import Any
 
+import orjson
 import pytest
 
 from tests.conftest import assert_error, connect, fields, read_records, text_of
@@ -200,3 +204,38 @@ async def test_an_ended_jobs_result_is_dropped_after_the_retention(tmp_path: Pat
         assert_error(gone, "JobGone", "kept 1s after it ended (RELAY_SHELL_JOB_RETENTION)")
         unknown = await client.call_tool("session_recv", {"session_id": "j-000000000000"})
         assert_error(unknown, "UnknownSession", "no job 'j-000000000000'")
+
+
+async def test_audit_tail_shows_a_jobs_phases_together_by_its_job_id(tmp_path: Path) -> None:
+    """Issue 28: `relay-shell audit tail --job J` gathers, from a real server's log, the yielded call's start, its
+    job note and its late end, and the reads of the job, leaving out the calls made meanwhile."""
+    audit = tmp_path / "audit.jsonl"
+    async with connect(audit) as client:
+        job_id = job_of(await client.call_tool("shell_exec", {"command": "echo a; sleep 2; echo b", "yield_after": 1}))
+        await client.call_tool("shell_exec", {"command": "echo meanwhile"})
+        await until_ended(client, job_id)
+        await client.call_tool("shell_exec", {"command": "echo after"})
+    call_id = call_of_job(audit, job_id)
+
+    def tail(*arguments: str) -> list[dict[str, Any]]:
+        command = [sys.executable, "-m", "relay_shell", "audit", "tail", "--path", str(audit), *arguments]
+        done = subprocess.run(command, capture_output=True, text=True, check=False)
+        assert done.returncode == 0, done.stderr
+        return [orjson.loads(line) for line in done.stdout.splitlines()]
+
+    shown = [(record.get("call_id"), record.get("phase"), record["tool"]) for record in tail("--job", job_id)]
+    read_id = shown[-1][0]
+    assert shown == [
+        (call_id, "start", "shell_exec"),
+        (call_id, "job", "shell_exec"),
+        (call_id, "end", "shell_exec"),
+        (read_id, "end", "session_recv"),
+    ], shown
+    assert [record["phase"] for record in tail("--call-id", call_id)] == ["start", "job", "end"]
+    refused = subprocess.run(
+        [sys.executable, "-m", "relay_shell", "audit", "tail", "--path", str(audit), "--job", call_id],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert refused.returncode == 2 and "--job: " in refused.stderr and "is not a job id" in refused.stderr

@@ -131,6 +131,17 @@ async def test_operating_guide_is_still_served_and_takes_no_arguments(client: Cl
     assert message.startswith("arguments.topic: unknown argument of operating_guide; allowed: none")
 
 
+async def test_operating_guide_teaches_long_commands_as_jobs_not_sessions(client: Client) -> None:
+    """Issue 28: a long build is a call that yields, a job id waited on with session_recv, and killed by id."""
+    text = prompt_text(await client.get_prompt("operating_guide"))
+    section = text.split("## Long-running commands", 1)[1].split("\n## ", 1)[0]
+    assert "yield_after" in section and "[RUNNING: job j-" in section
+    assert 'session_recv(session_id="j-' in section and "until=" in section and "timeout=" in section
+    assert 'session_kill(session_id="j-' in section and 'session_recv(session_id="o-' in section
+    # Nothing sends a long job to a terminal session any more.
+    assert "watch a long job" not in text and "a long build" not in text.split("## Sessions", 1)[1]
+
+
 async def test_template_syntax_and_injected_instructions_stay_literal_inside_the_user_data(client: Client) -> None:
     hostile = (
         "{host} {{host}} ${HOST} $(id) %(host)s {0} <% host %>\n"

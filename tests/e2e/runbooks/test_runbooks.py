@@ -214,7 +214,7 @@ async def test_resources_list_every_runbook_and_read_the_raw_markdown(
     read = await client.read_resource("relay-shell://runbooks/db-failover")
     assert read.contents[0].text == (corpus / "db" / "failover.md").read_text()  # type: ignore[union-attr]
     index = json.loads((await client.read_resource("relay-shell://runbooks")).contents[0].text)  # type: ignore[union-attr]
-    assert len(index["runbooks"]) == LOADED and index["hidden_in_this_mode"] == 0
+    assert len(index["runbooks"]) == LOADED and "hidden_in_this_mode" not in index
     assert {item["name"] for item in index["runbooks"][:2]} == set(GUARDS)  # guardrails first
     failover = next(item for item in index["runbooks"] if item["name"] == "db-failover")
     assert failover["sha256"] == sha256_of(corpus / "db" / "failover.md")
@@ -287,7 +287,7 @@ async def test_server_info_reports_the_library_and_what_failed(client: Client) -
     info = (await client.call_tool("server_info", {})).structured_content
     assert info is not None
     runbooks = info["info"]["runbooks"]
-    assert runbooks["loaded"] == LOADED and runbooks["files"] == 40 and runbooks["problem_count"] == 1
+    assert runbooks["loaded"] == LOADED and runbooks["problem_count"] == 1
     assert runbooks["problems"][0]["file"] == "broken.md"
     assert info["info"]["gate"]["mode"] == "off"
 
@@ -303,7 +303,41 @@ async def test_a_mode_restricted_runbook_is_hidden_in_readonly(readonly: Client,
     found = await readonly.call_tool("runbook_search", {"tags": ["rollout", "release"]})
     assert "deploy-rollout" not in [item["name"] for item in (found.structured_content or {})["runbooks"]]
     index = json.loads((await readonly.read_resource("relay-shell://runbooks")).contents[0].text)  # type: ignore[union-attr]
-    assert index["hidden_in_this_mode"] == 1 and "deploy-rollout" not in {item["name"] for item in index["runbooks"]}
+    assert "deploy-rollout" not in {item["name"] for item in index["runbooks"]}
+    assert len(index["runbooks"]) == LOADED - 1 and "hidden_in_this_mode" not in index
+
+
+async def test_hidden_runbooks_count_nowhere_and_changing_them_announces_nothing(tmp_path: Path) -> None:
+    """Review N2: a runbook hidden in this mode answers as absent everywhere, counts included: the index, server_info
+    and the list_changed notifications are those of a directory without it, whatever is done to it while serving."""
+    books = tmp_path / "books"
+    write(books / "base.md", "---\ntags: [base]\n---\nBase.\n")
+    write(books / "secret.md", "---\ntags: [acme]\nmodes: [open]\n---\nIncident: acme breach.\n")
+    notifications = Notifications()
+    audit = tmp_path / "audit.jsonl"
+    async with runbook_client(audit, books, "legacy", notifications, policy_mode="readonly") as connected:
+        index = json.loads((await connected.read_resource("relay-shell://runbooks")).contents[0].text)  # type: ignore[union-attr]
+        assert [item["name"] for item in index["runbooks"]] == ["base"]
+        assert not any("hidden" in key for key in index), index  # no count of what this mode does not offer
+        info = (await connected.call_tool("server_info", {})).structured_content
+        assert info is not None
+        runbooks = info["info"]["runbooks"]
+        assert runbooks["loaded"] == 1 and runbooks["problem_count"] == 0, runbooks
+        counts = {key: value for key, value in runbooks.items() if isinstance(value, int) and not key.startswith("max")}
+        assert counts == {"loaded": 1, "problem_count": 0}, runbooks  # no count the hidden ones are in
+
+        # Edit the hidden runbook, add another: nothing a readonly client sees changed, so nothing is announced.
+        write(books / "secret.md", "---\ntags: [acme]\nmodes: [open]\n---\nIncident: acme breach, day 2.\n")
+        write(books / "secret-2.md", "---\ntags: [acme]\nmodes: [open, guarded]\n---\nMore.\n")
+        await anyio.sleep(3.5)  # the watcher scans every second and debounces 0.3 s: time for a notification
+        assert notifications.methods == [], notifications.methods
+        # A visible change is announced once (the watcher works), and the hidden ones added nothing to it.
+        write(books / "base.md", "---\ntags: [base]\n---\nBase, edited.\n")
+        await notifications.wait(2)
+        await anyio.sleep(1.5)
+        assert notifications.methods == ["notifications/prompts/list_changed", "notifications/resources/list_changed"]
+        info = (await connected.call_tool("server_info", {})).structured_content
+        assert info is not None and info["info"]["runbooks"]["loaded"] == 1, info
 
 
 @pytest.mark.parametrize("kind", ["prompt", "resource"])

@@ -28,7 +28,7 @@ import pytest
 from mcp import Client
 from mcp_types import CallToolResult
 
-from tests.conftest import text_of
+from tests.conftest import connect, text_of
 from tests.e2e.ssh.transfer_helpers import assert_ok, download, records, sha256_file, temporaries
 from tests.sshd import SFTP_SERVER, SshFleet
 
@@ -187,3 +187,12 @@ def test_records_name_the_files_whichever_way_they_came(audit_path: Path, source
     for record in done:
         files = record["target"]["transfer"]["files"]
         assert all(entry["sha256"] == source[1] for entry in files if entry.get("bytes") == STREAMED), files
+
+
+async def test_the_download_tool_says_how_its_bytes_come(tmp_path: Path) -> None:
+    """What a client lists for ssh_download names the remote `scp -f` as well as SFTP (ADR 0029), not SFTP alone."""
+    async with connect(tmp_path / "audit.jsonl") as client:
+        (tool,) = [tool for tool in (await client.list_tools()).tools if tool.name == "ssh_download"]
+    assert tool.description is not None and tool.title is not None
+    assert "scp -f" in tool.description and "SFTP" in tool.description, tool.description
+    assert "scp" in tool.title and "SFTP" in tool.title, tool.title
