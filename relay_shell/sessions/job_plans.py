@@ -24,7 +24,7 @@ from relay_shell.plan import Execution, Outcome, Plan, ProgressFn, Subject
 from relay_shell.sessions.ansi import strip_ansi
 from relay_shell.sessions.expect import compile_until
 from relay_shell.sessions.jobs import JOB_PREFIX, Job, JobTable, running_line, seconds
-from relay_shell.sessions.plans import SETTLE, SIGNALS, budget_for, wait_timeout_for
+from relay_shell.sessions.plans import SETTLE, budget_for, signal_argument, wait_timeout_for
 from relay_shell.sessions.registry import WaitResult
 from relay_shell.settings.model import Settings
 
@@ -218,10 +218,7 @@ def prepare_job_kill(
     settings: Settings, jobs: JobTable, owner: str, *, session_id: str, signal_name: str, close: bool
 ) -> Plan:
     job = jobs.get(owner, session_id)
-    name = signal_name.strip().upper().removeprefix("SIG")
-    if name not in SIGNALS:
-        raise ArgumentError(f"signal: {signal_name[:20]!r} is not supported; allowed: {', '.join(SIGNALS)}")
-    signal_number = getattr(signal, "SIG" + name)
+    name, signal_number = signal_argument(signal_name)
 
     async def execute(progress: ProgressFn) -> Execution:
         job.last_activity = time.monotonic()

@@ -227,14 +227,20 @@ def prepare_resize(
     return Plan(subject=Subject(fixed_tier=0), execute=execute, session_id=session_id)
 
 
+def signal_argument(signal_name: str) -> tuple[str, int]:
+    """session_kill's `signal` (TERM, SIGTERM, term): its name without SIG and its number; ArgumentError if it is
+    not one a session may be sent."""
+    name = signal_name.strip().upper().removeprefix("SIG")
+    if name not in SIGNALS:
+        raise ArgumentError(f"signal: {signal_name[:20]!r} is not supported; allowed: {', '.join(SIGNALS)}")
+    return name, int(getattr(signal, "SIG" + name))
+
+
 def prepare_kill(
     settings: Settings, registry: SessionRegistry, owner: str, *, session_id: str, signal_name: str, close: bool
 ) -> Plan:
     session = registry.get(owner, session_id)
-    name = signal_name.strip().upper().removeprefix("SIG")
-    if name not in SIGNALS:
-        raise ArgumentError(f"signal: {signal_name[:20]!r} is not supported; allowed: {', '.join(SIGNALS)}")
-    signal_number = getattr(signal, "SIG" + name)
+    name, signal_number = signal_argument(signal_name)
 
     async def execute(progress: ProgressFn) -> Execution:
         session.last_activity = time.monotonic()
