@@ -94,9 +94,8 @@ async def measure_all(options: Options) -> list[Row]:
     if options.before is not None:
         before = median(samples[labels[-1]])
         untraced = median(samples["relay-shell, exec trace off"])
-        print(
-            f"exec latency: with the exec trace on (the default here) vs {labels[-1]}, for information: {ours / before:.3f}"
-        )
+        traced = ours / before
+        print(f"exec latency: with the exec trace on (the default here) vs {labels[-1]}, for information: {traced:.3f}")
         rows.append(ratio_row(f"shell_exec true vs {labels[-1]}, both untraced", untraced / before, BEFORE_LIMIT))
     return rows
 
