@@ -31,7 +31,19 @@ from pathlib import Path
 
 import anyio
 
-from benchmarks.common import child_pid_running, median, relay_client, reset_peak_rss, status_kib, verdict
+from benchmarks.common import (
+    SSH_DOWNLOAD,
+    Options,
+    Row,
+    child_pid_running,
+    median,
+    ratio_row,
+    relay_client,
+    reset_peak_rss,
+    run_alone,
+    status_kib,
+    verdict,
+)
 from tests.sshd import SshFleet  # run as `python -m benchmarks.…` from the project root, like the others
 
 SIZE = 1024**3
@@ -83,7 +95,7 @@ def scp(fleet: SshFleet, source: str, destination: str, *options: str, cpu: list
     return elapsed
 
 
-async def main() -> bool:
+async def measure_rows() -> list[Row]:
     with (
         tempfile.TemporaryDirectory(prefix="bench-ssh-transfer-", dir=scratch_root()) as root,
         SshFleet(Path(root) / "fleet", 1) as fleet,
@@ -157,12 +169,13 @@ async def main() -> bool:
     def rate(name: str, table: dict[str, list[float]]) -> float:
         return SIZE / median(table[name]) / 1e6
 
-    ok = True
+    measured: list[Row] = []
     for direction in ("up", "down"):
         ours, floor = rate(f"relay {direction}", samples), rate(f"scp {direction}", samples)
         ratio = ours / floor
-        ok = ok and ratio >= LIMIT
         what = "upload" if direction == "up" else "download"
+        name = SSH_DOWNLOAD if direction == "down" else "ssh_upload 1 GiB vs scp"
+        measured.append(ratio_row(name, ratio, LIMIT, higher_is_better=True))
         print(
             f"ssh {what} 1 GiB: relay-shell {ours:.0f} MB/s, scp {floor:.0f} MB/s, ratio {ratio:.3f} "
             f"(target ≥ {LIMIT}) {verdict(ratio, LIMIT, higher_is_better=True)}"
@@ -180,8 +193,16 @@ async def main() -> bool:
         f"{rate('scp-gcm down', extra):.0f} MB/s down; relay-shell server peak RSS growth {growth_kib / 1024:.1f} MiB"
         f"; files on {scratch_root() or 'the temp dir'})"
     )
-    return ok
+    return measured
+
+
+def rows(options: Options) -> list[Row]:
+    return anyio.run(measure_rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_alone(rows, argv)
 
 
 if __name__ == "__main__":
-    raise SystemExit(0 if anyio.run(main) else 1)
+    raise SystemExit(main())
