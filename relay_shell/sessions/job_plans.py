@@ -185,7 +185,11 @@ def prepare_job_send(
     patterns = compile_until(until)
     wait_timeout = wait_timeout_for(settings, timeout, notes)
     budget = budget_for(settings, max_bytes, notes)
-    subject = dataclasses.replace(job.subject, stdin=text) if text else Subject(fixed_tier=1)
+    # A program reading stdin (a shell, a REPL) runs lines, not sends: what is classified is the line this send
+    # completes, the unfinished one before it included (`r` then `m -rf DIR` is `rm -rf DIR`).
+    tail_seen = job.input_tail
+    line = tail_seen + text
+    subject = dataclasses.replace(job.subject, stdin=line) if text else Subject(fixed_tier=1)
 
     async def execute(progress: ProgressFn) -> Execution:
         if job.state != "running":
@@ -196,10 +200,18 @@ def prepare_job_send(
         match_from = job.ring.end
         async with job.input_lock:
             if text:
+                if job.input_tail != tail_seen:
+                    # Another send changed the unfinished line after this one was classified against it.
+                    raise ToolError(
+                        "InputChanged",
+                        f"job {session_id}: another send changed the line this input continues while it was being "
+                        "checked; nothing was written: send it again",
+                    )
                 try:
                     await job.process.write(text.encode("utf-8", errors="surrogateescape"), time.monotonic() + 10)
                 except TimeoutError as exc:
                     raise ToolError("InputBlocked", f"{exc}: the job is not reading its input") from None
+                job.input_tail = unfinished_line(line)
             if "ctrl-d" in pressed:
                 job.process.close_stdin()
                 job.stdin_open = False
@@ -303,3 +315,17 @@ def prepare_not_a_terminal(session_id: str) -> Plan:
     raise ToolError(
         "NotATerminal", f"{session_id} has no terminal (a job or a kept output); session_resize is for PTY sessions"
     )
+
+
+def unfinished_line(text: str) -> str:
+    """What a program reading `text` line by line has not run yet: the part after its last newline that ends a
+    line (a newline after an odd number of backslashes continues the line, as sh reads it)."""
+    end = len(text)
+    while True:
+        index = text.rfind("\n", 0, end)
+        if index < 0:
+            return text
+        before = text[:index]
+        if (len(before) - len(before.rstrip("\\"))) % 2 == 0:
+            return text[index + 1 :]
+        end = index

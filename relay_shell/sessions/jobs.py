@@ -145,6 +145,8 @@ class Job(Session):
         self.subject = subject  # the call's: input sent to the job is classified with it
         self.stdin_open = start.stdin_open
         self.stdin_was_open = start.stdin_open
+        # Input sent that no newline has ended yet: the next send is classified with it, as the line it completes.
+        self.input_tail = ""
         self.created = started  # the call's start: the age is the command's
         self.final: CallToolResult | None = None  # the call's result, as the one-shot call would have returned it
         self.final_execution: Execution | None = None

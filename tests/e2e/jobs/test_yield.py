@@ -134,6 +134,37 @@ async def test_input_to_a_job_is_classified_as_input_to_its_command(tmp_path: Pa
         assert not killed.is_error, text_of(killed)
 
 
+@pytest.mark.parametrize(
+    "pieces",
+    [
+        ["r", "m -rf {victim}"],  # a command word split across two sends
+        ["echo start; r\\", "m -rf {victim}"],  # a word continued by a backslash-newline
+        ["find {victim} -de", "lete"],  # an option split
+    ],
+)
+async def test_input_to_a_job_split_across_sends_is_classified_as_the_line_it_makes(
+    tmp_path: Path, pieces: list[str]
+) -> None:
+    """What a shell reading stdin runs is the line the sends make together, not each send alone: each piece alone
+    is harmless, so the send that completes the line is the one refused."""
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "file").write_text("x")
+    async with connect(tmp_path / "audit.jsonl", policy_mode="guarded") as client:
+        job_id = job_of(
+            await client.call_tool("shell_exec", {"command": "bash", "yield_after": 0.3, "stdin_open": True})
+        )
+        first, second = (piece.format(victim=victim) for piece in pieces)
+        sent = await client.call_tool(
+            "session_send", {"session_id": job_id, "data": first, "enter": first.endswith("\\"), "timeout": 1}
+        )
+        assert not sent.is_error, text_of(sent)
+        refused = await client.call_tool("session_send", {"session_id": job_id, "data": second, "timeout": 1})
+        assert refused.is_error and text_of(refused).startswith("[DENIED tier "), text_of(refused)
+        await client.call_tool("session_send", {"session_id": job_id, "keys": ["ctrl-d"], "timeout": 2})
+    assert (victim / "file").exists()
+
+
 async def test_input_to_a_job_without_stdin_open_is_a_clear_error(tmp_path: Path) -> None:
     async with connect(tmp_path / "audit.jsonl") as client:
         job_id = job_of(await client.call_tool("shell_exec", {"command": "sleep 5", "yield_after": 0.3}))
