@@ -122,6 +122,9 @@ VARIABLES: dict[str, tuple[str, str]] = {
         " R_PROFILE R_PROFILE_USER JAVA_TOOL_OPTIONS _JAVA_OPTIONS JDK_JAVA_OPTIONS CLASSPATH LESSSECURE_ALLOW"
         " SYSTEMD_PAGERSECURE",
     ),
+    # bash's own tables of what a command name runs: `BASH_CMDS[ls]=/bin/rm` makes `ls` run rm (the hash table),
+    # `BASH_ALIASES[echo]='rm -rf D'` makes `echo` an alias where aliases expand
+    **_names(CODE, "bash's table of which program or text a command name runs", "BASH_CMDS BASH_ALIASES"),
     # files written
     **_names(
         WRITES,
