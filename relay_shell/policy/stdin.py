@@ -70,18 +70,46 @@ def stdin_of_text(text: str, stdin: str, readers: Readers) -> list[Finding]:
     return findings
 
 
+_SHELL_OPTION_VALUES = frozenset(["-o", "+o", "-O", "+O", "--rcfile", "--init-file"])
+
+
+def _shell_reads_stdin(arguments: list[str]) -> bool:
+    """Whether a shell given these arguments reads commands from stdin: no script operand (an option's value,
+    `-o errexit`, is none), or `-s`; with `-c TEXT`, when TEXT starts a shell or an interpreter, which inherits
+    stdin (`sh -c 'exec bash'`, `bash -c python3`)."""
+    operands: list[str] = []
+    waiting_value = False
+    for word in arguments:
+        if waiting_value:
+            waiting_value = False
+        elif word in _SHELL_OPTION_VALUES:
+            waiting_value = True
+        elif word.startswith(("-", "+")):
+            continue  # a flag, or `-` / `--` (then stdin is still the script)
+        else:
+            operands.append(word)
+    flags = [word for word in arguments if word.startswith("-") and not word.startswith("--")]
+    if any("c" in flag[1:] for flag in flags):
+        text = operands[0] if operands else ""
+        started = [basename(word.strip("'\"();&|")) for word in text.split()]
+        return any(program in SHELLS or is_interpreter(program) for program in started)
+    return not operands or any("s" in flag[1:] for flag in flags)
+
+
 def stdin_findings(words: list[str], stdin: str, readers: Readers, depth: int = 0) -> list[Finding]:
     """stdin is code for programs that read their commands from it: shells and `at` without a script, `ssh HOST`
     without a command, wrappers given no command that start a shell (`su`, `runuser -u USER`, `sudo -i`,
     `script FILE`, `chroot DIR`, `nsenter …`, `unshare`), `source /dev/stdin`, interpreters without a script,
     database clients (SQL), redis-cli, mongosh."""
+    if words and basename(words[0]) == "xargs" and "-c" in words and any(basename(word) in SHELLS for word in words):
+        return readers.shell(stdin, depth + 1)  # `xargs -I{} sh -c {}`: each input line becomes a command line
     unwrapped = unwrap(words, [False] * len(words))
     stripped = unwrapped.words
     if not stripped:
         return readers.shell(stdin, depth + 1) if unwrapped.shell_session else []
     program = basename(stripped[0])
     operands = [word for word in stripped[1:] if not word.startswith("-")]
-    if (program in SHELLS and (not operands or "-s" in stripped)) or program in STDIN_SHELLS:
+    if (program in SHELLS and _shell_reads_stdin(stripped[1:])) or program in STDIN_SHELLS:
         return readers.shell(stdin, depth + 1)
     if program in (".", "source") and operands[:1] and operands[0].startswith(_PIPED):
         return readers.shell(stdin, depth + 1)
