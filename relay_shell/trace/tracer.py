@@ -234,6 +234,10 @@ class ExecTracer:
             # runs nothing of its own before it): recorded before the spawn, let go unread.
             with self.lock:
                 lineage.leader(pid, starting)
+                if starting.first is not None and starting.first[1] == 0:
+                    # Its pid, before the program can exec anything else: the spawner thread learns it only when
+                    # posix_spawn returns, and under load the tree's next exec may be recorded first.
+                    starting.first[1] = pid
                 notifications.answer(notif_id, 0)
             return
         tree = lineage.quick(pid)
