@@ -24,6 +24,7 @@ from relay_shell.plan import Execution, Outcome, Plan, ProgressFn, Subject
 from relay_shell.sessions.ansi import strip_ansi
 from relay_shell.sessions.expect import compile_until
 from relay_shell.sessions.jobs import JOB_PREFIX, Job, JobTable, running_line, seconds
+from relay_shell.sessions.open_input import MAX_OPEN, still_open
 from relay_shell.sessions.plans import SETTLE, budget_for, signal_argument, wait_timeout_for
 from relay_shell.sessions.registry import WaitResult
 from relay_shell.settings.model import Settings
@@ -141,24 +142,9 @@ def _final_of(job: Job) -> tuple[dict[str, Any], str]:
     return {"status": status, "error": error}, f"[ERROR: {error}]"
 
 
-def prepare_job_send(
-    settings: Settings,
-    jobs: JobTable,
-    owner: str,
-    *,
-    session_id: str,
-    data: str,
-    enter: bool,
-    keys: list[str] | None,
-    secret_env: str | None,
-    until: str | list[str] | None,
-    timeout: float,
-    max_bytes: int | None,
-    strip_ansi_codes: bool,
-) -> Plan:
-    """Input to a job's stdin: classified as stdin of the job's command (for an SSH job, on its host)."""
-    notes: list[str] = []
-    job = jobs.get(owner, session_id)
+def _checked_input(job: Job, session_id: str, data: str, keys: list[str] | None, secret_env: str | None) -> list[str]:
+    """The keys pressed, once the send is one a job can take: no secret_env, only the keys it reads, a running job
+    whose stdin is open for data or ctrl-d."""
     if secret_env is not None:
         raise ArgumentError(
             "secret_env: types a password at a terminal's no-echo prompt; a job reads a pipe without a terminal; "
@@ -181,6 +167,28 @@ def prepare_job_send(
             "/dev/null); start the command again with stdin_open: true to send it input"
         )
         raise ToolError("StdinClosed", f"job {session_id}: {why}")
+    return pressed
+
+
+def prepare_job_send(
+    settings: Settings,
+    jobs: JobTable,
+    owner: str,
+    *,
+    session_id: str,
+    data: str,
+    enter: bool,
+    keys: list[str] | None,
+    secret_env: str | None,
+    until: str | list[str] | None,
+    timeout: float,
+    max_bytes: int | None,
+    strip_ansi_codes: bool,
+) -> Plan:
+    """Input to a job's stdin: classified as stdin of the job's command (for an SSH job, on its host)."""
+    notes: list[str] = []
+    job = jobs.get(owner, session_id)
+    pressed = _checked_input(job, session_id, data, keys, secret_env)
     text = data + ("\n" if enter and data else "")
     patterns = compile_until(until)
     wait_timeout = wait_timeout_for(settings, timeout, notes)
@@ -189,6 +197,12 @@ def prepare_job_send(
     # completes, the unfinished one before it included (`r` then `m -rf DIR` is `rm -rf DIR`).
     tail_seen = job.input_tail
     line = tail_seen + text
+    if len(line) > MAX_OPEN:
+        raise ToolError(
+            "InputTooLong",
+            f"job {session_id}: the input this continues has been open (an unclosed quote or line) for over "
+            f"{MAX_OPEN} characters; close it, or end the job with session_kill",
+        )
     subject = dataclasses.replace(job.subject, stdin=line) if text else Subject(fixed_tier=1)
 
     async def execute(progress: ProgressFn) -> Execution:
@@ -211,7 +225,8 @@ def prepare_job_send(
                     await job.process.write(text.encode("utf-8", errors="surrogateescape"), time.monotonic() + 10)
                 except TimeoutError as exc:
                     raise ToolError("InputBlocked", f"{exc}: the job is not reading its input") from None
-                job.input_tail = unfinished_line(line)
+                # Inside an open quote or string the whole input so far is one construct; else the unended line.
+                job.input_tail = line if still_open(line) else unfinished_line(line)
             if "ctrl-d" in pressed:
                 job.process.close_stdin()
                 job.stdin_open = False

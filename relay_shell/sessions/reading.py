@@ -9,10 +9,12 @@ from relay_shell.plan import Subject
 from relay_shell.sessions.escapes import commands_of, commands_start_findings, escape_readings, line_findings
 from relay_shell.sessions.history import HISTORY, expansion_points, expansions
 from relay_shell.sessions.interactive import interactive_findings
+from relay_shell.sessions.open_input import MAX_OPEN, still_open
 from relay_shell.sessions.registry import Session
 from relay_shell.sessions.typed import Finding, Typed, read_keystrokes
 
 HISTORY_KEPT = 256  # lines of a session's input kept to expand `!…` against
+OPEN_TOO_LONG = "continues input left open (an unclosed quote or string) for too long to follow: cannot classify"
 
 
 def typed_subject(session: Session, data: str, enter: bool, keys: list[str]) -> tuple[Subject, Typed]:
@@ -20,6 +22,10 @@ def typed_subject(session: Session, data: str, enter: bool, keys: list[str]) -> 
     typed = read_keystrokes(session.typing, data, enter, keys, session.terminal.interrupt_clears_line())
     findings: list[Finding] = list(typed.findings)
     texts = list(dict.fromkeys(typed.texts))
+    if session.open_input:  # the program is still inside a construct an earlier line opened (open_input.py)
+        if len(session.open_input) > MAX_OPEN:
+            findings.append((session.open_input[-200:], 2, OPEN_TOO_LONG))
+        texts = [f"{session.open_input}\n{text}" for text in texts] + texts
     for line in list(texts):
         points = expansion_points(line)
         if points:
@@ -41,3 +47,5 @@ def remember(session: Session, typed: Typed) -> None:
     session.typing = typed.typing
     if typed.submitted:
         session.history = [*session.history, *typed.submitted][-HISTORY_KEPT:]
+        joined = "\n".join([session.open_input, *typed.submitted] if session.open_input else typed.submitted)
+        session.open_input = joined if still_open(joined) else ""

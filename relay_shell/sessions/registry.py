@@ -106,6 +106,7 @@ class Session:
         self.read_cursor = 0
         self.typing = Typing()  # the line typed so far without Enter, as the policy keeps it (sessions/typed.py)
         self.history: list[str] = []  # the lines submitted, most recent last: what `!…` may expand to
+        self.open_input = ""  # submitted lines inside a construct not yet closed (sessions/open_input.py)
         self.passprompt: tuple[Regex, ...] = DEFAULT_PASSPROMPT  # what a password prompt looks like (passwords.py)
         self.input_version = 0  # counts writes and signals: a send (or a confirmation) is void after another one
         self.state: Literal["running", "exited", "closed"] = "running"

@@ -66,7 +66,7 @@ def test_the_session_classifier_decides_every_step(case: dict[str, Any]) -> None
     spawned = outcome(policy.decide(plan.subject))
     assert spawned == case.get("spawn_expect", "admitted"), (spawned, plan.subject)
     session: Any = SimpleNamespace(
-        typing=Typing(), history=[], passprompt=DEFAULT_PASSPROMPT, terminal=_LocalTerminal()
+        typing=Typing(), history=[], open_input="", passprompt=DEFAULT_PASSPROMPT, terminal=_LocalTerminal()
     )
     decided = []
     for step in case["steps"]:

@@ -351,7 +351,9 @@ class _Terminal:
 
 
 def _session(history: list[str]) -> Any:
-    return SimpleNamespace(typing=Typing(), history=history, passprompt=DEFAULT_PASSPROMPT, terminal=_Terminal())
+    return SimpleNamespace(
+        typing=Typing(), history=history, open_input="", passprompt=DEFAULT_PASSPROMPT, terminal=_Terminal()
+    )
 
 
 @pytest.mark.parametrize(

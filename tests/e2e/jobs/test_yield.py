@@ -140,6 +140,7 @@ async def test_input_to_a_job_is_classified_as_input_to_its_command(tmp_path: Pa
         ["r", "m -rf {victim}"],  # a command word split across two sends
         ["echo start; r\\", "m -rf {victim}"],  # a word continued by a backslash-newline
         ["find {victim} -de", "lete"],  # an option split
+        ["echo 'a\n", "echo x'; rm -rf {victim}; echo 'y"],  # a quote left open by the line before (review B2)
     ],
 )
 async def test_input_to_a_job_split_across_sends_is_classified_as_the_line_it_makes(
@@ -155,8 +156,9 @@ async def test_input_to_a_job_split_across_sends_is_classified_as_the_line_it_ma
             await client.call_tool("shell_exec", {"command": "bash", "yield_after": 0.3, "stdin_open": True})
         )
         first, second = (piece.format(victim=victim) for piece in pieces)
+        ended = first.endswith(("\\", "\n"))  # a line ended (or continued) by Enter
         sent = await client.call_tool(
-            "session_send", {"session_id": job_id, "data": first, "enter": first.endswith("\\"), "timeout": 1}
+            "session_send", {"session_id": job_id, "data": first.rstrip("\n"), "enter": ended, "timeout": 1}
         )
         assert not sent.is_error, text_of(sent)
         refused = await client.call_tool("session_send", {"session_id": job_id, "data": second, "timeout": 1})

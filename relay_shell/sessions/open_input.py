@@ -1,0 +1,20 @@
+"""Input still inside one construct: a shell reading `echo 'a` (Enter) waits for the quote to close, and Python
+reading a line that opens a triple-quoted string waits for it to end, so the next line is read as part of the same
+command. The policy classifies a line that continues such input together with what it continues (review B2:
+`echo 'a`, then `echo x'; rm -rf DIR; echo 'y` ran `rm -rf DIR`, each line classified alone).
+"""
+
+from __future__ import annotations
+
+from relay_shell.policy.shell_tokens import tokenize
+
+MAX_OPEN = 1024 * 1024  # characters of open input followed; past it the construct cannot be classified
+_TRIPLE_QUOTES = ('"' * 3, "'" * 3)
+
+
+def still_open(text: str) -> bool:
+    """Whether a shell (a quote or a substitution never closed) or Python (a triple-quoted string never closed)
+    reading `text` is still inside one construct at its end."""
+    if any(text.count(quotes) % 2 for quotes in _TRIPLE_QUOTES):
+        return True
+    return bool(tokenize(text, []).unterminated)
