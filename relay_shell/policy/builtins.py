@@ -79,10 +79,12 @@ def _test(call: Call) -> Verdict:
 def _printf(call: Call) -> Verdict:
     """`printf -v NAME FORMAT ARGS`: sets NAME (checked as a code-carrying variable) to what it formats."""
     words_ = call.words
-    if len(words_) < 3 or words_[1] != "-v":
+    if len(words_) >= 2 and words_[1].startswith("-v") and len(words_[1]) > 2:
+        name, arguments = words_[1][2:], words_[2:]  # `printf -vNAME`: the name attached
+    elif len(words_) >= 3 and words_[1] == "-v":
+        name, arguments = words_[2], words_[3:]
+    else:
         return READ
-    name = words_[2]
-    arguments = words_[3:]
     value = arguments[0] if arguments else ""
     for argument in arguments[1:]:
         value = _CONVERSION.sub(argument.replace("\\", "\\\\"), value, count=1)
@@ -110,15 +112,20 @@ def _reader(call: Call) -> Verdict:
     position = 1
     while position < len(words_):
         word = words_[position]
-        if word in value_options:
-            value = words_[position + 1] if position + 1 < len(words_) else ""
-            if word == "-C":
-                callback = value
-            elif word == "-a":
-                names.append(value)
-            position += 2
-            continue
-        if not word.startswith("-"):
+        if word.startswith("-") and word != "-":
+            # Options cluster and take their value attached or as the next word: `-C'cmd'`, `-raNAME`, `-a NAME`.
+            for index, letter in enumerate(word[1:], start=2):
+                if "-" + letter not in value_options:
+                    continue
+                attached = word[index:]
+                value = attached or (words_[position + 1] if position + 1 < len(words_) else "")
+                if letter == "C":
+                    callback = value
+                elif letter == "a":
+                    names.append(value)
+                position += 0 if attached else 1
+                break
+        else:
             names.append(word)
         position += 1
     if call.program != "read" and not names:

@@ -197,6 +197,8 @@ def _assigned_names(program: str, arguments: list[str], dynamic: list[bool]) -> 
     if program == "getopts":
         return [(arguments[1], dynamic[1])] if len(arguments) > 1 else []
     if program == "printf":
+        if arguments and arguments[0].startswith("-v") and len(arguments[0]) > 2:
+            return [(arguments[0][2:], dynamic[0])]  # `printf -vNAME`
         position = arguments.index("-v") + 1 if "-v" in arguments else 0
         return [(arguments[position], dynamic[position])] if 0 < position < len(arguments) else []
     if program in ("unset", "mapfile", "readarray", "read", "env"):
@@ -224,13 +226,15 @@ def _operand_names(program: str, arguments: list[str], dynamic: list[bool]) -> l
             elif index + 1 < len(arguments):
                 names.append((arguments[index + 1], dynamic[index + 1]))
                 index += 1
-        elif word == "-C" and program in ("mapfile", "readarray"):
+        elif program in ("mapfile", "readarray") and word.startswith("-") and "C" in word[1:]:
             names.append(("(a mapfile callback)", True))  # evaluated as code for every line read
-            index += 1
+            index += 0 if word[word.index("C", 1) + 1 :] else 1  # the callback attached, or the next word
+        elif program == "read" and word.startswith("-") and "a" in word[1:] and not word.endswith("a"):
+            names.append((word[word.index("a", 1) + 1 :], computed))  # `read -aNAME`, `-raNAME`
         elif word in takes_value:
             index += 1  # the option's value
-        elif word == "-a" and program == "read":
-            pass  # the array's name follows
+        elif program == "read" and word.startswith("-") and word.endswith("a"):
+            pass  # the array's name follows (`-a NAME`, `-ra NAME`)
         elif program != "env" and not word.startswith("-"):
             names.append((word, computed))
         index += 1
