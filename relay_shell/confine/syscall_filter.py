@@ -10,8 +10,9 @@ hand-assembled BPF program, no binding, like trace/seccomp.py.
   reading, io_uring (whose operations include setting extended attributes).
 - Other processes: their resource limits, priorities, scheduling and I/O priority (only the caller's own may
   change), the kernel log cleared, input pushed into a terminal (TIOCSTI, TIOCLINUX), SIGIO ownership.
-- The server: signals to its process or to `thread` (the spawner thread, which shares the tree's Landlock
-  domain while it spawns: confine/confinement.py), ptrace and process_vm_* on them, a pidfd of either.
+- The server: signals to its process, its process group or `thread` (the spawner thread, which shares the tree's
+  Landlock domain while it spawns: confine/confinement.py), ptrace and process_vm_* on them, a pidfd of either,
+  and pidfd_send_signal altogether (a /proc directory is a pidfd the filter cannot see the target of).
 - Any other system-call ABI (i386, x32, arm32): the process is killed (no table of their numbers is kept).
 
 The filter is installed on the thread that starts the tree (with no_new_privs) and is inherited by everything the
@@ -81,8 +82,8 @@ _X86_64 = Arch(
         "mq_timedreceive": 243, "ioprio_set": 251, "openat": 257, "fchownat": 260, "futimesat": 261,
         "fchmodat": 268, "utimensat": 280, "rt_tgsigqueueinfo": 297, "prlimit64": 302, "process_vm_readv": 310,
         "process_vm_writev": 311, "sched_setattr": 314, "io_uring_setup": 425, "io_uring_enter": 426,
-        "io_uring_register": 427, "pidfd_open": 434, "openat2": 437, "fchmodat2": 452, "setxattrat": 463,
-        "removexattrat": 466,
+        "io_uring_register": 427, "pidfd_send_signal": 424, "pidfd_open": 434, "openat2": 437, "fchmodat2": 452,
+        "setxattrat": 463, "removexattrat": 466,
     },
 )  # fmt: skip
 # The generic table (include/uapi/asm-generic/unistd.h): no chmod, chown, lchown, open, utime(s), futimesat.
@@ -99,8 +100,9 @@ _AARCH64 = Arch(
         "mq_timedreceive": 183, "msgget": 186, "msgctl": 187, "msgrcv": 188, "msgsnd": 189, "semget": 190,
         "semctl": 191, "semtimedop": 192, "semop": 193, "shmget": 194, "shmctl": 195, "shmat": 196,
         "rt_tgsigqueueinfo": 240, "prlimit64": 261, "process_vm_readv": 270, "process_vm_writev": 271,
-        "sched_setattr": 274, "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
-        "pidfd_open": 434, "openat2": 437, "fchmodat2": 452, "setxattrat": 463, "removexattrat": 466,
+        "sched_setattr": 274, "pidfd_send_signal": 424, "io_uring_setup": 425, "io_uring_enter": 426,
+        "io_uring_register": 427, "pidfd_open": 434, "openat2": 437, "fchmodat2": 452, "setxattrat": 463,
+        "removexattrat": 466,
     },
 )  # fmt: skip
 ARCHES = {"x86_64": _X86_64, "aarch64": _AARCH64}
@@ -110,6 +112,9 @@ _ALWAYS_REFUSED = (
     "fsetxattr", "removexattr", "lremovexattr", "fremovexattr", "setxattrat", "removexattrat", "utime", "utimes",
     "futimesat", "utimensat", "truncate", "io_uring_setup", "io_uring_enter", "io_uring_register", "msgsnd",
     "msgrcv", "semop", "semtimedop", "mq_unlink", "mq_timedsend", "mq_timedreceive",
+    # a /proc/PID directory is a pidfd too: no check of its target is possible, and a read-only command has no
+    # signal to send (the spawning thread and the server were reachable through it, review S1)
+    "pidfd_send_signal",
 )  # fmt: skip
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -254,7 +259,10 @@ _CHECKED = {
     "mq_open": "queue-open-writing",
 }
 _BLOCKS: dict[str, Block] = {
-    "signal-or-everyone": lambda asm, pid: _refuse_targets(asm, 0, pid, extra=(0xFFFFFFFF,)),
+    # -1 (everyone) and the server's process group (-pgid), whose members a group signal reaches
+    "signal-or-everyone": lambda asm, pid: _refuse_targets(
+        asm, 0, pid, extra=(0xFFFFFFFF, -os.getpgid(pid) & 0xFFFFFFFF)
+    ),
     "target-0": lambda asm, pid: _refuse_targets(asm, 0, pid),
     "target-1": lambda asm, pid: _refuse_targets(asm, 1, pid),
     "server-threads": lambda asm, pid: _refuse_values(asm, _arg(0), (pid,)),

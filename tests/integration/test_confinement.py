@@ -206,6 +206,15 @@ attempt("kill_thread", lambda: os.kill(thread, 0))
 attempt("tkill_thread", lambda: call(200, thread, 0))
 attempt("tgkill_thread", lambda: call(234, server, thread, 0))
 attempt("pidfd_thread", lambda: os.close(os.pidfd_open(thread, 0)))
+def signal_through(path):  # a /proc directory is a pidfd for pidfd_send_signal (signal 0: only the check)
+    descriptor = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        call(424, descriptor, 0, 0, 0)
+    finally:
+        os.close(descriptor)
+attempt("pidfd_signal_thread", lambda: signal_through(f"/proc/{thread}"))
+attempt("pidfd_signal_server", lambda: signal_through(f"/proc/{server}"))
+attempt("kill_server_group", lambda: os.kill(-os.getpgid(server), 0))
 attempt("ptrace_thread", lambda: call(101, 16, thread, 0, 0))
 attempt("stdout_through_thread", lambda: os.close(os.open(task + "/fd/1", os.O_WRONLY)))
 attempt("memory_of_thread", lambda: open(task + "/mem", "rb").close())
@@ -230,7 +239,8 @@ def test_the_spawning_thread_and_the_server_are_out_of_a_trees_reach() -> None:
     result = json.loads(finished.stdout)
     assert set(result) == {
         "kill_thread", "tkill_thread", "tgkill_thread", "pidfd_thread", "ptrace_thread", "stdout_through_thread",
-        "memory_of_thread", "environ_of_thread", "stdout_through_server",
+        "memory_of_thread", "environ_of_thread", "stdout_through_server", "pidfd_signal_thread",
+        "pidfd_signal_server", "kill_server_group",
     }  # fmt: skip
     assert all(outcome in ("EPERM", "EACCES") for outcome in result.values()), result
 
