@@ -5,8 +5,8 @@ byte the command produced stays readable for a while under an output id (`o-…`
 Held in memory only — never on disk, never in the audit log (which keeps its digest, `raw_sha256`, the digest of
 exactly these bytes) — within one bound for all of them together (RELAY_SHELL_OUTPUT_STORE_BYTES): output still
 being produced counts as well as output kept, and the oldest kept output is dropped first to make room, so memory
-stays within the bound whatever runs at once. A stream that alone outgrows the bound stops being kept (its result
-says so). Kept output is dropped after RELAY_SHELL_OUTPUT_RETENTION seconds; reading it then says it is gone and
+stays within the bound whatever runs at once. A stream that would take the store past the bound once no kept output
+is left to drop stops being kept (its result says so). Kept output is dropped after RELAY_SHELL_OUTPUT_RETENTION seconds; reading it then says it is gone and
 why.
 
 The bytes of a stream that will be cut are kept in blocks of 1 MiB (a copy of what the pipes or the channel
@@ -185,6 +185,11 @@ class OutputStore:
         while self.stored and self.stored_bytes + self.pending_bytes > self.limit:
             oldest = next(iter(self.stored.values()))
             self._drop(oldest, f"dropped for newer output (RELAY_SHELL_OUTPUT_STORE_BYTES={self.limit})")
+        if self.stored_bytes + self.pending_bytes > self.limit:
+            # Only running streams are left and together they pass the bound: the one growing now stops being
+            # kept (its result says so), so the bound holds whatever runs at once (review S2).
+            self.pending_bytes -= keeper.size
+            keeper.drop()
 
     def uncharge(self, keeper: Keeper) -> None:
         self.pending_bytes -= keeper.size

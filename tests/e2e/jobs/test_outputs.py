@@ -164,3 +164,14 @@ async def test_server_info_shows_the_jobs_and_the_output_store(tmp_path: Path) -
         after = await jobs()
         assert after["running"] == 1 and after["ended"] == 1, after
         assert after["outputs"]["kept"] == 1 and after["outputs"]["bytes"] == len(SEQ_BYTES), after
+
+
+async def test_streams_running_at_once_stay_within_the_bound(tmp_path: Path) -> None:
+    """The bound holds for output still being produced, whatever runs at once (review S2): four jobs of 3 MB each
+    against a 5 MB bound; the streams that would pass it stop being kept (their results say the output was not)."""
+    async with connect(tmp_path / "audit.jsonl", output_store_bytes="5000000") as client:
+        command = "head -c 3000000 /dev/zero | tr '\\0' a; sleep 4"
+        for _ in range(4):
+            job_of(await client.call_tool("shell_exec", {"command": command, "yield_after": 1.5, "max_output": 1000}))
+        outputs = fields(await client.call_tool("server_info", {}))["info"]["jobs"]["outputs"]
+        assert outputs["bytes"] <= outputs["max_bytes"] == 5000000, outputs
