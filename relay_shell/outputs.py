@@ -6,8 +6,8 @@ Held in memory only — never on disk, never in the audit log (which keeps its d
 exactly these bytes) — within one bound for all of them together (RELAY_SHELL_OUTPUT_STORE_BYTES): output still
 being produced counts as well as output kept, and the oldest kept output is dropped first to make room, so memory
 stays within the bound whatever runs at once. A stream that would take the store past the bound once no kept output
-is left to drop stops being kept (its result says so). Kept output is dropped after RELAY_SHELL_OUTPUT_RETENTION seconds; reading it then says it is gone and
-why.
+is left to drop stops being kept (its result says so). Kept output is dropped after RELAY_SHELL_OUTPUT_RETENTION
+seconds; reading it then says it is gone and why.
 
 The bytes of a stream that will be cut are kept in blocks of 1 MiB (a copy of what the pipes or the channel
 delivered): pieces of any size would cost the allocator more than the bytes (see Keeper).
