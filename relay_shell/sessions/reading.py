@@ -48,4 +48,6 @@ def remember(session: Session, typed: Typed) -> None:
     if typed.submitted:
         session.history = [*session.history, *typed.submitted][-HISTORY_KEPT:]
         joined = "\n".join([session.open_input, *typed.submitted] if session.open_input else typed.submitted)
-        session.open_input = joined if still_open(joined) else ""
+        # Past MAX_OPEN only the end is kept (its length still over the bound, so later lines stay tier 2): an open
+        # quote fed for ever must not grow the session's memory, nor each line's classification, without bound.
+        session.open_input = joined[-(MAX_OPEN + 1) :] if still_open(joined) else ""

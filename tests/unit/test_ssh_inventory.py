@@ -517,6 +517,7 @@ def test_a_listed_hosts_options_are_read_once_per_load(
             f"Host {name}\n    HostName 10.0.{index // 250}.{index % 250 + 1}\n" for index, name in enumerate(hosts)
         ),
     )
+    # Not a mock: a wrapper that counts the calls and hands each to the real reader over the real file.
     reads: list[str] = []
     real = inventory_module.read_ssh_options
 
