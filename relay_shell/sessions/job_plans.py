@@ -157,6 +157,13 @@ def _checked_input(job: Job, session_id: str, data: str, keys: list[str] | None,
         raise ArgumentError(
             f"keys: {unknown[0][:20]!r} is not a key a job reads (it has no terminal); allowed: {allowed}"
         )
+    if "\x00" in data:
+        # bash and dash drop NUL bytes from what they read (`r\0m` runs `rm`): the line run would not be the line
+        # classified. One-shot `stdin` refuses NUL for the same reason (arguments.py).
+        raise ArgumentError(
+            "data: contains a NUL byte; allowed: text without NUL (a shell reading the job's stdin drops NUL, so "
+            "what it ran would not be what was checked)"
+        )
     if job.state != "running":
         raise ToolError("SessionEnded", f"job {session_id} has ended; its result can still be read with session_recv")
     if not job.stdin_open and (data or "ctrl-d" in pressed):

@@ -167,6 +167,23 @@ async def test_input_to_a_job_split_across_sends_is_classified_as_the_line_it_ma
     assert (victim / "file").exists()
 
 
+@pytest.mark.parametrize("shell", ["bash", "sh"])
+async def test_input_to_a_job_with_a_nul_byte_is_refused(tmp_path: Path, shell: str) -> None:
+    """Review J1: bash and dash drop NUL from what they read, so `r\0m -rf DIR` runs `rm -rf DIR` while the
+    policy reads `r\0m`, an unknown program. Refused as one-shot stdin is; nothing is written."""
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "file").write_text("x")
+    async with connect(tmp_path / "audit.jsonl", policy_mode="guarded") as client:
+        job_id = job_of(
+            await client.call_tool("shell_exec", {"command": shell, "yield_after": 0.3, "stdin_open": True})
+        )
+        sent = await client.call_tool("session_send", {"session_id": job_id, "data": f"r\x00m -rf {victim}"})
+        assert_error(sent, "InvalidArgument", "data: contains a NUL byte")
+        await client.call_tool("session_send", {"session_id": job_id, "keys": ["ctrl-d"], "timeout": 2})
+    assert (victim / "file").exists()
+
+
 async def test_input_to_a_job_without_stdin_open_is_a_clear_error(tmp_path: Path) -> None:
     async with connect(tmp_path / "audit.jsonl") as client:
         job_id = job_of(await client.call_tool("shell_exec", {"command": "sleep 5", "yield_after": 0.3}))
