@@ -210,7 +210,7 @@ def audit_command(args: list[str]) -> int:
         print(f"public key:  {public} (for relay-shell audit verify --public-key; keep a copy off this host)")
         return 0
 
-    from relay_shell.audit.tail import TailFilter, exec_lines, follow_records, recent_records
+    from relay_shell.audit.tail import TailFilter, exec_lines, follow_records, recent_records, shown
 
     if options.lines < 1:
         parser.error("-n must be at least 1")
@@ -230,7 +230,8 @@ def audit_command(args: list[str]) -> int:
     record_filter = replace(record_filter, execs=True) if options.execs else record_filter
 
     def show(record: dict[str, Any]) -> str:
-        return "\n".join(exec_lines(record)) + "\n" if options.execs else orjson.dumps(record).decode() + "\n"
+        text = "\n".join(exec_lines(record)) if options.execs else orjson.dumps(record).decode()
+        return shown(text) + "\n"
 
     for record in recent_records(path, options.lines, record_filter):
         sys.stdout.write(show(record))

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import re
 import time
+import unicodedata
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -13,6 +15,10 @@ import orjson
 
 # How far back a filtered tail looks before it gives up: bounded work whatever the log size.
 MAX_SCAN_BYTES = 8 * 1024 * 1024
+# Characters a terminal does not show as themselves: controls (C0, C1: ESC and CSI rewrite the screen), format
+# characters (bidi overrides reorder a line, zero-width ones hide), separators, surrogates, private and unassigned.
+_HIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp", "Zs"})
+_NOT_PLAIN = re.compile(r"[^\x20-\x7e]")
 
 
 @dataclass(frozen=True)
@@ -150,3 +156,21 @@ def exec_lines(record: dict[str, Any]) -> list[str]:
             f"{entry.get('path') or '(unreadable)'}: {argv}"
         )
     return lines
+
+
+def shown(text: str) -> str:
+    """`text` for an auditor's terminal (review A2): every character that would not show as itself written as a
+    JSON escape (\\uNNNN, or a surrogate pair), so a record cannot reorder, hide or rewrite what is printed. Used
+    on a record's JSON text it stays valid JSON with the same values (such characters only occur in strings)."""
+    return _NOT_PLAIN.sub(_escaped, text)
+
+
+def _escaped(match: re.Match[str]) -> str:
+    char = match.group()
+    if char == " " or unicodedata.category(char) not in _HIDDEN_CATEGORIES:
+        return char
+    code = ord(char)
+    if code <= 0xFFFF:
+        return f"\\u{code:04x}"
+    code -= 0x10000
+    return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"

@@ -89,6 +89,25 @@ def test_cli_tail_filters(log_path: Path) -> None:
     assert len(by_tool.stdout.splitlines()) == 6
 
 
+def test_cli_tail_prints_no_character_that_would_not_show_as_itself(tmp_path: Path) -> None:
+    """Review A2: a command holding a right-to-left override, a zero-width space, ESC and CSI (C1) is printed
+    escaped, so the auditor's terminal neither reorders, hides nor rewrites it; the line is still the record's
+    JSON, and plain non-ASCII text (é, 日本) stays as it is."""
+    path = tmp_path / "audit.jsonl"
+    command = "touch /tmp/M # \u202e\u200bgnirts \x1b[2J\x9b1;1H é 日本 \U000e0041"
+    log = AuditLog(path)
+    log.open()
+    log.write({"v": 1, "tool": "shell_exec", "outcome": "ok", "args": {"command": command}})
+    log.close()
+    shown = run_cli("tail", "-n", "1", "--path", str(path))
+    assert shown.returncode == 0, shown.stderr
+    line = shown.stdout.rstrip("\n")
+    assert all(char.isprintable() for char in line), ascii(line)
+    assert "\\u202e" in line and "\\u200b" in line and "\\u001b" in line and "\\u009b" in line
+    assert "é 日本" in line
+    assert orjson.loads(line)["args"]["command"] == command
+
+
 def test_cli_tail_follow_sees_new_records_across_rotation(log_path: Path) -> None:
     follower = subprocess.Popen(
         [sys.executable, "-m", "relay_shell", "audit", "tail", "-n", "1", "--follow", "--path", str(log_path)],
