@@ -46,7 +46,10 @@ def tokenize(text: str, nested: list[str], ansi_c: bool = True) -> Tokens:
     reader.finish_command(False)
     for owner, _delimiter, _quoted, _tabs in reader.pending_heredocs:
         owner.heredoc = owner.heredoc or ""
-    return Tokens(reader.commands, reader.arithmetic, reader.unterminated, reader.saw_ansi_c, reader.sets_names)
+    heredoc_open = reader.heredoc_open or bool(reader.pending_heredocs)
+    return Tokens(
+        reader.commands, reader.arithmetic, reader.unterminated, reader.saw_ansi_c, reader.sets_names, heredoc_open
+    )
 
 
 class _Reader:
@@ -79,6 +82,7 @@ class _Reader:
         self.current = Command()
         self.word: list[str] = []
         self.pending_heredocs: list[tuple[Command, str, bool, bool]] = []
+        self.heredoc_open = False  # a body ran to the end of the text without its delimiter line
         self.arithmetic: list[str] = []
         self.unterminated: list[str] = []
 
@@ -392,6 +396,7 @@ class _Reader:
         text = self.text
         for owner, delimiter, quoted, tabs in self.pending_heredocs:
             body_end, after = heredoc_end(text, index, delimiter, tabs)
+            self.heredoc_open = self.heredoc_open or body_end >= len(text)
             body = text[index:body_end]
             owner.heredoc = body if owner.heredoc is None else owner.heredoc + "\n" + body
             if not quoted:

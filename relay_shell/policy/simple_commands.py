@@ -28,3 +28,4 @@ class Tokens:
     unterminated: list[str]  # the text after a quote or substitution that is never closed
     ansi_c: bool  # a `$'…'` was read as bash reads it: POSIX sh reads it otherwise
     sets_names: bool  # a command assigns or sets variables, aliases or hashed names
+    heredoc_open: bool = False  # a here-document whose delimiter line has not come yet (the shell reads on)

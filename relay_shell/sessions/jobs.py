@@ -119,6 +119,12 @@ class JobTerminal:
     def shell_reads_line(self) -> bool:
         return False  # what reads the job's stdin is not known (sessions/passwords.py)
 
+    def reader_waiting(self) -> bool:
+        return False  # no terminal: nothing asks for a password
+
+    def line_settings(self) -> list[object] | None:
+        return None  # no terminal: the bytes reach the program as written
+
     def interrupt_clears_line(self) -> bool:
         return False  # no terminal: a Ctrl-C written to stdin is a byte, not a signal
 

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from ptyprocess import PtyProcess
 
 from relay_shell.launch import ProcessTree
-from relay_shell.sessions.reader import processes_where, shell_reads_commands
+from relay_shell.sessions.reader import processes_where, reads_terminal, shell_reads_commands
 
 READ_CHUNK = 64 * 1024
 DRAIN_QUIET = 0.05  # after the leader exits, output still arriving within this window belongs to it
@@ -144,6 +144,22 @@ class LocalPty:
         except OSError:
             return False
         return shell_reads_commands(group)
+
+    def reader_waiting(self) -> bool:
+        """True while a process of the foreground group is blocked reading the terminal (sessions/reader.py)."""
+        try:
+            group = os.tcgetpgrp(self.fd)
+        except OSError:
+            return False
+        return reads_terminal(group)
+
+    def line_settings(self) -> list[object] | None:
+        """The terminal's input settings as the line discipline and readline use them now (termios: iflag,
+        oflag, cflag, lflag, speeds, special characters); None when they cannot be read."""
+        try:
+            return list(termios.tcgetattr(self.fd))
+        except termios.error:
+            return None
 
     def interrupt_clears_line(self) -> bool:
         """Ctrl-C becomes SIGINT (ISIG is on): the shell or the tty driver discards the line being typed."""

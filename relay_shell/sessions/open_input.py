@@ -1,4 +1,5 @@
-"""Input still inside one construct: a shell reading `echo 'a` (Enter) waits for the quote to close, and Python
+"""Input still inside one construct: a shell reading `echo 'a` (Enter) waits for the quote to close, or after
+`cat <<EOF` for the line `EOF`, and Python
 reading a line that opens a triple-quoted string waits for it to end, so the next line is read as part of the same
 command. The policy classifies a line that continues such input together with what it continues (review B2:
 `echo 'a`, then `echo x'; rm -rf DIR; echo 'y` ran `rm -rf DIR`, each line classified alone).
@@ -17,4 +18,7 @@ def still_open(text: str) -> bool:
     reading `text` is still inside one construct at its end."""
     if any(text.count(quotes) % 2 for quotes in _TRIPLE_QUOTES):
         return True
-    return bool(tokenize(text, []).unterminated)
+    tokens = tokenize(text, [])
+    # A here-document's body is data up to its delimiter line: a quote in it opens nothing (review P2), and the
+    # lines up to the delimiter are one command with the line that started it.
+    return bool(tokens.unterminated) or tokens.heredoc_open

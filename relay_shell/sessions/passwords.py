@@ -1,13 +1,15 @@
 """Input withheld from the audit record: only a line typed at a password prompt (adr/0026).
 
-The rule is sudo's (`log_passwords=false` with `passprompt_regex`): input is withheld only when a password prompt
-is on the screen and the terminal does not echo. Here that is: the last line of output matches one of
+The rule is sudo's (`log_passwords=false` with `passprompt_regex`): input is withheld only when a password prompt is
+on the screen and the terminal does not echo. Here that is: the last line of output matches one of
 RELAY_SHELL_PASSPROMPT's patterns, the terminal reads a line with echo off (locally: canonical mode without ECHO,
-read by a program that is not a shell reading its commands; a remote terminal's modes cannot be seen, so its
-last line must also end like a prompt, ADR 0007), and the input reads like one answer (one line, nothing typed
-before it without Enter, no control keys). A session that turns echo off by itself (`stty -echo`, whatever its
-prompt says) gets its lines recorded in full. A withheld line is still classified and admitted like any other,
-and its record names the prompt that caused it: `[withheld: N characters typed at the password prompt '…']`.
+read by a program that is not a shell reading its commands; a remote terminal's modes cannot be seen, so its last
+line must also end like a prompt, ADR 0007), a process of the foreground group is blocked reading the terminal right
+then (locally; review A1: a prompt printed before `sleep` is no reader), and the input reads like one answer (one
+line, nothing typed before it without Enter, no control keys). A session that turns echo off by itself (`stty
+-echo`, whatever its prompt says) gets its lines recorded in full. A withheld line is still classified and admitted
+like any other, and its record names the prompt that caused it: `[withheld: N characters typed at the password
+prompt '…']`.
 """
 
 from __future__ import annotations
@@ -44,6 +46,8 @@ def password_prompt(session: Session) -> str | None:
         return None
     prompt = last_output_line(session).strip()
     if not any(matches(pattern, prompt) for pattern in session.passprompt):
+        return None
+    if not terminal.reader_waiting():  # a prompt shown while nothing reads: the shell reads the line later
         return None
     return prompt[-PROMPT_SHOWN:]
 

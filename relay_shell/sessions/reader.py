@@ -23,6 +23,10 @@ SHELLS = frozenset(
 )
 _TERMINAL_SCRIPTS = ("/dev/stdin", "/dev/tty", "/dev/fd/0", "/proc/self/fd/0", "/dev/pts/", "-")
 _OPTION_VALUES = frozenset({"-o", "+o", "-O", "+O", "--rcfile", "--init-file"})
+_READ_CALLS = {"x86_64": (0, 19), "aarch64": (63, 65)}  # read(2), readv(2)
+# Programs that ask for a password at the terminal and are commonly set-user-ID (their /proc entries are closed
+# to a server that is not root); matched by the kernel's name of the process (15 characters at most).
+PASSWORD_PROGRAMS = frozenset({"sudo", "su", "passwd", "chsh", "chfn", "pkexec", "gpasswd", "newgrp", "doas", "login"})
 
 
 def shell_reads_commands(process_group: int) -> bool:
@@ -32,6 +36,47 @@ def shell_reads_commands(process_group: int) -> bool:
         if _is_shell(pid, arguments) and reads_commands(arguments):
             return True
     return False
+
+
+def reads_terminal(process_group: int) -> bool:
+    """Whether a process of `process_group` is blocked reading its terminal now: in read(2) or readv(2) on a
+    descriptor that is its controlling terminal (or /dev/tty). A prompt on the screen with echo off is not
+    enough (review A1): `stty -echo; printf 'Password: '; sleep 3` shows one while nothing reads, and the line
+    typed meanwhile is read by the shell afterwards. A process the server may not look at (another user's: a
+    set-user-ID program run by a server that is not root) counts as reading when it is one of the programs that
+    ask for passwords (adr/0026)."""
+    calls = _READ_CALLS.get(os.uname().machine, ())
+    for pid in processes_where(2, process_group):
+        try:
+            with open(f"/proc/{pid}/syscall") as syscall_file:
+                fields = syscall_file.read().split()
+        except PermissionError:
+            if _command_name(pid) in PASSWORD_PROGRAMS:
+                return True
+            continue
+        except OSError:
+            continue
+        if len(fields) < 2 or not fields[0].isdigit() or int(fields[0]) not in calls:
+            continue
+        try:
+            descriptor = int(fields[1], 16)
+            device = os.stat(f"/proc/{pid}/fd/{descriptor}").st_rdev
+        except (OSError, ValueError):
+            continue
+        if device in (_controlling_terminal(pid), os.makedev(5, 0)):
+            return True
+    return False
+
+
+def _controlling_terminal(pid: int) -> int:
+    """The device number of the process's controlling terminal (/proc/PID/stat's tty_nr), 0 when none."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat_file:
+            stat = stat_file.read()
+    except OSError:
+        return 0
+    fields = stat[stat.rfind(b")") + 2 :].split()
+    return int(fields[4]) if len(fields) > 4 else 0
 
 
 def reads_commands(arguments: list[str]) -> bool:

@@ -9,6 +9,8 @@ from relay_shell.plan import Subject
 from relay_shell.sessions.escapes import commands_of, commands_start_findings, escape_readings, line_findings
 from relay_shell.sessions.history import HISTORY, expansion_points, expansions
 from relay_shell.sessions.interactive import interactive_findings
+from relay_shell.sessions.keys import KEYS
+from relay_shell.sessions.line_settings import edited_lines, line_settings_of, settings_findings
 from relay_shell.sessions.open_input import MAX_OPEN, still_open
 from relay_shell.sessions.registry import Session
 from relay_shell.sessions.typed import Finding, Typed, read_keystrokes
@@ -21,7 +23,12 @@ def typed_subject(session: Session, data: str, enter: bool, keys: list[str]) -> 
     """The policy's subject for `data` (then Enter, then `keys`) typed into `session`, and what was typed."""
     typed = read_keystrokes(session.typing, data, enter, keys, session.terminal.interrupt_clears_line())
     findings: list[Finding] = list(typed.findings)
-    texts = list(dict.fromkeys(typed.texts))
+    payload = (data + ("\r" if enter else "")).encode("utf-8", errors="surrogateescape")
+    payload += b"".join(KEYS.get(key, b"") for key in keys)
+    settings = line_settings_of(session.terminal)
+    findings += settings_findings(settings, payload)
+    pending = "".join(session.typing.pieces).encode("utf-8", errors="surrogateescape")
+    texts = list(dict.fromkeys([*typed.texts, *edited_lines(settings, pending + payload)]))
     if session.open_input:  # the program is still inside a construct an earlier line opened (open_input.py)
         if len(session.open_input) > MAX_OPEN:
             findings.append((session.open_input[-200:], 2, OPEN_TOO_LONG))

@@ -52,6 +52,10 @@ class Terminal(Protocol):
 
     def shell_reads_line(self) -> bool: ...  # a shell reads its commands (never a password prompt); False: unknown
 
+    def reader_waiting(self) -> bool: ...  # a process is blocked reading the terminal (remote: True, unknown)
+
+    def line_settings(self) -> list[object] | None: ...  # termios as tcgetattr gives it; None: not visible
+
     def interrupt_clears_line(self) -> bool: ...  # Ctrl-C is known to discard the line being typed
 
     async def close(self, grace: float, first_signal: int | None = None) -> None: ...

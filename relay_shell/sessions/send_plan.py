@@ -16,6 +16,7 @@ from relay_shell.errors import ArgumentError, ToolError
 from relay_shell.plan import Execution, Plan, ProgressFn
 from relay_shell.sessions.expect import compile_until, expected_echo
 from relay_shell.sessions.keys import KEYS, key_name
+from relay_shell.sessions.line_settings import LineSettings, line_settings_of
 from relay_shell.sessions.passwords import last_output_line, password_prompt, withheld_input
 from relay_shell.sessions.plans import SETTLE, budget_for, check_running, read_result, wait_timeout_for
 from relay_shell.sessions.registry import Session, SessionRegistry
@@ -55,6 +56,7 @@ def prepare_send(
     # Loaded on first use: the readings of typed input use the policy's tokenizer (policy/admission.py says why).
     from relay_shell.sessions.reading import remember, typed_subject
 
+    settings_seen = line_settings_of(session.terminal)
     no_echo = session.state == "running" and session.terminal.password_mode()
     prompt = password_prompt(session) if no_echo else None
     version = session.input_version
@@ -77,11 +79,7 @@ def prepare_send(
                 )
             if secret is not None:
                 await _await_password_prompt(session)
-            # Sampled again just before writing: a program may have asked for a password since the call was
-            # prepared. The start record is written by now; the end record withholds the input (adr/0014).
-            late_prompt = password_prompt(session) if data and plan.recorded_arguments is None else None
-            if late_prompt is not None:
-                plan.recorded_arguments = withheld_input(call_arguments, session, late_prompt)
+            _check_before_typing(session, plan, call_arguments, settings_seen)
             session.last_activity = time.monotonic()
             match_from = session.ring.end
             try:
@@ -103,6 +101,32 @@ def prepare_send(
     if prompt is not None and data:
         plan.recorded_arguments = withheld_input(call_arguments, session, prompt)
     return plan
+
+
+def _check_before_typing(
+    session: Session, plan: Plan, call_arguments: dict[str, Any], settings_seen: LineSettings | None
+) -> None:
+    """Just before the write, under the session's input lock: what the input was checked against still holds."""
+    data = call_arguments["data"]
+    # Sampled again just before writing: a program may have asked for a password since the call was
+    # prepared. The start record is written by now; the end record withholds the input (adr/0014).
+    late_prompt = password_prompt(session) if data and plan.recorded_arguments is None else None
+    if late_prompt is not None:
+        plan.recorded_arguments = withheld_input(call_arguments, session, late_prompt)
+    elif plan.recorded_arguments is not None and password_prompt(session) is None:
+        # Withheld from the record because a program was reading a password, which no longer is: the
+        # line would go to whatever reads next (the shell), unrecorded (review A1). Nothing is typed.
+        raise ToolError(
+            "PromptGone",
+            "the password prompt this input was held back for is no longer read (the program ended or "
+            "stopped reading); nothing was typed: look at the session (session_recv) and send it again",
+        )
+    if settings_seen != line_settings_of(session.terminal):
+        raise ToolError(
+            "TerminalChanged",
+            "the terminal's input settings changed after this input was checked (a program set its "
+            "special characters); nothing was typed: send it again",
+        )
 
 
 def _checked_keys(data: str, keys: list[str] | None) -> list[str]:
@@ -172,12 +196,13 @@ async def _await_password_prompt(session: Session) -> None:
     reading its commands with echo off (`stty -echo`) is no prompt: it would run the secret as a command, and
     its error message would show it."""
     deadline = time.monotonic() + PASSWORD_MODE_WAIT
-    while not session.terminal.password_mode() or session.terminal.shell_reads_line():
+    terminal = session.terminal
+    while not terminal.password_mode() or terminal.shell_reads_line() or not terminal.reader_waiting():
         if time.monotonic() >= deadline:
             raise ToolError(
                 "EchoOn",
-                "no program is reading a password with echo off (the terminal echoes, or a shell reads commands), "
-                "so the secret would appear in the output; wait for the password prompt (session_recv with until) "
-                "and send it then",
+                "no program is reading a password with echo off (the terminal echoes, a shell reads commands, or "
+                "nothing reads the terminal), so the secret would appear in the output or be run as a command; wait "
+                "for the password prompt (session_recv with until) and send it then",
             )
         await asyncio.sleep(0.01)

@@ -152,6 +152,12 @@ class SshTerminal:
     def shell_reads_line(self) -> bool:
         return False  # the remote process table is not visible: the prompt decides (sessions/passwords.py)
 
+    def reader_waiting(self) -> bool:
+        return True  # the remote process table is not visible: the prompt decides (adr/0026 says what is left)
+
+    def line_settings(self) -> list[object] | None:
+        return None  # the remote terminal's settings are not visible (adr/0026)
+
     def interrupt_clears_line(self) -> bool:
         return False  # the remote terminal's ISIG is not visible: a line typed before Ctrl-C may still be there
 

@@ -5,12 +5,14 @@ for real in tests/e2e/sessions/test_adversarial_pty.py."""
 
 from __future__ import annotations
 
+import termios
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from relay_shell.policy.admission import Decision, Policy
+from relay_shell.sessions.line_settings import DEFAULT_CHARACTERS
 from relay_shell.sessions.plans import prepare_spawn
 from relay_shell.sessions.reading import remember, typed_subject
 from relay_shell.sessions.typed import Typing
@@ -39,8 +41,31 @@ def outcome(decision: Decision) -> str:
 
 
 class _LocalTerminal:
+    """The in-process stand-in for a local terminal (the dialogues run for real in the e2e test): a new
+    terminal's settings, changed by a step's `terminal` field as the step's program would change them."""
+
+    def __init__(self) -> None:
+        characters = [bytes([default]) for default, _ in DEFAULT_CHARACTERS.values()]
+        self.characters = dict(zip(DEFAULT_CHARACTERS, characters, strict=True))
+        self.input_flags = termios.ICRNL
+        self.local_flags = termios.ICANON | termios.ISIG | termios.IEXTEN | termios.ECHO
+
     def interrupt_clears_line(self) -> bool:
         return True  # the server's terminals start with ISIG on
+
+    def line_settings(self) -> list[object]:
+        characters: list[object] = [b"\x00"] * termios.NCCS
+        for index, value in self.characters.items():
+            characters[index] = value
+        return [self.input_flags, 0, 0, self.local_flags, 0, 0, characters]
+
+    def set(self, changes: dict[str, Any]) -> None:
+        for name, value in changes.items():
+            if name == "iflag":
+                for flag in value:
+                    self.input_flags |= getattr(termios, flag)
+            else:
+                self.characters[getattr(termios, name)] = value.encode()
 
 
 @pytest.mark.parametrize("case", CASES, ids=[case["id"] for case in CASES])
@@ -75,5 +100,6 @@ def test_the_session_classifier_decides_every_step(case: dict[str, Any]) -> None
         decided.append((step["send"], outcome(decision), decision.reason))
         if not decision.denied:
             remember(session, typed)
+            session.terminal.set(step.get("terminal", {}))
     assert [item[1] for item in decided] == [step["expect"] for step in case["steps"]], decided
     assert (decided[-1][1] if decided else spawned) == case["expect"]

@@ -349,6 +349,9 @@ class _Terminal:
     def interrupt_clears_line(self) -> bool:
         return True
 
+    def line_settings(self) -> None:
+        return None  # not a real terminal: read with the defaults (a remote one's are not visible either)
+
 
 def _session(history: list[str]) -> Any:
     return SimpleNamespace(

@@ -85,6 +85,38 @@ async def test_a_prompt_made_to_read_like_a_password_prompt_hides_nothing(tmp_pa
     assert f"touch {made}" in [record["args"]["data"] for record in sends(audit_path, session_id)]
 
 
+@pytest.mark.parametrize("shell", ["sh", "the default bash"])
+async def test_a_prompt_shown_while_nothing_reads_the_terminal_withholds_nothing(
+    tmp_path: Path, shell: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Review A1: a password prompt printed with echo off, then a program that does not read (`sleep`): the
+    line typed meanwhile is read by the shell afterwards. It is recorded in full, and a secret is not typed."""
+    made = tmp_path / "made-while-sleeping"
+    audit_path = tmp_path / "audit.jsonl"
+    secret = f"hunter2-{secrets.token_hex(6)}"
+    monkeypatch.setenv("RS_TEST_DB_PASSWORD", secret)
+    command, _ = ECHO_OFF[shell]
+    texts = []
+    async with connect(audit_path, policy_mode="guarded", secret_env_allow="RS_TEST_*") as client:
+        arguments: dict[str, Any] = {"env": {"PS1": PROMPT}, "until": AT_PROMPT, "timeout": 10}
+        session_id, _ = await spawn(client, **arguments, **({"command": command} if command else {}))
+        bait = "stty -echo; printf 'Password: '; sleep 3"
+        shown = await call(client, "session_send", session_id=session_id, data=bait, until="Password: $")
+        assert fields(shown)["wait"] == "match", text_of(shown)
+        line = f"touch {made}"
+        typed = await call(client, "session_send", session_id=session_id, data=line, timeout=1)
+        assert not typed.is_error, text_of(typed)
+        secret_sent = await call(client, "session_send", session_id=session_id, secret_env="RS_TEST_DB_PASSWORD")
+        assert text_of(secret_sent).startswith("[ERROR: EchoOn: "), text_of(secret_sent)
+        after = await call(client, "session_recv", session_id=session_id, until=AT_PROMPT, timeout=10)
+        texts = [text_of(typed), text_of(secret_sent), text_of(after)]
+    assert made.exists()  # the shell ran the line after sleep ended
+    assert line in [record["args"].get("data") for record in sends(audit_path, session_id)]
+    assert "withheld" not in audit_path.read_text()
+    assert all(secret not in text for text in texts)
+    assert secret not in audit_path.read_text()
+
+
 @pytest.fixture
 def test_user() -> Iterator[tuple[str, str]]:
     """A throwaway user (no home, a password), removed afterwards: for passwd and sudo."""
