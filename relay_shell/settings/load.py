@@ -17,9 +17,10 @@ from relay_shell.errors import ConfigError
 from relay_shell.settings.file import CONFIG_VARIABLE, config_file_path, key_line, toml_value, unsafe_place
 from relay_shell.settings.model import ENV_PREFIX, Settings, areas, environment_values, setting_fields
 
-# Set by relay-shell itself, not by an operator: the containment marker every command inherits (a relay-shell
-# started by a command sees it; containment/proc.py MARKER_VARIABLE).
-NOT_SETTINGS = {"RELAY_SHELL_UNIT", CONFIG_VARIABLE}
+# Not settings: the containment marker every command inherits (a relay-shell started by a command sees it;
+# containment/proc.py MARKER_VARIABLE), and the test suite's simulated Landlock ABI (confine/landlock.py
+# SIMULATED_ABI_VARIABLE), which the banner warns about when set.
+NOT_SETTINGS = {"RELAY_SHELL_UNIT", CONFIG_VARIABLE, "RELAY_SHELL_TEST_SIMULATE_LANDLOCK_ABI"}
 
 
 def load_settings() -> Settings:
