@@ -30,8 +30,8 @@ def load_settings() -> Settings:
     problem = unsafe_place(path) if path is not None else None
     if problem is not None:  # whoever can write the file sets the policy: refused, as sshd refuses its own
         raise ConfigError(
-            f"{path}: refused: {problem}; allowed: a file, and directories above it, owned by root or the server's "
-            "user and writable by no one else (chmod go-w, chown)"
+            f"{path}: refused: {problem}; allowed: a file, the directories above it and any symbolic link on the "
+            "way, owned by root or the server's user and writable by no one else (chmod go-w, chown)"
         )
     try:
         return Settings()
@@ -108,6 +108,8 @@ def _section_problem(key: str, error: ErrorDetails) -> str:
     if error["type"] == "model_type":
         return f"[{key}]: must be a table of settings ([{key}] then `name = value` lines)"
     fields = setting_fields()
+    if key.lower() in sections:
+        return f"[{key}]: unknown section (TOML names are case-sensitive); did you mean [{key.lower()}]?"
     if key in fields:
         return f"{key}: a setting outside its section; put it under [{fields[key][0]}]"
     nearest = difflib.get_close_matches(key, sections, n=1)
@@ -123,6 +125,8 @@ def _unknown_key(area: str, name: str) -> str:
     import difflib
 
     in_area = list(areas()[area].model_fields)
+    if name.lower() in in_area:
+        return f"[{area}] {name}: unknown setting (TOML names are case-sensitive); did you mean {name.lower()}?"
     nearest = difflib.get_close_matches(name, in_area, n=1)
     if nearest:
         return f"[{area}] {name}: unknown setting; did you mean {nearest[0]}?"
