@@ -22,6 +22,7 @@ import pytest
 
 from tests.conftest import fields, server_env, text_of
 from tests.e2e.confinement.helpers import serve
+from tests.procs import server_pid
 
 pytestmark = pytest.mark.anyio
 SIMULATE = "RELAY_SHELL_TEST_SIMULATE_LANDLOCK_ABI"
@@ -70,23 +71,10 @@ def test_auto_starts_below_abi_6_and_says_it_loudly(tmp_path: Path) -> None:
     assert "WARNING: readonly is only partly" in checked.stderr, checked.stderr
 
 
-def _server_threads() -> tuple[int, list[int]]:
-    """The stdio server this test process started (the SDK's client runs it as a child): its pid, and the ids
-    of its other threads."""
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as stat:
-                parent = int(stat.read().rsplit(")", 1)[1].split()[1])
-            with open(f"/proc/{entry}/cmdline", "rb") as cmdline:
-                argv = cmdline.read().split(b"\0")
-        except OSError:
-            continue
-        if parent == os.getpid() and b"relay_shell" in argv:
-            pid = int(entry)
-            return pid, sorted(int(task) for task in os.listdir(f"/proc/{pid}/task") if int(task) != pid)
-    raise AssertionError("the stdio server is not a child of the test")
+def _server_threads(audit_path: Path) -> tuple[int, list[int]]:
+    """The stdio server under test: its pid, and the ids of its other threads."""
+    pid = server_pid(audit_path)
+    return pid, sorted(int(task) for task in os.listdir(f"/proc/{pid}/task") if int(task) != pid)
 
 
 KILL_PROBE = "kill -0 {target} && echo sent || echo refused"
@@ -103,7 +91,7 @@ async def test_below_abi_6_a_readonly_tree_reaches_the_servers_threads_as_server
     extra = {SIMULATE: str(abi)} if abi is not None else {}
     async with serve(audit_path, extra, policy_mode="readonly", metrics_addr="127.0.0.1:0") as client:
         info = fields(await client.call_tool("server_info", {}))["info"]
-        pid, threads = _server_threads()
+        pid, threads = _server_threads(audit_path)
         assert threads, "the server runs more than one thread"
         to_thread = await client.call_tool("shell_exec", {"command": KILL_PROBE.format(target=threads[0])})
         to_server = await client.call_tool("shell_exec", {"command": KILL_PROBE.format(target=pid)})
