@@ -27,7 +27,10 @@ def load_settings() -> Settings:
     path = config_file_path()
     if path is not None and not path.is_file():
         raise ConfigError(f"{CONFIG_VARIABLE}={str(path)!r}: no such file; allowed: the path of a TOML config file")
-    problem = unsafe_place(path) if path is not None else None
+    try:
+        problem = unsafe_place(path) if path is not None else None
+    except OSError as exc:  # a link loop, or the path changed while it was walked
+        raise ConfigError(f"{path}: cannot check who may change it: {exc.strerror or exc}") from None
     if problem is not None:  # whoever can write the file sets the policy: refused, as sshd refuses its own
         raise ConfigError(
             f"{path}: refused: {problem}; allowed: a file, the directories above it and any symbolic link on the "
