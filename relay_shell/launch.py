@@ -17,7 +17,8 @@ A tree starts under what the server's settings turned on, each a null object whe
   (`prepare_child`), a ProxyCommand goes through `python -m relay_shell.confine.run` (`helper_argv`). The
   records of a confined tree say so (`confinement`). Outside readonly, or where the kernel has no Landlock,
   `Unconfined`: nothing is confined (and nothing under confine/ is imported), and in readonly the banner,
-  server_info, the metric and every record say `classifier-only`.
+  server_info, the metric and every record say `classifier-only` (launch_readonly.py, which also says what a
+  kernel below Landlock ABI 6 leaves unenforced).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from typing import IO, TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 import anyio
 
 from relay_shell.containment.units import Containment, NoUnit, Unit
-from relay_shell.errors import ConfigError
+from relay_shell.launch_readonly import UNCONFINED, Unconfined, enforced_by, readonly_warnings, start_confinement
 from relay_shell.launch_trace_default import trace_default
 from relay_shell.plan import Plan
 from relay_shell.settings.model import Settings
@@ -166,52 +167,6 @@ class TraceOff:
             "read_faults": 0,
             "trees_open": 0,
         }
-
-
-class Unconfined:
-    """Nothing is confined: the mode is not readonly (`off`), or readonly runs classifier-only here (`reason` says
-    why; the banner, server_info, the metric, the operating guide and every record of a tree say so)."""
-
-    abi = 0
-
-    def __init__(self, state: Literal["off", "classifier-only"], reason: str, setting: str) -> None:
-        self.state = state
-        self.reason = reason
-        self.setting = setting
-        self.label = state
-
-    def run_confined(self, start: Callable[[], T]) -> T:
-        return start()
-
-    def run_on_spare(self, start: Callable[[], T], join: Callable[[], None]) -> T:
-        return start()
-
-    def prepare_child(self) -> None:
-        pass
-
-    def started_child(self) -> None:
-        pass
-
-    def helper_argv(self, argv: list[str]) -> list[str]:
-        return argv
-
-    def record_fields(self) -> dict[str, Any]:
-        return {"confinement": "classifier-only"} if self.state == "classifier-only" else {}
-
-    def status(self) -> dict[str, Any]:
-        return {"readonly": self.label, "setting": self.setting, "reason": self.reason}
-
-    def guide_note(self) -> str:
-        if self.state == "off":
-            return ""
-        return (
-            "\n## Readonly on this host\n\nWARNING: readonly is NOT enforced by the kernel here "
-            f"({self.reason}). The classifier alone decides what runs: a command it misjudges runs with the "
-            "server's full rights. Stay with plain observation commands.\n"
-        )
-
-
-UNCONFINED = Unconfined("off", "not asked for", "auto")  # a launcher made without settings (tests, tools)
 
 
 class TreeRecords(Protocol):
@@ -402,7 +357,7 @@ class Launcher:
         chosen = " (auto)" if self.setting == "auto" and self.tracer.state != "unavailable" else ""
         banner = f"containment {self.containment.mode} | exec trace {self.tracer.state}{chosen}"
         if self.confinement.state != "off":
-            banner += f" | readonly enforced by {self.confinement.label}"
+            banner += f" | readonly enforced by {enforced_by(self.confinement)}"
         return banner
 
     def banner_notes(self) -> list[str]:
@@ -420,6 +375,7 @@ class Launcher:
                 f"WARNING: readonly is NOT enforced by the kernel here ({self.confinement.reason}): the classifier "
                 "alone decides what runs; RELAY_SHELL_READONLY_ENFORCEMENT=required refuses to start instead"
             )
+        notes += readonly_warnings(self.confinement)
         return notes
 
     def trace_status(self) -> dict[str, Any]:
@@ -445,31 +401,6 @@ def start_launcher(settings: Settings, containment: Containment, metrics: Metric
     if setting == "auto" and tracer.active:
         tracer.reason = f"{reason}; {tracer.reason}"
     return Launcher(containment, tracer, confinement, setting)
-
-
-def start_confinement(settings: Settings, metrics: Metrics) -> Confinement | Unconfined:
-    """Readonly mode: every tree confined where the kernel has Landlock, else classifier-only with the reason, or
-    (RELAY_SHELL_READONLY_ENFORCEMENT=required) a ConfigError: startup stops with exit 2."""
-    mode, setting = settings.policy.policy_mode, settings.policy.readonly_enforcement
-    if mode != "readonly":
-        metrics.readonly_kernel_enforcement.set(-1)
-        return Unconfined("off", f"policy mode {mode}", setting)
-    from relay_shell.confine.confinement import ConfinementUnavailable
-    from relay_shell.confine.confinement import start_confinement as confine_readonly
-
-    try:
-        confinement = confine_readonly(setting, metrics)
-    except ConfinementUnavailable as exc:
-        if setting == "required":
-            raise ConfigError(
-                f"RELAY_SHELL_READONLY_ENFORCEMENT=required: readonly cannot be enforced by the kernel here ({exc}); "
-                "allowed: auto (readonly runs classifier-only, said at startup and in server_info) or a kernel "
-                "with Landlock"
-            ) from None
-        metrics.readonly_kernel_enforcement.set(0)
-        return Unconfined("classifier-only", str(exc), setting)
-    metrics.readonly_kernel_enforcement.set(confinement.abi)
-    return confinement
 
 
 def _popen(

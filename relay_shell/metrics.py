@@ -157,8 +157,9 @@ DEFINITIONS: tuple[Definition, ...] = (
         "readonly_kernel_enforcement",
         "gauge",
         "relay_shell_readonly_kernel_enforcement",
-        "The Landlock ABI every process tree of a readonly call is confined with; 0: readonly runs "
-        "classifier-only (no Landlock here), -1: the policy mode is not readonly.",
+        "The Landlock ABI every process tree of a readonly call is confined with (below 6 partly: signals and "
+        "abstract sockets are not scoped); 0: readonly runs classifier-only (no Landlock here), -1: the policy mode "
+        "is not readonly.",
     ),
     Definition(
         "confined_trees",

@@ -73,10 +73,13 @@ def check_configuration(settings: Settings) -> int:
         syslog_tls(settings)
     enforcement = ""
     if settings.policy.policy_mode == "readonly":  # a kernel that cannot enforce it: said, or (required) refused
-        from relay_shell.launch import start_confinement
+        from relay_shell.launch_readonly import enforced_by, readonly_warnings, start_confinement
         from relay_shell.metrics import Metrics
 
-        enforcement = f"; readonly enforced by {start_confinement(settings, Metrics(enabled=False)).label}"
+        confinement = start_confinement(settings, Metrics(enabled=False))
+        enforcement = f"; readonly enforced by {enforced_by(confinement)}"
+        for warning in readonly_warnings(confinement):  # below Landlock ABI 6: what the kernel leaves undone
+            print(f"relay-shell: {warning}", file=sys.stderr)
     print(
         f"relay-shell {__version__}: configuration OK (audit log {settings.audit.audit_path} is writable{enforcement})"
     )

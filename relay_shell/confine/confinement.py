@@ -60,6 +60,7 @@ class Confinement:
         self.label = f"landlock ABI {abi}"
         self.state = "landlock"
         self.reason = ""
+        self.not_enforced = landlock.not_enforced(abi)  # below ABI 6: what is left to the classifier
         self.ruleset = landlock.create_ruleset(abi, WRITABLE_DEVICES)
         self.program = syscall_filter.build(os.getpid(), abi)
         self.privileged = capabilities.privileged()
@@ -162,12 +163,18 @@ class Confinement:
         return {"confinement": self.label}
 
     def guide_note(self) -> str:
-        """The operating guide's section on this host (the same at every ABI: server_info has the details)."""
-        return (
+        """The operating guide's section on this host (the same from ABI 6 on: server_info has the details)."""
+        note = (
             "\n## Readonly on this host\n\nReadonly is enforced by the kernel here: every process you start is "
             "confined, whatever the classifier admitted. `server_info` (`enforcement.refused`) lists what fails, with "
             "`Permission denied` or `Operation not permitted`.\n"
         )
+        if self.not_enforced:
+            note += (
+                f"\nWARNING: only partly (Landlock ABI {self.abi}): the kernel here does not refuse "
+                f"{'; '.join(self.not_enforced)}. The classifier alone stands there: send no signals.\n"
+            )
+        return note
 
     def status(self) -> dict[str, Any]:
         return {
@@ -176,6 +183,7 @@ class Confinement:
             "landlock_abi": self.abi,
             "no_new_privs": True,
             "refused": _refused(self.abi),
+            "not_enforced": self.not_enforced,
             "capabilities_kept": sorted(capabilities.KEPT.values()) if self.privileged else [],
             "trees_confined": self.trees,
             "confinement_failures": self.failures,

@@ -48,6 +48,14 @@ _CHANGES_ABI1 = (
     | MAKE_SYM
 )  # fmt: skip
 
+# The ABI that gives all readonly promises (adr/0024): files, TCP bind (4), signal and abstract-socket scopes (6).
+FULL_ABI = 6
+KERNEL_OF_ABI = {1: "5.13", 2: "5.19", 3: "6.2", 4: "6.7", 5: "6.10", 6: "6.12", 7: "6.15"}
+# For the test suite only, never an operator's setting: Landlock is used as if the kernel offered at most this ABI,
+# so that a server can be run as an older kernel's would (only lowers; the banner warns while it is set). This
+# machine's kernel has ABI 7, and the tests need the server's own behaviour below ABI 6 (adr/0024, Round 4).
+SIMULATED_ABI_VARIABLE = "RELAY_SHELL_TEST_SIMULATE_LANDLOCK_ABI"
+
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.syscall.restype = ctypes.c_long
 
@@ -57,18 +65,47 @@ class LandlockUnavailable(Exception):
 
 
 def abi_version() -> int:
-    """The Landlock ABI of this kernel (7 on 6.15+); LandlockUnavailable naming why there is none."""
+    """The Landlock ABI of this kernel (7 on 6.15+), or the lower one SIMULATED_ABI_VARIABLE asks for;
+    LandlockUnavailable naming why there is none."""
     version = _libc.syscall(
         ctypes.c_long(_CREATE_RULESET), None, ctypes.c_long(0), ctypes.c_long(_CREATE_RULESET_VERSION)
     )
     if version >= 1:
-        return int(version)
+        simulated = simulated_abi()
+        return min(int(version), simulated) if simulated is not None else int(version)
     code = ctypes.get_errno()
     if code == errno.ENOSYS:
         raise LandlockUnavailable("this kernel has no Landlock (Linux before 5.13, or built without it)")
     if code == errno.EOPNOTSUPP:
         raise LandlockUnavailable("Landlock is built in but not enabled (add `landlock` to the lsm= boot parameter)")
     raise LandlockUnavailable(f"landlock_create_ruleset: {os.strerror(code)} (a container's seccomp policy?)")
+
+
+def simulated_abi() -> int | None:
+    """The ABI the test-only SIMULATED_ABI_VARIABLE asks for, None when it is unset; LandlockUnavailable for a
+    value that is not an ABI (nothing is guessed: readonly then runs as the setting says it must without one)."""
+    raw = os.environ.get(SIMULATED_ABI_VARIABLE, "")
+    if raw == "":
+        return None
+    if not raw.isdigit() or not 1 <= int(raw) <= max(KERNEL_OF_ABI):
+        raise LandlockUnavailable(f"{SIMULATED_ABI_VARIABLE}={raw!r} is not a Landlock ABI (a test-only variable)")
+    return int(raw)
+
+
+def not_enforced(abi: int) -> list[str]:
+    """What readonly promises that the kernel does not refuse at this ABI (below FULL_ABI): left to the
+    classifier, in words an operator reads in the banner, server_info and the operating guide."""
+    missing = []
+    if abi < 4:
+        missing.append("listening on TCP ports (Landlock ABI 4, Linux 6.7)")
+    if abi < FULL_ABI:
+        missing.append(
+            "signals to processes outside the call, the server's own threads included: kill(2) or tkill(2) of any "
+            "of the server's thread ids ends the server (Landlock ABI 6, Linux 6.12; the syscall filter refuses "
+            "only the server's pid, its process group, the spawning thread and -1)"
+        )
+        missing.append("connecting to abstract unix sockets outside the call (Landlock ABI 6, Linux 6.12)")
+    return missing
 
 
 def handled_rights(abi: int) -> tuple[int, int, int]:

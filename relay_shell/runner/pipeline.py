@@ -78,7 +78,7 @@ class Runner:
         """Run one validated tool call: `prepare` checks the arguments and says what would run (a Plan)."""
         entry = self.tools.get(request.tool)
         call = self._call_audit(request.tool, request)
-        call.arguments = entry.recordable(request.arguments) if entry is not None else request.arguments
+        call.arguments = entry.recordable(request.arguments, request.owner) if entry is not None else request.arguments
         refusal = self.recorder.unavailable()
         if refusal is not None:
             return self.finisher.stop(call, 0, "error", refusal)
@@ -132,7 +132,7 @@ class Runner:
         # able to write records that pass for the server's own events (`oauth:…`, `session:end`) or add metric
         # series.
         call = self._call_audit(request.tool if entry is not None else "unknown", request)
-        call.arguments = rejected_arguments(entry, arguments)
+        call.arguments = rejected_arguments(entry, arguments, request.owner)
         # The message may quote a value the filter kept out of the record (`got ['<token>']`).
         withheld = entry is not None and entry.record_filter is not None and call.arguments != arguments
         return self.finisher.stop(call, 0, "error", message, reason_withheld=withheld)
@@ -144,7 +144,7 @@ class Runner:
         started = time.monotonic()
         entry = self.tools.get(refused.tool) if isinstance(refused.tool, str) else None
         tool = refused.tool if entry is not None and isinstance(refused.tool, str) else "unknown"
-        arguments = {} if refused.arguments is None else rejected_arguments(entry, refused.arguments)
+        arguments = {} if refused.arguments is None else rejected_arguments(entry, refused.arguments, None)
         identity = Identity(request_id=refused.request_id, client_id=f"{self.settings.http.transport}:{client_name}")
         record = event_record(tool, 0, "error", identity, audit_arguments(arguments), started)
         record.update(call_id=self.recorder.new_call_id(), phase="end", reason=redact_text(refused.reason)[:512])
@@ -229,10 +229,11 @@ class Runner:
             return stopped("error", f"Internal: {type(exc).__name__}: {exc}")
 
 
-def rejected_arguments(entry: ToolEntry | None, arguments: Any) -> dict[str, Any]:
-    """What the record of a refused call keeps of arguments that may not even be an object."""
+def rejected_arguments(entry: ToolEntry | None, arguments: Any, owner: str | None) -> dict[str, Any]:
+    """What the record of a refused call keeps of arguments that may not even be an object; `owner`: the caller's
+    (None when the transport refused the message before its client was told apart)."""
     if isinstance(arguments, dict):
-        return entry.recordable(arguments) if entry is not None else arguments
+        return entry.recordable(arguments, owner) if entry is not None else arguments
     if entry is not None and entry.record_filter is not None:
         return {"arguments": f"withheld ({type(arguments).__name__})"}
     return {"arguments": repr(arguments)[:1024]}

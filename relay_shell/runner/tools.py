@@ -10,8 +10,9 @@ from typing import Any
 from mcp.server.mcpserver.tools import Tool
 
 # What the audit record may keep of the arguments of a call, valid or not (a password typed into a session is
-# withheld even when the call fails validation; a confirmation token is kept as its digest).
-RecordFilter = Callable[[dict[str, Any]], dict[str, Any]]
+# withheld even when the call fails validation; a confirmation token is kept as its digest), given who calls: the
+# owner of what the call names (identity.owner_of), None when not known (a message the transport refused).
+RecordFilter = Callable[[dict[str, Any], str | None], dict[str, Any]]
 
 
 @dataclass(frozen=True)
@@ -32,8 +33,8 @@ class ToolEntry:
         """The arguments as the tool receives them (defaults filled in); raises pydantic's ValidationError."""
         return self.tool.fn_metadata.validate_arguments(arguments)
 
-    def recordable(self, arguments: dict[str, Any]) -> dict[str, Any]:
-        return self.record_filter(arguments) if self.record_filter is not None else arguments
+    def recordable(self, arguments: dict[str, Any], owner: str | None) -> dict[str, Any]:
+        return self.record_filter(arguments, owner) if self.record_filter is not None else arguments
 
 
 ToolTable = Mapping[str, ToolEntry]

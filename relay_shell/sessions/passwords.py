@@ -64,10 +64,17 @@ def withheld_input(arguments: dict[str, Any], session: Session, prompt: str) -> 
     return {**arguments, "data": f"[withheld: {len(data)} characters typed at the password prompt {prompt!r}]"}
 
 
-def withhold_at_password_prompt(registry: SessionRegistry, arguments: dict[str, Any]) -> dict[str, Any]:
-    """For every session_send record, valid or not: withhold `data` while the session shows a password prompt."""
+def withhold_at_password_prompt(
+    registry: SessionRegistry, arguments: dict[str, Any], owner: str | None
+) -> dict[str, Any]:
+    """For every session_send record, valid or not: withhold `data` while the caller's session shows a password
+    prompt. Another client's session is not looked at (its prompt must neither hide nor name what this caller
+    typed). `owner` None: a message the transport refused before its client could be told apart; withheld as
+    the session's owner would be, since a password must not reach the log and that call ran nothing."""
     session_id = arguments.get("session_id")
     session = registry.sessions.get(session_id) if isinstance(session_id, str) else None
+    if session is not None and owner is not None and session.owner != owner:
+        return arguments
     prompt = password_prompt(session) if session is not None else None
     if session is None or prompt is None:
         return arguments

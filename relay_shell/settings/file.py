@@ -5,6 +5,7 @@ written, for errors that name the file and the line, and writes values as TOML (
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import stat
@@ -27,19 +28,48 @@ def config_file_path() -> Path | None:
 
 def unsafe_place(path: Path) -> str | None:
     """Why the config file could be changed by someone other than root or the server's user, as sshd's StrictModes
-    sees it: the file or a directory above it owned by another user, or writable by its group or others (a
-    directory with the sticky bit, /tmp, may be: nobody else can replace a file in it). None when it is safe."""
+    sees it: the file or a directory on the way to it owned by another user, or writable by its group or others (a
+    directory with the sticky bit, /tmp, may be: nobody else can replace a file in it). The path is walked as the
+    kernel resolves it, so a symbolic link on the way is checked too: its owner, the directory holding it (whoever
+    may replace the link chooses the file), then the directories and the file it leads to. None when it is safe."""
     uid = os.geteuid()
-    resolved = path.resolve()
-    for place in (resolved, *resolved.parents):
-        info = place.stat()
-        kind = "file" if place == resolved else "directory"
-        if info.st_uid not in (0, uid):
-            return f"the {kind} {place} is owned by uid {info.st_uid}, not root or the server's user (uid {uid})"
-        writable = info.st_mode & 0o022
-        if writable and (kind == "file" or not info.st_mode & stat.S_ISVTX):
-            who = {0o020: "its group", 0o002: "others"}.get(writable, "its group and others")
-            return f"the {kind} {place} is writable by {who} (mode {stat.S_IMODE(info.st_mode):04o})"
+    # Not normalised: `link/..` is the parent of where the link leads, resolved as the walk goes.
+    pending = list((path if path.is_absolute() else Path.cwd() / path).parts[1:])
+    current = Path("/")
+    links = 0
+    while pending:
+        part = pending.pop(0)
+        if part == "..":  # `current` has no link in it: its parent is the real one, and no one can replace `..`
+            current = current.parent
+            continue
+        # Whoever may write a directory may replace the name looked up in it.
+        problem = _unsafe(current, os.stat(current), "directory", uid)
+        if problem is not None:
+            return problem
+        place = current / part
+        info = os.lstat(place)
+        if stat.S_ISLNK(info.st_mode):
+            links += 1
+            if links > 40:
+                raise OSError(errno.ELOOP, f"too many levels of symbolic links: {path}")
+            if info.st_uid not in (0, uid):
+                owner = f"owned by uid {info.st_uid}, not root or the server's user (uid {uid})"
+                return f"the symbolic link {place} is {owner}"
+            target = Path(os.readlink(place))
+            pending[:0] = list(target.parts[1:] if target.is_absolute() else target.parts)
+            current = Path("/") if target.is_absolute() else current
+            continue
+        current = place
+    return _unsafe(current, os.stat(current), "file", uid)
+
+
+def _unsafe(place: Path, info: os.stat_result, kind: str, uid: int) -> str | None:
+    if info.st_uid not in (0, uid):
+        return f"the {kind} {place} is owned by uid {info.st_uid}, not root or the server's user (uid {uid})"
+    writable = info.st_mode & 0o022
+    if writable and (kind == "file" or not info.st_mode & stat.S_ISVTX):
+        who = {0o020: "its group", 0o002: "others"}.get(writable, "its group and others")
+        return f"the {kind} {place} is writable by {who} (mode {stat.S_IMODE(info.st_mode):04o})"
     return None
 
 

@@ -17,20 +17,24 @@ from relay_shell.errors import ConfigError
 from relay_shell.settings.file import CONFIG_VARIABLE, config_file_path, key_line, toml_value, unsafe_place
 from relay_shell.settings.model import ENV_PREFIX, Settings, areas, environment_values, setting_fields
 
-# Set by relay-shell itself, not by an operator: the containment marker every command inherits (a relay-shell
-# started by a command sees it; containment/proc.py MARKER_VARIABLE).
-NOT_SETTINGS = {"RELAY_SHELL_UNIT", CONFIG_VARIABLE}
+# Not settings: the containment marker every command inherits (a relay-shell started by a command sees it;
+# containment/proc.py MARKER_VARIABLE), and the test suite's simulated Landlock ABI (confine/landlock.py
+# SIMULATED_ABI_VARIABLE), which the banner warns about when set.
+NOT_SETTINGS = {"RELAY_SHELL_UNIT", CONFIG_VARIABLE, "RELAY_SHELL_TEST_SIMULATE_LANDLOCK_ABI"}
 
 
 def load_settings() -> Settings:
     path = config_file_path()
     if path is not None and not path.is_file():
         raise ConfigError(f"{CONFIG_VARIABLE}={str(path)!r}: no such file; allowed: the path of a TOML config file")
-    problem = unsafe_place(path) if path is not None else None
+    try:
+        problem = unsafe_place(path) if path is not None else None
+    except OSError as exc:  # a link loop, or the path changed while it was walked
+        raise ConfigError(f"{path}: cannot check who may change it: {exc.strerror or exc}") from None
     if problem is not None:  # whoever can write the file sets the policy: refused, as sshd refuses its own
         raise ConfigError(
-            f"{path}: refused: {problem}; allowed: a file, and directories above it, owned by root or the server's "
-            "user and writable by no one else (chmod go-w, chown)"
+            f"{path}: refused: {problem}; allowed: a file, the directories above it and any symbolic link on the "
+            "way, owned by root or the server's user and writable by no one else (chmod go-w, chown)"
         )
     try:
         return Settings()
@@ -107,6 +111,8 @@ def _section_problem(key: str, error: ErrorDetails) -> str:
     if error["type"] == "model_type":
         return f"[{key}]: must be a table of settings ([{key}] then `name = value` lines)"
     fields = setting_fields()
+    if key.lower() in sections:
+        return f"[{key}]: unknown section (TOML names are case-sensitive); did you mean [{key.lower()}]?"
     if key in fields:
         return f"{key}: a setting outside its section; put it under [{fields[key][0]}]"
     nearest = difflib.get_close_matches(key, sections, n=1)
@@ -122,6 +128,8 @@ def _unknown_key(area: str, name: str) -> str:
     import difflib
 
     in_area = list(areas()[area].model_fields)
+    if name.lower() in in_area:
+        return f"[{area}] {name}: unknown setting (TOML names are case-sensitive); did you mean {name.lower()}?"
     nearest = difflib.get_close_matches(name, in_area, n=1)
     if nearest:
         return f"[{area}] {name}: unknown setting; did you mean {nearest[0]}?"

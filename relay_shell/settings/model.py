@@ -125,9 +125,9 @@ def merged_sources(values: Mapping[str, Any]) -> dict[str, Any]:
         sources.append(file_values(path))
     merged: dict[str, Any] = {}
     for source in reversed(sources):
-        for key, value in source.items():
-            # An area's name in any case, as pydantic-settings matched them (`[HTTP]` is [http]).
-            area = key.lower() if key.lower() in Settings.model_fields else key
+        for area, value in source.items():
+            # As written: TOML names are case-sensitive, so `[SESSIONS]` is no area (an error naming [sessions]),
+            # never read as [sessions] beside a [sessions] of its own.
             below = merged.get(area)
             if isinstance(value, Mapping) and isinstance(below, Mapping):
                 merged[area] = {**below, **value}

@@ -21,8 +21,9 @@ class PolicySettings(Area):
     policy_mode: Literal["open", "guarded", "readonly"] = Field("open", description="open, guarded or readonly")
     readonly_enforcement: Literal["auto", "required"] = Field(
         "auto",
-        description="auto (readonly is enforced by the kernel with Landlock where it has it, classifier-only and "
-        "said loudly where not) or required (refuse to start in readonly mode without Landlock)",
+        description="auto (readonly is enforced by the kernel with Landlock as far as its ABI goes, the rest and "
+        "a kernel without Landlock left to the classifier and said loudly) or required (refuse to start in readonly "
+        "mode unless the kernel enforces all of it: Landlock ABI 6, Linux 6.12)",
     )
     policy_deny: tuple[Regex, ...] = Field((), description=PATTERNS)
     policy_allow: tuple[Regex, ...] = Field((), description=PATTERNS)

@@ -8,6 +8,8 @@ from typing import Any
 
 from pydantic_settings import BaseSettings, SettingsConfigDict, TomlConfigSettingsSource
 
+from relay_shell.settings.values import FileText
+
 
 class FileLayout(BaseSettings):
     """How the file is read: no fields of its own, so every section comes back as written, and Settings, whose
@@ -17,6 +19,13 @@ class FileLayout(BaseSettings):
 
 
 def file_values(path: Path) -> dict[str, Any]:
-    """The file's tables by section; tomllib's TOMLDecodeError (a ValueError naming line and column) for a file
-    that is not TOML, OSError for one that cannot be read."""
-    return TomlConfigSettingsSource(FileLayout, toml_file=path)()
+    """The file's tables by section, each string a FileText (a string where a number belongs is an error, not
+    read as the number); tomllib's TOMLDecodeError (a ValueError naming line and column) for a file that is not
+    TOML, OSError for one that cannot be read."""
+    tables = TomlConfigSettingsSource(FileLayout, toml_file=path)()
+    return {
+        section: {key: FileText(value) if isinstance(value, str) else value for key, value in table.items()}
+        if isinstance(table, dict)
+        else table
+        for section, table in tables.items()
+    }

@@ -24,9 +24,9 @@ AREA_CONFIG = ConfigDict(extra="forbid", validate_default=True, arbitrary_types_
 class Area(BaseModel):
     """What every area's model is: AREA_CONFIG, and no truth value read as a number or a number as a truth value.
 
-    pydantic's lax mode takes `max_sessions = true` as 1 and `audit_chain = 1` as true: a TOML value has a type,
-    and a file that writes the wrong one is a mistake to point out, not to guess at (the environment's text is
-    still read as text: RELAY_SHELL_AUDIT_CHAIN=1 is true)."""
+    pydantic's lax mode takes `max_sessions = true` as 1, `audit_chain = 1` as true and `max_sessions = "7"` as 7:
+    a TOML value has a type, and a file that writes the wrong one is a mistake to point out, not to guess at (the
+    environment's text is still read as text: RELAY_SHELL_AUDIT_CHAIN=1 is true, RELAY_SHELL_MAX_SESSIONS=7 is 7)."""
 
     model_config = AREA_CONFIG
 
@@ -38,7 +38,19 @@ class Area(BaseModel):
             raise ValueError(f"must be true or false, not the number {raw!r}")
         if annotation in (int, float) and isinstance(raw, bool):
             raise ValueError(f"must be a number, not {str(raw).lower()}")
+        if isinstance(raw, FileText):
+            if annotation in (int, float, bool):
+                kind = {int: "an integer", float: "a number", bool: "true or false"}[annotation]
+                raise ValueError(f"must be {kind}, not a string (TOML: write it without quotes)")
+            return str(raw)
         return raw
+
+
+class FileText(str):
+    """A string as the config file wrote it (settings/toml_file.py): a TOML string where a number or a truth value
+    belongs is refused (`max_sessions = "7"`), while the environment's text is read as text."""
+
+    __slots__ = ()
 
 
 # In json_schema_extra: the value is where key or token material is kept; `relay-shell config show` masks it.

@@ -108,7 +108,27 @@ def test_check_config_and_the_audit_tools_read_the_file(tmp_path: Path, log_path
         (
             '\n[sessions]\nmax_sessions = "many"\n',
             3,
-            ['[sessions] max_sessions = "many"', "valid integer", "1 to 1024"],
+            ['[sessions] max_sessions = "many"', "must be an integer, not a string", "1 to 1024"],
+        ),
+        # review nit: a TOML string is no number or truth value, even one that reads as one (strict types)
+        ('[sessions]\nmax_sessions = "7"\n', 2, ['[sessions] max_sessions = "7": must be an integer, not a string']),
+        ('[limits]\nkill_grace = "2.5"\n', 2, ['[limits] kill_grace = "2.5": must be a number, not a string']),
+        ('[audit]\naudit_chain = "true"\n', 2, ['[audit] audit_chain = "true": must be true or false, not a string']),
+        # review nit: TOML names are case-sensitive; a table or key in another case is refused, never merged
+        (
+            "[SESSIONS]\nmax_sessions = 3\n",
+            1,
+            ["[SESSIONS]: unknown section (TOML names are case-sensitive); did you mean [sessions]?"],
+        ),
+        (
+            "[sessions]\nmax_sessions = 3\n[Sessions]\nmax_sessions = 5\n",
+            3,
+            ["[Sessions]: unknown section", "did you mean [sessions]?"],
+        ),
+        (
+            "[limits]\nMAX_OUTPUT = 2048\n",
+            2,
+            ["[limits] MAX_OUTPUT: unknown setting (TOML names are case-sensitive); did you mean max_output?"],
         ),
         # review S3: a truth value is no number and a number no truth value (pydantic's lax mode would take them)
         ("[audit]\naudit_chain = 1\n", 2, ["[audit] audit_chain = 1: must be true or false, not the number 1"]),
@@ -227,6 +247,52 @@ def test_a_file_others_could_change_is_refused_at_startup(tmp_path: Path, change
     config.chmod(0o600)
     os.chown(config, os.geteuid(), -1)
     assert relay_shell("--config", str(config), "--check-config").returncode == 0
+
+
+@pytest.mark.parametrize(
+    ("change", "fragment"),
+    [
+        ("link in a world-writable directory", "the directory {links} is writable by its group and others (mode 0777)"),
+        ("link of another user in a sticky directory", "the symbolic link {link} is owned by uid 65534"),
+        ("link to a file others may write", "the file {config} is writable by others (mode 0646)"),
+        ("link to a directory others may write", "the directory {directory} is writable by its group and others"),
+    ],
+)
+def test_a_symbolic_link_others_could_change_is_refused(tmp_path: Path, change: str, fragment: str) -> None:
+    """Review nit: StrictModes followed a symbolic link to a safe file and checked only where it led. Whoever may
+    replace the link (another user owning it, or anyone writing the directory that holds it) chooses the file, so
+    the path is walked as the kernel resolves it: the link's owner, the directory holding it, then the directories
+    and the file it leads to. `..` names no entry anyone could replace."""
+    directory = tmp_path / "etc"
+    directory.mkdir(mode=0o755)
+    config = directory / "relay.toml"
+    config.write_text('[policy]\npolicy_deny = ["mkfs"]\n')
+    config.chmod(0o644)
+    links = tmp_path / "links"
+    links.mkdir(mode=0o755)
+    link = links / "relay.toml"
+    link.symlink_to(config)
+    assert relay_shell("--config", str(link), "--check-config").returncode == 0
+    assert relay_shell("--config", str(links / ".." / "etc" / "relay.toml"), "--check-config").returncode == 0
+    if change == "link in a world-writable directory":
+        links.chmod(0o777)
+    elif change == "link of another user in a sticky directory":
+        links.chmod(0o1777)  # in a sticky directory only its owner may replace the link: here another user
+        os.lchown(link, 65534, -1)
+    elif change == "link to a file others may write":
+        config.chmod(0o646)
+    else:
+        directory.chmod(0o777)
+    for args in (["--config", str(link), "--check-config"], ["--config", str(link)], ["config", "show"]):
+        result = relay_shell(*args, env={"RELAY_SHELL_CONFIG": str(link)} if args[0] == "config" else None)
+        error = result.stderr.strip()
+        assert result.returncode == 2 and result.stdout == "", (args, result)
+        assert error.startswith(f"relay-shell: configuration error: {link}: refused: "), error
+        assert fragment.format(links=links, link=link, config=config, directory=directory) in error, error
+        assert "any symbolic link on the way" in error and "\n" not in error, error
+    if change == "link of another user in a sticky directory":
+        os.lchown(link, os.geteuid(), -1)  # the server's own link in a sticky directory is fine
+        assert relay_shell("--config", str(link), "--check-config").returncode == 0
 
 
 def test_an_environment_variable_keeps_its_error_with_a_file(tmp_path: Path) -> None:

@@ -48,7 +48,7 @@ def entry(function: Callable[..., Any], pure_read: bool = False, record_filter: 
     return ToolEntry(tool, schema_defaults(tool.output_schema), pure_read, record_filter)
 
 
-def withhold_data(arguments: dict[str, Any]) -> dict[str, Any]:
+def withhold_data(arguments: dict[str, Any], owner: str | None) -> dict[str, Any]:
     """Like session_send's filter: what was typed stays out of the record."""
     return {name: ("[withheld]" if name == "data" else value) for name, value in arguments.items()}
 

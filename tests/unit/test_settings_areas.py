@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from relay_shell.errors import ConfigError
 from relay_shell.settings.file import key_line
 from relay_shell.settings.load import load_settings, unknown_variables
 from relay_shell.settings.model import Settings, areas, by_area, setting_fields
@@ -72,14 +73,18 @@ def test_the_config_variable_is_not_an_unknown_setting(clean_env: Path, monkeypa
     assert unknown_variables() == ["RELAY_SHELL_SESIONS"]
 
 
-def test_a_section_named_in_another_case_is_its_area(clean_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """As pydantic-settings' BaseSettings read the file before the merge became ours (adr/0030)."""
+def test_a_section_named_in_another_case_is_refused(clean_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """TOML names are case-sensitive (adr/0035): `[HTTP]` was read as [http] (as pydantic-settings matched it,
+    adr/0030), so a file could set one setting twice ([sessions] and [Sessions]) and `config show` called the value
+    of the one it did not look in a default (review nit). Now it is an error naming the section meant."""
     config = clean_env / "relay.toml"
-    config.write_text("[HTTP]\nhttp_port = 9001\n[Sessions]\nmax_sessions = 4\n")
+    config.write_text("[http]\nhttp_port = 9001\n[Sessions]\nmax_sessions = 4\n")
     monkeypatch.setenv("RELAY_SHELL_CONFIG", str(config))
-    monkeypatch.setenv("RELAY_SHELL_MAX_SESSIONS", "5")  # the environment still wins within the area
-    settings = load_settings()
-    assert settings.http.http_port == 9001 and settings.sessions.max_sessions == 5
+    with pytest.raises(ConfigError) as raised:
+        load_settings()
+    assert str(raised.value) == (
+        f"{config}:3: [Sessions]: unknown section (TOML names are case-sensitive); did you mean [sessions]?"
+    )
 
 
 def test_by_area_groups_flat_names_and_refuses_others() -> None:

@@ -28,7 +28,7 @@ async def operation_confirm(
     return await runner.run(call, lambda: runner.confirmation.arming_plan(call.owner, token))
 
 
-def recorded_token(arguments: dict[str, Any]) -> dict[str, Any]:
+def recorded_token(arguments: dict[str, Any], owner: str | None) -> dict[str, Any]:
     """The record filter: the token is a bearer credential for one irreversible call, so the audit record keeps
     its digest only, valid call or not (confirm/tool.py)."""
     from relay_shell.confirm.tool import recorded_confirm_arguments

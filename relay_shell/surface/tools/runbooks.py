@@ -63,7 +63,7 @@ async def begin_session(
     return await services.runner.run(call, lambda: services.runbooks.begin_session_plan(tags, gate_on))
 
 
-def recorded_keywords(arguments: dict[str, Any]) -> dict[str, Any]:
+def recorded_keywords(arguments: dict[str, Any], owner: str | None) -> dict[str, Any]:
     """The record filter of both tools: 10,000 keywords would make one audit record a megabyte, so a record keeps
     64 and a digest of the rest (runbooks/plans.py, loaded with the first call)."""
     from relay_shell.runbooks.plans import recorded_keyword_arguments
