@@ -7,6 +7,7 @@ import signal
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -234,10 +235,17 @@ async def test_cancellation_kills_the_process_group(client: Client, tmp_path: Pa
     while process_alive(background_pid) and time.monotonic() < deadline:
         await anyio.sleep(0.1)
     assert not process_alive(background_pid)
-    cancelled = [
-        r for r in read_records(audit_path) if r.get("outcome") == "cancelled" and str(pid_file) in str(r["args"])
-    ]
-    assert cancelled, "the cancelled call must have its audit record"
+
+    def cancelled() -> list[dict[str, Any]]:
+        return [
+            r for r in read_records(audit_path) if r.get("outcome") == "cancelled" and str(pid_file) in str(r["args"])
+        ]
+
+    # The end record is written once the tree is gone, a moment after its last process dies (under load, later
+    # than this loop sees the death): wait for it, as an auditor tailing the log would.
+    while not cancelled() and time.monotonic() < deadline:
+        await anyio.sleep(0.1)
+    assert cancelled(), "the cancelled call must have its audit record"
 
 
 async def test_server_info(client: Client, audit_path: Path) -> None:
