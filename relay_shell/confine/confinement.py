@@ -33,7 +33,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from relay_shell.confine import capabilities, landlock, syscall_filter
-from relay_shell.confine.spares import SparePool
+from relay_shell.confine.spares import FillOn, SparePool
 from relay_shell.errors import ToolError
 
 T = TypeVar("T")
@@ -66,6 +66,7 @@ class Confinement:
         self.trees = 0
         self.failures = 0
         self.spares: SparePool | None = None  # made ahead for untraced one-shot commands (start_confinement)
+        self.traced_spares: SparePool | None = None  # made ahead by the exec trace's spawner thread (spare_traces)
 
     def confine_this_thread(self) -> None:
         """Restrict the calling thread (and what it starts) for good. OSError when the kernel refuses."""
@@ -77,15 +78,52 @@ class Confinement:
     def run_on_spare(self, start: Callable[[], T], join: Callable[[], None]) -> T:
         """`start()` on a spare confined thread (confine/spares.py), which first runs `join` (into the tree's
         cgroup unit); on a new one, confined now, when none is ready. ToolError as run_confined."""
-        spare = self.spares.take() if self.spares is not None else None
+        spares = self.spares
+        spare = spares.take() if spares is not None else None
+        try:
+            if spare is None:
+                return self.run_confined(start)  # made by the calling thread, in the unit already
+
+            def joined() -> T:
+                join()
+                return start()
+
+            result = spare.hand(joined)
+        finally:
+            if spares is not None:
+                spares.replace()
+        self.trees += 1
+        self.metrics.confined_trees.inc()
+        return result
+
+    def spare_traces(self, post: FillOn, run: FillOn) -> None:
+        """Traced one-shot commands get spares too, made by the exec trace's spawner thread (so that they carry
+        its exec filter): `post` hands it a refill without waiting, `run` runs the first one there now."""
+        self.traced_spares = SparePool(self.confine_this_thread, post)
+        run(self.traced_spares.refill)
+
+    def traced_spare(self) -> Callable[[Callable[[], Any]], Any] | None:
+        """On the event loop, for a traced one-shot command: a ready spare's `hand` (the spawn runs on it, and the
+        spawner thread makes the next one after), or None (the spawner thread confines a new thread: run_confined)."""
+        spares = self.traced_spares
+        if spares is None:
+            return None
+        spare = spares.take()
         if spare is None:
-            return self.run_confined(start)  # made by the calling thread, in the unit already
+            spares.replace()  # the spawner makes them before this call's spawn (a burst took them all)
+            return None
 
-        def joined() -> T:
-            join()
-            return start()
+        def hand(work: Callable[[], Any]) -> Any:
+            try:
+                return spare.hand(work)
+            finally:
+                spares.replace()
 
-        result = spare.hand(joined)
+        return hand
+
+    def run_on_traced_spare(self, start: Callable[[], T]) -> T:
+        """On the spare traced_spare gave (confined already, in its own domain): `start()`, counted."""
+        result = start()
         self.trees += 1
         self.metrics.confined_trees.inc()
         return result

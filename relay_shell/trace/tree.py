@@ -13,7 +13,7 @@ import errno
 import os
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from relay_shell.errors import ToolError
 from relay_shell.plan import Plan
@@ -31,9 +31,24 @@ C = TypeVar("C")
 # the unit's marker, the spawning thread in the unit's cgroup. The launcher hands it over; trace/ imports nothing
 # of containment.
 Spawning = Callable[[dict[str, str] | None], AbstractContextManager[dict[str, str] | None]]
-# Readonly confinement (launch.py, confine/): runs the spawn on a thread that confined itself first (made by the
-# spawner thread, so it inherits the exec filter), or just runs it when nothing is confined.
-Confined = Callable[[Callable[[], SpawnedChild]], SpawnedChild]
+Hand = Callable[[Callable[[], Any]], Any]  # runs work on a spare thread and waits for it
+
+
+class Confining(Protocol):
+    """Readonly confinement as a traced spawn sees it (confine/confinement.py; launch.py's Unconfined confines
+    nothing): the spawn runs on a thread that confined itself first and carries the spawner thread's exec filter."""
+
+    def traced_spare(self) -> Hand | None:
+        """On the event loop: a spare made by the spawner thread, confined, to run the spawn on; None: none ready."""
+        ...
+
+    def run_on_traced_spare(self, start: Callable[[], SpawnedChild]) -> SpawnedChild:
+        """On that spare: `start()`, counted as a confined tree."""
+        ...
+
+    def run_confined(self, start: Callable[[], SpawnedChild]) -> SpawnedChild:
+        """On the spawner thread: `start()` on a new thread it makes, confined first."""
+        ...
 
 
 class TracedTree:
@@ -56,28 +71,39 @@ class TracedTree:
         merge_stderr: bool,
         spawning: Spawning,
         untraced: Callable[[], C],
-        confined: Confined,
+        confining: Confining,
     ) -> SpawnedChild | C:
         """A one-shot command's first process, by posix_spawn on the spawner thread (Popen's vfork would deadlock
-        under the filter, adr/0019); `untraced()` (Popen) where glibc lacks what that needs, said in the record."""
+        under the filter, adr/0019) or, in readonly, on a confined spare the spawner thread made ahead (adr/0031);
+        `untraced()` (Popen) where glibc lacks what that needs, said in the record."""
         if not SPAWN_READY:
             self.execs.state = f"untraced: {SPAWN_MISSING}"
             self.tracer.untraced_trees += 1
             return untraced()
+        spare = confining.traced_spare()
 
         def start() -> SpawnedChild:
-            """On the spawner thread, while the event loop waits for it. The server's own environment (env None)
-            gets the unit's marker for the spawn, as it does for Popen (containment/units.py), and is passed as it
-            is: nothing copied or encoded."""
+            """On the spawner thread (or the spare), while the event loop waits for it. The server's own
+            environment (env None) gets the unit's marker for the spawn, as it does for Popen
+            (containment/units.py), and is passed as it is: nothing copied or encoded."""
             with spawning(env) as child_env:
                 path = resolve_program(argv[0], child_env, cwd)
+
+                def one() -> SpawnedChild:
+                    return spawn(argv, cwd, child_env, with_stdin, merge_stderr, path)
+
+                def confined() -> SpawnedChild:
+                    if spare is not None:
+                        return confining.run_on_traced_spare(one)
+                    return confining.run_confined(one)
+
                 if not self.tracer.first_unread:  # read by the service thread like any other exec
-                    return confined(lambda: spawn(argv, cwd, child_env, with_stdin, merge_stderr, path))
+                    return confined()
                 # The server's own exec, the tree's first: recorded here (the service thread lets it go unread).
                 # Recorded absolute, like every other entry (a relative path is the child's working directory's).
                 self.first_exec(os.path.normpath(os.path.join(cwd or os.getcwd(), path)), argv, cwd)
                 try:
-                    child = confined(lambda: spawn(argv, cwd, child_env, with_stdin, merge_stderr, path))
+                    child = confined()
                 except OSError as exc:
                     self.tracer.first_exec_failed(self.execs, exc)
                     raise
@@ -85,7 +111,7 @@ class TracedTree:
                 return child
 
         try:
-            return await self.place(start)
+            return await self.tracer.spawn(self.execs, start, self.unit, spare)
         except OSError as exc:
             if exc.errno != errno.ENOSYS or self.tracer.active:
                 raise
