@@ -12,12 +12,11 @@ A tree starts under what the server's settings turned on, each a null object whe
   while the trace is off.
 - **readonly confinement** (adr/0024, confine/): in readonly mode every tree runs in a Landlock domain of its
   own with no_new_privs, a syscall filter and root's capabilities cut down, inherited by every descendant. A
-  one-shot command is spawned on a thread that confined itself first (a spare made ahead, by the trace's
-  spawner thread when traced, or `run_confined`; inside the unit), a terminal's child confines itself before
-  its exec (`prepare_child`), a ProxyCommand goes through `python -m relay_shell.confine.run` (`helper_argv`). The
-  records of a confined tree say so (`confinement`). Outside readonly, or where the kernel has no Landlock,
-  `Unconfined`: nothing is confined (and nothing under confine/ is imported), and in readonly the banner,
-  server_info, the metric and every record say `classifier-only`.
+  one-shot command is spawned in its unit on a thread confined first (a spare made ahead, by the trace's spawner
+  thread when traced: adr/0031), a terminal's child confines itself before its exec (`prepare_child`), a
+  ProxyCommand runs through `python -m relay_shell.confine.run` (`helper_argv`); their records say so
+  (`confinement`). Outside readonly, or where the kernel has no Landlock, `Unconfined`: nothing is confined
+  (nothing under confine/ is imported); in readonly everything says `classifier-only`.
 """
 
 from __future__ import annotations
@@ -44,6 +43,7 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 Spawning = Callable[[dict[str, str] | None], AbstractContextManager[dict[str, str] | None]]  # a unit's `spawning`
 LateWriter = Callable[[str | None, dict[str, Any]], None]  # writes an `exec:late` record: (call_id, execs)
+Confined = Callable[[Callable[[], Any]], Any]  # a confinement's run_confined: the spawn on a confined thread
 
 
 class Child(Protocol):
@@ -81,7 +81,7 @@ class TreeTrace(Protocol):
         merge_stderr: bool,
         spawning: Spawning,
         untraced: Callable[[], Child],
-        confining: Confinement | Unconfined,
+        confined: Confined,
     ) -> Child: ...
 
     def raise_if_refused(self) -> None: ...
@@ -111,7 +111,7 @@ class Untraced:
         merge_stderr: bool,
         spawning: Spawning,
         untraced: Callable[[], Child],
-        confining: Confinement | Unconfined,
+        confined: Confined,
     ) -> Child:
         return untraced()  # confined there (_popen)
 
@@ -183,12 +183,6 @@ class Unconfined:
         return start()
 
     def run_on_spare(self, start: Callable[[], T], join: Callable[[], None]) -> T:
-        return start()
-
-    def traced_spare(self) -> None:
-        return None
-
-    def run_on_traced_spare(self, start: Callable[[], T]) -> T:
         return start()
 
     def prepare_child(self) -> None:
@@ -284,7 +278,7 @@ class ProcessTree:
                 merge_stderr,
                 self.unit.spawning,
                 lambda: _popen(argv, cwd, env, with_stdin, merge_stderr, self.unit, self.confinement),
-                self.confinement,
+                self.confinement.run_confined,
             )
         except PermissionError:
             self.tracing.raise_if_refused()
@@ -450,7 +444,7 @@ def start_launcher(settings: Settings, containment: Containment, metrics: Metric
     if setting == "auto" and tracer.active:
         tracer.reason = f"{reason}; {tracer.reason}"
     if tracer.spawner is not None and tracer.active and not isinstance(confinement, Unconfined):
-        confinement.spare_traces(tracer.spawner.post, tracer.spawner.run)  # adr/0031: confined by the spawner
+        tracer.spares = confinement.spare_traces(tracer.spawner.post, tracer.spawner.run)  # made by the spawner
     return Launcher(containment, tracer, confinement, setting)
 
 

@@ -96,37 +96,33 @@ class Confinement:
         self.metrics.confined_trees.inc()
         return result
 
-    def spare_traces(self, post: FillOn, run: FillOn) -> None:
-        """Traced one-shot commands get spares too, made by the exec trace's spawner thread (so that they carry
-        its exec filter): `post` hands it a refill without waiting, `run` runs the first one there now."""
-        self.traced_spares = SparePool(self.confine_this_thread, post)
-        run(self.traced_spares.refill)
+    def spare_traces(self, post: FillOn, run: FillOn) -> Callable[[], Callable[[Callable[[], Any]], Any] | None]:
+        """Traced one-shot commands get spares too, made by the exec trace's spawner thread so that they carry its
+        exec filter (`post` hands it a refill without waiting, `run` runs the first one there now). Returns what
+        the trace asks on the event loop for each traced spawn: a ready spare's `hand`, or None (the spawner thread
+        then confines a new thread: run_confined)."""
+        spares = SparePool(self.confine_this_thread, post)
+        self.traced_spares = spares
+        run(spares.refill)
 
-    def traced_spare(self) -> Callable[[Callable[[], Any]], Any] | None:
-        """On the event loop, for a traced one-shot command: a ready spare's `hand` (the spawn runs on it, and the
-        spawner thread makes the next one after), or None (the spawner thread confines a new thread: run_confined)."""
-        spares = self.traced_spares
-        if spares is None:
-            return None
-        spare = spares.take()
-        if spare is None:
-            spares.replace()  # the spawner makes them before this call's spawn (a burst took them all)
-            return None
+        def traced_spare() -> Callable[[Callable[[], Any]], Any] | None:
+            spare = spares.take()
+            if spare is None:
+                spares.replace()  # the spawner makes them before this call's spawn (a burst took them all)
+                return None
 
-        def hand(work: Callable[[], Any]) -> Any:
-            try:
-                return spare.hand(work)
-            finally:
-                spares.replace()
+            def hand(work: Callable[[], Any]) -> Any:
+                """The spawn on the spare (it then ends), counted as a confined tree; the next spare made after."""
+                try:
+                    return spare.hand(work)
+                finally:
+                    self.trees += 1
+                    self.metrics.confined_trees.inc()
+                    spares.replace()
 
-        return hand
+            return hand
 
-    def run_on_traced_spare(self, start: Callable[[], T]) -> T:
-        """On the spare traced_spare gave (confined already, in its own domain): `start()`, counted."""
-        result = start()
-        self.trees += 1
-        self.metrics.confined_trees.inc()
-        return result
+        return traced_spare
 
     def run_confined(self, start: Callable[[], T]) -> T:
         """`start()` (which spawns the tree's first process) on a new thread confined first, which then ends;

@@ -99,6 +99,7 @@ class ExecTracer:
         self.late_waiting: set[ExecTrace] = set()  # closed trees whose late execs wait for their record
         self.reader = memory.Reader()  # the service thread's buffer for the requests it reads
         self.spawner: Spawner | None = None
+        self.spares: Callable[[], Hand | None] | None = None  # readonly: a confined spare the spawner made (adr/0031)
         self.first_unread = False
         self.notifications: seccomp.Notifications | None = None
         self.epoll: Any = None

@@ -13,7 +13,7 @@ import errno
 import os
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 from relay_shell.errors import ToolError
 from relay_shell.plan import Plan
@@ -31,24 +31,9 @@ C = TypeVar("C")
 # the unit's marker, the spawning thread in the unit's cgroup. The launcher hands it over; trace/ imports nothing
 # of containment.
 Spawning = Callable[[dict[str, str] | None], AbstractContextManager[dict[str, str] | None]]
-Hand = Callable[[Callable[[], Any]], Any]  # runs work on a spare thread and waits for it
-
-
-class Confining(Protocol):
-    """Readonly confinement as a traced spawn sees it (confine/confinement.py; launch.py's Unconfined confines
-    nothing): the spawn runs on a thread that confined itself first and carries the spawner thread's exec filter."""
-
-    def traced_spare(self) -> Hand | None:
-        """On the event loop: a spare made by the spawner thread, confined, to run the spawn on; None: none ready."""
-        ...
-
-    def run_on_traced_spare(self, start: Callable[[], SpawnedChild]) -> SpawnedChild:
-        """On that spare: `start()`, counted as a confined tree."""
-        ...
-
-    def run_confined(self, start: Callable[[], SpawnedChild]) -> SpawnedChild:
-        """On the spawner thread: `start()` on a new thread it makes, confined first."""
-        ...
+# Readonly confinement (launch.py, confine/): runs the spawn on a new thread that confined itself first (made by
+# the spawner thread, so it inherits the exec filter), or just runs it when nothing is confined.
+Confined = Callable[[Callable[[], SpawnedChild]], SpawnedChild]
 
 
 class TracedTree:
@@ -71,7 +56,7 @@ class TracedTree:
         merge_stderr: bool,
         spawning: Spawning,
         untraced: Callable[[], C],
-        confining: Confining,
+        confined: Confined,
     ) -> SpawnedChild | C:
         """A one-shot command's first process, by posix_spawn on the spawner thread (Popen's vfork would deadlock
         under the filter, adr/0019) or, in readonly, on a confined spare the spawner thread made ahead (adr/0031);
@@ -80,7 +65,7 @@ class TracedTree:
             self.execs.state = f"untraced: {SPAWN_MISSING}"
             self.tracer.untraced_trees += 1
             return untraced()
-        spare = confining.traced_spare()
+        spare = self.tracer.spares() if self.tracer.spares is not None else None  # readonly: adr/0031
 
         def start() -> SpawnedChild:
             """On the spawner thread (or the spare), while the event loop waits for it. The server's own
@@ -90,20 +75,17 @@ class TracedTree:
                 path = resolve_program(argv[0], child_env, cwd)
 
                 def one() -> SpawnedChild:
-                    return spawn(argv, cwd, child_env, with_stdin, merge_stderr, path)
-
-                def confined() -> SpawnedChild:
-                    if spare is not None:
-                        return confining.run_on_traced_spare(one)
-                    return confining.run_confined(one)
+                    if spare is not None:  # on the spare, confined already
+                        return spawn(argv, cwd, child_env, with_stdin, merge_stderr, path)
+                    return confined(lambda: spawn(argv, cwd, child_env, with_stdin, merge_stderr, path))
 
                 if not self.tracer.first_unread:  # read by the service thread like any other exec
-                    return confined()
+                    return one()
                 # The server's own exec, the tree's first: recorded here (the service thread lets it go unread).
                 # Recorded absolute, like every other entry (a relative path is the child's working directory's).
                 self.first_exec(os.path.normpath(os.path.join(cwd or os.getcwd(), path)), argv, cwd)
                 try:
-                    child = confined()
+                    child = one()
                 except OSError as exc:
                     self.tracer.first_exec_failed(self.execs, exc)
                     raise
