@@ -7,9 +7,10 @@ the second case says so everywhere.
 Where the restriction is applied, so that it holds for exactly the tree and never for the server:
 - **A one-shot command** is spawned by a vfork-style clone (Popen, or glibc's posix_spawn under the exec trace)
   that runs no code of ours in the child. Landlock restricts the calling thread, so the spawn runs on a thread
-  that restricted itself first and ends right after: untraced, a spare made ahead that joins the tree's cgroup
-  unit (`run_on_spare`, confine/spares.py); traced, a new thread made by the trace's spawner thread, so that it
-  inherits its exec filter (and cgroup) (`run_confined`).
+  that restricted itself first and ends right after: a spare made ahead (confine/spares.py) — untraced, by a
+  filler thread, and it joins the tree's cgroup unit (`run_on_spare`); traced, by the trace's spawner thread, so
+  that it inherits its exec filter (`spare_traces`, adr/0031) — or, none ready, a new thread made on the spot
+  (`run_confined`).
 - **A terminal** (ptyprocess forks and runs a pre-exec hook in the child): the child restricts itself
   (`prepare_child`), with a rule of its own for its terminal. No thread of the server is ever in its domain.
 - **A ProxyCommand** (asyncssh starts it): through `python -m relay_shell.confine.run`, which restricts itself
