@@ -4,8 +4,9 @@ same run, batches interleaved so that machine noise hits both alike:
 - `shell_exec true` in readonly mode with Landlock vs the same server on a kernel without it (started through
   tests/e2e/confinement/no_landlock.py, so readonly runs classifier-only): target ≤ 1.05×. That launcher's filter
   costs the server something on every system call, so the Landlock side runs under the same filter matching
-  nothing. With the exec trace off (untraced commands spawn on spare confined threads) and, for information, on
-  (a thread confined per call by the trace's spawner thread).
+  nothing. With the exec trace on (the readonly default, adr/0027) and off: either way the command spawns on a
+  spare thread confined ahead (confine/spares.py; traced, one the trace's spawner thread made, adr/0031). Each
+  server's CPU per call is printed beside (every thread, the confined ones that ended included).
 - a readonly PTY step (`session_send` of a line into `tr a-z A-Z`, until it comes back upper-cased) with and
   without: the terminal's child is confined once, at its spawn, so a step must be unchanged within noise (≤ 1.05×).
 - for information, in process: spawning `/bin/true` on a thread that confines itself first vs spawning it on the
@@ -14,6 +15,7 @@ same run, batches interleaved so that machine noise hits both alike:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -27,7 +29,7 @@ import anyio
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
-from benchmarks.common import measure, median, verdict
+from benchmarks.common import cpu_seconds, measure, median, new_children, verdict
 
 CALLS = 300
 STEPS = 200
@@ -38,7 +40,11 @@ NO_LANDLOCK = Path(__file__).resolve().parents[1] / "tests" / "e2e" / "confineme
 
 
 @asynccontextmanager
-async def readonly_client(landlock: bool, exec_trace: str = "off") -> AsyncIterator[Client]:
+async def readonly_client(
+    landlock: bool, exec_trace: str = "off", pids: list[int] | None = None
+) -> AsyncIterator[Client]:
+    """A readonly server with Landlock or without (classifier-only); its pid appended to `pids` (the launcher execs
+    the server in place)."""
     with tempfile.TemporaryDirectory() as audit_dir:
         env = {key: value for key, value in os.environ.items() if not key.startswith("RELAY_SHELL_")}
         env["RELAY_SHELL_AUDIT_PATH"] = str(Path(audit_dir) / "audit.jsonl")
@@ -46,7 +52,11 @@ async def readonly_client(landlock: bool, exec_trace: str = "off") -> AsyncItera
         env["RELAY_SHELL_EXEC_TRACE"] = exec_trace
         launcher = [str(NO_LANDLOCK), "none" if landlock else "EOPNOTSUPP", sys.executable]
         params = StdioServerParameters(command=sys.executable, args=[*launcher, "-m", "relay_shell"], env=env)
-        async with Client(params, mode="legacy") as client:
+        async with contextlib.AsyncExitStack() as stack:
+            with new_children() as started:
+                client = await stack.enter_async_context(Client(params, mode="legacy"))
+            if pids is not None:
+                pids.append(started[0])
             yield client
 
 
@@ -107,38 +117,49 @@ def in_process_costs() -> tuple[float, float, float]:
 
 
 async def interleaved(
-    first: Callable[[], Awaitable[None]], second: Callable[[], Awaitable[None]], total: int
-) -> tuple[list[float], list[float]]:
-    """Wall times of `total` calls of each, after a warm-up, in batches that alternate."""
+    first: Callable[[], Awaitable[None]], second: Callable[[], Awaitable[None]], total: int, pids: list[int]
+) -> tuple[list[float], list[float], list[float]]:
+    """Wall times of `total` calls of each, after a warm-up, in batches that alternate; and each server's CPU
+    seconds per call (every thread, ended ones too: the confined threads), read around its own batches."""
     for _ in range(20):
         await first()
         await second()
     one: list[float] = []
     other: list[float] = []
+    cpu = [0.0, 0.0]
     for _ in range(total // BATCH):
+        used = cpu_seconds(pids[0])
         one += await measure(first, BATCH)
+        cpu[0] += cpu_seconds(pids[0]) - used
+        used = cpu_seconds(pids[1])
         other += await measure(second, BATCH)
-    return one, other
+        cpu[1] += cpu_seconds(pids[1]) - used
+    return one, other, [cpu[0] / len(one), cpu[1] / len(other)]
 
 
-async def exec_ratio(exec_trace: str) -> tuple[list[float], list[float], str] | None:
-    """Medians' inputs of `shell_exec true`, readonly with Landlock and without, the trace as given; None when
-    this host cannot compare them (said)."""
+async def exec_ratio(exec_trace: str) -> tuple[list[float], list[float], list[float], str] | None:
+    """Medians' inputs of `shell_exec true`, readonly with Landlock and without, the trace as given, and each
+    server's CPU per call; None when this host cannot compare them (said)."""
+    pids: list[int] = []
     async with (
-        readonly_client(landlock=True, exec_trace=exec_trace) as confined,
-        readonly_client(landlock=False, exec_trace=exec_trace) as classifier_only,
+        readonly_client(landlock=True, exec_trace=exec_trace, pids=pids) as confined,
+        readonly_client(landlock=False, exec_trace=exec_trace, pids=pids) as classifier_only,
     ):
         states = (await enforcement(confined), await enforcement(classifier_only))
         if not states[0].startswith("landlock") or states[1] != "classifier-only":
             print(f"readonly confinement: not measured, enforcement is {states} here (server_info says why)")
             return None
-        on, off = await interleaved(exec_true(confined), exec_true(classifier_only), CALLS)
-    return on, off, states[0]
+        on, off, cpu = await interleaved(exec_true(confined), exec_true(classifier_only), CALLS, pids)
+    return on, off, cpu, states[0]
 
 
-async def step_ratio() -> tuple[list[float], list[float]]:
-    async with readonly_client(landlock=True) as confined, readonly_client(landlock=False) as classifier_only:
-        return await interleaved(await pty_stepper(confined), await pty_stepper(classifier_only), STEPS)
+async def step_ratio() -> tuple[list[float], list[float], list[float]]:
+    pids: list[int] = []
+    async with (
+        readonly_client(landlock=True, pids=pids) as confined,
+        readonly_client(landlock=False, pids=pids) as classifier_only,
+    ):
+        return await interleaved(await pty_stepper(confined), await pty_stepper(classifier_only), STEPS, pids)
 
 
 async def main() -> bool:
@@ -147,19 +168,20 @@ async def main() -> bool:
         measured = await exec_ratio(exec_trace)
         if measured is None:
             return False
-        on, off, state = measured
+        on, off, cpu, state = measured
         ratio = median(on) / median(off)
         passed = passed and ratio <= LIMIT_EXEC
         print(
             f"readonly confinement, shell_exec true (exec trace {exec_trace}): {state} {median(on) * 1000:.2f} ms, "
             f"classifier-only {median(off) * 1000:.2f} ms, ratio {ratio:.3f} (target ≤ {LIMIT_EXEC}) "
-            f"{verdict(ratio, LIMIT_EXEC)}"
+            f"{verdict(ratio, LIMIT_EXEC)}; server CPU per call {cpu[0] * 1e6:.0f} µs vs {cpu[1] * 1e6:.0f} µs"
         )
-    step_on, step_off = await step_ratio()
+    step_on, step_off, step_cpu = await step_ratio()
     ratio_step = median(step_on) / median(step_off)
     print(
         f"readonly confinement, PTY step: {median(step_on) * 1000:.2f} ms vs {median(step_off) * 1000:.2f} ms, "
-        f"ratio {ratio_step:.3f} (target ≤ {LIMIT_STEP}) {verdict(ratio_step, LIMIT_STEP)}"
+        f"ratio {ratio_step:.3f} (target ≤ {LIMIT_STEP}) {verdict(ratio_step, LIMIT_STEP)}; server CPU per step "
+        f"{step_cpu[0] * 1e6:.0f} µs vs {step_cpu[1] * 1e6:.0f} µs"
     )
     plain, confined_spawn, alone = in_process_costs()
     print(

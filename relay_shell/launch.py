@@ -12,13 +12,12 @@ A tree starts under what the server's settings turned on, each a null object whe
   while the trace is off.
 - **readonly confinement** (adr/0024, confine/): in readonly mode every tree runs in a Landlock domain of its
   own with no_new_privs, a syscall filter and root's capabilities cut down, inherited by every descendant. A
-  one-shot command is spawned on a thread that confined itself first (`run_confined`, inside the trace's
-  spawner thread when traced, inside the unit), a terminal's child confines itself before its exec
-  (`prepare_child`), a ProxyCommand goes through `python -m relay_shell.confine.run` (`helper_argv`). The
-  records of a confined tree say so (`confinement`). Outside readonly, or where the kernel has no Landlock,
-  `Unconfined`: nothing is confined (and nothing under confine/ is imported), and in readonly the banner,
-  server_info, the metric and every record say `classifier-only` (launch_readonly.py, which also says what a
-  kernel below Landlock ABI 6 leaves unenforced).
+  one-shot command is spawned in its unit on a thread confined first (a spare made ahead, by the trace's spawner
+  thread when traced: adr/0031), a terminal's child confines itself before its exec (`prepare_child`), a
+  ProxyCommand runs through `python -m relay_shell.confine.run` (`helper_argv`); their records say so
+  (`confinement`). Outside readonly, or where the kernel has no Landlock, `Unconfined`: nothing is confined
+  (nothing under confine/ is imported); in readonly everything says `classifier-only` (launch_readonly.py, which
+  also says what a kernel below Landlock ABI 6 leaves unenforced).
 """
 
 from __future__ import annotations
@@ -400,6 +399,8 @@ def start_launcher(settings: Settings, containment: Containment, metrics: Metric
     tracer.on_late = on_late
     if setting == "auto" and tracer.active:
         tracer.reason = f"{reason}; {tracer.reason}"
+    if tracer.spawner is not None and tracer.active and not isinstance(confinement, Unconfined):
+        tracer.spares = confinement.spare_traces(tracer.spawner.post, tracer.spawner.run)  # made by the spawner
     return Launcher(containment, tracer, confinement, setting)
 
 

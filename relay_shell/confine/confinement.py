@@ -7,9 +7,10 @@ the second case says so everywhere.
 Where the restriction is applied, so that it holds for exactly the tree and never for the server:
 - **A one-shot command** is spawned by a vfork-style clone (Popen, or glibc's posix_spawn under the exec trace)
   that runs no code of ours in the child. Landlock restricts the calling thread, so the spawn runs on a thread
-  that restricted itself first and ends right after: untraced, a spare made ahead that joins the tree's cgroup
-  unit (`run_on_spare`, confine/spares.py); traced, a new thread made by the trace's spawner thread, so that it
-  inherits its exec filter (and cgroup) (`run_confined`).
+  that restricted itself first and ends right after: a spare made ahead (confine/spares.py) — untraced, by a
+  filler thread, and it joins the tree's cgroup unit (`run_on_spare`); traced, by the trace's spawner thread, so
+  that it inherits its exec filter (`spare_traces`, adr/0031) — or, none ready, a new thread made on the spot
+  (`run_confined`).
 - **A terminal** (ptyprocess forks and runs a pre-exec hook in the child): the child restricts itself
   (`prepare_child`), with a rule of its own for its terminal. No thread of the server is ever in its domain.
 - **A ProxyCommand** (asyncssh starts it): through `python -m relay_shell.confine.run`, which restricts itself
@@ -33,7 +34,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from relay_shell.confine import capabilities, landlock, syscall_filter
-from relay_shell.confine.spares import SparePool
+from relay_shell.confine.spares import FillOn, SparePool
 from relay_shell.errors import ToolError
 
 T = TypeVar("T")
@@ -67,6 +68,7 @@ class Confinement:
         self.trees = 0
         self.failures = 0
         self.spares: SparePool | None = None  # made ahead for untraced one-shot commands (start_confinement)
+        self.traced_spares: SparePool | None = None  # made ahead by the exec trace's spawner thread (spare_traces)
 
     def confine_this_thread(self) -> None:
         """Restrict the calling thread (and what it starts) for good. OSError when the kernel refuses."""
@@ -78,18 +80,51 @@ class Confinement:
     def run_on_spare(self, start: Callable[[], T], join: Callable[[], None]) -> T:
         """`start()` on a spare confined thread (confine/spares.py), which first runs `join` (into the tree's
         cgroup unit); on a new one, confined now, when none is ready. ToolError as run_confined."""
-        spare = self.spares.take() if self.spares is not None else None
-        if spare is None:
-            return self.run_confined(start)  # made by the calling thread, in the unit already
+        spares = self.spares
+        spare = spares.take() if spares is not None else None
+        try:
+            if spare is None:
+                return self.run_confined(start)  # made by the calling thread, in the unit already
 
-        def joined() -> T:
-            join()
-            return start()
+            def joined() -> T:
+                join()
+                return start()
 
-        result = spare.hand(joined)
+            result = spare.hand(joined)
+        finally:
+            if spares is not None:
+                spares.replace()
         self.trees += 1
         self.metrics.confined_trees.inc()
         return result
+
+    def spare_traces(self, post: FillOn, run: FillOn) -> Callable[[], Callable[[Callable[[], Any]], Any] | None]:
+        """Traced one-shot commands get spares too, made by the exec trace's spawner thread so that they carry its
+        exec filter (`post` hands it a refill without waiting, `run` runs the first one there now). Returns what
+        the trace asks on the event loop for each traced spawn: a ready spare's `hand`, or None (the spawner thread
+        then confines a new thread: run_confined)."""
+        spares = SparePool(self.confine_this_thread, post)
+        self.traced_spares = spares
+        run(spares.refill)
+
+        def traced_spare() -> Callable[[Callable[[], Any]], Any] | None:
+            spare = spares.take()
+            if spare is None:
+                spares.replace()  # the spawner makes them before this call's spawn (a burst took them all)
+                return None
+
+            def hand(work: Callable[[], Any]) -> Any:
+                """The spawn on the spare (it then ends), counted as a confined tree; the next spare made after."""
+                try:
+                    return spare.hand(work)
+                finally:
+                    self.trees += 1
+                    self.metrics.confined_trees.inc()
+                    spares.replace()
+
+            return hand
+
+        return traced_spare
 
     def run_confined(self, start: Callable[[], T]) -> T:
         """`start()` (which spawns the tree's first process) on a new thread confined first, which then ends;

@@ -1,16 +1,23 @@
-"""Spare confined threads for one-shot commands that are not traced (adr/0024, "Cost").
+"""Spare confined threads for one-shot commands (adr/0024 "Cost", adr/0031).
 
-Confining a thread costs ~0.13 ms of CPU here (most of it the kernel compiling the syscall filter), a twentieth
-of a `shell_exec true`. So a filler thread makes a few ahead, off the call's path: each is a new thread that
-confines itself (its own Landlock domain, its own id in its filter) and waits for the one spawn it will do. A
-call hands its spawn to one (which first joins the call's cgroup unit, then spawns, then ends); the filler makes
-the missing ones once no spare was taken for REFILL_IDLE, so that their confining does not compete with calls
-that come back to back for the GIL and the CPU. With none ready (a burst, or a thread the kernel would not
-confine), the call confines a new thread of its own, as a traced tree always does: its spawner thread's exec
-filter must be inherited.
+Confining a thread costs ~0.13–0.2 ms of CPU here (most of it the kernel compiling the syscall filter), a tenth of
+a `shell_exec true`. So a few are made ahead, off the call's path: each is a new thread that confines itself (its
+own Landlock domain, its own id in its filter) and waits for the one spawn it will do. A call hands its spawn to
+one (which spawns, then ends); once the spawn is done the missing one is made, on another thread than the
+call's, while the call goes on. With none ready (a burst, or a thread the kernel would not confine), the call
+confines a new thread of its own.
 
-A spare waits in no process tree's domain: nothing runs in its domain until its spawn, after which it ends. The
-filler was started at startup, outside every unit, so spares are born in the server's own cgroup.
+A thread is born with what its creator carries: its seccomp filters, its cgroup, no_new_privs. So spares are made
+by the thread whose children they must be:
+- **untraced calls**: a filler thread of the pool's own, started at startup outside every unit and filter, so its
+  spares are born in the server's own cgroup with nothing of the exec trace; a spare joins the call's unit first.
+- **traced calls**: the exec trace's spawner thread (`fill_on`: the pool hands it the refill, the spawner runs it
+  between spawns), so each spare carries the exec filter and the server's cgroup, as a thread the spawner made
+  for the call did before (adr/0024); the traced spawn enters the call's unit on the spare itself.
+Before the first spare of the traced pool was made, traced calls confine a thread of their own on the spawner.
+
+A spare waits in no process tree's domain: nothing runs in its domain until its spawn, after which it ends. Two
+spares are two domains (every `landlock_restrict_self` makes a new one), so no two trees share one.
 """
 
 from __future__ import annotations
@@ -18,13 +25,12 @@ from __future__ import annotations
 import _thread
 import contextlib
 import threading
-import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 T = TypeVar("T")
 SPARES = 4
-REFILL_IDLE = 0.002  # seconds without a spare taken before the filler makes the missing ones
+FillOn = Callable[[Callable[[], None]], None]  # runs work on another thread without waiting for it
 
 
 class SpareThread:
@@ -38,12 +44,14 @@ class SpareThread:
         self.done.acquire()
         self.work: Callable[[], Any] | None = None
         self.outcome: list[Any] = []
+        self.thread_id = 0
 
     def run(self, pool: SparePool) -> None:
+        self.thread_id = threading.get_native_id()
         try:
             self.confine()
         except OSError as exc:
-            pool.problem = str(exc)  # this thread never spawns; calls make their own meanwhile
+            pool.failed(str(exc))  # this thread never spawns; calls make their own meanwhile
             return
         pool.add(self)
         self.go.acquire()
@@ -69,42 +77,67 @@ class SpareThread:
 
 
 class SparePool:
-    def __init__(self, confine: Callable[[], None]) -> None:
+    """SPARES confined threads kept ready. `fill_on(work)` runs `work` (the refill) on the thread that must be the
+    spares' creator without waiting for it; None: a filler thread of the pool's own, started now."""
+
+    def __init__(
+        self, confine: Callable[[], None], fill_on: Callable[[Callable[[], None]], None] | None = None
+    ) -> None:
         self.confine = confine
         self.lock = threading.Lock()
         self.ready: list[SpareThread] = []
         self.missing = SPARES
-        self.last_take = 0.0
+        self.taken = 0  # spawns handed to a spare
+        self.short = 0  # spawns that found none ready (the call confined a thread of its own)
+        self.problem = ""
+        self.fill_on = fill_on
         # Released when spares are missing: a plain lock wakes the filler cheaper than an Event, on the call's path.
         self.wake = _thread.allocate_lock()
-        self.problem = ""
-        _thread.start_new_thread(self._fill, ())
+        if fill_on is None:
+            _thread.start_new_thread(self._fill, ())
 
     def take(self) -> SpareThread | None:
+        """A ready spare, or None; `replace()` once its spawn is done."""
         with self.lock:
             spare = self.ready.pop() if self.ready else None
             if spare is not None:
                 self.missing += 1
-                self.last_take = time.monotonic()
-        if spare is not None:
-            with contextlib.suppress(RuntimeError):  # already released: the filler is awake
-                self.wake.release()
+                self.taken += 1
+            else:
+                self.short += 1
         return spare
+
+    def replace(self) -> None:
+        """After a spawn (on a spare or not): the missing spares are made now, on their creator's thread, while the
+        call goes on — not while it spawns, which would compete with the spawn for the GIL and a core."""
+        with self.lock:
+            wanted = self.missing > 0 and not self.problem
+        if not wanted:
+            return
+        if self.fill_on is not None:
+            self.fill_on(self.refill)
+            return
+        with contextlib.suppress(RuntimeError):  # already released: the filler is awake
+            self.wake.release()
 
     def add(self, spare: SpareThread) -> None:
         with self.lock:
             self.ready.append(spare)
 
+    def failed(self, problem: str) -> None:
+        """A spare could not confine itself: none is made any more (what refuses one refuses the next)."""
+        with self.lock:
+            self.problem = problem
+
+    def refill(self) -> None:
+        """Make the missing spares, each a new thread of the calling thread (which they take after)."""
+        with self.lock:
+            count, self.missing = self.missing, 0
+        for _ in range(count):
+            _thread.start_new_thread(SpareThread(self.confine).run, (self,))
+
     def _fill(self) -> None:
-        """The filler thread, for the server's life: the missing spares, made at an idle moment."""
+        """The filler thread, for the server's life: the missing spares, made as soon as a call asks."""
         while True:
-            while True:
-                delay = self.last_take + REFILL_IDLE - time.monotonic()
-                if delay <= 0:
-                    break
-                time.sleep(delay)
-            with self.lock:
-                count, self.missing = self.missing, 0
-            for _ in range(count):
-                _thread.start_new_thread(SpareThread(self.confine).run, (self,))
+            self.refill()
             self.wake.acquire()

@@ -15,6 +15,9 @@ process's ancestry and unit do (lineage.py).
 A terminal's program (ptyprocess forks it) gets a parent-death signal that fires when the *thread* that forked it
 ends: this thread ends with the server, so a terminal's program lives as long as the terminal, as it did when its
 spawner thread was kept parked until the terminal closed.
+
+Other work may be posted to it (`post`): run between spawns without anyone waiting for it. Readonly's traced spare
+threads are made so (confine/spares.py): a thread made by this one carries its exec filter.
 """
 
 from __future__ import annotations
@@ -38,11 +41,13 @@ class Spawner:
         self.go.acquire()
         self.done = _thread.allocate_lock()
         self.done.acquire()
-        self.one_at_a_time = threading.Lock()  # spawns from another thread than the loop's wait their turn
+        # Spawns from another thread than the loop's wait their turn; re-entered by a spare's hand (its refill).
+        self.one_at_a_time = threading.RLock()
         self.listener: int | None = None
         self.problem = ""
         self.thread_id = 0
         self.work: Callable[[], None] | None = None
+        self.posted = False  # posted work runs or ran, and `done` was not yet taken back for it
         self.closed = False
 
     def start(self) -> Spawner:
@@ -76,9 +81,34 @@ class Spawner:
         with self.one_at_a_time:
             if self.closed:
                 raise RuntimeError("the spawner thread has ended")
+            self._posted_done(wait=True)
             self.work = work
             self.go.release()
             self.done.acquire()
+
+    def run_on(self, hand: Callable[[Callable[[], None]], object], work: Callable[[], None]) -> None:
+        """Run `work` through `hand` (on a thread this one made) in the spawners' turn: one tree's first process
+        starts at a time (the service thread knows it by the one tree `starting`)."""
+        with self.one_at_a_time:
+            hand(work)
+
+    def post(self, work: Callable[[], None]) -> None:
+        """Run `work` on the spawner thread without waiting for it; dropped while work posted before has not
+        ended (the caller asks again later). It must not raise. The next `run` waits for it."""
+        with self.one_at_a_time:
+            if self.closed or not self._posted_done(wait=False):
+                return
+            self.work = work
+            self.posted = True
+            self.go.release()
+
+    def _posted_done(self, wait: bool) -> bool:
+        """Under one_at_a_time: whether no posted work runs any more (waiting for it when `wait`)."""
+        if self.posted:
+            if not self.done.acquire(wait):
+                return False
+            self.posted = False
+        return True
 
     def close(self) -> None:
         """End the thread (the server stops, or the tracer did)."""
@@ -87,6 +117,7 @@ class Spawner:
                 self.closed = True
                 return
             self.closed = True
+            self._posted_done(wait=True)
             self.work = None
             self.go.release()
             self.done.acquire()

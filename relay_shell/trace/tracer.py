@@ -55,6 +55,7 @@ SWEEP = 1.0  # seconds between looks at closed trees (late execs to write, trees
 KNOWN_SWEPT = 256  # learnt processes above which the idle sweep forgets those that ended
 PENDING_MAX = 256  # answered execs waiting to be recorded before a batch is built anyway
 LateWriter = Callable[[str | None, dict[str, Any]], None]
+Hand = Callable[[Callable[[], Any]], Any]  # runs work on another thread and waits for it (a spare's `hand`)
 
 
 @dataclass(slots=True)
@@ -98,6 +99,7 @@ class ExecTracer:
         self.late_waiting: set[ExecTrace] = set()  # closed trees whose late execs wait for their record
         self.reader = memory.Reader()  # the service thread's buffer for the requests it reads
         self.spawner: Spawner | None = None
+        self.spares: Callable[[], Hand | None] | None = None  # readonly: a confined spare the spawner made (adr/0031)
         self.first_unread = False
         self.notifications: seccomp.Notifications | None = None
         self.epoll: Any = None
@@ -143,12 +145,13 @@ class ExecTracer:
                 "run without their privilege (RELAY_SHELL_EXEC_TRACE=off restores it)"
             )
 
-    async def spawn(self, trace: ExecTrace, start: Callable[[], T], unit: Unit) -> T:
-        """Run `start` (which starts the tree's first process) on the spawner thread, the tree registered under
-        its unit first. The event loop waits for the spawn without returning to the loop, as it waits for
+    async def spawn(self, trace: ExecTrace, start: Callable[[], T], unit: Unit, on: Hand | None = None) -> T:
+        """Run `start` (which starts the tree's first process) on the spawner thread, or on `on` (readonly: a spare
+        thread the spawner thread made, confined, carrying its filter: confine/spares.py), the tree registered
+        under its unit first. The event loop waits for the spawn without returning to the loop, as it waits for
         Popen's; it cannot deadlock: the execs the spawn waits for are answered by the service thread."""
         if self.spawner is None or not self.active:  # the trace stopped: the launcher makes no traced tree now
-            return start()
+            return start() if on is None else on(start)  # a confined spawn stays on its confined thread
         self.loop = asyncio.get_running_loop()
         outcome: list[tuple[T | None, BaseException | None]] = []
 
@@ -162,7 +165,10 @@ class ExecTracer:
             self.lineage.register(trace, unit)
             self.lineage.starting = trace
         try:
-            self.spawner.run(work)
+            if on is None:
+                self.spawner.run(work)
+            else:
+                self.spawner.run_on(on, work)
         finally:
             with self.lock:
                 self.lineage.starting = None

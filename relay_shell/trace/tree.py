@@ -31,8 +31,8 @@ C = TypeVar("C")
 # the unit's marker, the spawning thread in the unit's cgroup. The launcher hands it over; trace/ imports nothing
 # of containment.
 Spawning = Callable[[dict[str, str] | None], AbstractContextManager[dict[str, str] | None]]
-# Readonly confinement (launch.py, confine/): runs the spawn on a thread that confined itself first (made by the
-# spawner thread, so it inherits the exec filter), or just runs it when nothing is confined.
+# Readonly confinement (launch.py, confine/): runs the spawn on a new thread that confined itself first (made by
+# the spawner thread, so it inherits the exec filter), or just runs it when nothing is confined.
 Confined = Callable[[Callable[[], SpawnedChild]], SpawnedChild]
 
 
@@ -59,25 +59,33 @@ class TracedTree:
         confined: Confined,
     ) -> SpawnedChild | C:
         """A one-shot command's first process, by posix_spawn on the spawner thread (Popen's vfork would deadlock
-        under the filter, adr/0019); `untraced()` (Popen) where glibc lacks what that needs, said in the record."""
+        under the filter, adr/0019) or, in readonly, on a confined spare the spawner thread made ahead (adr/0031);
+        `untraced()` (Popen) where glibc lacks what that needs, said in the record."""
         if not SPAWN_READY:
             self.execs.state = f"untraced: {SPAWN_MISSING}"
             self.tracer.untraced_trees += 1
             return untraced()
+        spare = self.tracer.spares() if self.tracer.spares is not None else None  # readonly: adr/0031
 
         def start() -> SpawnedChild:
-            """On the spawner thread, while the event loop waits for it. The server's own environment (env None)
-            gets the unit's marker for the spawn, as it does for Popen (containment/units.py), and is passed as it
-            is: nothing copied or encoded."""
+            """On the spawner thread (or the spare), while the event loop waits for it. The server's own
+            environment (env None) gets the unit's marker for the spawn, as it does for Popen
+            (containment/units.py), and is passed as it is: nothing copied or encoded."""
             with spawning(env) as child_env:
                 path = resolve_program(argv[0], child_env, cwd)
-                if not self.tracer.first_unread:  # read by the service thread like any other exec
+
+                def one() -> SpawnedChild:
+                    if spare is not None:  # on the spare, confined already
+                        return spawn(argv, cwd, child_env, with_stdin, merge_stderr, path)
                     return confined(lambda: spawn(argv, cwd, child_env, with_stdin, merge_stderr, path))
+
+                if not self.tracer.first_unread:  # read by the service thread like any other exec
+                    return one()
                 # The server's own exec, the tree's first: recorded here (the service thread lets it go unread).
                 # Recorded absolute, like every other entry (a relative path is the child's working directory's).
                 self.first_exec(os.path.normpath(os.path.join(cwd or os.getcwd(), path)), argv, cwd)
                 try:
-                    child = confined(lambda: spawn(argv, cwd, child_env, with_stdin, merge_stderr, path))
+                    child = one()
                 except OSError as exc:
                     self.tracer.first_exec_failed(self.execs, exc)
                     raise
@@ -85,7 +93,7 @@ class TracedTree:
                 return child
 
         try:
-            return await self.place(start)
+            return await self.tracer.spawn(self.execs, start, self.unit, spare)
         except OSError as exc:
             if exc.errno != errno.ENOSYS or self.tracer.active:
                 raise
