@@ -51,7 +51,7 @@ class Reader:
     def __init__(self) -> None:
         self.size = MAX_ARG_BYTES + _IOV_MAX * _FIRST_CHUNK + 2 * PAGE
         # Anonymous pages, resident only once a read writes them: the zero-filled ctypes buffer this was kept every
-        # idle traced server's 520 KiB resident (adr/0030, round 4: idle RSS 1.091x -> 1.082x the bare server).
+        # idle traced server's 520 KiB resident (adr/0030, round 4: idle RSS 1.090x -> 1.082-1.085x the bare server).
         self.pages = mmap.mmap(-1, self.size)
         self.buffer = (ctypes.c_char * self.size).from_buffer(self.pages)
         self.base = ctypes.addressof(self.buffer)
