@@ -3,10 +3,12 @@ spawns `/bin/sh -c true` (median ≤ 1.15×), and throughput with 8 concurrent c
 issue 27).
 
 relay-shell runs with bearer-token authentication, as a service would; the bare server has none (the floor is
-the transport and the spawn). Calls alternate one by one between the two servers for the latency, and the two
-throughput runs alternate too, so machine noise hits both alike. Each server's CPU per call in the throughput runs
-is printed beside its rate: with eight clients the clients, the servers and the commands share the machine's
-cores, and the server's CPU per call is what it adds.
+the transport and the spawn). Calls alternate one by one between the servers for the latency, and the throughput
+runs alternate too, so machine noise hits all alike. Each server's CPU per call in the throughput runs is printed
+beside its rate: with eight clients the clients, the servers and the commands share the machine's cores, and the
+server's CPU per call is what it adds. A third server, relay-shell with the exec trace off, is measured in the
+same rounds and printed beside them (not a row): the trace is on by default for a root server (adr/0027), and
+the difference is its share.
 """
 
 from __future__ import annotations
@@ -47,7 +49,8 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def start_relay(directory: Path) -> tuple[subprocess.Popen[str], str]:
+def start_relay(directory: Path, **settings: str) -> tuple[subprocess.Popen[str], str]:
+    directory.mkdir(exist_ok=True)
     tokens = directory / "tokens"
     tokens.write_text(f"bench {hashlib.sha256(TOKEN.encode()).hexdigest()}\n")
     tokens.chmod(0o600)
@@ -59,6 +62,7 @@ def start_relay(directory: Path) -> tuple[subprocess.Popen[str], str]:
         RELAY_SHELL_AUDIT_PATH=str(directory / "audit.jsonl"),
         RELAY_SHELL_MAX_CONCURRENT_CALLS="1000",
     )
+    env.update({f"RELAY_SHELL_{name.upper()}": value for name, value in settings.items()})
     code = this_code()
     process = subprocess.Popen(
         code.argv(),
@@ -130,13 +134,22 @@ async def throughput(url: str, token: str | None, tool: str, arguments: dict[str
 
 async def measure_all() -> list[Row]:
     with tempfile.TemporaryDirectory(prefix="bench-http-") as directory:
-        relay, relay_url = start_relay(Path(directory))
+        relay, relay_url = start_relay(Path(directory) / "traced")
+        untraced, untraced_url = start_relay(Path(directory) / "untraced", exec_trace="off")
         bare, bare_url = start_bare()
         try:
-            async with connect(relay_url, TOKEN) as ours, connect(bare_url, None) as floor:
+            async with (
+                connect(relay_url, TOKEN) as ours,
+                connect(untraced_url, TOKEN) as ours_untraced,
+                connect(bare_url, None) as floor,
+            ):
 
                 async def relay_call() -> None:
                     result = await ours.call_tool("shell_exec", {"command": "true"})
+                    assert not result.is_error, result
+
+                async def untraced_call() -> None:
+                    result = await ours_untraced.call_tool("shell_exec", {"command": "true"})
                     assert not result.is_error, result
 
                 async def bare_call() -> None:
@@ -144,40 +157,46 @@ async def measure_all() -> list[Row]:
 
                 for _ in range(WARMUP):
                     await relay_call()
+                    await untraced_call()
                     await bare_call()
                 relay_samples: list[float] = []
+                untraced_samples: list[float] = []
                 bare_samples: list[float] = []
                 for _ in range(CALLS):
                     bare_samples.append(await timed(bare_call))
                     relay_samples.append(await timed(relay_call))
-            relay_rates: list[float] = []
-            bare_rates: list[float] = []
-            relay_cpu = bare_cpu = 0.0
+                    untraced_samples.append(await timed(untraced_call))
+            rates: dict[str, list[float]] = {"relay": [], "untraced": [], "bare": []}
+            cpu = dict.fromkeys(rates, 0.0)
+            runs = {
+                "bare": (bare, bare_url, None, "sh_true", {}),
+                "relay": (relay, relay_url, TOKEN, "shell_exec", {"command": "true"}),
+                "untraced": (untraced, untraced_url, TOKEN, "shell_exec", {"command": "true"}),
+            }
             for _ in range(ROUNDS):
-                used = cpu_seconds(bare.pid)
-                bare_rates.append(await throughput(bare_url, None, "sh_true", {}))
-                bare_cpu += cpu_seconds(bare.pid) - used
-                used = cpu_seconds(relay.pid)
-                relay_rates.append(await throughput(relay_url, TOKEN, "shell_exec", {"command": "true"}))
-                relay_cpu += cpu_seconds(relay.pid) - used
+                for name, (process, url, token, tool, arguments) in runs.items():
+                    used = cpu_seconds(process.pid)
+                    rates[name].append(await throughput(url, token, tool, arguments))
+                    cpu[name] += cpu_seconds(process.pid) - used
         finally:
-            for process in (relay, bare):
+            for process in (relay, untraced, bare):
                 process.terminate()
                 process.wait(timeout=20)
     ours_median, floor_median = median(relay_samples), median(bare_samples)
     latency_ratio = ours_median / floor_median
-    rate_ratio = median(relay_rates) / median(bare_rates)
+    rate_ratio = median(rates["relay"]) / median(rates["bare"])
     calls = ROUNDS * CLIENTS * CALLS_PER_CLIENT
     print(
         f"http shell_exec true: relay-shell {ours_median * 1000:.2f} ms, bare HTTP tool {floor_median * 1000:.2f} ms, "
-        f"ratio {latency_ratio:.3f}"
+        f"ratio {latency_ratio:.3f}; exec trace off {median(untraced_samples) * 1000:.2f} ms, ratio "
+        f"{median(untraced_samples) / floor_median:.3f}"
     )
-    print(
-        f"http throughput, {CLIENTS} clients: relay-shell {median(relay_rates):.0f} calls/s "
-        f"({[round(rate) for rate in relay_rates]}, server CPU {relay_cpu / calls * 1000:.2f} ms per call), bare "
-        f"{median(bare_rates):.0f} calls/s ({[round(rate) for rate in bare_rates]}, server CPU "
-        f"{bare_cpu / calls * 1000:.2f} ms per call), ratio {rate_ratio:.3f}"
-    )
+    for name, label in (("relay", "relay-shell"), ("untraced", "relay-shell, exec trace off"), ("bare", "bare")):
+        print(
+            f"http throughput, {CLIENTS} clients: {label} {median(rates[name]):.0f} calls/s "
+            f"({[round(rate) for rate in rates[name]]}), server CPU {cpu[name] / calls * 1000:.2f} ms per call, "
+            f"ratio to bare {median(rates[name]) / median(rates['bare']):.3f} (CPU {cpu[name] / cpu['bare']:.3f})"
+        )
     return [
         ratio_row("HTTP shell_exec true vs a bare MCP server tool", latency_ratio, LATENCY_LIMIT),
         ratio_row(HTTP_THROUGHPUT, rate_ratio, THROUGHPUT_FLOOR, higher_is_better=True),

@@ -9,19 +9,32 @@ Tokens are stored as SHA-256 hashes, one named client per line; the name becomes
 from __future__ import annotations
 
 import hashlib
+import json
 import signal
 import socket
 import sys
 from collections.abc import Callable
+from dataclasses import replace
+from http import HTTPStatus
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
+
+import mcp_types as types
 
 from relay_shell.auth.setup import HttpAuth, is_loopback, issuer_of
 from relay_shell.auth.tokens import TokenFileVerifier
 from relay_shell.identity import authenticated_name
 from relay_shell.settings.model import Settings
-from relay_shell.wire import ID_SCAN_BYTES, Reading, RefusedCall, declared_client, oversized, read_message
+from relay_shell.wire import (
+    ID_SCAN_BYTES,
+    Reading,
+    RefusedCall,
+    declared_client,
+    oversized,
+    read_message,
+)
 from relay_shell.wire_lenient import CallScanner
+from relay_shell.wire_routed import ROUTING, CallRouted, sdk_refusal
 
 if TYPE_CHECKING:
     from mcp.server.transport_security import TransportSecuritySettings
@@ -190,7 +203,12 @@ class MessageGuard:
     A tools/call answered here is recorded through `on_refused`, with the client named as the runner names it:
     the token's name when authenticated, else the name the MCP session declared in its initialize (remembered
     here), else the name the message itself declares. A request the SDK would refuse for its Host, Origin or
-    Content-Type (a page in a browser, through DNS rebinding) gets that refusal instead, and no record."""
+    Content-Type (a page in a browser, through DNS rebinding) gets that refusal instead, and no record.
+
+    A tools/call passed on that the SDK then refuses before the call router sees it (no or an unknown MCP
+    session, its Accept or MCP-Protocol-Version header, the session limit, the 2026-07-28 envelope in a
+    handshake session) is recorded here too, before its answer leaves: the router marks the call it reaches
+    (`wire_routed.CallRouted`), and an error answered to a call it never reached is the SDK's refusal."""
 
     def __init__(
         self, app: ASGIApp, on_refused: Callable[[str, RefusedCall], None], security: TransportSecuritySettings
@@ -237,11 +255,12 @@ class MessageGuard:
             reading = oversized(head, tail, size, self.max_body, digest.hexdigest(), scanner.finish())
             await self.refuse(scope, receive, send, 413, reading)
             return
-        reading = read_message(bytes(body))
+        received = bytes(body)
+        reading = read_message(received)
         if reading.answer is not None:
             await self.refuse(scope, receive, send, 400, reading)
             return
-        data = reading.data if reading.data is not None else bytes(body)  # unanswered: the SDK says 202/400
+        data = reading.data if reading.data is not None else received  # unanswered: the SDK says 202/400
         if len(data) != len(body):
             headers = [(name, value) for name, value in scope["headers"] if name != b"content-length"]
             scope = {**scope, "headers": [*headers, (b"content-length", str(len(data)).encode())]}
@@ -254,8 +273,17 @@ class MessageGuard:
                 return {"type": "http.request", "body": data, "more_body": False}
             return await receive()
 
-        if getattr(reading.message, "method", None) == "initialize" and reading.message is not None:
-            name = declared_client(reading.message)
+        request = reading.message
+        if isinstance(request, types.JSONRPCRequest) and request.method == "tools/call":
+            routed = CallRouted()
+            token = ROUTING.set(routed)
+            try:
+                await self.app(scope, replay, self.record_refusal(scope, send, routed, request, received))
+            finally:
+                ROUTING.reset(token)
+            return
+        if isinstance(request, types.JSONRPCRequest) and request.method == "initialize":
+            name = declared_client(request)
             opens_session = all(header != b"mcp-session-id" for header, _ in scope["headers"])
             if name is not None and opens_session:  # a later initialize in the session renames nothing
                 send = self.remember_session(send, name)
@@ -269,12 +297,53 @@ class MessageGuard:
         if refused is not None:
             await refused(scope, receive, send)
             return
-        session = dict(scope["headers"]).get(b"mcp-session-id", b"")
         for call in reading.refused:  # one record per tools/call (a batch holds several)
-            name = authenticated_name() or self.session_names.get(session) or call.client_name
-            self.on_refused(name or "unknown", call)
+            self.on_refused(self.client_of(scope, call), replace(call, http_status=status))
         assert reading.answer is not None
         await _answer(send, status, reading.answer)
+
+    def client_of(self, scope: Scope, call: RefusedCall) -> str:
+        session = dict(scope["headers"]).get(b"mcp-session-id", b"")
+        return authenticated_name() or self.session_names.get(session) or call.client_name or "unknown"
+
+    def record_refusal(
+        self, scope: Scope, send: Send, routed: CallRouted, message: types.JSONRPCRequest, body: bytes
+    ) -> Send:
+        """`send` for a tools/call passed on to the SDK: until the call router has the call, an error answer is
+        the SDK's refusal, recorded before it is sent (an HTTP error is held until its body, which says why)."""
+        held: list[Message] = []
+        status = 0
+
+        def record(reason: str) -> None:
+            routed.reached = True  # one record: nothing later is recorded again
+            call = sdk_refusal(message, body, reason, status)
+            self.on_refused(self.client_of(scope, call), call)
+
+        async def send_or_record(event: Message) -> None:
+            nonlocal status
+            if routed.reached:
+                await send(event)
+                return
+            if event["type"] == "http.response.start":
+                status = event["status"]
+                if status >= 400:
+                    held.append(event)
+                    return
+            elif event["type"] == "http.response.body":
+                if status >= 400:
+                    held.append(event)
+                    if event.get("more_body", False):
+                        return
+                    record(_refusal_reason(b"".join(part.get("body", b"") for part in held[1:]), status))
+                    for part in held:
+                        await send(part)
+                    return
+                found = _error_for(event.get("body", b""), message.id)
+                if found is not None:  # a JSON-RPC error in a 200 answer (JSON or an SSE event)
+                    record(f"{found} (HTTP {status}); nothing ran")
+            await send(event)
+
+        return send_or_record
 
     def remember_session(self, send: Send, name: str) -> Send:
         """`send` for an initialize: the MCP session id the SDK answers with is remembered with the name."""
@@ -295,3 +364,42 @@ async def _answer(send: Send, status: int, body: bytes) -> None:
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
+
+
+def _refusal_reason(body: bytes, status: int) -> str:
+    """Why the SDK refused a request, as its error answer says (a JSON-RPC error's message, or the status)."""
+    text = None
+    try:
+        answer = json.loads(body)
+    except ValueError:
+        answer = None
+    if isinstance(answer, dict) and isinstance(answer.get("error"), dict):
+        text = answer["error"].get("message")
+    if not isinstance(text, str) or not text:
+        text = body.decode("utf-8", errors="replace").strip()[:200] or _phrase(status)
+    return f"{text} (HTTP {status}); nothing ran"
+
+
+def _phrase(status: int) -> str:
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return "refused"
+
+
+def _error_for(body: bytes, request_id: object) -> str | None:
+    """The message of a JSON-RPC error answering `request_id` in a response body (JSON, or SSE `data:` lines)."""
+    if b'"error"' not in body:
+        return None
+    texts = [body]
+    if not body.lstrip().startswith(b"{"):
+        lines = body.replace(b"\r\n", b"\n").split(b"\n")
+        texts = [line[5:] for line in lines if line.startswith(b"data:")]
+    for text in texts:
+        try:
+            answer = json.loads(text)
+        except ValueError:
+            continue
+        if isinstance(answer, dict) and answer.get("id") == request_id and isinstance(answer.get("error"), dict):
+            return str(answer["error"].get("message") or "error")
+    return None

@@ -10,7 +10,8 @@ between it and a pipe, so the messages take the same path (the same bounds, the 
 
 Every line is read by `wire.read_message`; a tools/call it refuses (its id, encoding, shape or size) is handed
 to `on_refused` with the client name the connection declared first, before the error is written back, so the
-call's record is in the log by the time the client reads the answer (adr/0016).
+call's record is in the log by the time the client reads the answer (adr/0016). So is a tools/call the SDK
+answers with an error before the call router saw it (the 2026-07-28 envelope in a handshake connection).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from mcp.shared.message import SessionMessage
 
 from relay_shell.wire import ID_SCAN_BYTES, Reading, RefusedCall, declared_client, oversized, read_message
 from relay_shell.wire_lenient import CallScanner
+from relay_shell.wire_routed import CallsInFlight
 
 MAX_LINE = 256 * 1024 * 1024  # one JSON-RPC message; megabyte arguments are fine, a runaway line is not
 SKIP_CHUNK = 1024 * 1024  # a line over MAX_LINE is consumed this much at a time
@@ -60,6 +62,7 @@ async def stdio_transport(
         writer = asyncio.StreamWriter(write_transport, write_protocol, None, loop)
         read_stream_writer, read_stream = create_context_streams[SessionMessage | Exception](0)
         write_stream, write_stream_reader = create_context_streams[SessionMessage](0)
+        calls = CallsInFlight(on_refused)  # and the name the connection declared first, its name in the log
 
         async def stdin_reader() -> None:
             async with read_stream_writer:
@@ -67,12 +70,9 @@ async def stdio_transport(
                     await read_lines()
 
         async def read_lines() -> None:
-            client_name: str | None = None  # the first name the connection declares is its name in the log
-
             def answer(reading: Reading) -> None:
                 for refused in reading.refused:  # one record per tools/call (a batch holds several)
-                    if on_refused is not None:
-                        on_refused(client_name or refused.client_name or "unknown", refused)
+                    calls.record(refused)
                 if reading.answer is not None:  # answer it, or the client waits for a reply forever
                     writer.write(reading.answer + b"\n")
 
@@ -93,17 +93,18 @@ async def stdio_transport(
                 if not line.strip():
                     continue
                 reading = read_message(line[:-1] if line.endswith(b"\n") else line)
-                if client_name is None and reading.message is not None:
-                    client_name = declared_client(reading.message)
+                if calls.client_name is None and reading.message is not None:
+                    calls.client_name = declared_client(reading.message)
                 answer(reading)
                 if reading.message is not None:
-                    await read_stream_writer.send(SessionMessage(reading.message))
+                    await calls.pass_on(read_stream_writer, reading.message, line)
 
         async def stdout_writer() -> None:
             # A client that closed its end is a client that left: stop writing, the server shuts down on EOF.
             async with write_stream_reader:
                 with contextlib.suppress(anyio.ClosedResourceError, ConnectionError):
                     async for session_message in write_stream_reader:
+                        calls.answered(session_message.message)  # the SDK's refusal of a call is recorded
                         data = session_message.message.model_dump_json(by_alias=True, exclude_unset=True)
                         writer.write(data.encode("utf-8") + b"\n")
                         await writer.drain()

@@ -76,6 +76,7 @@ class RefusedCall:
     reason: str = ""  # the error the client was answered with
     message_len: int = 0
     message_sha256: str = ""
+    http_status: int | None = None  # over HTTP, the status the refusal was answered with
 
 
 @dataclass(frozen=True)

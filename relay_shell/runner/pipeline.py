@@ -149,6 +149,8 @@ class Runner:
         record = event_record(tool, 0, "error", identity, audit_arguments(arguments), started)
         record.update(call_id=self.recorder.new_call_id(), phase="end", reason=redact_text(refused.reason)[:512])
         record.update(message_len=refused.message_len, message_sha256=refused.message_sha256)
+        if refused.http_status is not None:
+            record["http_status"] = refused.http_status
         self.recorder.write(record, tool, 0, "error", started)
 
     def admit_later(

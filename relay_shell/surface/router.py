@@ -20,6 +20,7 @@ from relay_shell.runner.tools import ToolEntry, ToolTable
 from relay_shell.surface.resources import current_request
 from relay_shell.surface.services import Services
 from relay_shell.wire import LONE_SURROGATES
+from relay_shell.wire_routed import call_routed
 
 
 class ToolCallRouter:
@@ -49,6 +50,7 @@ class ToolCallRouter:
             current_request.reset(token)
 
     async def route(self, ctx: ServerRequestContext[Any, Any]) -> HandlerResult:
+        call_routed()  # from here the runner records the call, not the transport
         params = ctx.params or {}
         name, arguments = str(params.get("name")), params.get("arguments")
         if not initialized(ctx):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import mmap
 import os
 
 PAGE = 4096
@@ -49,7 +50,10 @@ class Reader:
 
     def __init__(self) -> None:
         self.size = MAX_ARG_BYTES + _IOV_MAX * _FIRST_CHUNK + 2 * PAGE
-        self.buffer = ctypes.create_string_buffer(self.size)
+        # Anonymous pages, resident only once a read writes them: the zero-filled ctypes buffer this was kept every
+        # idle traced server's 520 KiB resident (adr/0030, round 4: idle RSS 1.090x -> 1.082-1.085x the bare server).
+        self.pages = mmap.mmap(-1, self.size)
+        self.buffer = (ctypes.c_char * self.size).from_buffer(self.pages)
         self.base = ctypes.addressof(self.buffer)
 
     def spans(self, pid: int, spans: list[tuple[int, int]]) -> list[bytes]:
