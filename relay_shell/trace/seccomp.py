@@ -163,6 +163,12 @@ _NOTIF = struct.Struct("=QIIiIQ6Q")  # id, pid, flags, nr, arch, instruction poi
 _RESP = struct.Struct("=QqiI")  # id, val, error, flags
 
 
+def parse(buffer: bytes | bytearray) -> tuple[int, int, int, int, tuple[int, ...]]:
+    """A struct seccomp_notif: (id, pid, syscall nr, audit arch, its six arguments)."""
+    fields = _NOTIF.unpack(buffer)
+    return fields[0], fields[1], fields[3], fields[4], fields[6:12]
+
+
 class Notifications:
     """Receive and answer the notifications of one listener. fcntl.ioctl, not ctypes: a third of the cost per
     call, and these calls are on every exec's path."""
@@ -180,8 +186,7 @@ class Notifications:
             if exc.errno in (errno.ENOENT, errno.EINTR, errno.EAGAIN):
                 return None
             raise
-        fields = _NOTIF.unpack(buffer)
-        return fields[0], fields[1], fields[3], fields[4], fields[6:12]
+        return parse(buffer)
 
     def answer(self, notif_id: int, error: int = 0) -> bool:
         """Let the exec go on (error 0), or fail it with -error. False when the process is no longer waiting
