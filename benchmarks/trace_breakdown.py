@@ -181,6 +181,15 @@ def compare(execs: int) -> None:
     if compiled.answerer is not None:
         share = compiled.answered_natively / max(1, compiled.traced)
         print(f"  the compiled answerer answered {share:.1%} of the traced execs itself (the rest: the Python path)")
+    busy_execs = max(1, execs // 10)
+    busy = {name: busy_loop(configuration, busy_execs) for name, configuration in configurations.items()}
+    print(
+        f"  with another thread running Python all along (the GIL; {busy_execs} execs), added per exec: "
+        + ", ".join(
+            f"{name} {(busy[name] - busy['untraced']) / busy_execs * 1e6:.0f} µs" for name in configurations
+            if name != "untraced"
+        )
+    )  # fmt: skip
 
 
 def busy_loop(exec_tracer: tracer.ExecTracer | None, execs: int) -> float:

@@ -234,14 +234,14 @@ static size_t first_span(uint64_t address) {
 /* Read the request and answer it here when it is the common exec: 1 answered (or gone), 0 handed to Python. */
 static int try_answer(struct answerer *self) {
     struct seccomp_notif *notif = &self->received;
-    if (!self->enabled || self->starting || notif->data.arch != NATIVE_ARCH || notif->data.nr != NATIVE_EXECVE)
+    if (notif->data.arch != NATIVE_ARCH || notif->data.nr != NATIVE_EXECVE)
         return 0;
     pid_t sid = getsid((pid_t)notif->pid);
     if (sid < 0)
         return 0;
     /* The tables are read under the lock; Python changes them from other threads. */
     pthread_mutex_lock(&self->lock);
-    int32_t tree = tree_of(self, sid);
+    int32_t tree = self->enabled && !self->starting ? tree_of(self, sid) : -1;
     pthread_mutex_unlock(&self->lock);
     if (tree < 0)
         return 0;
@@ -317,7 +317,11 @@ static int try_answer(struct answerer *self) {
     struct seccomp_notif_resp response = {.id = notif->id, .val = 0, .error = 0,
                                           .flags = SECCOMP_USER_NOTIF_FLAG_CONTINUE};
     pthread_mutex_lock(&self->lock);
-    if (ioctl(self->listener, SECCOMP_IOCTL_NOTIF_SEND, &response) != 0) {
+    int sent;
+    do /* interrupted (a signal for this thread) before the answer was given: the process still waits */
+        sent = ioctl(self->listener, SECCOMP_IOCTL_NOTIF_SEND, &response);
+    while (sent != 0 && errno == EINTR);
+    if (sent != 0) {
         if (errno != ENOENT)
             self->faults++;
         pthread_mutex_unlock(&self->lock);

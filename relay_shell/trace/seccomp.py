@@ -194,10 +194,14 @@ class Notifications:
         of it between its receipt and this answer may be another process's (its pid reused). True proves the
         opposite, which is why no NOTIF_ID_VALID is needed before answering."""
         flags = SECCOMP_USER_NOTIF_FLAG_CONTINUE if error == 0 else 0
-        try:
-            fcntl.ioctl(self.listener, IOCTL_NOTIF_SEND, _RESP.pack(notif_id, 0, -error if error else 0, flags))
-        except OSError as exc:
-            if exc.errno not in (errno.ENOENT, errno.EINTR):
-                raise
-            return False
-        return True
+        response = _RESP.pack(notif_id, 0, -error if error else 0, flags)
+        while True:
+            try:
+                fcntl.ioctl(self.listener, IOCTL_NOTIF_SEND, response)
+            except InterruptedError:
+                continue  # a signal for this thread before the answer was given: the process still waits
+            except OSError as exc:
+                if exc.errno != errno.ENOENT:
+                    raise
+                return False
+            return True

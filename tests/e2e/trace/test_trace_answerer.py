@@ -98,6 +98,8 @@ def test_the_answerer_records_what_the_python_path_records(
     assert got["sha256"] == expected["sha256"]
     assert got["not_found"] == expected["not_found"] >= 1
     assert without_times_and_pids(got["entries"]) == without_times_and_pids(expected["entries"])
+    # A listed entry names its parent: the answerer leaves a tree's execs to Python until its entries are full.
+    assert len(got["entries"]) == 64 and all(entry["ppid"] > 1 for entry in got["entries"]), got["entries"]
     answered = compiled.answered_natively - before
     assert answered >= 400, f"the compiled answerer answered {answered} of {got['count']} execs"
     assert python_path.answered_natively == 0
