@@ -181,15 +181,21 @@ def compare(execs: int) -> None:
     if compiled.answerer is not None:
         share = compiled.answered_natively / max(1, compiled.traced)
         print(f"  the compiled answerer answered {share:.1%} of the traced execs itself (the rest: the Python path)")
-    busy_execs = max(1, execs // 10)
-    busy = {name: busy_loop(configuration, busy_execs) for name, configuration in configurations.items()}
+    # With the GIL busy: the Python path over execs // 10 execs; the compiled answerer over that and over `execs`,
+    # since a tree's first 64 execs (its listed entries, whose parent is read) are the Python path's there too:
+    # the difference is what each later exec costs.
+    few = max(1, execs // 10)
+    untraced_few, untraced_many = busy_loop(None, few), busy_loop(None, execs)
     print(
-        f"  with another thread running Python all along (the GIL; {busy_execs} execs), added per exec: "
-        + ", ".join(
-            f"{name} {(busy[name] - busy['untraced']) / busy_execs * 1e6:.0f} µs" for name in configurations
-            if name != "untraced"
+        f"  with another thread running Python all along (the GIL), added per exec: python path "
+        f"{(busy_loop(python_path, few) - untraced_few) / few * 1e6:.0f} µs ({few} execs)"
+        + (
+            f"; compiled answerer {(busy_loop(compiled, few) - untraced_few) / few * 1e6:.0f} µs ({few} execs), "
+            f"{(busy_loop(compiled, execs) - untraced_many) / execs * 1e6:.0f} µs ({execs} execs)"
+            if compiled.answerer is not None
+            else ""
         )
-    )  # fmt: skip
+    )
 
 
 def busy_loop(exec_tracer: tracer.ExecTracer | None, execs: int) -> float:

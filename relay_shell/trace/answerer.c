@@ -6,8 +6,8 @@
  * The common exec, answered CONTINUE here: the server configured no RELAY_SHELL_EXEC_DENY patterns (the answer
  * never depends on what was read); a native execve (x86_64 or aarch64 ABI; not execveat, not a 32-bit ABI); no
  * tree being started (the tree's first exec is told by kcmp in Python); the process's session is led by the leader
- * of an open tree whose record lists no more entries (so its parent need not be read) - the quick attribution of
- * lineage.py; its path is one the server resolved within the last second without anything of a process in it
+ * of an open tree - the quick attribution of lineage.py (while the tree's record lists entries, the parent is read
+ * from /proc/PID/stat too); its path is one the server resolved within the last second without anything of a process in it
  * (resolve.locate_cached's cache: no working directory, descriptor or /proc), byte for byte; the path, at most
  * FAST_ARGS argument pointers and each argument read whole in two process_vm_readv calls, each string within
  * FIRST_CHUNK bytes. Everything else is handed to Python as it was received (the notification, unanswered).
@@ -19,9 +19,11 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <linux/seccomp.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -55,7 +57,7 @@ enum { IDLE = 0, RECEIVED = 1, FULL = 2 };
 struct leader {
     int32_t sid;   /* the tree leader's pid: its session's id */
     int32_t tree;  /* Python's token for the tree */
-    int32_t fast;  /* its record lists no more entries: answered here */
+    int32_t fast;  /* its record lists no more entries: the parent is not read */
 };
 
 struct known_path {
@@ -71,6 +73,7 @@ struct done {
     int32_t pid;
     int32_t tree;
     int32_t path;
+    int32_t ppid; /* 0: not read (the record lists no entry for it) */
     uint32_t argc;
     uint32_t offset;
     uint32_t length;
@@ -98,6 +101,10 @@ struct answerer {
     struct seccomp_notif received;
     char scratch[FAST_BYTES + 2 * FIRST_CHUNK];
 };
+
+/* What trace/native.py expects (its ABI): a library built from another version of this file is not used. */
+#define ANSWERER_ABI 2
+int answerer_abi(void) { return ANSWERER_ABI; }
 
 static double monotonic(void) {
     struct timespec now;
@@ -210,11 +217,34 @@ struct seccomp_notif *answerer_received(struct answerer *self) {
     return &self->received;
 }
 
-static int32_t tree_of(struct answerer *self, int32_t sid) {
-    for (uint32_t index = 0; index < self->leaders_count; index++)
-        if (self->leaders[index].sid == sid)
-            return self->leaders[index].fast ? self->leaders[index].tree : -1;
+static int32_t tree_of(struct answerer *self, int32_t sid, int32_t *fast) {
+    for (uint32_t index = 0; index < self->leaders_count; index++) {
+        if (self->leaders[index].sid == sid) {
+            *fast = self->leaders[index].fast;
+            return self->leaders[index].tree;
+        }
+    }
     return -1;
+}
+
+/* The process's parent, from /proc/PID/stat (after the last ')': its name may hold any byte); -1 when gone. */
+static int32_t parent_of(pid_t pid) {
+    char name[32], buffer[1024];
+    snprintf(name, sizeof(name), "/proc/%d/stat", (int)pid);
+    int descriptor = open(name, O_RDONLY | O_CLOEXEC);
+    if (descriptor < 0)
+        return -1;
+    ssize_t got = read(descriptor, buffer, sizeof(buffer) - 1);
+    close(descriptor);
+    if (got <= 0)
+        return -1;
+    buffer[got] = 0;
+    char *end = strrchr(buffer, ')');
+    char state;
+    int parent;
+    if (end == NULL || sscanf(end + 1, " %c %d", &state, &parent) != 2)
+        return -1;
+    return parent;
 }
 
 static int32_t path_token(struct answerer *self, const char *bytes, size_t length, double now) {
@@ -241,7 +271,8 @@ static int try_answer(struct answerer *self) {
         return 0;
     /* The tables are read under the lock; Python changes them from other threads. */
     pthread_mutex_lock(&self->lock);
-    int32_t tree = self->enabled && !self->starting ? tree_of(self, sid) : -1;
+    int32_t fast = 0;
+    int32_t tree = self->enabled && !self->starting ? tree_of(self, sid, &fast) : -1;
     pthread_mutex_unlock(&self->lock);
     if (tree < 0)
         return 0;
@@ -314,6 +345,10 @@ static int try_answer(struct answerer *self) {
         packed += length + 1;
         offset += span;
     }
+    /* A listed entry names its parent (read while the process waits: after the answer it may be gone). */
+    int32_t parent = 0;
+    if (!fast && (parent = parent_of((pid_t)notif->pid)) < 0)
+        return 0;
     struct seccomp_notif_resp response = {.id = notif->id, .val = 0, .error = 0,
                                           .flags = SECCOMP_USER_NOTIF_FLAG_CONTINUE};
     pthread_mutex_lock(&self->lock);
@@ -333,6 +368,7 @@ static int try_answer(struct answerer *self) {
     entry->pid = (int32_t)notif->pid;
     entry->tree = tree;
     entry->path = path;
+    entry->ppid = parent;
     entry->argc = argc;
     entry->offset = batch->used;
     entry->length = (uint32_t)(path_length + 1 + packed);

@@ -108,8 +108,8 @@ class Lineage:
     by_cgroup: dict[str, ExecTrace] = field(default_factory=dict)
     units: dict[ExecTrace, Unit] = field(default_factory=dict)  # every tree known, open or closed
     closed: OrderedDict[ExecTrace, None] = field(default_factory=OrderedDict)  # oldest first
-    # The compiled answerer (trace/native.py), when there is one: it answers an open tree's execs the quick way
-    # (its leaders, below) and names trees by token.
+    # The compiled answerer (trace/native.py), when there is one: it answers an open tree's execs found the quick
+    # way (the leaders it is told of) and names trees by token.
     answerer: Answerer | None = None
     tokens: dict[int, ExecTrace] = field(default_factory=dict)
     token_of: dict[ExecTrace, int] = field(default_factory=dict)
@@ -147,8 +147,8 @@ class Lineage:
             self.answerer.leader(pid, token, fast=False)  # its first entries are listed: their parent is read
 
     def answer_quickly(self, tree: ExecTrace) -> None:
-        """Under the tracer's lock, after a batch was recorded: an open tree whose record lists no more entries
-        (and has no session_send window that would) has its execs answered by the compiled answerer."""
+        """Under the tracer's lock, after a batch was recorded: once an open tree's record lists no more entries
+        (nor a session_send window's), the compiled answerer no longer reads its execs' parents."""
         token = self.token_of.get(tree)
         if self.answerer is not None and token is not None and not tree.closed:
             self.answerer.fast(token, not tree.wants_entry())

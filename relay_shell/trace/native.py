@@ -23,11 +23,12 @@ from relay_shell.trace import resolve, seccomp
 # `python`: the compiled answerer is not used (the suite runs both ways). Not a RELAY_SHELL_ setting: a build and
 # test switch, which the tests' servers inherit (they drop RELAY_SHELL_* from their environment).
 FORCE_PYTHON = "RELAY_EXEC_TRACE_ANSWERER"
+ABI = 2  # answerer.c's ANSWERER_ABI: the layout of what it hands over
 IDLE, RECEIVED, FULL = 0, 1, 2
 PATH_SLOTS = 64
 IDLE_MS = 50  # milliseconds without an exec after which the execs answered here are recorded
 PATH_BYTES = 256
-_DONE = struct.Struct("=diiiIII")  # at, pid, tree, path, argc, offset, length (answerer.c struct done)
+_DONE = struct.Struct("=diiiiIII4x")  # at, pid, tree, path, ppid, argc, offset, length (answerer.c struct done)
 _BATCH_HEADER = 8  # count, used
 _QUEUE_MAX = 256
 
@@ -52,6 +53,9 @@ def load() -> tuple[ctypes.CDLL | None, str]:
         library = ctypes.CDLL(str(path), use_errno=True)
     except OSError as exc:
         return None, f"cannot be loaded: {exc}"
+    abi = getattr(library, "answerer_abi", None)
+    if abi is None or abi() != ABI:
+        return None, f"{path.name} was built from another version (pip install -e . rebuilds it)"
     void_p, i32, u32 = ctypes.c_void_p, ctypes.c_int32, ctypes.c_uint32
     library.answerer_new.restype = void_p
     library.answerer_new.argtypes = [ctypes.c_int, ctypes.c_int]
@@ -76,6 +80,7 @@ class Answered:
 
     at: float
     pid: int
+    ppid: int  # 0 when not read (no entry is listed for it)
     tree: int
     target: resolve.Target  # the resolution of its path the answer was given from
     raw_path: bytes
@@ -110,6 +115,7 @@ class Answerer:
         self.library.answerer_starting(self.handle, int(starting))
 
     def leader(self, sid: int, tree: int, fast: bool) -> None:
+        """A tree's leader; `fast`: its execs' parents are not read (the tree's record lists no more entries)."""
         self.library.answerer_leader(self.handle, sid, tree, int(fast))
 
     def fast(self, tree: int, fast: bool) -> None:
@@ -170,10 +176,11 @@ class Answerer:
             entries = list(_DONE.iter_unpack(ctypes.string_at(address + _BATCH_HEADER, count * _DONE.size)))
             used = max(offset + length for *_, offset, length in entries)
             data = ctypes.string_at(address + _BATCH_HEADER + _QUEUE_MAX * _DONE.size, used)
-            for at, pid, tree, path_token, argc, offset, length in entries:
+            for at, pid, tree, path_token, ppid, argc, offset, length in entries:
                 parts = data[offset : offset + length - 1].split(b"\0")
                 target = self.resolutions[path_token]
-                found.append(Answered(at, pid, tree, target, parts[0], parts[1 : 1 + argc] if argc else []))
+                argv = parts[1 : 1 + argc] if argc else []
+                found.append(Answered(at, pid, ppid, tree, target, parts[0], argv))
         # Replaced before this batch was taken (both under the tracer's lock): no exec answered later names them.
         for token in self.retired:
             del self.resolutions[token]

@@ -195,7 +195,7 @@ class ExecTracer:
 
     def open_window(self, trace: ExecTrace, window: ExecTrace) -> None:
         """A session_send's window opens: the session's execs are listed in it, so their parents are read again
-        (the compiled answerer hands them to the Python path until the window's entries are full)."""
+        (by the compiled answerer too, until the window's entries are full)."""
         with self.lock:
             trace.window = window
             if self.answerer is not None:
@@ -345,7 +345,7 @@ class ExecTracer:
         tokens = self.lineage.tokens
         for done in batch:
             paused = Paused(raw=(done.raw_path, done.argv, len(done.argv), False), target=done.target)
-            pending.append(_Answered(tokens.get(done.tree), done.pid, 0, done.at, paused))
+            pending.append(_Answered(tokens.get(done.tree), done.pid, done.ppid, done.at, paused))
         pending.sort(key=lambda answered: answered.at)
         return pending
 

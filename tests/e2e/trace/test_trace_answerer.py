@@ -101,7 +101,8 @@ def test_the_answerer_records_what_the_python_path_records(
     # A listed entry names its parent: the answerer leaves a tree's execs to Python until its entries are full.
     assert len(got["entries"]) == 64 and all(entry["ppid"] > 1 for entry in got["entries"]), got["entries"]
     answered = compiled.answered_natively - before
-    assert answered >= 400, f"the compiled answerer answered {answered} of {got['count']} execs"
+    # Left to Python: a path the first time in each second of the cache, the long and the many arguments.
+    assert answered >= got["count"] - 60, f"the compiled answerer answered {answered} of {got['count']} execs"
     assert python_path.answered_natively == 0
 
 
