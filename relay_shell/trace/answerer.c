@@ -38,7 +38,7 @@
 #define FIRST_CHUNK 256
 #define FAST_ARGS 16
 #define PAGE 4096
-#define QUEUE_MAX 256
+#define QUEUE_MAX 1024 /* a batch: Python (the GIL) is needed once per batch at most, or when a record is taken */
 #define ARENA_BYTES (64 * 1024)
 #define FAST_BYTES (FIRST_CHUNK * (FAST_ARGS + 1))
 
@@ -103,7 +103,7 @@ struct answerer {
 };
 
 /* What trace/native.py expects (its ABI): a library built from another version of this file is not used. */
-#define ANSWERER_ABI 2
+#define ANSWERER_ABI 3
 int answerer_abi(void) { return ANSWERER_ABI; }
 
 static double monotonic(void) {

@@ -23,14 +23,14 @@ from relay_shell.trace import resolve, seccomp
 # `python`: the compiled answerer is not used (the suite runs both ways). Not a RELAY_SHELL_ setting: a build and
 # test switch, which the tests' servers inherit (they drop RELAY_SHELL_* from their environment).
 FORCE_PYTHON = "RELAY_EXEC_TRACE_ANSWERER"
-ABI = 2  # answerer.c's ANSWERER_ABI: the layout of what it hands over
+ABI = 3  # answerer.c's ANSWERER_ABI: the layout of what it hands over
 IDLE, RECEIVED, FULL = 0, 1, 2
 PATH_SLOTS = 64
 IDLE_MS = 50  # milliseconds without an exec after which the execs answered here are recorded
 PATH_BYTES = 256
 _DONE = struct.Struct("=diiiiIII4x")  # at, pid, tree, path, ppid, argc, offset, length (answerer.c struct done)
 _BATCH_HEADER = 8  # count, used
-_QUEUE_MAX = 256
+_QUEUE_MAX = 1024
 
 
 def _library_path() -> Path | None:
