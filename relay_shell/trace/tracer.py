@@ -48,7 +48,6 @@ from relay_shell.trace.spawners import Spawner
 
 logger = logging.getLogger("relay_shell")
 T = TypeVar("T")
-_CAP_SYS_ADMIN = 21
 LATE_BATCH = 64  # late execs of one call written as one `exec:late` record, at most
 LATE_WAIT = 60.0  # seconds a late exec waits at most for its record
 SWEEP = 1.0  # seconds between looks at closed trees (late execs to write, trees to forget), while idle
@@ -115,7 +114,7 @@ class ExecTracer:
     def _probe(self) -> None:
         """Start the spawner thread, which installs the filter on itself: tells whether this kernel and this
         process may."""
-        self.no_new_privs = not has_sys_admin() and not seccomp.no_new_privs_set()
+        self.no_new_privs = not seccomp.has_sys_admin() and not seccomp.no_new_privs_set()
         spawner = Spawner(self.no_new_privs).start()
         problem = spawner.problem
         if spawner.listener is not None:
@@ -490,11 +489,3 @@ class ExecTracer:
             "answerer": "compiled" if self.answerer is not None else f"python ({self.answerer_state or self.state})",
             "execs_answered_compiled": self.answered_natively,
         }
-
-
-def has_sys_admin() -> bool:
-    with contextlib.suppress(OSError, ValueError), open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith("CapEff:"):
-                return bool(int(line.split()[1], 16) >> _CAP_SYS_ADMIN & 1)
-    return False
