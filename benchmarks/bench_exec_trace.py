@@ -10,14 +10,17 @@ Besides wall time, each server's own CPU time per call (utime + stime of the ser
 from /proc) is printed: on a machine shared with other work it moves far less than wall time, and says what the
 trace costs the server whatever the scheduler does. Batches interleave so that machine noise hits every
 configuration alike. `--breakdown` also prints where a traced exec's time goes inside the server (the service
-thread's steps, timed in-process; see adr/0027).
+thread's steps, timed in-process; see adr/0027). `--paths` measures the 1,000 programs row three ways in one run,
+interleaved: untraced, traced with the compiled answerer (adr/0032), traced on the Python path alone
+(RELAY_EXEC_TRACE_ANSWERER=python).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 
 import anyio
 from mcp import Client
@@ -151,6 +154,70 @@ async def measure_rows() -> list[Row]:
     return [ratio_row(TRACE_TRUE, ratio_true, LIMIT_TRUE), ratio_row(TRACE_THOUSAND, ratio_loop, LIMIT_LOOP)]
 
 
+@contextlib.contextmanager
+def python_path() -> Iterator[None]:
+    """A server started meanwhile answers every exec from Python (trace/native.py's switch)."""
+    os.environ["RELAY_EXEC_TRACE_ANSWERER"] = "python"
+    try:
+        yield
+    finally:
+        del os.environ["RELAY_EXEC_TRACE_ANSWERER"]
+
+
+async def measure_paths() -> None:
+    """The 1,000 programs row three ways, interleaved in one run: the compiled answerer against the Python path."""
+    async with relay_client(exec_trace="off") as untraced, relay_client(exec_trace="on") as compiled:
+        with python_path():
+            python_client = relay_client(exec_trace="on")
+            python_traced = await python_client.__aenter__()
+        try:
+            compiled_info = dict((await server_info(compiled)).get("exec_trace", {}))  # type: ignore[call-overload]
+            if compiled_info.get("state") != "on":
+                print(f"exec trace paths: not measured, the trace is {compiled_info.get('state')} here")
+                return
+            pids = {"untraced": server_pid("off")}
+            on_pids = [int(entry) for entry in os.listdir("/proc") if entry.isdigit() and _traced_child(int(entry))]
+            clients = {"untraced": untraced, "compiled answerer": compiled, "python path": python_traced}
+            pids["compiled answerer"], pids["python path"] = _split_traced(on_pids)
+            calls = {name: caller(client, LOOP) for name, client in clients.items()}
+            for call in calls.values():
+                await call()
+            walls: dict[str, list[float]] = {name: [] for name in clients}
+            cpus: dict[str, list[float]] = {name: [0.0] for name in clients}
+            for _ in range(LOOP_CALLS):
+                for name, call in calls.items():
+                    walls[name] += await timed(call, 1, pids[name], cpus[name])
+        finally:
+            await python_client.__aexit__(None, None, None)
+    base = median(walls["untraced"])
+    base_cpu = cpus["untraced"][0]
+    for name in clients:
+        wall = median(walls[name])
+        added = (wall - base) / LOOP_EXECS * 1e6
+        cpu_added = (cpus[name][0] - base_cpu) / LOOP_CALLS / LOOP_EXECS * 1e6
+        print(
+            f"exec trace paths, 1,000 programs, {name}: {wall * 1000:.1f} ms, ratio {wall / base:.3f} (target ≤ "
+            f"{LIMIT_LOOP}), added {added:.0f} µs per exec; server CPU added per exec {cpu_added:.0f} µs"
+        )
+
+
+def _traced_child(pid: int) -> bool:
+    with contextlib.suppress(OSError, IndexError, ValueError):
+        with open(f"/proc/{pid}/stat") as handle:
+            parent = int(handle.read().rsplit(")", 1)[1].split()[1])
+        with open(f"/proc/{pid}/environ", "rb") as handle:
+            environ = handle.read().split(b"\0")
+        return parent == os.getpid() and b"RELAY_SHELL_EXEC_TRACE=on" in environ
+    return False
+
+
+def _split_traced(pids: list[int]) -> tuple[int, int]:
+    """(the traced server with the compiled answerer, the one forced to the Python path)."""
+    forced = [pid for pid in pids if b"RELAY_EXEC_TRACE_ANSWERER=python" in open(f"/proc/{pid}/environ", "rb").read()]
+    other = [pid for pid in pids if pid not in forced]
+    return other[0], forced[0]
+
+
 def rows(options: Options) -> list[Row]:
     return anyio.run(measure_rows)
 
@@ -158,6 +225,9 @@ def rows(options: Options) -> list[Row]:
 def main(argv: list[str] | None = None) -> int:
     """`--breakdown` also prints where a traced exec's time goes (benchmarks/trace_breakdown.py)."""
     arguments = sys.argv[1:] if argv is None else argv
+    if "--paths" in arguments:
+        anyio.run(measure_paths)
+        return 0
     status = run_alone(rows, [argument for argument in arguments if argument != "--breakdown"])
     if "--breakdown" in arguments:
         from benchmarks.trace_breakdown import print_breakdown

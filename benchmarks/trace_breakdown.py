@@ -12,6 +12,10 @@ Printed per exec, in microseconds (medians over every exec of the traced run):
   side on the paused process;
 - the record built afterwards (redaction, digest, entry), per exec, off the exec's path.
 
+First, A/B in the same process, batches interleaved: untraced, the Python path (RELAY_EXEC_TRACE_ANSWERER=
+python) and the compiled answerer (adr/0032), each as wall time per exec and as this process's CPU time per exec
+(all its threads: the service threads' work), best of ROUNDS; then the Python path's steps.
+
 Run alone: `python -m benchmarks.trace_breakdown [N]`, or with `bench_exec_trace --breakdown`.
 """
 
@@ -25,7 +29,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from relay_shell.trace import answer, lineage, memory, resolve, seccomp, tracer
+from relay_shell.trace import answer, lineage, memory, native, resolve, seccomp, tracer
 from relay_shell.trace.record import ExecTrace
 from relay_shell.trace.spawn import spawn
 
@@ -85,7 +89,7 @@ def instrument(steps: Steps, reads: dict[str, list[int]]) -> None:
     def read_request(reader: memory.Reader, pid: int, path_address: int, argv_address: int, size: int) -> Any:
         wall = time.perf_counter_ns()
         spans_calls.clear()
-        memory.Reader.spans = timed_spans  # type: ignore[method-assign]
+        memory.Reader.spans = timed_spans  # type: ignore[method-assign, assignment]
         try:
             request = original_read(reader, pid, path_address, argv_address, size)
         finally:
@@ -104,21 +108,27 @@ def instrument(steps: Steps, reads: dict[str, list[int]]) -> None:
         reads.setdefault("same spans, open+pread+close /proc/PID/mem", []).append(time.perf_counter_ns() - wall)
         return request
 
-    memory.read_request = read_request  # answer.py calls memory.read_request
+    memory.read_request = read_request  # type: ignore[assignment]  # answer.py calls memory.read_request
 
 
 def run_loop(exec_tracer: tracer.ExecTracer | None, execs: int) -> float:
     """Seconds one `sh` takes to run /bin/true `execs` times, started from the spawner thread when traced."""
+    return timed_loop(exec_tracer, execs)[0]
+
+
+def timed_loop(exec_tracer: tracer.ExecTracer | None, execs: int) -> tuple[float, float]:
+    """(wall seconds, this process's CPU seconds) of one `sh` running /bin/true `execs` times."""
     argv = ["/bin/sh", "-c", f"i=0; while [ $i -lt {execs} ]; do /bin/true; i=$((i+1)); done"]
 
     def start() -> Any:
         return spawn(argv, None, None, False, True, "/bin/sh")
 
+    before = os.times()
     began = time.perf_counter()
+    trace = ExecTrace(64)
     if exec_tracer is None or exec_tracer.spawner is None:
         child = start()
     else:
-        trace = ExecTrace(64)
         with exec_tracer.lock:
             exec_tracer.lineage.register(trace, lineage.Unit())
             exec_tracer.lineage.starting = trace
@@ -133,7 +143,59 @@ def run_loop(exec_tracer: tracer.ExecTracer | None, execs: int) -> float:
     elapsed = time.perf_counter() - began
     if exec_tracer is not None and exec_tracer.spawner is not None:
         exec_tracer.finish(trace)
-    return elapsed
+    after = os.times()
+    return elapsed, (after.user + after.system) - (before.user + before.system)
+
+
+def compare(execs: int) -> None:
+    """Untraced, the Python path and the compiled answerer, interleaved in one process, best of ROUNDS."""
+    os.environ[native.FORCE_PYTHON] = "python"
+    python_path = tracer.ExecTracer([], 64)
+    del os.environ[native.FORCE_PYTHON]
+    compiled = tracer.ExecTracer([], 64)
+    if not python_path.active:
+        print(f"trace breakdown: the trace is {python_path.state} here: {python_path.reason}")
+        return
+    configurations: dict[str, tracer.ExecTracer | None] = {"untraced": None, "python path": python_path}
+    if compiled.answerer is not None:
+        configurations["compiled answerer"] = compiled
+    else:
+        print(f"  the compiled answerer is not available: {compiled.answerer_state}")
+    for configuration in configurations.values():
+        timed_loop(configuration, 50)  # warm: caches, the first opens
+    walls: dict[str, list[float]] = {name: [] for name in configurations}
+    cpus: dict[str, list[float]] = {name: [] for name in configurations}
+    for _ in range(ROUNDS):
+        for name, configuration in configurations.items():
+            wall, cpu = timed_loop(configuration, execs)
+            walls[name].append(wall)
+            cpus[name].append(cpu)
+    print(f"trace A/B ({execs} × /bin/true from one sh, in-process, interleaved, best of {ROUNDS}; µs per exec):")
+    base_wall, base_cpu = min(walls["untraced"]), min(cpus["untraced"])
+    for name in configurations:
+        wall, cpu = min(walls[name]), min(cpus[name])
+        print(
+            f"  {name:<18} wall {wall / execs * 1e6:6.1f} (added {(wall - base_wall) / execs * 1e6:6.1f}), "
+            f"this process's CPU {cpu / execs * 1e6:5.1f} (added {(cpu - base_cpu) / execs * 1e6:5.1f})"
+        )
+    if compiled.answerer is not None:
+        share = compiled.answered_natively / max(1, compiled.traced)
+        print(f"  the compiled answerer answered {share:.1%} of the traced execs itself (the rest: the Python path)")
+    # With the GIL busy: the Python path over execs // 10 execs; the compiled answerer over that and over `execs`,
+    # since a tree's first 64 execs (its listed entries, whose parent is read) are the Python path's there too:
+    # the difference is what each later exec costs.
+    few = max(1, execs // 10)
+    untraced_few, untraced_many = busy_loop(None, few), busy_loop(None, execs)
+    print(
+        f"  with another thread running Python all along (the GIL), added per exec: python path "
+        f"{(busy_loop(python_path, few) - untraced_few) / few * 1e6:.0f} µs ({few} execs)"
+        + (
+            f"; compiled answerer {(busy_loop(compiled, few) - untraced_few) / few * 1e6:.0f} µs ({few} execs), "
+            f"{(busy_loop(compiled, execs) - untraced_many) / execs * 1e6:.0f} µs ({execs} execs)"
+            if compiled.answerer is not None
+            else ""
+        )
+    )
 
 
 def busy_loop(exec_tracer: tracer.ExecTracer | None, execs: int) -> float:
@@ -156,8 +218,11 @@ def busy_loop(exec_tracer: tracer.ExecTracer | None, execs: int) -> float:
 
 
 def print_breakdown(execs: int = LOOP_EXECS) -> None:
+    compare(execs)
     steps, reads = Steps(), {}  # type: ignore[var-annotated]
+    os.environ[native.FORCE_PYTHON] = "python"  # the steps below are the Python path's
     exec_tracer = tracer.ExecTracer([], 64)
+    del os.environ[native.FORCE_PYTHON]
     if not exec_tracer.active:
         print(f"trace breakdown: the trace is {exec_tracer.state} here: {exec_tracer.reason}")
         return

@@ -32,6 +32,7 @@ class Paused:
     refusal: str = ""  # why, when no pattern matched (its program cannot be determined)
     answer: int = 0  # 0: CONTINUE, else the errno it fails with
     unreadable: bool = False  # still waiting, but its request could not be read
+    quick: bool = False  # a native execve of an absolute path resolved without the process (the answerer's kind)
 
 
 def read_paused(
@@ -62,6 +63,7 @@ def read_paused(
             paused.target = resolve.locate(pid, path, execveat, dirfd, int(args[4]) if execveat else 0)
         else:
             paused.target = resolve.locate_cached(pid, path)
+            paused.quick = not compat and not paused.target.context
         if deny and paused.target.outcome == "ok":
             verdict(paused, deny, [memory.decode(item) for item in raw[1]])
     except Exception:  # never leave a process waiting: it is answered whatever happened here

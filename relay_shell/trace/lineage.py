@@ -33,6 +33,7 @@ import select
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
+from relay_shell.trace.native import Answerer
 from relay_shell.trace.record import ExecTrace
 
 KNOWN_MAX = 4096  # learnt processes before the dead ones are pruned
@@ -107,9 +108,30 @@ class Lineage:
     by_cgroup: dict[str, ExecTrace] = field(default_factory=dict)
     units: dict[ExecTrace, Unit] = field(default_factory=dict)  # every tree known, open or closed
     closed: OrderedDict[ExecTrace, None] = field(default_factory=OrderedDict)  # oldest first
-    starting: ExecTrace | None = None  # the tree whose first process the spawner thread is starting
+    # The compiled answerer (trace/native.py), when there is one: it answers an open tree's execs found the quick
+    # way (the leaders it is told of) and names trees by token.
+    answerer: Answerer | None = None
+    tokens: dict[int, ExecTrace] = field(default_factory=dict)
+    token_of: dict[ExecTrace, int] = field(default_factory=dict)
+    _starting: ExecTrace | None = None
+    _next_token: int = 0
+
+    @property
+    def starting(self) -> ExecTrace | None:
+        """The tree whose first process the spawner thread is starting (its first exec is told by kcmp, in
+        Python: the answerer hands every exec over meanwhile)."""
+        return self._starting
+
+    @starting.setter
+    def starting(self, tree: ExecTrace | None) -> None:
+        self._starting = tree
+        if self.answerer is not None:
+            self.answerer.starting(tree is not None)
 
     def register(self, tree: ExecTrace, unit: Unit) -> None:
+        self._next_token += 1
+        self.tokens[self._next_token] = tree
+        self.token_of[tree] = self._next_token
         self.units[tree] = unit
         self.pids.setdefault(tree, set())
         if unit.marker:
@@ -120,6 +142,16 @@ class Lineage:
     def leader(self, pid: int, tree: ExecTrace) -> None:
         """The tree's first process (a session leader by posix_spawn's or the terminal's setsid)."""
         self.leaders[pid] = (0, tree, -1)
+        token = self.token_of.get(tree)
+        if self.answerer is not None and token is not None and not tree.closed:
+            self.answerer.leader(pid, token, fast=False)  # its first entries are listed: their parent is read
+
+    def answer_quickly(self, tree: ExecTrace) -> None:
+        """Under the tracer's lock, after a batch was recorded: once an open tree's record lists no more entries
+        (nor a session_send window's), the compiled answerer no longer reads its execs' parents."""
+        token = self.token_of.get(tree)
+        if self.answerer is not None and token is not None and not tree.closed:
+            self.answerer.fast(token, not tree.wants_entry())
 
     def session_leader(self, pid: int, start: int, tree: ExecTrace) -> None:
         """A process of the tree that made a session of its own: its session's execs are found the quick way
@@ -136,11 +168,19 @@ class Lineage:
         """The tree's record is written (its leader reaped). It stays known for its late execs, among the most
         recent CLOSED_KEPT closed trees."""
         self.closed[tree] = None
+        token = self.token_of.get(tree)
+        if self.answerer is not None and token is not None:
+            self.answerer.forget_tree(token)  # a closed tree's leader may be reaped: checked the Python way
         while len(self.closed) > CLOSED_KEPT:
             oldest, _ = self.closed.popitem(last=False)
             self.forget(oldest)
 
     def forget(self, tree: ExecTrace) -> None:
+        token = self.token_of.pop(tree, None)
+        if token is not None:
+            del self.tokens[token]
+            if self.answerer is not None:
+                self.answerer.forget_tree(token)
         unit = self.units.pop(tree, Unit())
         self.closed.pop(tree, None)
         if unit.marker and self.by_marker.get(unit.marker) is tree:

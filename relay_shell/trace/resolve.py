@@ -410,5 +410,13 @@ def locate_cached(pid: int, raw: str, cwd: str | None = None) -> Target:
     return target
 
 
+def cached(raw: str) -> tuple[float, Target] | None:
+    """A context-free resolution of `raw` still fresh: (until when, the resolution)."""
+    known = _cache.get(raw)
+    if known is None or time.monotonic() - known[0] >= CACHE_TTL:
+        return None
+    return known[0] + CACHE_TTL, known[1]
+
+
 def failure_errno(outcome: str) -> int:
     return int(getattr(errno, outcome, errno.EACCES))

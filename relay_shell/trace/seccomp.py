@@ -155,12 +155,30 @@ def close_quietly(listener: int) -> None:
         os.close(listener)
 
 
+_CAP_SYS_ADMIN = 21
+
+
+def has_sys_admin() -> bool:
+    """The server may install the filter without no_new_privs."""
+    with contextlib.suppress(OSError, ValueError), open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("CapEff:"):
+                return bool(int(line.split()[1], 16) >> _CAP_SYS_ADMIN & 1)
+    return False
+
+
 def no_new_privs_set() -> bool:
     return bool(_libc.prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) == 1)
 
 
 _NOTIF = struct.Struct("=QIIiIQ6Q")  # id, pid, flags, nr, arch, instruction pointer, args[6]
 _RESP = struct.Struct("=QqiI")  # id, val, error, flags
+
+
+def parse(buffer: bytes | bytearray) -> tuple[int, int, int, int, tuple[int, ...]]:
+    """A struct seccomp_notif: (id, pid, syscall nr, audit arch, its six arguments)."""
+    fields = _NOTIF.unpack(buffer)
+    return fields[0], fields[1], fields[3], fields[4], fields[6:12]
 
 
 class Notifications:
@@ -180,8 +198,7 @@ class Notifications:
             if exc.errno in (errno.ENOENT, errno.EINTR, errno.EAGAIN):
                 return None
             raise
-        fields = _NOTIF.unpack(buffer)
-        return fields[0], fields[1], fields[3], fields[4], fields[6:12]
+        return parse(buffer)
 
     def answer(self, notif_id: int, error: int = 0) -> bool:
         """Let the exec go on (error 0), or fail it with -error. False when the process is no longer waiting
@@ -189,10 +206,14 @@ class Notifications:
         of it between its receipt and this answer may be another process's (its pid reused). True proves the
         opposite, which is why no NOTIF_ID_VALID is needed before answering."""
         flags = SECCOMP_USER_NOTIF_FLAG_CONTINUE if error == 0 else 0
-        try:
-            fcntl.ioctl(self.listener, IOCTL_NOTIF_SEND, _RESP.pack(notif_id, 0, -error if error else 0, flags))
-        except OSError as exc:
-            if exc.errno not in (errno.ENOENT, errno.EINTR):
-                raise
-            return False
-        return True
+        response = _RESP.pack(notif_id, 0, -error if error else 0, flags)
+        while True:
+            try:
+                fcntl.ioctl(self.listener, IOCTL_NOTIF_SEND, response)
+            except InterruptedError:
+                continue  # a signal for this thread before the answer was given: the process still waits
+            except OSError as exc:
+                if exc.errno != errno.ENOENT:
+                    raise
+                return False
+            return True

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from relay_shell.settings.patterns import Regex
-from relay_shell.trace import memory, seccomp
+from relay_shell.trace import memory, native, seccomp
 from relay_shell.trace.answer import Paused, read_paused
 from relay_shell.trace.deny import refusal_shown
 from relay_shell.trace.lineage import Lineage, ProcStat, Unit, read_stat, shares_memory
@@ -48,7 +48,6 @@ from relay_shell.trace.spawners import Spawner
 
 logger = logging.getLogger("relay_shell")
 T = TypeVar("T")
-_CAP_SYS_ADMIN = 21
 LATE_BATCH = 64  # late execs of one call written as one `exec:late` record, at most
 LATE_WAIT = 60.0  # seconds a late exec waits at most for its record
 SWEEP = 1.0  # seconds between looks at closed trees (late execs to write, trees to forget), while idle
@@ -103,6 +102,9 @@ class ExecTracer:
         self.first_unread = False
         self.notifications: seccomp.Notifications | None = None
         self.epoll: Any = None
+        self.answerer: native.Answerer | None = None  # the compiled answerer (adr/0032), when built and allowed
+        self.answerer_state = ""  # why not, when not
+        self.answered_natively = 0  # execs the compiled answerer answered
         self._probe()
         if self.state == "on":
             threading.Thread(target=self._serve, name="relay-shell-exec-trace", daemon=True).start()
@@ -114,7 +116,7 @@ class ExecTracer:
     def _probe(self) -> None:
         """Start the spawner thread, which installs the filter on itself: tells whether this kernel and this
         process may."""
-        self.no_new_privs = not has_sys_admin() and not seccomp.no_new_privs_set()
+        self.no_new_privs = not seccomp.has_sys_admin() and not seccomp.no_new_privs_set()
         spawner = Spawner(self.no_new_privs).start()
         problem = spawner.problem
         if spawner.listener is not None:
@@ -137,6 +139,10 @@ class ExecTracer:
         # any other (trace/tree.py then does not record it ahead).
         self.first_unread = shares_memory(os.getpid())
         self.notifications = seccomp.Notifications(spawner.listener)
+        self.answerer, self.answerer_state = native.create(self.epoll.fileno(), spawner.listener)
+        if self.answerer is not None:
+            self.answerer.enable(not self.deny)  # with EXEC_DENY every answer depends on what was read: Python's
+            self.lineage.answerer = self.answerer
         self.state = "on"
         self.reason = "seccomp user notification on every execve/execveat of the trees calls and sessions start"
         if self.no_new_privs:
@@ -192,6 +198,16 @@ class ExecTracer:
             self._settle()
             return trace.record()
 
+    def open_window(self, trace: ExecTrace, window: ExecTrace) -> None:
+        """A session_send's window opens: the session's execs are listed in it, so their parents are read again
+        (by the compiled answerer too, until the window's entries are full)."""
+        with self.lock:
+            trace.window = window
+            if self.answerer is not None:
+                token = self.lineage.token_of.get(trace)
+                if token is not None:
+                    self.answerer.fast(token, False)
+
     def detach(self, trace: ExecTrace, window: ExecTrace) -> dict[str, Any]:
         """A session_send's window closes: the execs answered until now are in it, later ones are not."""
         with self.lock:
@@ -208,7 +224,16 @@ class ExecTracer:
         try:
             while True:
                 timeout = 0 if self.pending else (SWEEP if self.late_waiting or self.stray.late else -1)
-                if self.epoll.poll(timeout):
+                if self.answerer is not None:  # waits in C, the GIL released: the common exec is answered there
+                    status = self.answerer.wait(timeout)
+                    if status == native.RECEIVED:
+                        self._ready(self.notifications, self.answerer.received())
+                        continue
+                    with self.lock:
+                        self._settle()
+                    if status == native.FULL:
+                        continue
+                elif self.epoll.poll(timeout):
                     self._ready(self.notifications)
                     continue
                 if self.pending:
@@ -228,8 +253,10 @@ class ExecTracer:
                 self._settle()
                 self._flush_late_locked()
 
-    def _ready(self, notifications: seccomp.Notifications) -> None:
-        received = notifications.receive()  # an OSError here stops the tracer: the listener is unusable
+    def _ready(self, notifications: seccomp.Notifications, received: Any = None) -> None:
+        """One notification (received here, or handed over by the compiled answerer) read, answered, queued."""
+        if received is None:
+            received = notifications.receive()  # an OSError here stops the tracer: the listener is unusable
         if received is None:
             return
         notif_id, pid, number, arch, args = received
@@ -269,6 +296,8 @@ class ExecTracer:
             if paused.unreadable:
                 self.faults += 1
             self.pending.append(_Answered(tree, pid, stat.ppid if stat else 0, time.monotonic(), paused))
+            if paused.quick and self.answerer is not None and paused.raw is not None:
+                self.answerer.learn_path(paused.raw[0], memory.decode(paused.raw[0]))
             if len(self.pending) >= PENDING_MAX:
                 self._settle()
 
@@ -288,9 +317,15 @@ class ExecTracer:
         return tree
 
     def _settle(self) -> None:
-        """Under the lock: the waiting execs into their traces, in the order they were answered."""
+        """Under the lock: the waiting execs into their traces, in the order they were answered (the compiled
+        answerer's and the Python path's, both answered by the service thread one at a time)."""
         pending, self.pending = self.pending, []
+        if self.answerer is not None:
+            pending = self._answered_natively(pending)
+        touched: set[ExecTrace] = set()
         for answered in pending:
+            if answered.tree is not None:
+                touched.add(answered.tree)
             tree = answered.tree if answered.tree is not None else self.stray
             target = tree.late_trace() if tree.closed else tree
             if answered.paused.unreadable:
@@ -301,6 +336,23 @@ class ExecTracer:
                 self.late += 1
                 self.late_waiting.add(tree)
                 self._write_late(tree, now=False)
+        for tree in touched:
+            self.lineage.answer_quickly(tree)
+
+    def _answered_natively(self, pending: list[_Answered]) -> list[_Answered]:
+        """Under the lock: the compiled answerer's batch, merged with the Python path's by the time answered."""
+        assert self.answerer is not None
+        batch, faults = self.answerer.take()
+        self.faults += faults
+        self.answered_natively += len(batch)
+        if not batch:
+            return pending
+        tokens = self.lineage.tokens
+        for done in batch:
+            paused = Paused(raw=(done.raw_path, done.argv, len(done.argv), False), target=done.target)
+            pending.append(_Answered(tokens.get(done.tree), done.pid, done.ppid, done.at, paused))
+        pending.sort(key=lambda answered: answered.at)
+        return pending
 
     def _unreadable(self, target: ExecTrace, answered: _Answered) -> None:
         refused = answered.paused.answer != 0
@@ -440,12 +492,6 @@ class ExecTracer:
             "untraced_trees": self.untraced_trees,
             "read_faults": self.faults,
             "trees_open": len(self.lineage.units),
+            "answerer": "compiled" if self.answerer is not None else f"python ({self.answerer_state or self.state})",
+            "execs_answered_compiled": self.answered_natively,
         }
-
-
-def has_sys_admin() -> bool:
-    with contextlib.suppress(OSError, ValueError), open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith("CapEff:"):
-                return bool(int(line.split()[1], 16) >> _CAP_SYS_ADMIN & 1)
-    return False

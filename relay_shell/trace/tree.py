@@ -142,7 +142,7 @@ class TracedTree:
     def window_into(self, plan: Plan) -> Iterator[None]:
         """session_send: the programs the session started while the send is handled."""
         window = ExecTrace(self.execs.max_entries)
-        self.execs.window = window
+        self.tracer.open_window(self.execs, window)
         try:
             yield
         finally:

@@ -8,6 +8,7 @@ it started would wait for ever for answers nobody gives).
   traced fail with ENOSYS instead of waiting), the trace turns unavailable, the next call runs untraced.
 
 MOCK, and the only ones here: epoll.register failing (ENOSPC, fs.epoll.max_user_watches reached) and NOTIF_RECV
+(or the compiled answerer's hand-over of what it received)
 failing cannot be produced for real on this machine without exhausting the watches of every process of the user
 or breaking the kernel's seccomp. The spawn, the filter, the listener and the programs are real. Each check runs in
 a child interpreter so that the hang it guards against fails the test (a timeout) instead of freezing pytest.
@@ -25,7 +26,7 @@ import asyncio, errno, select
 from relay_shell.containment.start import start_containment
 from relay_shell.launch import Launcher
 from relay_shell.local.process import run_process
-from relay_shell.trace import seccomp
+from relay_shell.trace import native, seccomp
 from relay_shell.trace.tracer import ExecTracer
 
 async def run(launcher):
@@ -75,6 +76,9 @@ async def main():
         '''MOCK: NOTIF_RECV fails as on a listener the kernel no longer serves.'''
         raise OSError(errno.EBADF, "mocked: the listener cannot be read")
     seccomp.Notifications.receive = broken
+    # With the compiled answerer (adr/0032) the notification is received in C and handed over: its hand-over fails
+    # the same way (the tree's first exec is always handed over).
+    native.Answerer.received = broken
     print(await run(launcher))  # its first exec meets the broken service thread: ENOSYS, then run untraced
     await asyncio.sleep(0.2)
     print(tracer.state, "|", tracer.reason)

@@ -1,0 +1,166 @@
+"""The exec trace's compiled answerer (adr/0032) against the Python path, on real processes under the real filter:
+two tracers in this process, one forced to the Python path (RELAY_EXEC_TRACE_ANSWERER=python), the same trees run
+under each. What the answerer answers must be recorded exactly as the Python path records it (count, digest over
+every path, argv and outcome), attributed to its own tree while others run, never for a closed tree (late execs),
+and never with RELAY_SHELL_EXEC_DENY set (every answer then depends on what was read: the Python path decides).
+A test that fails without the answerer: the answerer must have answered most execs itself.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from relay_shell.settings.patterns import compile_re2
+from relay_shell.trace import lineage, native, tracer
+from relay_shell.trace.record import ExecTrace
+from relay_shell.trace.spawn import spawn
+
+# Arguments the answerer reads itself (short, few), and ones it hands over (over 256 bytes; over 16 of them).
+SCRIPT = (
+    'i=0; while [ $i -lt {n} ]; do /bin/echo "$i" two "thr ee"; /bin/true; i=$((i+1)); done; '
+    "/bin/echo {long}; /bin/echo 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; /usr/bin/env true; "
+    "nosuchprogram 2>/dev/null; exit 0"
+)
+
+
+def make(deny: list[str] | None = None, force_python: bool = False) -> tracer.ExecTracer:
+    """A tracer with the compiled answerer, or forced to the Python path, whatever the suite's environment says
+    (the suite also runs with RELAY_EXEC_TRACE_ANSWERER=python)."""
+    outside = os.environ.pop(native.FORCE_PYTHON, None)
+    if force_python:
+        os.environ[native.FORCE_PYTHON] = "python"
+    try:
+        made = tracer.ExecTracer(compile_re2(deny or []), 64)
+    finally:
+        os.environ.pop(native.FORCE_PYTHON, None)
+        if outside is not None:
+            os.environ[native.FORCE_PYTHON] = outside
+    if not made.active:
+        raise AssertionError(f"the trace is {made.state} here: {made.reason}")
+    return made
+
+
+@pytest.fixture(scope="module")
+def tracers() -> Iterator[tuple[tracer.ExecTracer, tracer.ExecTracer]]:
+    compiled = make()
+    if compiled.answerer is None:
+        raise AssertionError(f"the compiled answerer is not built here ({compiled.answerer_state}): pip install -e .")
+    yield compiled, make(force_python=True)
+
+
+SPAWNING = threading.Lock()  # one tree started at a time, as the event loop hands them to the spawner thread
+
+
+def start_tree(exec_tracer: tracer.ExecTracer, script: str) -> tuple[ExecTrace, Any]:
+    with SPAWNING:
+        return _start_tree(exec_tracer, script)
+
+
+def _start_tree(exec_tracer: tracer.ExecTracer, script: str) -> tuple[ExecTrace, Any]:
+    trace = ExecTrace(64)
+    with exec_tracer.lock:
+        exec_tracer.lineage.register(trace, lineage.Unit())
+        exec_tracer.lineage.starting = trace
+    box: list[Any] = []
+    assert exec_tracer.spawner is not None
+    argv = ["/bin/sh", "-c", script]
+    exec_tracer.spawner.run(lambda: box.append(spawn(argv, None, None, False, True, "/bin/sh")))
+    with exec_tracer.lock:
+        exec_tracer.lineage.starting = None
+    return trace, box[0]
+
+
+def run_tree(exec_tracer: tracer.ExecTracer, script: str) -> tuple[dict[str, Any], bytes]:
+    trace, child = start_tree(exec_tracer, script)
+    output = child.stdout.read()
+    child.wait()
+    return exec_tracer.finish(trace), output
+
+
+def test_the_answerer_records_what_the_python_path_records(
+    tracers: tuple[tracer.ExecTracer, tracer.ExecTracer],
+) -> None:
+    compiled, python_path = tracers
+    script = SCRIPT.format(n=300, long="x" * 600)
+    before = compiled.answered_natively
+    got, output = run_tree(compiled, script)
+    expected, expected_output = run_tree(python_path, script)
+    assert output == expected_output
+    # 300 × (echo, true), the long echo, the 20-argument echo, env and its true; the miss is not_found. (sh, the
+    # server's own first exec, is recorded by trace/tree.py before the spawn: not here.)
+    assert got["count"] == expected["count"] == 600 + 4, (got, expected)
+    assert got["sha256"] == expected["sha256"]
+    assert got["not_found"] == expected["not_found"] >= 1
+    assert without_times_and_pids(got["entries"]) == without_times_and_pids(expected["entries"])
+    # A listed entry names its parent: the answerer leaves a tree's execs to Python until its entries are full.
+    assert len(got["entries"]) == 64 and all(entry["ppid"] > 1 for entry in got["entries"]), got["entries"]
+    answered = compiled.answered_natively - before
+    # Left to Python: a path the first time in each second of the cache, the long and the many arguments.
+    assert answered >= got["count"] - 60, f"the compiled answerer answered {answered} of {got['count']} execs"
+    assert python_path.answered_natively == 0
+
+
+def without_times_and_pids(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{key: value for key, value in entry.items() if key not in ("pid", "ppid", "t_ms")} for entry in entries]
+
+
+def test_each_tree_gets_its_own_execs_while_others_run(tracers: tuple[tracer.ExecTracer, tracer.ExecTracer]) -> None:
+    compiled, _ = tracers
+    results: dict[int, dict[str, Any]] = {}
+
+    def one(count: int) -> None:
+        results[count] = run_tree(compiled, f"for i in $(seq {count}); do /bin/true; done")[0]
+
+    threads = [threading.Thread(target=one, args=(count,)) for count in (150, 250, 350)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for count, record in results.items():
+        assert record["count"] == count + 1, (count, record["count"])  # seq and the trues
+
+
+def test_execs_after_the_record_are_late_not_in_it(tracers: tuple[tracer.ExecTracer, tracer.ExecTracer]) -> None:
+    """A background job's execs after its call ended: the closed tree's leader is no longer trusted, and the
+    answerer hands them to the Python path, which records them as late."""
+    compiled, _ = tracers
+    late_before = compiled.late
+    background = "(for i in $(seq 120); do /bin/true; done; sleep 0.5; for i in $(seq 80); do /bin/true; done)"
+    trace, child = start_tree(compiled, f"{background} >/dev/null 2>&1 & /bin/true")
+    child.wait()
+    record = compiled.finish(trace)
+    deadline = time.monotonic() + 30
+    while compiled.late - late_before + record["count"] < 1 + 120 + 1 + 1 + 80 + 1:
+        assert time.monotonic() < deadline, (record["count"], compiled.late - late_before)
+        time.sleep(0.1)
+        with compiled.lock:
+            compiled._settle()
+    assert compiled.late - late_before >= 80  # at least everything after the sleep
+    # Every exec once: in the record or late, none in both.
+    assert compiled.late - late_before + record["count"] == 1 + 120 + 1 + 1 + 80 + 1
+
+
+def test_with_exec_deny_the_python_path_decides_every_exec() -> None:
+    denying = make(deny=[r"(^|/)false( |$)"])
+    try:
+        record, _ = run_tree(denying, "for i in $(seq 120); do /bin/true; done; /bin/false; echo $? ")
+        assert record["count"] == 122 and record["denied"] == 1, record
+        assert denying.answered_natively == 0
+    finally:
+        if denying.spawner is not None:
+            denying.spawner.close()
+
+
+def test_the_switch_forces_the_python_path() -> None:
+    forced = make(force_python=True)
+    try:
+        assert forced.answerer is None and forced.answerer_state == f"{native.FORCE_PYTHON}=python"
+    finally:
+        if forced.spawner is not None:
+            forced.spawner.close()
