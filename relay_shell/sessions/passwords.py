@@ -39,15 +39,17 @@ def last_output_line(session: Session) -> str:
     return redrawn if redrawn.strip() else line
 
 
-def password_prompt(session: Session) -> str | None:
-    """The password prompt a line typed now would answer, or None."""
+def password_prompt(session: Session, reader: bool = True) -> str | None:
+    """The password prompt a line typed now would answer, or None. `reader` False: the prompt as the screen and
+    the terminal's mode show it, before a process is seen blocked reading it (the input is then held back
+    from the record, and typed only once a reader is seen: send_plan.py)."""
     terminal = session.terminal
     if session.state != "running" or not terminal.password_mode() or terminal.shell_reads_line():
         return None
     prompt = last_output_line(session).strip()
     if not any(matches(pattern, prompt) for pattern in session.passprompt):
         return None
-    if not terminal.reader_waiting():  # a prompt shown while nothing reads: the shell reads the line later
+    if reader and not terminal.reader_waiting():  # a prompt shown while nothing reads: the shell reads it later
         return None
     return prompt[-PROMPT_SHOWN:]
 
@@ -75,7 +77,7 @@ def withhold_at_password_prompt(
     session = registry.sessions.get(session_id) if isinstance(session_id, str) else None
     if session is not None and owner is not None and session.owner != owner:
         return arguments
-    prompt = password_prompt(session) if session is not None else None
+    prompt = password_prompt(session, reader=False) if session is not None else None
     if session is None or prompt is None:
         return arguments
     return withheld_input(arguments, session, prompt) or arguments

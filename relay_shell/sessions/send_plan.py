@@ -58,7 +58,7 @@ def prepare_send(
 
     settings_seen = line_settings_of(session.terminal)
     no_echo = session.state == "running" and session.terminal.password_mode()
-    prompt = password_prompt(session) if no_echo else None
+    prompt = password_prompt(session, reader=False) if no_echo else None
     version = session.input_version
     call_arguments = {"session_id": session_id, "data": data, "enter": enter, "keys": keys, "until": until}
     subject, typed_input = typed_subject(session, data if secret is None else "", press_enter, key_names)
@@ -79,7 +79,7 @@ def prepare_send(
                 )
             if secret is not None:
                 await _await_password_prompt(session)
-            _check_before_typing(session, plan, call_arguments, settings_seen)
+            await _check_before_typing(session, plan, call_arguments, settings_seen)
             session.last_activity = time.monotonic()
             match_from = session.ring.end
             try:
@@ -103,23 +103,24 @@ def prepare_send(
     return plan
 
 
-def _check_before_typing(
+async def _check_before_typing(
     session: Session, plan: Plan, call_arguments: dict[str, Any], settings_seen: LineSettings | None
 ) -> None:
     """Just before the write, under the session's input lock: what the input was checked against still holds."""
-    data = call_arguments["data"]
     # Sampled again just before writing: a program may have asked for a password since the call was
     # prepared. The start record is written by now; the end record withholds the input (adr/0014).
-    late_prompt = password_prompt(session) if data and plan.recorded_arguments is None else None
-    if late_prompt is not None:
-        plan.recorded_arguments = withheld_input(call_arguments, session, late_prompt)
-    elif plan.recorded_arguments is not None and password_prompt(session) is None:
-        # Withheld from the record because a program was reading a password, which no longer is: the
-        # line would go to whatever reads next (the shell), unrecorded (review A1). Nothing is typed.
+    if call_arguments["data"] and plan.recorded_arguments is None:
+        shown = password_prompt(session, reader=False)
+        if shown is not None:
+            plan.recorded_arguments = withheld_input(call_arguments, session, shown)
+    if plan.recorded_arguments is not None and not await _reader_seen(session):
+        # Held back from the record for a password prompt that no process reads (review A1: a prompt printed
+        # before `sleep`): the line would go to whatever reads next, the shell, unrecorded. Nothing is typed.
         raise ToolError(
             "PromptGone",
-            "the password prompt this input was held back for is no longer read (the program ended or "
-            "stopped reading); nothing was typed: look at the session (session_recv) and send it again",
+            "the password prompt this input was held back for is not being read (no program is reading the "
+            "terminal: it ended, or never read); nothing was typed: look at the session (session_recv) and "
+            "send it again",
         )
     if settings_seen != line_settings_of(session.terminal):
         raise ToolError(
@@ -127,6 +128,17 @@ def _check_before_typing(
             "the terminal's input settings changed after this input was checked (a program set its "
             "special characters); nothing was typed: send it again",
         )
+
+
+async def _reader_seen(session: Session) -> bool:
+    """Whether a process is (or within PASSWORD_MODE_WAIT comes to be) blocked reading the password prompt: a
+    program prints its prompt a moment before it reads, and on a loaded machine the moment is longer."""
+    deadline = time.monotonic() + PASSWORD_MODE_WAIT
+    while password_prompt(session) is None:
+        if time.monotonic() >= deadline:
+            return False
+        await asyncio.sleep(0.01)
+    return True
 
 
 def _checked_keys(data: str, keys: list[str] | None) -> list[str]:
