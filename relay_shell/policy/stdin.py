@@ -14,6 +14,7 @@ from relay_shell.policy.clients import curl_config_words
 from relay_shell.policy.findings import Finding
 from relay_shell.policy.interpreters import is_interpreter
 from relay_shell.policy.scripts import dc_commands, dc_reads_stdin
+from relay_shell.policy.shell_invocation import parse_shell
 from relay_shell.policy.shell_tokens import tokenize
 from relay_shell.policy.sql import mongo_tier, redis_tier, sql_tier
 from relay_shell.policy.vocabulary import DB_CLIENTS, SHELLS, STDIN_SHELLS
@@ -70,30 +71,15 @@ def stdin_of_text(text: str, stdin: str, readers: Readers) -> list[Finding]:
     return findings
 
 
-_SHELL_OPTION_VALUES = frozenset(["-o", "+o", "-O", "+O", "--rcfile", "--init-file"])
-
-
 def _shell_reads_stdin(arguments: list[str]) -> bool:
     """Whether a shell given these arguments reads commands from stdin: no script operand (an option's value,
     `-o errexit`, is none), or `-s`; with `-c TEXT`, when TEXT starts a shell or an interpreter, which inherits
     stdin (`sh -c 'exec bash'`, `bash -c python3`)."""
-    operands: list[str] = []
-    waiting_value = False
-    for word in arguments:
-        if waiting_value:
-            waiting_value = False
-        elif word in _SHELL_OPTION_VALUES:
-            waiting_value = True
-        elif word.startswith(("-", "+")):
-            continue  # a flag, or `-` / `--` (then stdin is still the script)
-        else:
-            operands.append(word)
-    flags = [word for word in arguments if word.startswith("-") and not word.startswith("--")]
-    if any("c" in flag[1:] for flag in flags):
-        text = operands[0] if operands else ""
-        started = [basename(word.strip("'\"();&|")) for word in text.split()]
+    invocation = parse_shell(arguments)
+    if invocation.inline:
+        started = [basename(word.strip("'\"();&|")) for word in (invocation.operand or "").split()]
         return any(program in SHELLS or is_interpreter(program) for program in started)
-    return not operands or any("s" in flag[1:] for flag in flags)
+    return invocation.operand is None or invocation.stdin_script
 
 
 def stdin_findings(words: list[str], stdin: str, readers: Readers, depth: int = 0) -> list[Finding]:
