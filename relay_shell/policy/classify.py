@@ -44,7 +44,14 @@ from relay_shell.policy.shell_state import (
 )
 from relay_shell.policy.shell_tokens import tokenize
 from relay_shell.policy.simple_commands import Command
-from relay_shell.policy.stdin import HEADERS, Readers, stdin_findings, stdin_of_text, strip_reserved
+from relay_shell.policy.stdin import (
+    HEADERS,
+    Readers,
+    piped_code_findings,
+    stdin_findings,
+    stdin_of_text,
+    strip_reserved,
+)
 from relay_shell.policy.vocabulary import DB_CLIENTS, SHELLS, STDIN_SHELLS
 from relay_shell.policy.wrappers import Unwrapped, basename, unwrap
 from relay_shell.policy.writes import redirect_findings, tree_findings
@@ -238,6 +245,8 @@ def _commands_findings(commands: list[Command], depth: int, env: Env, state: Tex
         findings += command_findings(command, depth, env, context, state)
         if command.piped_into and any(word == "dc" or word.endswith("/dc") for word in command.words):
             findings += dc_pipe_findings(command.words, previous, lambda text: shell_findings(text, depth + 1, env))
+        if command.piped_into:
+            findings += piped_code_findings(command.words, previous, _readers(env), depth)
         previous = command.words
     return findings
 
