@@ -164,6 +164,8 @@ def _step(program: str, words: list[str], index: int, result: Unwrapped) -> int 
         return position + operands
     if program not in WRAPPERS:
         return None
+    if program == "prlimit" and any(word in ("-p", "--pid") or word.startswith("--pid=") for word in words[index:]):
+        return None  # changes a running process's limits: no command
     if program in ("sudo", "doas") and index + 1 < len(words) and words[index + 1] in _SUDO_ONLY_OPTIONS:
         return None
     if program == "command" and index + 1 < len(words) and words[index + 1] in ("-v", "-V"):
