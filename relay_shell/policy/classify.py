@@ -26,7 +26,7 @@ from relay_shell.policy import code_env
 from relay_shell.policy.calls import Context, Verdict
 from relay_shell.policy.command_words import MAX_CANDIDATES, candidates, expand_words
 from relay_shell.policy.env_substitution import Env, substitute, substituted_values, unsubstituted
-from relay_shell.policy.field_splitting import positional_words, split_readings
+from relay_shell.policy.field_splitting import known_values, positional_words, split_readings
 from relay_shell.policy.find import fd_selection, find_selection
 from relay_shell.policy.findings import Classification, Finding
 from relay_shell.policy.git_config import config_verdict
@@ -289,8 +289,8 @@ def command_findings(
         split = [bare and word != original for bare, word, original in zip(unquoted, words, raw_words, strict=True)]
         if moved is not None:
             split = [cut or (bare and was) for cut, bare, was in zip(split, unquoted, moved, strict=True)]
-    if words is not raw_words:  # a substituted word is no longer dynamic: its value is known
-        flags = [flag and word == original for flag, word, original in zip(flags, words, raw_words, strict=True)]
+    if words is not raw_words:  # substituted words are known, unless a value names another variable (`y=$x`)
+        flags = known_values(flags, words, raw_words)
     for word in words:
         if "${" in word:
             if "[" in word:

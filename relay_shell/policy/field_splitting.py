@@ -46,6 +46,14 @@ def positional_words(
     return new_words, new_flags, new_unquoted, changed
 
 
+def known_values(flags: list[bool], words: list[str], originals: list[str]) -> list[bool]:
+    """Which words stay only known at run time after substitution: those not substituted, and those whose value
+    names another variable (`x=…; y=$x; $y`: the assignment expanded `$x`, the classifier kept it as text)."""
+    return [
+        flag and (word == original or "$" in word) for flag, word, original in zip(flags, words, originals, strict=True)
+    ]
+
+
 def split_readings(
     words: list[str], flags: list[bool], split: list[bool], choices: list[str] | None
 ) -> list[tuple[list[str], list[bool]]]:
