@@ -26,6 +26,7 @@ from relay_shell.policy import code_env
 from relay_shell.policy.calls import Context, Verdict
 from relay_shell.policy.command_words import MAX_CANDIDATES, candidates, expand_words
 from relay_shell.policy.env_substitution import Env, substitute, substituted_values, unsubstituted
+from relay_shell.policy.field_splitting import known_values, positional_words, split_readings
 from relay_shell.policy.find import fd_selection, find_selection
 from relay_shell.policy.findings import Classification, Finding
 from relay_shell.policy.git_config import config_verdict
@@ -33,6 +34,7 @@ from relay_shell.policy.interpreters import interpreter_verdict, is_interpreter
 from relay_shell.policy.pipelines import dc_pipe_findings, has_fork_bomb, upstream_context
 from relay_shell.policy.python_code import python_verdict
 from relay_shell.policy.rules import known_names, known_program, program_verdict
+from relay_shell.policy.shell_invocation import inline_script, script_operand
 from relay_shell.policy.shell_state import (
     TextState,
     arithmetic_findings,
@@ -42,7 +44,14 @@ from relay_shell.policy.shell_state import (
 )
 from relay_shell.policy.shell_tokens import tokenize
 from relay_shell.policy.simple_commands import Command
-from relay_shell.policy.stdin import HEADERS, Readers, stdin_findings, stdin_of_text, strip_reserved
+from relay_shell.policy.stdin import (
+    HEADERS,
+    Readers,
+    piped_code_findings,
+    stdin_findings,
+    stdin_of_text,
+    strip_reserved,
+)
 from relay_shell.policy.vocabulary import DB_CLIENTS, SHELLS, STDIN_SHELLS
 from relay_shell.policy.wrappers import Unwrapped, basename, unwrap
 from relay_shell.policy.writes import redirect_findings, tree_findings
@@ -236,6 +245,8 @@ def _commands_findings(commands: list[Command], depth: int, env: Env, state: Tex
         findings += command_findings(command, depth, env, context, state)
         if command.piped_into and any(word == "dc" or word.endswith("/dc") for word in command.words):
             findings += dc_pipe_findings(command.words, previous, lambda text: shell_findings(text, depth + 1, env))
+        if command.piped_into:
+            findings += piped_code_findings(command.words, previous, _readers(env), depth)
         previous = command.words
     return findings
 
@@ -258,13 +269,28 @@ def command_findings(
     if raw_words[0] in HEADERS:
         return findings  # a loop or case header, a function keyword: its substitutions are classified as nested text
     flags = command.dynamic[offset:]
+    unquoted = [index + offset in command.unquoted for index in range(len(raw_words))] if command.unquoted else None
     globbed: list[bool] = []
     if command.marks:
+        count = len(raw_words)
         raw_words, flags, globbed = expand_words(raw_words, flags, command.marks, offset)
+        if unquoted is not None and len(raw_words) != count:
+            unquoted = ["$" in word for word in raw_words]
+    moved: list[bool] | None = None
+    positional = state.known_positional()
+    if positional is not None and any(flags):
+        count = len(raw_words)
+        raw_words, flags, unquoted, moved = positional_words(raw_words, flags, unquoted or [False] * count, positional)
+        globbed = globbed if len(raw_words) == count else []
     words = substitute(raw_words, env)
     substituted = substituted_values(raw_words, env) if words is not raw_words else {}
-    if words is not raw_words:  # a substituted word is no longer dynamic: its value is known
-        flags = [flag and word == original for flag, word, original in zip(flags, words, raw_words, strict=True)]
+    split = [False] * len(words)
+    if unquoted is not None:
+        split = [bare and word != original for bare, word, original in zip(unquoted, words, raw_words, strict=True)]
+        if moved is not None:
+            split = [cut or (bare and was) for cut, bare, was in zip(split, unquoted, moved, strict=True)]
+    if words is not raw_words:  # substituted words are known, unless a value names another variable (`y=$x`)
+        flags = known_values(flags, words, raw_words)
     for word in words:
         if "${" in word:
             if "[" in word:
@@ -273,6 +299,29 @@ def command_findings(
                 findings.append(
                     Finding(word[:200], 2, "prompt expansion (${x@P}) runs the $(…) in a value: cannot classify")
                 )
+    for reading, reading_flags in split_readings(words, flags, split, state.ifs_choices() if any(split) else []):
+        base = raw_words if len(reading) == len(raw_words) else reading
+        reading_globbed = globbed if len(reading) == len(raw_words) else []
+        findings += _expanded_findings(
+            command, base, reading, reading_flags, reading_globbed, substituted, depth, env, context, state
+        )
+    return findings
+
+
+def _expanded_findings(
+    command: Command,
+    raw_words: list[str],
+    words: list[str],
+    flags: list[bool],
+    globbed: list[bool],
+    substituted: dict[str, str],
+    depth: int,
+    env: Env,
+    context: Context | None,
+    state: TextState,
+) -> list[Finding]:
+    """A simple command after expansion and field splitting: its wrappers, then its program."""
+    findings: list[Finding] = []
     unwrapped = unwrap(words, flags)
     if unwrapped.inline or unwrapped.assignments or unwrapped.writes or unwrapped.effects or unwrapped.possible_command:
         findings += _wrapper_findings(unwrapped, command.words, depth, env, context)
@@ -319,18 +368,18 @@ def _program_findings(
     tier, reason = found.tier, found.reason
     findings: list[Finding] = []
     if program in SHELLS or program in ("eval", "exec"):
-        inner = _inline_script(program, words)
+        inner = inline_script(program, words)
         if inner is not None:
             findings += shell_findings(inner, depth + 1, env)
             tier, reason = max(tier, 1), f"{program} running inline shell text"
-        elif program in SHELLS and _script_operand(words).startswith(_PIPED_SCRIPT):
+        elif program in SHELLS and script_operand(words).startswith(_PIPED_SCRIPT):
             tier, reason = max(tier, 2), f"{program} runs a script from a pipe: code that cannot be classified"
     elif is_interpreter(program):
         found = interpreter_verdict(program, words, found)
         tier, reason = found.tier, found.reason
     if command.heredoc is not None or command.redirects:
         findings += _heredoc_findings(program, command, depth, env)
-    piped_script = program in (".", "source") and _script_operand(words).startswith(_PIPED_SCRIPT)
+    piped_script = program in (".", "source") and script_operand(words).startswith(_PIPED_SCRIPT)
     if command.piped_into and (program in SHELLS or is_interpreter(program) or program in STDIN_SHELLS or piped_script):
         operands = [word for word in words[1:] if not word.startswith("-")]
         if not operands or (program in SHELLS and "-s" in words) or program in STDIN_SHELLS or piped_script:
@@ -431,21 +480,6 @@ def _globbed_findings(
 
 def _names_a_program(words: list[str]) -> bool:
     return bool(words) and known_program(basename(words[0]))
-
-
-def _inline_script(program: str, words: list[str]) -> str | None:
-    if program == "eval":
-        return " ".join(words[1:])
-    if program == "exec":
-        return None
-    for position, word in enumerate(words[1:], start=1):
-        if word == "-c" or (word.startswith("-") and not word.startswith("--") and "c" in word[1:]):
-            return words[position + 1] if position + 1 < len(words) else None
-    return None
-
-
-def _script_operand(words: list[str]) -> str:
-    return next((word for word in words[1:] if not word.startswith("-")), "")
 
 
 def _heredoc_findings(program: str, command: Command, depth: int, env: Env) -> list[Finding]:

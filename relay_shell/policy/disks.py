@@ -18,8 +18,26 @@ def _dd(call: Call) -> Verdict:
                 return verdict(3, f"dd onto {target}")
             if is_protected(target):
                 return verdict(2, f"dd writes {target}")
-            return verdict(1, "dd writes a file")
+            return _dd_file(call.words[1:], target)
     return verdict(0, "dd to stdout")
+
+
+_ENDLESS = frozenset(["/dev/zero", "/dev/urandom", "/dev/random", "/dev/full"])
+
+
+def _dd_file(operands: list[str], target: str) -> Verdict:
+    """dd of=FILE truncates FILE: from empty input (`if=/dev/null`, or stdin, which may be anything) it empties
+    it, as `: > FILE` does; from an endless source without count= it writes until the disk is full; conv=notrunc
+    overwrites it in place. A bounded copy from a named file creates it (1)."""
+    source = next((word[3:] for word in operands if word.startswith("if=")), None)
+    bounded = any(word.startswith(("count=", "iflag=count_bytes")) for word in operands)
+    if source is None or source == "/dev/null":
+        return verdict(2, f"dd empties or overwrites {target}")
+    if source in _ENDLESS and not bounded:
+        return verdict(2, f"dd writes {target} without bound")
+    if any(word.startswith("conv=") and "notrunc" in word for word in operands):
+        return verdict(2, f"dd overwrites {target} in place")
+    return verdict(1, "dd writes a file")
 
 
 def _ddrescue(call: Call) -> Verdict:

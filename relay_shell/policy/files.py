@@ -83,7 +83,11 @@ def _mv(call: Call) -> Verdict:
 def _cp(call: Call) -> Verdict:
     target = call.value("-t", "--target-directory") or (call.operands[-1] if len(call.operands) >= 2 else "")
     onto = writes_onto(target, call.program)
-    return onto if onto is not None else verdict(1, f"{call.program} copies files")
+    if onto is not None:
+        return onto
+    if "/dev/null" in call.operands[:-1] and not call.value("-t", "--target-directory"):
+        return verdict(2, f"{call.program} /dev/null empties a file, as : > FILE does")
+    return verdict(1, f"{call.program} copies files")
 
 
 def _permissions(call: Call) -> Verdict:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from relay_shell.policy.calls import Call, Context, Verdict, verdict
+from relay_shell.policy.calls import Call, Context, Verdict, read_options, verdict
 from relay_shell.policy.perl_code import perl_verdict
 from relay_shell.policy.python_code import python_verdict
 from relay_shell.policy.script_code import node_verdict, ruby_verdict
@@ -48,18 +48,45 @@ def _at_least(code: Verdict, found: Verdict) -> Verdict:
     return code if code.tier >= found.tier else Verdict(found.tier, found.reason, code.shell, code.commands)
 
 
+_JSON_TOOL_VALUES = frozenset(["--indent"])
+
+
+def _module(module: str, arguments: list[str]) -> Verdict:
+    """`python -m json.tool IN OUT` writes OUT; `pydoc -w NAME` imports NAME and writes NAME.html."""
+    if module == "json.tool":
+        _options, operands = read_options(["json.tool", *arguments], _JSON_TOOL_VALUES)
+        if len(operands) >= 2:
+            return verdict(1, f"python -m json.tool writes {operands[1]}")
+    if module == "pydoc" and "-w" in arguments:
+        return verdict(1, "python -m pydoc -w imports a module and writes an HTML file")
+    return verdict(_MODULE_TIERS.get(module, 1), f"python -m {module}")
+
+
 def _python(words: list[str], found: Verdict) -> Verdict:
     """`python -c CODE` is read as Python; `python -m http.server` serves the directory to other hosts; `python
     -m pip install` is pip. Other scripts are code we cannot see (1)."""
     from relay_shell.policy.packages import RULES as PACKAGE_RULES  # pip's rule
 
-    for index, word in enumerate(words[1:-1], start=1):
-        if word == "-c":
-            code = python_verdict(words[index + 1])
+    index = 1
+    while index < len(words):
+        word = words[index]
+        if not word.startswith("-") or word in ("-", "--"):
+            break
+        letters = word[1:] if not word.startswith("--") else ""
+        # Flags cluster (`-Ic`, `-Bc'…'`); -c and -m end the options, their value attached or the next word;
+        # -W and -X take a value too.
+        cut = next((position for position, letter in enumerate(letters) if letter in "cmWX"), -1)
+        if cut < 0 or letters[cut] in "WX":
+            skip = word == "--check-hash-based-pycs" or (cut >= 0 and cut == len(letters) - 1)
+            index += 2 if skip else 1
+            continue
+        attached = letters[cut + 1 :]
+        value = attached or (words[index + 1] if index + 1 < len(words) else "")
+        rest = words[index + 1 :] if attached else words[index + 2 :]
+        if letters[cut] == "c":
+            code = python_verdict(value)
             return Verdict(max(1, code.tier), code.reason, code.shell, code.commands)
-        if word == "-m":
-            module = words[index + 1]
-            if module in ("pip", "pip3"):
-                return PACKAGE_RULES["pip"](Call("pip", ["pip", *words[index + 2 :]], Context()))
-            return verdict(_MODULE_TIERS.get(module, 1), f"python -m {module}")
+        if value in ("pip", "pip3"):
+            return PACKAGE_RULES["pip"](Call("pip", ["pip", *rest], Context()))
+        return _module(value, rest)
     return Verdict(max(found.tier, 1), f"{words[0].rsplit('/', 1)[-1]} runs code")

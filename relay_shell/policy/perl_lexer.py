@@ -109,11 +109,16 @@ class _Token:
     value: str
 
 
+_CARET_BRACED = re.compile(r"([$@%])\{\s*\^([A-Z\[\]\\^_?])\s*\}")
+
+
 def lex_perl(code: str, depth: int = 0) -> Lexed:
     lexed = Lexed()
     if depth > 4:
         lexed.unreadable = "is nested too deeply"
         return lexed
+    if "^" in code and "{" in code:
+        code = _CARET_BRACED.sub(r"\1^\2", code)  # `${^I}` and `${ ^I }` are `$^I`
     tokens = _Lexer(code, lexed, depth).run()
     _calls(tokens, lexed)
     return lexed

@@ -195,7 +195,40 @@ def _at(call: Call) -> Verdict:
     return verdict(2, f"{call.program} schedules or removes jobs")
 
 
+def _fuser(call: Call) -> Verdict:
+    """fuser -k (or --kill, or k in a cluster: `-ks`, `-km`) sends a signal, SIGKILL or -SIGNAL, to every process using
+    the files or ports named: processes outside the call."""
+    for word in call.words[1:]:
+        if word == "--kill" or (word.startswith("-") and not word.startswith("--") and "k" in word[1:]):
+            return verdict(2, "fuser -k signals the processes using a file or port")
+    return verdict(1, "fuser: not known to be read-only")
+
+
+def _renice(call: Call) -> Verdict:
+    return verdict(2, "renice changes running processes' priority")
+
+
+def _reschedules(call: Call) -> Verdict:
+    """chrt -p / taskset -p with a new value change a running process; with only a pid they show it."""
+    if not call.has("-p", "--pid"):
+        return verdict(1, f"{call.program} runs a command")
+    if len(call.operands) >= 2:
+        return verdict(2, f"{call.program} -p changes a running process")
+    return verdict(1, f"{call.program} -p reads a running process's settings")
+
+
+def _prlimit(call: Call) -> Verdict:
+    if call.has("-p", "--pid"):
+        return verdict(2, "prlimit --pid changes (or reads) another process's limits")
+    return verdict(1, f"{call.program} runs a command")
+
+
 RULES: dict[str, Callable[[Call], Verdict]] = {
+    "fuser": _fuser,
+    "renice": _renice,
+    "chrt": _reschedules,
+    "taskset": _reschedules,
+    "prlimit": _prlimit,
     "kill": _kill,
     "pkill": _pkill,
     "killall": _pkill,

@@ -19,7 +19,7 @@ _RUNS_SHELL = words("system popen getoutput getstatusoutput")
 _RUNS_COMMAND = words(
     "run call check_call check_output Popen spawn spawnl spawnle spawnlp spawnlpe spawnv spawnve spawnvp spawnvpe"
     " execl execle execlp execlpe execv execve execvp execvpe posix_spawn posix_spawnp create_subprocess_exec"
-    " create_subprocess_shell startfile"
+    " create_subprocess_shell startfile spawnv_passfds"
 )
 _CHANGES = words(
     "unlink rmdir removedirs renames chmod lchmod chown lchown killpg truncate write_text write_bytes symlink"
@@ -32,6 +32,12 @@ _MODULES = words("os posix shutil subprocess sp signal")
 _DYNAMIC = words("eval exec compile __import__ execfile breakpoint")
 _DYNAMIC_ATTRIBUTES = words("import_module load_module exec_module run_path run_module")
 _WRITE_MODES = frozenset("wax+")
+# Modules whose loaders run what the data names (pickle's `cos\nsystem`), and what their loaders are called.
+_UNPICKLERS = words("pickle cPickle _pickle dill cloudpickle marshal shelve jsonpickle")
+_UNPICKLING = words("loads load Unpickler open decode")
+_RUNS_SOURCE = words("code")  # code.InteractiveInterpreter().runsource, code.interact, …
+_NAMESPACES = words("vars globals locals")
+_EXTRACTS = words("extractall unpack_archive")
 
 
 def python_verdict(code: str) -> Verdict:
@@ -46,13 +52,20 @@ def python_verdict(code: str) -> Verdict:
     worst = (1, "python code")
     shell: list[str] = []
     argvs: list[tuple[str, ...]] = []
+    names, modules = _bindings(tree)
+    called = {id(node.func) for node in ast.walk(tree) if isinstance(node, ast.Call)}
     for node in ast.walk(tree):
-        if not isinstance(node, ast.Call):
+        if isinstance(node, ast.Call):
+            name = _called_name(node.func, names)
+            if name in _AMBIGUOUS and not _bare_or_module(node.func, names, modules):
+                continue
+            found = _call(name, node, shell, argvs) or _module_call(node.func, modules)
+        elif isinstance(node, (ast.Attribute, ast.Name)) and id(node) not in called:
+            found = _reference(node, names, modules)
+        elif isinstance(node, ast.Subscript):
+            found = _namespace_subscript(node)
+        else:
             continue
-        name = _called_name(node.func)
-        if name in _AMBIGUOUS and not _bare_or_module(node.func):
-            continue
-        found = _call(name, node, shell, argvs)
         if found is not None and found[0] > worst[0]:
             worst = found
     if PYTHON_ROOT_RMTREE.search(code):
@@ -68,6 +81,8 @@ def _call(name: str, node: ast.Call, shell: list[str], argvs: list[tuple[str, ..
             shell.append(command)
         elif isinstance(command, list) and command and all(isinstance(item, str) for item in command):
             argvs.append(tuple(command))
+        elif name == "spawnv_passfds" and len(node.args) >= 2 and isinstance(arguments := _literal(node.args[1]), list):
+            argvs.append(tuple(str(item) for item in arguments))
         elif name in _RUNS_COMMAND and name.startswith("exec") and len(node.args) >= 2:
             rest = [_literal(argument) for argument in node.args[1:]]
             if all(isinstance(item, str) for item in rest):
@@ -85,6 +100,10 @@ def _call(name: str, node: ast.Call, shell: list[str], argvs: list[tuple[str, ..
         return 2, "python code runs code built at run time"
     if name in ("getattr", "setattr", "delattr") and len(node.args) >= 2 and not isinstance(node.args[1], ast.Constant):
         return 2, "python code looks up a name built at run time"
+    if name == "getattr" and len(node.args) >= 2 and isinstance(node.args[1].value, str):  # type: ignore[attr-defined]
+        looked_up = node.args[1].value  # type: ignore[attr-defined]
+        if looked_up in _RUNS_SHELL | _RUNS_COMMAND | _CHANGES | _DYNAMIC | _DYNAMIC_ATTRIBUTES | {"rmtree"}:
+            return 2, f"python code looks up {looked_up} by name"
     if name == "open":
         mode = node.args[1] if len(node.args) >= 2 else next((k.value for k in node.keywords if k.arg == "mode"), None)
         if mode is None:
@@ -95,18 +114,119 @@ def _call(name: str, node: ast.Call, shell: list[str], argvs: list[tuple[str, ..
     return None
 
 
-def _called_name(func: ast.expr) -> str:
+def _bindings(tree: ast.AST) -> tuple[dict[str, str], dict[str, str]]:
+    """Names bound to other names' objects: `from shutil import rmtree as r` (r -> rmtree), `x = os.system`
+    (x -> system), `f := os.system`; and modules by their local names (`import shutil as s`: s -> shutil)."""
+    names: dict[str, str] = {}
+    modules: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                modules[(alias.asname or alias.name).split(".")[0]] = (
+                    alias.name if alias.asname else alias.name.split(".")[0]
+                )
+        elif isinstance(node, ast.ImportFrom):
+            for alias in node.names:
+                local = alias.asname or alias.name
+                names[local] = (
+                    f"{node.module}.{alias.name}" if node.module in _UNPICKLERS | _RUNS_SOURCE else alias.name
+                )
+                if node.module in _MODULES:
+                    modules.setdefault(local, f"{node.module}.{alias.name}")
+        elif isinstance(node, (ast.Assign, ast.NamedExpr)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                pairs = (
+                    zip(target.elts, node.value.elts, strict=False)
+                    if isinstance(target, ast.Tuple) and isinstance(node.value, ast.Tuple)
+                    else [(target, node.value)]
+                )
+                for bound, value in pairs:
+                    if isinstance(bound, ast.Name) and isinstance(value, (ast.Name, ast.Attribute)):
+                        names[bound.id] = _called_name(value, names)
+    return names, modules
+
+
+def _called_name(func: ast.expr, names: dict[str, str] | None = None) -> str:
     if isinstance(func, ast.Name):
-        return func.id
+        return (names or {}).get(func.id, func.id).rsplit(".", 1)[-1]
     if isinstance(func, ast.Attribute):
         return func.attr
     return ""
 
 
-def _bare_or_module(func: ast.expr) -> bool:
-    return isinstance(func, ast.Name) or (
-        isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id in _MODULES
+def _base_module(func: ast.expr, modules: dict[str, str]) -> str:
+    """The module an attribute is taken from (`os` in `o.system` after `import os as o`), or ''."""
+    if isinstance(func, ast.Attribute):
+        base = func.value
+        while isinstance(base, ast.Attribute):
+            base = base.value
+        if isinstance(base, ast.Name):
+            return modules.get(base.id, base.id).split(".")[0]
+    return ""
+
+
+def _bare_or_module(func: ast.expr, names: dict[str, str], modules: dict[str, str]) -> bool:
+    if isinstance(func, ast.Name):
+        return True
+    return isinstance(func, ast.Attribute) and _base_module(func, modules) in _MODULES
+
+
+def _module_call(func: ast.expr, modules: dict[str, str]) -> tuple[int, str] | None:
+    """Calls whose danger is their module's: unpickling, the code module, archive extraction."""
+    module = _base_module(func, modules)
+    attribute = func.attr if isinstance(func, ast.Attribute) else ""
+    if module in _UNPICKLERS and attribute in _UNPICKLING:
+        return 2, f"python code unpickles data ({module}.{attribute} runs what the data names)"
+    if module in _RUNS_SOURCE:
+        return 2, "python code runs source text (the code module)"
+    if attribute in _EXTRACTS:
+        return 2, "python code extracts an archive, writing (and overwriting) files"
+    return None
+
+
+def _reference(
+    node: ast.Attribute | ast.Name, names: dict[str, str], modules: dict[str, str]
+) -> tuple[int, str] | None:
+    """A dangerous callable named without being called on the spot (passed, stored, subscripted, `.__call__`): it
+    counts as called with arguments nobody can see."""
+    if not isinstance(node.ctx, ast.Load):
+        return None
+    if isinstance(node, ast.Name):
+        if node.id not in names:
+            return None  # a local variable that happens to be called `system` or `run`
+        name = names[node.id]
+        module = name.rsplit(".", 1)[0] if "." in name else ""
+        if module in _UNPICKLERS or module in _RUNS_SOURCE:
+            return 2, f"python code refers to {name}, which runs code"
+        name = name.rsplit(".", 1)[-1]
+    else:
+        name = node.attr
+        if name in _AMBIGUOUS and _base_module(node, modules) not in _MODULES:
+            return None
+        if _module_call(node, modules) is not None:
+            return _module_call(node, modules)
+    if name in ("rmtree", "remove_tree"):
+        return 3, "python code refers to rmtree without calling it: a directory tree named at run time"
+    if name in _RUNS_SHELL or name in _RUNS_COMMAND:
+        return 2, f"python code refers to {name} without calling it directly: it counts as run"
+    if name in _CHANGES or name in _AMBIGUOUS or name in _DYNAMIC or name in _DYNAMIC_ATTRIBUTES:
+        return 2, f"python code refers to {name} without calling it directly: it counts as called"
+    return None
+
+
+def _namespace_subscript(node: ast.Subscript) -> tuple[int, str] | None:
+    """`os.__dict__["system"]`, `vars(os)[…]`, `globals()[…]`, `__builtins__[…]`: a name reached through a
+    namespace's dictionary."""
+    value = node.value
+    through = (
+        (isinstance(value, ast.Attribute) and value.attr == "__dict__")
+        or (isinstance(value, ast.Name) and value.id == "__builtins__")
+        or (isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id in _NAMESPACES)
     )
+    if through:
+        return 2, "python code reaches a name through a namespace's dictionary (__dict__, vars(), globals())"
+    return None
 
 
 def _literal(node: ast.expr | None) -> object:

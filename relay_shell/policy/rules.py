@@ -10,6 +10,7 @@ from functools import cache
 
 from relay_shell.policy import (
     builtins,
+    command_languages,
     daemons,
     devops,
     disks,
@@ -57,6 +58,7 @@ RULES: dict[str, Callable[[Call], Verdict]] = {
     **builtins.RULES,
     **inspectors.RULES,
     **daemons.RULES,
+    **command_languages.RULES,
 }
 
 

@@ -82,8 +82,15 @@ def _code(arguments: list[str], options: tuple[str, ...]) -> str | None:
     for index, word in enumerate(arguments[1:], start=1):
         if word in options and index + 1 < len(arguments):
             codes.append(arguments[index + 1])
-        elif word.startswith("-e") and len(word) > 2 and "-e" in options:
-            codes.append(word[2:])
+        elif word.startswith("-") and not word.startswith("--") and len(word) > 2:
+            # A cluster (`-pe`, `-ne`, `-e'code'`): the first code letter takes the rest, or the next word.
+            letters = {option[1] for option in options if len(option) == 2}
+            cut = next((position for position, letter in enumerate(word[1:], start=1) if letter in letters), 0)
+            rest = word[cut + 1 :] if cut else ""
+            if cut and rest and not set(rest) <= letters | {"n", "l", "a", "W"}:
+                codes.append(rest)
+            elif cut and index + 1 < len(arguments):
+                codes.append(arguments[index + 1])
     return "\n".join(codes) if codes else None
 
 

@@ -60,6 +60,19 @@ class TextState:
     values: dict[str, set[str]] = field(default_factory=dict)  # literal values a name is given in the text
     runtime: set[str] = field(default_factory=set)  # names given values only known at run time
     aliases: dict[str, str] = field(default_factory=dict)  # name -> the text it runs (alias, hash -p)
+    # The positional parameters `set -- …` gives them, when the text sets them once to literal words.
+    positional: list[str] | None = None
+    positional_set: int = 0  # how many `set` commands give positional parameters
+
+    def ifs_choices(self) -> list[str] | None:
+        """The values IFS can have where a word is split: the default and every literal value the text gives it
+        (where it is assigned relative to the word is not tracked); None when a value is only known at run time."""
+        if "IFS" in self.runtime:
+            return None
+        return [" \t\n", *sorted(self.values.get("IFS", ()))]
+
+    def known_positional(self) -> list[str] | None:
+        return self.positional if self.positional_set == 1 else None
 
     def env(self, overlay: Env) -> Env:
         """The overlay with the names the text gives exactly one literal value (and no run-time one): substituted
@@ -123,6 +136,8 @@ def read_state(tokens: Tokens, outer: TextState | None = None) -> TextState:
             state.runtime.add(words[2])
         elif program == "printf" and len(words) > 2 and words[1] == "-v":
             state.runtime.add(words[2].split("[", 1)[0])
+        elif program == "set":
+            _positional(words, command.dynamic, state)
         elif program == "alias":
             for word in words[1:]:
                 name, equals, text = word.partition("=")
@@ -138,6 +153,21 @@ def read_state(tokens: Tokens, outer: TextState | None = None) -> TextState:
                 if equals and _NAME.fullmatch(name.split("[", 1)[0].rstrip("+")):
                     state.assign(name.split("[", 1)[0].rstrip("+"), None if dynamic else value)
     return state
+
+
+def _positional(words: list[str], dynamic: list[bool], state: TextState) -> None:
+    """`set [options] [--] WORDS`: WORDS become the positional parameters (`set -o NAME` sets none)."""
+    position = 1
+    while position < len(words) and words[position][:1] in ("-", "+") and words[position] not in ("-", "--"):
+        position += 2 if words[position] in ("-o", "+o") else 1
+    if position < len(words) and words[position] in ("-", "--"):
+        position += 1
+    elif position >= len(words):
+        return
+    state.positional_set += 1
+    state.positional = None if any(dynamic[position:]) else words[position:]
+    if state.positional is None:
+        state.positional_set += 1  # only known at run time
 
 
 def _readers(words: list[str], value_options: frozenset[str], state: TextState) -> None:

@@ -19,8 +19,8 @@ from relay_shell.policy.shell_words import (
     FIRST_WORDS,
     MARK_BRACE,
     MARK_GLOB,
-    RESERVED,
     SETTERS,
+    after_reserved,
     ansi_c_string,
     arithmetic_end,
     braced_end,
@@ -67,6 +67,8 @@ class _Reader:
     in_test = False  # inside `[[ … ]]`: < > && || ( ) are words there
     case_pattern = False  # where a `case` pattern goes (after `in`, `;;`, `;&`, `;;&`), up to its `)`
     word_dynamic = False
+    word_unquoted = False  # the word has a parameter expansion outside quotes: its value is split on IFS
+    in_double = False  # reading inside double quotes
     word_started = False
     word_start = 0  # where the word starts in the text (an assignment's NAME= must be unquoted)
     word_mark = 0
@@ -171,15 +173,10 @@ class _Reader:
         current = self.current
         if self.case_pattern and not self.pattern_word(value):
             return
-        if self.pending_redirect is None and current.words and not self.after_reserved(current.words):
-            if self.word_mark:
-                if current.marks is None:
-                    current.marks = {}
-                current.marks[len(current.words)] = self.word_mark
-            elif self.in_test and value == "]]":
+        if self.pending_redirect is None and current.words and not after_reserved(current.words):
+            if self.in_test and value == "]]":
                 self.in_test = False
-            current.words.append(value)
-            current.dynamic.append(self.word_dynamic)
+            self.append_word(current, value)
             if value == "in" and len(current.words) == 3 and current.words[0] == "case":
                 self.commands.append(current)  # `case WORD in`: patterns follow, up to their `)`
                 self.current = Command()
@@ -197,30 +194,31 @@ class _Reader:
             current.assignments.append((name, value.split("=", 1)[1], self.word_dynamic))
             self.sets_names = True
         else:
-            if self.word_mark:
-                if current.marks is None:
-                    current.marks = {}
-                current.marks[len(current.words)] = self.word_mark
             if value in FIRST_WORDS and self.text[self.word_start] not in "'\"\\":
                 self.first_word(value)
-            current.words.append(value)
-            current.dynamic.append(self.word_dynamic)
+            self.append_word(current, value)
         self.word = []
-        self.word_dynamic = False
-        self.word_started = False
+        self.word_dynamic = self.word_unquoted = self.word_started = False
         self.word_mark = 0
 
-    @staticmethod
-    def after_reserved(words: list[str]) -> bool:
-        """Whether only reserved words (`while`, `if`, `!`, `do`, …) come before: a simple command starts here."""
-        return words[-1] in RESERVED and all(word in RESERVED for word in words)
+    def append_word(self, current: Command, value: str) -> None:
+        """A word of the command, with its glob and brace marks and whether it has an unquoted expansion."""
+        if self.word_mark:
+            if current.marks is None:
+                current.marks = {}
+            current.marks[len(current.words)] = self.word_mark
+        if self.word_unquoted:
+            if current.unquoted is None:
+                current.unquoted = set()
+            current.unquoted.add(len(current.words))
+        current.words.append(value)
+        current.dynamic.append(self.word_dynamic)
 
     def pattern_word(self, value: str) -> bool:
         """A word where a `case` pattern goes: dropped (it is matched, never run), unless it is `esac`."""
         if value != "esac":
             self.word = []
-            self.word_dynamic = False
-            self.word_started = False
+            self.word_dynamic = self.word_unquoted = self.word_started = False
             self.word_mark = 0
             return False
         self.case_pattern = False
@@ -262,6 +260,7 @@ class _Reader:
     def double_quoted(self, index: int) -> int:
         """A double-quoted string from just after its opening quote: escapes and expansions inside it."""
         text, length, word = self.text, len(self.text), self.word
+        self.in_double = True
         while index < length and text[index] != '"':
             char = text[index]
             if char == "\\" and index + 1 < length and text[index + 1] in '"\\$`\n':
@@ -277,6 +276,7 @@ class _Reader:
                     self.word_dynamic = True
                 word.append(char)
                 index += 1
+        self.in_double = False
         if index >= length:
             self.unterminated.append(text[index:])
         return index + 1
@@ -286,6 +286,8 @@ class _Reader:
         text, length = self.text, len(self.text)
         self.start_word(index)
         following = text[index + 1] if index + 1 < length else ""
+        if not self.in_double and (following in "({_@*#?$!-" or following.isalnum()) and following:
+            self.word_unquoted = True
         if following == "(":
             self.word_dynamic = True
             if text.startswith("$((", index):
@@ -313,7 +315,11 @@ class _Reader:
             return end
         if following == '"':
             return self.double_quoted(index + 2)
-        if following.isalnum() or following in "_@*#?$!-":
+        if following and (following in "*@#?$!-" or following.isdigit()):
+            self.word_dynamic = True  # a special parameter: `$*` and `$?` are no glob
+            self.word.append("$" + following)
+            return index + 2
+        if following.isalnum() or following in "_":
             self.word_dynamic = True
         self.word.append("$")
         return index + 1

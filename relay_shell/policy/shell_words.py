@@ -26,12 +26,22 @@ SETTERS = frozenset(
         "local",
         "export",
         "readonly",
+        "set",
     ]
 )
+
+
 # First words that change how the tokenizer reads what follows (`[[ … ]]`, `case … esac`), and the setters.
 FIRST_WORDS = frozenset(["[[", "case", "esac", *SETTERS])
 # Reserved words after which a simple command (with its own assignments) starts.
 RESERVED = frozenset(["if", "then", "else", "elif", "do", "while", "until", "!", "{", "time", "coproc"])
+
+
+def after_reserved(words: list[str]) -> bool:
+    """Whether only reserved words (`while`, `if`, `!`, `do`, …) come before: a simple command starts here."""
+    return words[-1] in RESERVED and all(word in RESERVED for word in words)
+
+
 MARK_GLOB = 1  # the word has an unquoted *, ? or [
 MARK_BRACE = 2  # the word has an unquoted {
 _METACHARACTERS = frozenset(" \t\n;&|()<>")

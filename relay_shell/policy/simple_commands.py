@@ -19,6 +19,8 @@ class Command:
     assignments: list[tuple[str, str, bool]] | None = None
     # Words with unquoted glob (`*?[`) or brace characters: index -> MARK_GLOB | MARK_BRACE.
     marks: dict[int, int] | None = None
+    # Words with a parameter expansion outside quotes (`$x`, `${x}`, `$*`): their values are split on IFS.
+    unquoted: set[int] | None = None
 
 
 @dataclass

@@ -11,6 +11,7 @@ import re
 from collections.abc import Callable
 
 from relay_shell.policy.calls import Call, Verdict, verdict
+from relay_shell.policy.command_languages import client_commands
 from relay_shell.policy.verbs import cli_verdict
 from relay_shell.policy.vocabulary import words
 
@@ -176,6 +177,7 @@ def _database_client(call: Call) -> Verdict:
         sql.append(call.operands[-1])
     elif call.program in ("sqlite3", "sqlite", "duckdb", "cockroach") and len(call.operands) >= 2:
         sql += [word for word in call.operands[1:] if " " in word or word.endswith(";") or word.startswith(".")]
+    sql += [value for option in ("-cmd",) if (value := call.value(option))]
     best = verdict(1, f"{call.program}: interactive database session")
     if any(call.value(option) is not None for option in _FILE_OPTIONS if option != "-i" or call.program != "mysql"):
         best = verdict(2, f"{call.program} runs SQL from a file")
@@ -185,6 +187,9 @@ def _database_client(call: Call) -> Verdict:
         tier, reason = sql_tier(text or "")
         if tier > best.tier or (best.tier == 0 and tier):
             best = verdict(tier, reason)
+    shell = tuple(command for text in sql for command in client_commands(text or ""))
+    if shell:
+        return Verdict(max(2, best.tier), f"{call.program} runs shell commands (.shell, system)", shell)
     return best
 
 

@@ -10,12 +10,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from relay_shell.policy.calls import Verdict
 from relay_shell.policy.clients import curl_config_words
+from relay_shell.policy.command_languages import client_commands
 from relay_shell.policy.findings import Finding
 from relay_shell.policy.interpreters import is_interpreter
 from relay_shell.policy.scripts import dc_commands, dc_reads_stdin
+from relay_shell.policy.shell_invocation import parse_shell
 from relay_shell.policy.shell_tokens import tokenize
 from relay_shell.policy.sql import mongo_tier, redis_tier, sql_tier
+from relay_shell.policy.stdin_code import literal_output, stdin_code_verdict, stdin_language
 from relay_shell.policy.vocabulary import DB_CLIENTS, SHELLS, STDIN_SHELLS
 from relay_shell.policy.wrappers import basename, unwrap
 
@@ -47,6 +51,8 @@ def strip_reserved(words: list[str]) -> list[str]:
         return words
     index = 0
     while index < len(words) and words[index] in RESERVED:
+        if words[index] == "time" and words[index + 1 : index + 2] and words[index + 1].startswith("-"):
+            break  # `time -f FMT cmd`: dash runs /usr/bin/time (a wrapper); bash's keyword would run `-f`
         index += 1
     return words[index:]
 
@@ -70,30 +76,15 @@ def stdin_of_text(text: str, stdin: str, readers: Readers) -> list[Finding]:
     return findings
 
 
-_SHELL_OPTION_VALUES = frozenset(["-o", "+o", "-O", "+O", "--rcfile", "--init-file"])
-
-
 def _shell_reads_stdin(arguments: list[str]) -> bool:
     """Whether a shell given these arguments reads commands from stdin: no script operand (an option's value,
     `-o errexit`, is none), or `-s`; with `-c TEXT`, when TEXT starts a shell or an interpreter, which inherits
     stdin (`sh -c 'exec bash'`, `bash -c python3`)."""
-    operands: list[str] = []
-    waiting_value = False
-    for word in arguments:
-        if waiting_value:
-            waiting_value = False
-        elif word in _SHELL_OPTION_VALUES:
-            waiting_value = True
-        elif word.startswith(("-", "+")):
-            continue  # a flag, or `-` / `--` (then stdin is still the script)
-        else:
-            operands.append(word)
-    flags = [word for word in arguments if word.startswith("-") and not word.startswith("--")]
-    if any("c" in flag[1:] for flag in flags):
-        text = operands[0] if operands else ""
-        started = [basename(word.strip("'\"();&|")) for word in text.split()]
+    invocation = parse_shell(arguments)
+    if invocation.inline:
+        started = [basename(word.strip("'\"();&|")) for word in (invocation.operand or "").split()]
         return any(program in SHELLS or is_interpreter(program) for program in started)
-    return not operands or any("s" in flag[1:] for flag in flags)
+    return invocation.operand is None or invocation.stdin_script
 
 
 def stdin_findings(words: list[str], stdin: str, readers: Readers, depth: int = 0) -> list[Finding]:
@@ -120,7 +111,12 @@ def stdin_findings(words: list[str], stdin: str, readers: Readers, depth: int = 
     if program == "crontab" and (not operands or operands == ["-"]) and len(stripped) <= 2:
         return _crontab_findings(stdin, readers, depth)
     if program in DB_CLIENTS:
-        return [Finding(stdin[:200], *sql_tier(stdin))]
+        commands = client_commands(stdin)
+        client = [finding for text in commands for finding in readers.shell(text, depth + 1)]
+        return [Finding(stdin[:200], *sql_tier(stdin)), *client]
+    language = stdin_language(program, stripped)
+    if language is not None:
+        return code_findings(stdin_code_verdict(language, stdin), stdin, readers, depth)
     if program in ("redis-cli", "valkey-cli") and not operands:
         return [Finding(stdin[:200], *redis_tier(stdin))]
     if program in ("mongo", "mongosh"):
@@ -141,4 +137,30 @@ def _crontab_findings(text: str, readers: Readers, depth: int) -> list[Finding]:
         fields = line.split(None, 5)
         if len(fields) == 6 and not line.lstrip().startswith("#"):
             findings += readers.shell(fields[5], depth + 1)
+    return findings
+
+
+def piped_code_findings(raw: list[str], previous: list[str], readers: Readers, depth: int) -> list[Finding]:
+    """A program reading its program or commands from a pipe (`echo … | awk -f /dev/stdin`, `| vim -es`, `| ed`):
+    the literal text an upstream echo/printf writes is read as that language; a pipe it cannot see is 2."""
+    words = unwrap(strip_reserved(raw), [False] * len(raw)).words
+    if not words:
+        return []
+    program = basename(words[0])
+    language = stdin_language(program, words)
+    if language is None:
+        return []
+    text = literal_output(previous) if previous and "$" not in " ".join(previous) else None
+    if text is None:
+        return [Finding(" ".join(words)[:200], 2, f"{program} reads its program from a pipe: cannot classify")]
+    return code_findings(stdin_code_verdict(language, text), text, readers, depth)
+
+
+def code_findings(found: Verdict, text: str, readers: Readers, depth: int) -> list[Finding]:
+    """A verdict on code read from stdin, with the shell text and argvs it runs classified."""
+    findings = [Finding(text[:200], found.tier, found.reason)]
+    for inner in found.shell:
+        findings += readers.shell(inner, depth + 1)
+    for argv in found.commands:
+        findings += readers.command(list(argv), depth + 1)
     return findings

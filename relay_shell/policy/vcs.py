@@ -96,6 +96,10 @@ def _git_subcommand(inner: Call, sub: str) -> Verdict:
         return verdict(_GIT_RUNNING[sub], f"git {sub} runs programs")
     if sub == "help" and inner.has("-w", "--web"):
         return verdict(1, "git help --web runs a browser")
+    if sub in _GIT_READ_WRITING:
+        found = _GIT_READ_WRITING[sub](inner)
+        if found is not None:
+            return found
     if sub in _GIT_READ:
         return verdict(1 if inner.value("-o", "--output") else 0, f"git {sub} reads the repository")
     if sub in _GIT_EXTRAS:
@@ -159,6 +163,8 @@ def _git_push(call: Call) -> Verdict:
 def _git_branch(call: Call) -> Verdict:
     if call.has("-D") or (call.has("-d", "--delete") and call.has("-f", "--force")):
         return verdict(2, "git branch -D deletes an unmerged branch")
+    if call.has("--edit-description"):
+        return verdict(1, "git branch --edit-description runs an editor and writes the configuration")
     if call.has("-d", "--delete", "-m", "-M", "--move", "-c", "-C", "--copy", "-u", "--set-upstream-to"):
         return verdict(1, "git branch renames or deletes a merged branch")
     listing = call.has_exact(
@@ -250,7 +256,38 @@ def _git_filter_repo(call: Call) -> Verdict:
 _GIT_CONFIG_VALUES = frozenset(["-f", "--file", "--blob", "--type", "--default", "--comment", "--value"])
 
 
+def _git_reflog(call: Call) -> Verdict | None:
+    if call.operands[1:2] and call.operands[1] in ("expire", "delete", "drop"):
+        return verdict(2, f"git reflog {call.operands[1]} discards reflog entries (their commits can then be pruned)")
+    return None
+
+
+def _git_symbolic_ref(call: Call) -> Verdict | None:
+    if call.has("-d", "--delete"):
+        return verdict(2, "git symbolic-ref -d deletes a reference")
+    _options, operands = read_options(call.words[1:], frozenset(["-m"]))
+    if len(operands) >= 2:
+        return verdict(1, "git symbolic-ref points a reference elsewhere")
+    return None
+
+
+def _git_fsck(call: Call) -> Verdict | None:
+    return verdict(1, "git fsck --lost-found writes .git/lost-found") if call.has("--lost-found") else None
+
+
+# Sub-commands that read, unless an option or operand makes them write.
+_GIT_READ_WRITING: dict[str, Callable[[Call], Verdict | None]] = {
+    "reflog": _git_reflog,
+    "symbolic-ref": _git_symbolic_ref,
+    "fsck": _git_fsck,
+}
+_CONFIG_WRITES = ("--unset", "--unset-all", "--remove-section", "--rename-section", "--replace-all", "--add")
+_CONFIG_VERBS = frozenset(["set", "unset", "rename-section", "remove-section", "edit"])
+
+
 def _git_config(call: Call) -> Verdict:
+    if call.has(*_CONFIG_WRITES) or (call.operands[1:2] and call.operands[1] in _CONFIG_VERBS):
+        return verdict(1, "git config changes the configuration")
     if call.has_exact(
         "-l", "--list", "--get", "--get-all", "--get-regexp", "--get-urlmatch", "-e", "--edit"
     ) and not call.has("-e", "--edit"):

@@ -65,6 +65,11 @@ WRAPPERS: dict[str, frozenset[str]] = {
     "ionice": words("-c -n -p -P -u --class --classdata --pid --pgid --uid"),
     "nohup": frozenset(),
     "time": words("-f -o --format --output"),
+    "prlimit": words("-o --output"),  # resource options take their value attached only (-n10, --nofile=10)
+    # the dynamic loader (ld-linux-x86-64.so.2, ld.so) run as a program runs the program it is given
+    "ld.so": words(
+        "--library-path --preload --audit --argv0 --inhibit-rpath --glibc-hwcaps-prepend --glibc-hwcaps-mask"
+    ),
     "command": frozenset(),
     "exec": words("-a"),
     "builtin": frozenset(),

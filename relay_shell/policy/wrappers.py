@@ -102,6 +102,9 @@ _FLOCK_KNOWN = long_names(WRAPPER_OPERANDS["flock"][0], _FLOCK_COMMAND_OPTIONS)
 _COMMAND_LIKE = re.compile(r"(?:[./~]|[A-Za-z_])[A-Za-z0-9_./+-]{0,254}")
 
 
+_LOADER = re.compile(r"ld(?:-linux[\w.-]*)?\.so(?:\.[0-9.]+)?|ld-[\w.-]*\.so(?:\.[0-9.]+)?")
+
+
 def unwrap(words: list[str], dynamic: list[bool]) -> Unwrapped:
     """Strip wrappers from a simple command; what is left is the command they run."""
     result = Unwrapped(words, dynamic)
@@ -110,6 +113,10 @@ def unwrap(words: list[str], dynamic: list[bool]) -> Unwrapped:
         if index >= len(words):
             break
         program = basename(words[index])
+        if program.startswith("ld") and _LOADER.fullmatch(program):
+            program = "ld.so"
+            if any(word.startswith(("--preload", "--audit")) for word in words[index + 1 :]):
+                result.effects.append((2, "the loader preloads a library into the program"))
         step = _step(program, words, index, result)
         if step is None:
             break
@@ -157,6 +164,8 @@ def _step(program: str, words: list[str], index: int, result: Unwrapped) -> int 
         return position + operands
     if program not in WRAPPERS:
         return None
+    if program == "prlimit" and any(word in ("-p", "--pid") or word.startswith("--pid=") for word in words[index:]):
+        return None  # changes a running process's limits: no command
     if program in ("sudo", "doas") and index + 1 < len(words) and words[index + 1] in _SUDO_ONLY_OPTIONS:
         return None
     if program == "command" and index + 1 < len(words) and words[index + 1] in ("-v", "-V"):
