@@ -1,13 +1,11 @@
 """The shell tokenizer: one forward pass over shell text into simple commands (words, redirections, pipes,
-here-documents, assignments), read the way sh and bash read it, with the contents of `$(…)`, backticks,
-`<(…)`/`>(…)` and the expansions inside here-documents, `${…}` and `$((…))` handed back for recursive
-classification.
+here-documents, assignments), read the way sh and bash read it, with the contents of `$(…)`, backticks, `<(…)`,
+`>(…)`, the expansions inside here-documents, `${…}` and `$((…))` handed back for recursive classification.
 
-Where bash and POSIX sh read the same text differently in a way that moves a quote (`$'…'`, bash's ANSI-C
-quoting, is `$` and a single-quoted string to dash), the text is read both ways (`Tokens.ansi_c`; classify.py
-reads it again with `ansi_c=False`). A quote or substitution left open is reported (`Tokens.unterminated`, with
-the text after it), so that text is classified as shell text too: a shell that keeps reading (a PTY at its PS2
-prompt) runs it.
+Where bash and sh read a text differently in a way that moves a quote (bash's `$'…'` is `$` and a single-quoted
+string to dash), it is read both ways (`Tokens.ansi_c`; classify.py reads it again with `ansi_c=False`). A quote or
+substitution left open is reported (`Tokens.unterminated`), and so is a here-document still waiting for its
+delimiter line (`Tokens.heredoc_open`): a shell that keeps reading (a PTY at its PS2 prompt) runs what follows.
 """
 
 from __future__ import annotations
@@ -45,11 +43,9 @@ def tokenize(text: str, nested: list[str], ansi_c: bool = True) -> Tokens:
     reader.read(0, False)
     reader.finish_command(False)
     for owner, _delimiter, _quoted, _tabs in reader.pending_heredocs:
-        owner.heredoc = owner.heredoc or ""
-    heredoc_open = reader.heredoc_open or bool(reader.pending_heredocs)
-    return Tokens(
-        reader.commands, reader.arithmetic, reader.unterminated, reader.saw_ansi_c, reader.sets_names, heredoc_open
-    )
+        owner.heredoc, reader.heredoc_open = owner.heredoc or "", True  # the line with `<<` is the last: body to come
+    read = (reader.commands, reader.arithmetic, reader.unterminated, reader.saw_ansi_c, reader.sets_names)
+    return Tokens(*read, reader.heredoc_open)
 
 
 class _Reader:
@@ -59,7 +55,7 @@ class _Reader:
 
     # Rarely changed state lives on the class until an instance sets it: a reader is made for every text.
     pending_redirect: str | None = None
-    saw_ansi_c = False
+    saw_ansi_c = heredoc_open = False  # heredoc_open: a body ran to the end of the text without its delimiter line
     nesting = 0  # how many readers of `$(…)` enclose this one
     sets_names = False  # an assignment, or a builtin that sets names (read, for, alias, …): shell_state reads them
     depth = 0  # open subshell parentheses inside a `$(…)` being read
@@ -84,7 +80,6 @@ class _Reader:
         self.current = Command()
         self.word: list[str] = []
         self.pending_heredocs: list[tuple[Command, str, bool, bool]] = []
-        self.heredoc_open = False  # a body ran to the end of the text without its delimiter line
         self.arithmetic: list[str] = []
         self.unterminated: list[str] = []
 
