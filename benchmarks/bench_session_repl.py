@@ -12,7 +12,8 @@ Two ratios, each ≤ 1.20×:
   then (printed), which is why this ratio is the lower one.
 Each server's CPU per step is printed for both, the steps' middle half beside the medians; back to back also the
 CPU of the other processes of a step (the client, and the REPL that answers), read around whole batches: the wall
-time of a step is the sum of its processes' CPU (no timer or batching delay in it), and the REPL answering
+time of a step is about the sum of its processes' CPU, the rest the scheduler's hand-offs (no timer or batching
+delay is in a step), and the REPL answering
 relay-shell spends 2-3x the CPU of the floor's for the same system calls, since the server and the client run
 between its steps while the floor's runs fifty steps in a row hot (adr/0030, round 4).
 """
