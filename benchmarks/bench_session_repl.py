@@ -10,7 +10,12 @@ Two ratios, each ≤ 1.20×:
   trip immediately followed by the direct PTY step, alternating step by step with relay-shell's. Every server
   then wakes from idle for each step; the bare server's thread hops cost it about twice the CPU per round trip
   then (printed), which is why this ratio is the lower one.
-Each server's CPU per step is printed for both, the steps' middle half beside the medians.
+Each server's CPU per step is printed for both, the steps' middle half beside the medians; back to back also the
+CPU of the other processes of a step (the client, and the REPL that answers), read around whole batches: the wall
+time of a step is about the sum of its processes' CPU, the rest the scheduler's hand-offs (no timer or batching
+delay is in a step), and the REPL answering
+relay-shell spends 2-3x the CPU of the floor's for the same system calls, since the server and the client run
+between its steps while the floor's runs fifty steps in a row hot (adr/0030, round 4).
 """
 
 from __future__ import annotations
@@ -132,6 +137,33 @@ class Meter:
         return f"{self.seconds / max(self.steps, 1) * 1000:.3f} ms"
 
 
+class BatchCpu:
+    """The CPU of the other processes a back-to-back step runs in, read around whole batches (outside the timed
+    steps, so the floor is not slowed): this one (the client; it also reads the server's CPU per step, equally for
+    relay-shell and the bare server) and the REPL that answers. With the server's, their sum beside the wall time
+    shows whether a step waits for anything (a timer, a batching delay) or only works."""
+
+    def __init__(self, repl: int | None = None) -> None:
+        self.repl = repl
+        self.here = 0.0
+        self.repl_seconds = 0.0
+        self.steps = 0
+
+    async def batch(self, run: Awaitable[list[float]]) -> list[float]:
+        used_here = time.process_time()
+        used_repl = cpu_seconds(self.repl) if self.repl is not None else 0.0
+        samples = await run
+        self.here += time.process_time() - used_here
+        self.repl_seconds += cpu_seconds(self.repl) - used_repl if self.repl is not None else 0.0
+        self.steps += len(samples)
+        return samples
+
+    def per_step(self, name: str = "client") -> str:
+        steps = max(self.steps, 1)
+        repl = f", REPL {self.repl_seconds / steps * 1000:.3f} ms" if self.repl is not None else ""
+        return f"{name} {self.here / steps * 1000:.3f} ms{repl}"
+
+
 async def measure_all() -> list[Row]:
     direct = DirectRepl()
     try:
@@ -146,6 +178,7 @@ async def measure_all() -> list[Row]:
             assert not spawned.is_error and spawned.structured_content is not None, spawned
             assert spawned.structured_content["wait"] == "match", spawned.structured_content
             session_id = spawned.structured_content["session_id"]
+            repl_pid = spawned.structured_content["pid"]  # the relay-shell session's python3
             failures: list[str] = []
             one_call = 0
             last: dict[str, CallToolResult] = {}  # the latest result of each server, for the validation cost
@@ -190,12 +223,15 @@ async def measure_all() -> list[Row]:
                 floor_samples.append(ended - started_at)
                 relay_samples += await measure(partial(meters["relay interleaved"].around, relay_step), range(i, i + 1))
             meters.update({"relay back to back": Meter(relay_pid), "bare back to back": Meter(bare_pid)})
+            others = {"bare": BatchCpu(), "direct": BatchCpu(direct.process.pid), "relay": BatchCpu(repl_pid)}
             batched: tuple[list[float], list[float], list[float]] = ([], [], [])
             for first in range(STEPS, 2 * STEPS, BATCH):
                 values = range(first, first + BATCH)
-                batched[0].extend(await measure(partial(meters["bare back to back"].around, bare_step), values))
-                batched[1].extend(await measure(direct_step, values))
-                batched[2].extend(await measure(partial(meters["relay back to back"].around, relay_step), values))
+                bare_batch = measure(partial(meters["bare back to back"].around, bare_step), values)
+                batched[0].extend(await others["bare"].batch(bare_batch))
+                batched[1].extend(await others["direct"].batch(measure(direct_step, values)))
+                relay_batch = measure(partial(meters["relay back to back"].around, relay_step), values)
+                batched[2].extend(await others["relay"].batch(relay_batch))
             check_relay = await validation_cost(relay, "session_send", last["relay"])
             check_bare = await validation_cost(bare, "noop", last["bare"])
             fields_relay = len(last["relay"].structured_content or {})
@@ -220,6 +256,11 @@ async def measure_all() -> list[Row]:
         f"{median(batched[0]) * 1000:.3f} ms + direct PTY step {median(batched[1]) * 1000:.3f} ms), ratio "
         f"{batched_ours / batched_floor:.3f}; server CPU per step: relay-shell "
         f"{meters['relay back to back'].per_step()}, bare {meters['bare back to back'].per_step()}"
+    )
+    print(
+        "session REPL, back to back, the other processes' CPU per step: relay-shell step: "
+        f"{others['relay'].per_step()}; bare round trip: {others['bare'].per_step()}; direct PTY step: "
+        f"{others['direct'].per_step('this process')}"
     )
     print(
         f"session REPL: the client's check of each result against the outputSchema, inside every step: relay-shell "

@@ -9,6 +9,7 @@ any of them.
 
 from __future__ import annotations
 
+import bisect
 import fnmatch
 import re
 from functools import lru_cache
@@ -123,9 +124,40 @@ def candidates(word: str, known: frozenset[str]) -> tuple[list[str], bool]:
 
 @lru_cache(maxsize=512)
 def _matching(pattern: str, known: frozenset[str]) -> tuple[str, ...]:
-    """The known names a pattern with `*` or `?` matches, sorted (one regex, compiled once per pattern)."""
-    regex = re.compile(fnmatch.translate(_fnmatch_pattern(pattern)))
-    return tuple(sorted(name for name in known if regex.match(name)))
+    """The known names a pattern with `*` or `?` matches, sorted (one regex, compiled once per pattern). Only names
+    that start with the pattern's literal prefix and end with its literal suffix can match, found by bisection: a
+    word typed into a Python REPL (`7*7`) is such a pattern, a new one at every step, and trying a freshly compiled
+    regex on all ~1,000 names took ~170 µs of each step."""
+    translated = _fnmatch_pattern(pattern)
+    prefix = translated[: min(translated.find(char) % (len(translated) + 1) for char in "*?[")]
+    suffix = translated[max(translated.rfind(char) for char in "*?[]") + 1 :]
+    by_start, by_end = _sorted_names(known)
+    starting = _prefixed(by_start, prefix)
+    ending = [name[::-1] for name in _prefixed(by_end, suffix[::-1])]
+    tried = (
+        [name for name in starting if name.endswith(suffix)]
+        if len(starting) <= len(ending)
+        else sorted(name for name in ending if name.startswith(prefix))
+    )
+    if not tried:
+        return ()  # no regex compiled (~20 µs) when no name can match
+    regex = re.compile(fnmatch.translate(translated))
+    return tuple(name for name in tried if regex.match(name))
+
+
+def _prefixed(names: list[str], prefix: str) -> list[str]:
+    """The names of a sorted list that start with `prefix`."""
+    first = bisect.bisect_left(names, prefix)
+    last = bisect.bisect_left(names, prefix + "\U0010ffff", first)
+    while last < len(names) and names[last].startswith(prefix):  # a name with U+10FFFF after the prefix
+        last += 1
+    return names[first:last]
+
+
+@lru_cache(maxsize=4)
+def _sorted_names(known: frozenset[str]) -> tuple[list[str], list[str]]:
+    """The names sorted, and the names reversed and sorted (to find those that end with a suffix)."""
+    return sorted(known), sorted(name[::-1] for name in known)
 
 
 def _finite(pattern: str) -> list[str] | None:

@@ -33,6 +33,11 @@ SEARCH_TIMEOUT = 0.1
 
 # Compiled `until` patterns (regex.Pattern, untyped).
 Patterns = list[Any]
+# `until` values already checked and compiled, kept while small (a prompt pattern is a few steps): bounded memory
+# whatever the calls send.
+_CHECKED: dict[str | tuple[str, ...], tuple[Any, ...]] = {}
+CHECKED_MAX_ENTRIES = 256
+CHECKED_MAX_EXPANSION = 1024
 
 
 @dataclass(frozen=True)
@@ -44,6 +49,22 @@ class Match:
 def compile_until(until: str | list[str] | None) -> Patterns:
     if until is None:
         return []
+    # A dialogue sends the same `until` at every step: a small one's checks and compiled patterns are kept (a
+    # refused one is never kept, and checked again each time).
+    key = until if isinstance(until, str) else tuple(until)
+    kept = _CHECKED.get(key)
+    if kept is not None:
+        return list(kept)
+    compiled, expansion = _checked_patterns(until)
+    if expansion <= CHECKED_MAX_EXPANSION:
+        if len(_CHECKED) >= CHECKED_MAX_ENTRIES:
+            _CHECKED.clear()
+        _CHECKED[key] = compiled
+    return list(compiled)
+
+
+def _checked_patterns(until: str | list[str]) -> tuple[tuple[Any, ...], int]:
+    """The compiled patterns, and the steps they compile to (_expansion); ArgumentError naming what is wrong."""
     patterns = [until] if isinstance(until, str) else list(until)
     if not patterns:
         raise ArgumentError("until: is an empty list; allowed: a regex or a list of 1 to 16 regexes")
@@ -71,7 +92,7 @@ def compile_until(until: str | list[str] | None) -> Patterns:
             raise ArgumentError(
                 f"{where}: {pattern[:80]!r} is not a valid regex ({exc}); allowed: a Python regular expression"
             ) from None
-    return compiled
+    return tuple(compiled), expansion
 
 
 @functools.lru_cache(maxsize=256)

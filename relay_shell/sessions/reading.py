@@ -6,12 +6,13 @@ a program's escape would run it (escapes.py), and with what an interactive shell
 from __future__ import annotations
 
 from relay_shell.plan import Subject
-from relay_shell.sessions.escapes import commands_of, commands_start_findings, escape_readings, line_findings
+from relay_shell.policy.shell_tokens import tokenize
+from relay_shell.sessions.escapes import commands_start_findings, escape_readings, line_findings
 from relay_shell.sessions.history import HISTORY, expansion_points, expansions
 from relay_shell.sessions.interactive import interactive_findings
 from relay_shell.sessions.keys import KEYS
 from relay_shell.sessions.line_settings import edited_lines, line_settings_of, settings_findings
-from relay_shell.sessions.open_input import MAX_OPEN, still_open
+from relay_shell.sessions.open_input import MAX_OPEN, shell_left_open, still_open
 from relay_shell.sessions.registry import Session
 from relay_shell.sessions.typed import Finding, Typed, read_keystrokes
 
@@ -42,7 +43,9 @@ def typed_subject(session: Session, data: str, enter: bool, keys: list[str]) -> 
     texts = list(dict.fromkeys(texts))
     for text in texts:
         nested: list[str] = []
-        commands = commands_of(text, nested)
+        tokens = tokenize(text, nested)
+        typed.shell_open[text] = shell_left_open(tokens)
+        commands = list(tokens.commands)
         findings += line_findings(text)
         findings += commands_start_findings(commands, nested)
         findings += interactive_findings(text, session.passprompt, commands)
@@ -57,4 +60,5 @@ def remember(session: Session, typed: Typed) -> None:
         joined = "\n".join([session.open_input, *typed.submitted] if session.open_input else typed.submitted)
         # Past MAX_OPEN only the end is kept (its length still over the bound, so later lines stay tier 2): an open
         # quote fed for ever must not grow the session's memory, nor each line's classification, without bound.
-        session.open_input = joined[-(MAX_OPEN + 1) :] if still_open(joined) else ""
+        open_now = still_open(joined, typed.shell_open.get(joined))
+        session.open_input = joined[-(MAX_OPEN + 1) :] if open_now else ""

@@ -77,6 +77,9 @@ class Typed:
     submitted: list[str]  # the lines submitted, as typed (the session's history)
     findings: list[Finding]  # what the keys did, each with its tier
     typing: Typing  # the line still being typed, after this input
+    # Whether each classified reading leaves a shell construct open (open_input.shell_left_open of its tokens):
+    # reading.py fills it as it tokenizes them, and reads it for the lines submitted instead of tokenizing again.
+    shell_open: dict[str, bool] = field(default_factory=dict)
 
 
 def read_keystrokes(typing: Typing, data: str, enter: bool, keys: list[str], interrupt_clears: bool) -> Typed:

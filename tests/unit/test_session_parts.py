@@ -8,6 +8,7 @@ import time
 import pytest
 
 from relay_shell.errors import ArgumentError
+from relay_shell.sessions import expect
 from relay_shell.sessions.ansi import strip_ansi
 from relay_shell.sessions.expect import compile_until, echo_skip, expected_echo, find, search, window_text
 from relay_shell.sessions.keys import KEYS, key_name
@@ -118,6 +119,24 @@ def test_compile_until_accepts_a_string_or_a_list() -> None:
 def test_bad_until_is_a_clear_error(until: str | list[str], message: str) -> None:
     with pytest.raises(ArgumentError, match=message):
         compile_until(until)
+    with pytest.raises(ArgumentError, match=message):  # a refused `until` is never kept: refused again
+        compile_until(until)
+
+
+def test_a_small_until_is_kept_compiled_and_a_large_one_is_not() -> None:
+    """Every step of a dialogue sends the same prompt pattern: it is checked and compiled once. One that compiles
+    to many steps is not kept (the memory is bounded whatever the calls send), and is checked again each time."""
+    expect._CHECKED.clear()
+    first = compile_until(["^>>> ", r"\$ $"])
+    again = compile_until(["^>>> ", r"\$ $"])
+    assert again == first and again is not first  # the caller's own list, the same compiled patterns
+    assert ("^>>> ", r"\$ $") in expect._CHECKED
+    large = r"\d{2000}"
+    assert len(compile_until(large)) == 1
+    assert large not in expect._CHECKED
+    for index in range(expect.CHECKED_MAX_ENTRIES + 10):
+        compile_until(f"prompt {index}> ")
+    assert len(expect._CHECKED) <= expect.CHECKED_MAX_ENTRIES
 
 
 def test_search_finds_the_earliest_match_and_its_pattern() -> None:

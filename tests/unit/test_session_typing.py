@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from relay_shell.policy.classify import classify
+from relay_shell.sessions import open_input
 from relay_shell.sessions.escapes import escape_readings, start_findings
 from relay_shell.sessions.history import HISTORY, expansion_points, expansions
 from relay_shell.sessions.interactive import interactive_findings
@@ -383,3 +384,31 @@ def test_the_lines_submitted_become_the_sessions_history() -> None:
     subject, _ = typed_subject(session, "!!:1*", True, [])
     assert "rm -rf /srv/data" in subject.typed.split("\n")
     assert HISTORY in {reason for _, _, reason in subject.session_findings}
+
+
+def test_input_left_open_is_followed_as_a_fresh_tokenizing_of_the_submitted_lines_says() -> None:
+    """remember() takes whether the submitted input is still open from the classification's own tokenizing of the
+    same text (no third tokenizer pass per step): the open input it keeps is exactly what tokenizing the lines anew
+    gives, across dialogues that open and close quotes, substitutions, here-documents and triple-quoted strings."""
+    dialogues = [
+        ["echo 'a", "echo x'; rm -rf D; echo 'y", "ls"],
+        ['echo "$(', "date", ')"', "pwd"],
+        ["cat <<EOF", "text", "EOF", "true"],
+        ["s = '''", "rm -rf /", "'''", "7*7"],
+        ["echo `", "id`", "echo ${", "x}"],
+        ["a=1", "echo 'one\\", "two'", "(", ")"],
+        ["printf '%s\\n' \"a", "b\" 'c", "d'"],
+    ]
+    kept = closed = 0
+    for lines in dialogues:
+        session = _session([])
+        for line in lines:
+            expected_joined = "\n".join([session.open_input, line] if session.open_input else [line])
+            fresh = open_input.still_open(expected_joined)
+            was_open = bool(session.open_input)
+            _, typed = typed_subject(session, line, True, [])
+            remember(session, typed)
+            assert session.open_input == (expected_joined if fresh else ""), (lines, line)
+            kept += fresh
+            closed += was_open and not fresh
+    assert kept >= 8 and closed >= 5  # both ways are exercised
