@@ -193,6 +193,10 @@ def _reference(
     if not isinstance(node.ctx, ast.Load):
         return None
     if isinstance(node, ast.Name):
+        if node.id in _DYNAMIC and node.id not in names:
+            # A builtin that runs code, named without a call on the spot: a decorator calls it with no `(`
+            # (`@exec` over `@input` over a class runs the line read from stdin).
+            return 2, f"python code refers to {node.id}, which runs code built at run time"
         if node.id not in names:
             return None  # a local variable that happens to be called `system` or `run`
         name = names[node.id]
