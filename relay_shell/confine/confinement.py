@@ -194,8 +194,9 @@ def _refused(abi: int) -> list[str]:
         "adding, requesting, linking, changing or removing kernel keys (keyctl reads only)",
         "file leases and exclusive flock (shared locks, what readers take, are allowed)",
         "listening on any socket; binding an abstract unix name (but the lengths of 10, 14, 18 and 26 bytes)",
-        "the loop driver's ioctls and the CD-ROM tray and door",
     ]
+    if abi < 5:
+        refused.append("the loop driver's ioctls and the CD-ROM tray and door")
     if abi >= 4:
         refused.append("listening on TCP ports (bind)")
     if abi >= 5:

@@ -12,8 +12,8 @@ hand-assembled BPF program, no binding, like trace/seccomp.py.
   change), the kernel log cleared, input pushed into a terminal (TIOCSTI, TIOCLINUX), SIGIO ownership.
 - State shared with other programs (adr/0024, Round 4): kernel keys (add_key, request_key, keyctl but its reads),
   file leases and exclusive flocks, listening on any socket and binding an address of a length no read-only program
-  binds (abstract unix names), the loop driver's ioctls and the CD-ROM tray (Landlock's IOCTL_DEV covers every
-  device from ABI 5; this is the floor below).
+  binds (abstract unix names); below Landlock ABI 5 (whose IOCTL_DEV covers every device) the loop driver's
+  ioctls and the CD-ROM tray.
 - The server: signals to its process, its process group or `thread` (the spawner thread, which shares the tree's
   Landlock domain while it spawns: confine/confinement.py), ptrace and process_vm_* on them, a pidfd of either,
   and pidfd_send_signal altogether (a /proc directory is a pidfd the filter cannot see the target of).
@@ -60,10 +60,10 @@ _WRITING_IOCTLS = (
     0x40087602,  # FS_IOC_SETVERSION
     0x40047602,  # FS_IOC32_SETVERSION
 )
-# Device ioctls that change the host through a descriptor opened read-only and need no capability, refused at
-# every ABI (from Landlock ABI 5 IOCTL_DEV also refuses every ioctl on a device the tree opens but its terminal and
-# /dev/null, confine/landlock.py; below ABI 5 this is the floor): the loop driver's whole family (devices made,
-# removed, attached, detached, resized) but its two status reads, and the CD-ROM tray and door.
+# Device ioctls that change the host through a descriptor opened read-only and need no capability, refused below
+# Landlock ABI 5 (from ABI 5 IOCTL_DEV refuses every ioctl on a device the tree opens but its terminal and
+# /dev/null, confine/landlock.py): the loop driver's whole family (devices made, removed, attached, detached,
+# resized) but its two status reads, and the CD-ROM tray and door. A floor of known families, not the class.
 _LOOP_FAMILY = 0x4C00
 _LOOP_READS = (0x4C03, 0x4C05)  # LOOP_GET_STATUS, LOOP_GET_STATUS64
 _CDROM_CHANGES = (0x5309, 0x530F, 0x5319, 0x5329)  # CDROMEJECT, CDROMEJECT_SW, CDROMCLOSETRAY, CDROM_LOCKDOOR
@@ -228,6 +228,8 @@ def build(server_pid: int, landlock_abi: int) -> Program:
     if landlock_abi < 3:  # Landlock cannot refuse truncation on open: O_RDONLY|O_TRUNC truncates
         checked.update({"open": "read-only-truncate-1", "openat": "read-only-truncate-2", "openat2": "@refuse"})
         checked = {name: kind for name, kind in checked.items() if name in numbers}
+    if landlock_abi < 5:  # no IOCTL_DEV: the device families that change the host through a read-only descriptor
+        checked["ioctl"] = "device-ioctl-floor"
     for name, kind in checked.items():
         asm.emit(_JEQ_K, numbers[name], true=kind)
     asm.emit(_RET_K, _RET_ALLOW)
@@ -302,7 +304,8 @@ _BLOCKS: dict[str, Block] = {
     "io-priority-of-others": lambda asm, pid: _allow_only_self(asm, 1),  # (IOPRIO_WHO_PROCESS, 0)
     "scheduling-of-others": lambda asm, pid: _allow_values(asm, _arg(0), (0,)),
     "kernel-log-changes": lambda asm, pid: _refuse_values(asm, _arg(0), _SYSLOG_CHANGES),
-    "writing-ioctls": lambda asm, pid: _refuse_ioctls(asm),
+    "writing-ioctls": lambda asm, pid: _refuse_values(asm, _arg(1), _WRITING_IOCTLS),
+    "device-ioctl-floor": lambda asm, pid: _device_ioctl_floor(asm),
     "fcntl-changes": lambda asm, pid: _refuse_values(asm, _arg(1), _FCNTL_CHANGES),
     # flock(LOCK_EX) on a file opened read-only stops every other program's lock (an audit log's, a package
     # manager's); LOCK_SH, what readers take, is left to them
@@ -380,8 +383,9 @@ def _refuse_read_only_truncate(asm: _Assembler, offset: int) -> None:
     asm.emit(_JSET_K, _O_ACCMODE, true="@allow", false="@refuse")
 
 
-def _refuse_ioctls(asm: _Assembler) -> None:
-    """ioctl(fd, request): the writing requests, then the loop family but its reads (request & ~0xFF)."""
+def _device_ioctl_floor(asm: _Assembler) -> None:
+    """ioctl(fd, request) below Landlock ABI 5: the writing requests and the CD-ROM tray, then the loop family but
+    its reads (request & ~0xFF)."""
     asm.load(_arg(1))
     for value in (*_WRITING_IOCTLS, *_CDROM_CHANGES):
         asm.emit(_JEQ_K, value, true="@refuse")
