@@ -7,8 +7,11 @@ the test picks a free high index and removes /dev/loopN afterwards if the attemp
 
 from __future__ import annotations
 
+import fcntl
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 PROBE = r"""
@@ -84,6 +87,8 @@ attempt("tcp_listen_unbound", listen_unbound)
 print(json.dumps(out))
 """
 
+# LOOP_CTL_ADD reaches the driver only for root (/dev/loop-control is root's alone); otherwise it is refused at open.
+LOOP_ATTEMPT = os.geteuid() == 0 and os.path.exists("/dev/loop-control")
 # The attempts the kernel must refuse a readonly tree, at every ABI (the filter) or from Landlock ABI 5 (devices).
 REFUSED = (
     "add_key", "request_key", "keyring_create", "join_session", "search_linking", "clear", "lease", "flock_ex",
@@ -101,22 +106,24 @@ def install(bin_dir: Path) -> None:
     program.chmod(0o755)
 
 
-def free_loop_index() -> int:
-    """A loop device index nothing uses (no /dev/loopN, no /sys/block/loopN): what LOOP_CTL_ADD would make."""
-    for index in range(240, 1000):
-        if not os.path.exists(f"/dev/loop{index}") and not os.path.exists(f"/sys/block/loop{index}"):
-            return index
-    raise RuntimeError("no free loop device index between 240 and 999")
+def _loop_exists(index: int) -> bool:
+    return os.path.exists(f"/sys/block/loop{index}") or os.path.exists(f"/dev/loop{index}")
 
 
-def remove_loop(index: int) -> None:
-    """Undo a LOOP_CTL_ADD that got through (unconfined, as the test's user)."""
-    import fcntl
-
-    if not os.path.exists(f"/sys/block/loop{index}"):
-        return
-    descriptor = os.open("/dev/loop-control", os.O_RDWR)
+@contextmanager
+def free_loop_index() -> Iterator[int]:
+    """A loop device index nothing uses (no /dev/loopN, no /sys/block/loopN): what LOOP_CTL_ADD would make. On
+    leaving, a device an attempt made there is removed (unconfined, as the test's user), then checked gone."""
+    index = next((number for number in range(240, 1000) if not _loop_exists(number)), None)
+    if index is None:
+        raise RuntimeError("no free loop device index between 240 and 999")
     try:
-        fcntl.ioctl(descriptor, 0x4C81, index)  # LOOP_CTL_REMOVE
+        yield index
     finally:
-        os.close(descriptor)
+        if os.path.exists(f"/sys/block/loop{index}"):
+            descriptor = os.open("/dev/loop-control", os.O_RDWR)
+            try:
+                fcntl.ioctl(descriptor, 0x4C81, index)  # LOOP_CTL_REMOVE
+            finally:
+                os.close(descriptor)
+    assert not os.path.exists(f"/sys/block/loop{index}")

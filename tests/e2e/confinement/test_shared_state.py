@@ -22,17 +22,12 @@ from tests.e2e.confinement import shared_state_probe
 from tests.e2e.confinement.helpers import end_record, serve
 
 pytestmark = pytest.mark.anyio
-ROOT = os.geteuid() == 0
-LOOP_CONTROL = os.path.exists("/dev/loop-control")
 
 
 @pytest.fixture
 def loop_index() -> Iterator[int]:
-    index = shared_state_probe.free_loop_index()
-    yield index
-    if ROOT and LOOP_CONTROL:
-        shared_state_probe.remove_loop(index)  # what an attempt that got through made
-    assert not os.path.exists(f"/sys/block/loop{index}")
+    with shared_state_probe.free_loop_index() as index:
+        yield index
 
 
 def _environment(tmp_path: Path, loop_index: int) -> dict[str, str]:
@@ -78,7 +73,7 @@ async def test_readonly_refuses_device_ioctls_keyrings_leases_and_squatted_names
     # Any other device opened by the tree: no ioctl at all from Landlock ABI 5 (IOCTL_DEV)
     device_rule = int(record["confinement"].split()[-1]) >= 5
     assert outcome["zero_ioctl"] == ("EACCES" if device_rule else "ENOTTY"), outcome
-    if ROOT and LOOP_CONTROL:  # Landlock's IOCTL_DEV from ABI 5, the filter's floor below
+    if shared_state_probe.LOOP_ATTEMPT:  # Landlock's IOCTL_DEV from ABI 5, the filter's floor below
         assert outcome["loop_ctl_add"] == ("EACCES" if device_rule else "EPERM"), outcome
         assert not os.path.exists(f"/sys/block/loop{loop_index}")
     else:  # /dev/loop-control is root's alone: refused before any ioctl
@@ -96,7 +91,7 @@ async def test_open_mode_the_same_probe_gets_through(tmp_path: Path, loop_index:
     # No such key (and no upcall asked for): the kernel looked, where readonly refuses to
     assert outcome["request_key"] == "ENOKEY" and outcome["search_linking"] == "ENOKEY", outcome
     assert outcome["zero_ioctl"] == "ENOTTY", outcome
-    if ROOT and LOOP_CONTROL:
+    if shared_state_probe.LOOP_ATTEMPT:
         assert outcome["loop_ctl_add"] == "ok" and os.path.exists(f"/sys/block/loop{loop_index}"), outcome
 
 
