@@ -32,6 +32,9 @@ dpkg-query -W -f='${Status}' rsyslog-gnutls 2>/dev/null | grep -q 'ok installed'
 command -v sudo >/dev/null 2>&1 || missing+=(sudo)
 command -v gcc >/dev/null 2>&1 || missing+=(gcc)
 [ -e /usr/lib/x86_64-linux-gnu/libc.a ] || [ -e /usr/lib/aarch64-linux-gnu/libc.a ] || missing+=(libc6-dev)
+# Read-only programs that must keep working confined (tests/e2e/confinement/test_shared_state.py): ip/ss, curl.
+command -v ip >/dev/null 2>&1 || missing+=(iproute2)
+command -v curl >/dev/null 2>&1 || missing+=(curl)
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     export DEBIAN_FRONTEND=noninteractive

@@ -234,9 +234,16 @@ def _refused(abi: int) -> list[str]:
         "ptrace and /proc access to processes outside the call",
         "System V IPC and POSIX message-queue changes, io_uring, pushing input into a terminal",
         "changing other processes' limits, priorities or scheduling; clearing the kernel log",
+        "adding, requesting, linking, changing or removing kernel keys (keyctl reads only)",
+        "file leases and exclusive flock (shared locks, what readers take, are allowed)",
+        "listening on any socket; binding an abstract unix name (but the lengths of 10, 14, 18 and 26 bytes)",
     ]
+    if abi < 5:
+        refused.append("the loop driver's ioctls and the CD-ROM tray and door")
     if abi >= 4:
         refused.append("listening on TCP ports (bind)")
+    if abi >= 5:
+        refused.append("ioctls on devices it opens but /dev/null and its terminal (blkid, fdisk -l, hwclock fail)")
     if abi >= 6:
         refused.append("signals to processes outside the call; connecting to abstract unix sockets outside it")
     return refused

@@ -36,6 +36,7 @@ MAKE_BLOCK = 1 << 11
 MAKE_SYM = 1 << 12
 REFER = 1 << 13  # ABI 2: linking or renaming into another directory
 TRUNCATE = 1 << 14  # ABI 3: truncate(2), ftruncate(2), O_TRUNC
+IOCTL_DEV = 1 << 15  # ABI 5: ioctl(2) on a character or block device opened in the domain
 # network rights (ABI 4) and scopes (ABI 6)
 NET_BIND_TCP = 1 << 0
 SCOPE_ABSTRACT_UNIX_SOCKET = 1 << 0
@@ -110,21 +111,26 @@ def not_enforced(abi: int) -> list[str]:
 
 def handled_rights(abi: int) -> tuple[int, int, int]:
     """(file system rights, network rights, scopes) a readonly ruleset handles at this ABI: every right that
-    changes the file system, TCP bind from ABI 4, signal and abstract-socket scoping from ABI 6."""
+    changes the file system, TCP bind from ABI 4, device ioctls from ABI 5 (a loop device made or attached through
+    /dev/loop-control or /dev/loopN opened read-only needs no capability), signal and abstract-socket scoping from
+    ABI 6."""
     fs = _CHANGES_ABI1
     if abi >= 2:
         fs |= REFER
     if abi >= 3:
         fs |= TRUNCATE
+    if abi >= 5:
+        fs |= IOCTL_DEV
     net = NET_BIND_TCP if abi >= 4 else 0
     scoped = SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL if abi >= 6 else 0
     return fs, net, scoped
 
 
 def device_rights(abi: int) -> int:
-    """What a readonly tree may do to its allowed device files (/dev/null, its terminal): write, and truncate on
-    open (`> /dev/null` opens with O_TRUNC)."""
-    return WRITE_FILE | (TRUNCATE if abi >= 3 else 0)
+    """What a readonly tree may do to its allowed device files (/dev/null, its terminal): write, truncate on open
+    (`> /dev/null` opens with O_TRUNC), and from ABI 5 their ioctls (`stty`, `less`, `top` on the terminal they
+    reopen as /dev/tty or by its name; a descriptor opened before the domain keeps every ioctl)."""
+    return WRITE_FILE | (TRUNCATE if abi >= 3 else 0) | (IOCTL_DEV if abi >= 5 else 0)
 
 
 def create_ruleset(abi: int, writable_devices: list[str]) -> int:

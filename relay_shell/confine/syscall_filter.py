@@ -10,6 +10,10 @@ hand-assembled BPF program, no binding, like trace/seccomp.py.
   reading, io_uring (whose operations include setting extended attributes).
 - Other processes: their resource limits, priorities, scheduling and I/O priority (only the caller's own may
   change), the kernel log cleared, input pushed into a terminal (TIOCSTI, TIOCLINUX), SIGIO ownership.
+- State shared with other programs (adr/0024, Round 4): kernel keys (add_key, request_key, keyctl but its reads),
+  file leases and exclusive flocks, listening on any socket and binding an address of a length no read-only program
+  binds (abstract unix names); below Landlock ABI 5 (whose IOCTL_DEV covers every device) the loop driver's
+  ioctls and the CD-ROM tray.
 - The server: signals to its process, its process group or `thread` (the spawner thread, which shares the tree's
   Landlock domain while it spawns: confine/confinement.py), ptrace and process_vm_* on them, a pidfd of either,
   and pidfd_send_signal altogether (a /proc directory is a pidfd the filter cannot see the target of).
@@ -56,6 +60,24 @@ _WRITING_IOCTLS = (
     0x40087602,  # FS_IOC_SETVERSION
     0x40047602,  # FS_IOC32_SETVERSION
 )
+# Device ioctls that change the host through a descriptor opened read-only and need no capability, refused below
+# Landlock ABI 5 (from ABI 5 IOCTL_DEV refuses every ioctl on a device the tree opens but its terminal and
+# /dev/null, confine/landlock.py): the loop driver's whole family (devices made, removed, attached, detached,
+# resized) but its two status reads, and the CD-ROM tray and door. A floor of known families, not the class.
+_LOOP_FAMILY = 0x4C00
+_LOOP_READS = (0x4C03, 0x4C05)  # LOOP_GET_STATUS, LOOP_GET_STATUS64
+_CDROM_CHANGES = (0x5309, 0x530F, 0x5319, 0x5329)  # CDROMEJECT, CDROMEJECT_SW, CDROMCLOSETRAY, CDROM_LOCKDOOR
+_FCNTL_CHANGES = (8, 15, 1024)  # F_SETOWN, F_SETOWN_EX (SIGIO to another process), F_SETLEASE
+_LOCK_EX = 2
+# The lengths of the addresses read-only programs bind (the filter cannot read the address itself): a unix socket
+# named by the kernel (autobind), netlink (ip, ss), IPv4 and IPv6 port 0 (dig, host), AF_PACKET (tcpdump), and
+# struct sockaddr_storage (longer than any unix address, which the kernel refuses). An abstract unix name is the
+# address's length less 2 bytes, so only names of 10, 14, 18 and 26 bytes stay bindable.
+_BIND_LENGTHS = (2, 12, 16, 20, 28, 128)
+# keyctl operations that only read or use a key: DESCRIBE, READ, GET_SECURITY, CAPABILITIES, and DH_COMPUTE to
+# PKEY_VERIFY (23-28); GET_KEYRING_ID without creating and SEARCH without linking into a keyring are checked apart.
+_KEYCTL_READS = (6, 11, 17, 31)
+_KEYCTL_USES = (23, 28)
 _SYSLOG_CHANGES = (4, 5, 6, 7, 8)  # read and clear, clear, console off, on, level
 
 
@@ -72,18 +94,18 @@ _X86_64 = Arch(
     317,
     True,
     {
-        "open": 2, "ioctl": 16, "shmget": 29, "shmat": 30, "shmctl": 31, "kill": 62, "semget": 64, "semop": 65,
-        "semctl": 66, "msgget": 68, "msgsnd": 69, "msgrcv": 70, "msgctl": 71, "fcntl": 72, "truncate": 76,
-        "chmod": 90, "fchmod": 91, "chown": 92, "fchown": 93, "lchown": 94, "ptrace": 101, "syslog": 103,
-        "rt_sigqueueinfo": 129, "utime": 132, "setpriority": 141, "sched_setparam": 142,
-        "sched_setscheduler": 144, "setxattr": 188, "lsetxattr": 189, "fsetxattr": 190, "removexattr": 197,
-        "lremovexattr": 198, "fremovexattr": 199, "tkill": 200, "sched_setaffinity": 203, "semtimedop": 220,
-        "tgkill": 234, "utimes": 235, "mq_open": 240, "mq_unlink": 241, "mq_timedsend": 242,
-        "mq_timedreceive": 243, "ioprio_set": 251, "openat": 257, "fchownat": 260, "futimesat": 261,
-        "fchmodat": 268, "utimensat": 280, "rt_tgsigqueueinfo": 297, "prlimit64": 302, "process_vm_readv": 310,
-        "process_vm_writev": 311, "sched_setattr": 314, "io_uring_setup": 425, "io_uring_enter": 426,
-        "io_uring_register": 427, "pidfd_send_signal": 424, "pidfd_open": 434, "openat2": 437, "fchmodat2": 452,
-        "setxattrat": 463, "removexattrat": 466,
+        "open": 2, "ioctl": 16, "shmget": 29, "shmat": 30, "shmctl": 31, "bind": 49, "listen": 50, "kill": 62,
+        "semget": 64, "semop": 65, "semctl": 66, "msgget": 68, "msgsnd": 69, "msgrcv": 70, "msgctl": 71,
+        "fcntl": 72, "flock": 73, "truncate": 76, "chmod": 90, "fchmod": 91, "chown": 92, "fchown": 93,
+        "lchown": 94, "ptrace": 101, "syslog": 103, "rt_sigqueueinfo": 129, "utime": 132, "setpriority": 141,
+        "sched_setparam": 142, "sched_setscheduler": 144, "setxattr": 188, "lsetxattr": 189, "fsetxattr": 190,
+        "removexattr": 197, "lremovexattr": 198, "fremovexattr": 199, "tkill": 200, "sched_setaffinity": 203,
+        "semtimedop": 220, "tgkill": 234, "utimes": 235, "mq_open": 240, "mq_unlink": 241, "mq_timedsend": 242,
+        "mq_timedreceive": 243, "add_key": 248, "request_key": 249, "keyctl": 250, "ioprio_set": 251, "openat": 257,
+        "fchownat": 260, "futimesat": 261, "fchmodat": 268, "utimensat": 280, "rt_tgsigqueueinfo": 297,
+        "prlimit64": 302, "process_vm_readv": 310, "process_vm_writev": 311, "sched_setattr": 314,
+        "pidfd_send_signal": 424, "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
+        "pidfd_open": 434, "openat2": 437, "fchmodat2": 452, "setxattrat": 463, "removexattrat": 466,
     },
 )  # fmt: skip
 # The generic table (include/uapi/asm-generic/unistd.h): no chmod, chown, lchown, open, utime(s), futimesat.
@@ -93,16 +115,16 @@ _AARCH64 = Arch(
     False,
     {
         "setxattr": 5, "lsetxattr": 6, "fsetxattr": 7, "removexattr": 14, "lremovexattr": 15, "fremovexattr": 16,
-        "fcntl": 25, "ioctl": 29, "ioprio_set": 30, "truncate": 45, "fchmod": 52, "fchmodat": 53, "fchownat": 54,
-        "fchown": 55, "openat": 56, "utimensat": 88, "syslog": 116, "ptrace": 117, "sched_setparam": 118,
-        "sched_setscheduler": 119, "sched_setaffinity": 122, "kill": 129, "tkill": 130, "tgkill": 131,
-        "rt_sigqueueinfo": 138, "setpriority": 140, "mq_open": 180, "mq_unlink": 181, "mq_timedsend": 182,
-        "mq_timedreceive": 183, "msgget": 186, "msgctl": 187, "msgrcv": 188, "msgsnd": 189, "semget": 190,
-        "semctl": 191, "semtimedop": 192, "semop": 193, "shmget": 194, "shmctl": 195, "shmat": 196,
-        "rt_tgsigqueueinfo": 240, "prlimit64": 261, "process_vm_readv": 270, "process_vm_writev": 271,
-        "sched_setattr": 274, "pidfd_send_signal": 424, "io_uring_setup": 425, "io_uring_enter": 426,
-        "io_uring_register": 427, "pidfd_open": 434, "openat2": 437, "fchmodat2": 452, "setxattrat": 463,
-        "removexattrat": 466,
+        "fcntl": 25, "ioctl": 29, "ioprio_set": 30, "flock": 32, "truncate": 45, "fchmod": 52, "fchmodat": 53,
+        "fchownat": 54, "fchown": 55, "openat": 56, "utimensat": 88, "syslog": 116, "ptrace": 117,
+        "sched_setparam": 118, "sched_setscheduler": 119, "sched_setaffinity": 122, "kill": 129, "tkill": 130,
+        "tgkill": 131, "rt_sigqueueinfo": 138, "setpriority": 140, "mq_open": 180, "mq_unlink": 181,
+        "mq_timedsend": 182, "mq_timedreceive": 183, "msgget": 186, "msgctl": 187, "msgrcv": 188, "msgsnd": 189,
+        "semget": 190, "semctl": 191, "semtimedop": 192, "semop": 193, "shmget": 194, "shmctl": 195, "shmat": 196,
+        "bind": 200, "listen": 201, "add_key": 217, "request_key": 218, "keyctl": 219, "rt_tgsigqueueinfo": 240,
+        "prlimit64": 261, "process_vm_readv": 270, "process_vm_writev": 271, "sched_setattr": 274,
+        "pidfd_send_signal": 424, "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
+        "pidfd_open": 434, "openat2": 437, "fchmodat2": 452, "setxattrat": 463, "removexattrat": 466,
     },
 )  # fmt: skip
 ARCHES = {"x86_64": _X86_64, "aarch64": _AARCH64}
@@ -115,6 +137,12 @@ _ALWAYS_REFUSED = (
     # a /proc/PID directory is a pidfd too: no check of its target is possible, and a read-only command has no
     # signal to send (the spawning thread and the server were reachable through it, review S1)
     "pidfd_send_signal",
+    # kernel keyrings: a key planted (in the user's keyring, kept after the call) and request_key, whose upcall
+    # runs /sbin/request-key unconfined as the server's user
+    "add_key", "request_key",
+    # a stream service on a name others connect to (an abstract unix socket; TCP is Landlock's from ABI 4, and
+    # listen(2) on an unbound socket binds an ephemeral port without bind(2))
+    "listen",
 )  # fmt: skip
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -200,6 +228,8 @@ def build(server_pid: int, landlock_abi: int) -> Program:
     if landlock_abi < 3:  # Landlock cannot refuse truncation on open: O_RDONLY|O_TRUNC truncates
         checked.update({"open": "read-only-truncate-1", "openat": "read-only-truncate-2", "openat2": "@refuse"})
         checked = {name: kind for name, kind in checked.items() if name in numbers}
+    if landlock_abi < 5:  # no IOCTL_DEV: the device families that change the host through a read-only descriptor
+        checked["ioctl"] = "device-ioctl-floor"
     for name, kind in checked.items():
         asm.emit(_JEQ_K, numbers[name], true=kind)
     asm.emit(_RET_K, _RET_ALLOW)
@@ -248,7 +278,10 @@ _CHECKED = {
     "sched_setattr": "scheduling-of-others",
     "syslog": "kernel-log-changes",
     "ioctl": "writing-ioctls",
-    "fcntl": "signal-ownership",
+    "fcntl": "fcntl-changes",
+    "flock": "exclusive-flock",
+    "keyctl": "keyring-reads",
+    "bind": "bind-lengths",
     "shmat": "writable-attach",
     "shmget": "ipc-create-2",
     "semget": "ipc-create-2",
@@ -272,7 +305,13 @@ _BLOCKS: dict[str, Block] = {
     "scheduling-of-others": lambda asm, pid: _allow_values(asm, _arg(0), (0,)),
     "kernel-log-changes": lambda asm, pid: _refuse_values(asm, _arg(0), _SYSLOG_CHANGES),
     "writing-ioctls": lambda asm, pid: _refuse_values(asm, _arg(1), _WRITING_IOCTLS),
-    "signal-ownership": lambda asm, pid: _refuse_values(asm, _arg(1), (8, 15)),  # F_SETOWN, F_SETOWN_EX
+    "device-ioctl-floor": lambda asm, pid: _device_ioctl_floor(asm),
+    "fcntl-changes": lambda asm, pid: _refuse_values(asm, _arg(1), _FCNTL_CHANGES),
+    # flock(LOCK_EX) on a file opened read-only stops every other program's lock (an audit log's, a package
+    # manager's); LOCK_SH, what readers take, is left to them
+    "exclusive-flock": lambda asm, pid: _refuse_if_set(asm, _arg(1), _LOCK_EX),
+    "keyring-reads": lambda asm, pid: _keyring_reads(asm),
+    "bind-lengths": lambda asm, pid: _allow_values(asm, _arg(2), _BIND_LENGTHS),
     "writable-attach": lambda asm, pid: _refuse_unless_set(asm, _arg(2), _SHM_RDONLY),
     "ipc-create-1": lambda asm, pid: _refuse_if_set(asm, _arg(1), _IPC_CREAT),
     "ipc-create-2": lambda asm, pid: _refuse_if_set(asm, _arg(2), _IPC_CREAT),
@@ -342,6 +381,36 @@ def _refuse_read_only_truncate(asm: _Assembler, offset: int) -> None:
     asm.load(offset)
     asm.emit(_JSET_K, _O_TRUNC, false="@allow")
     asm.emit(_JSET_K, _O_ACCMODE, true="@allow", false="@refuse")
+
+
+def _device_ioctl_floor(asm: _Assembler) -> None:
+    """ioctl(fd, request) below Landlock ABI 5: the writing requests and the CD-ROM tray, then the loop family but
+    its reads (request & ~0xFF)."""
+    asm.load(_arg(1))
+    for value in (*_WRITING_IOCTLS, *_CDROM_CHANGES):
+        asm.emit(_JEQ_K, value, true="@refuse")
+    for value in _LOOP_READS:
+        asm.emit(_JEQ_K, value, true="@allow")
+    asm.emit(_AND_K, 0xFFFFFF00)
+    asm.emit(_JEQ_K, _LOOP_FAMILY, true="@refuse", false="@allow")
+
+
+def _keyring_reads(asm: _Assembler) -> None:
+    """keyctl(operation, ...): only what reads or uses a key; GET_KEYRING_ID (0) with create (argument 2) 0,
+    SEARCH (10) with no keyring to link what it finds into (argument 4) — both would change a keyring."""
+    asm.load(_arg(0))
+    asm.emit(_JEQ_K, 0, true="@keyctl-no-create")
+    asm.emit(_JEQ_K, 10, true="@keyctl-no-link")
+    for value in _KEYCTL_READS:
+        asm.emit(_JEQ_K, value, true="@allow")
+    asm.emit(_JGE_K, _KEYCTL_USES[0], false="@refuse")
+    asm.emit(_JGT_K, _KEYCTL_USES[1], true="@refuse", false="@allow")
+    asm.label("@keyctl-no-create")
+    asm.load(_arg(2))
+    asm.emit(_JEQ_K, 0, true="@allow", false="@refuse")
+    asm.label("@keyctl-no-link")
+    asm.load(_arg(4))
+    asm.emit(_JEQ_K, 0, true="@allow", false="@refuse")
 
 
 def _prlimit_of_others(asm: _Assembler) -> None:
