@@ -4,7 +4,7 @@ a time (`Sink`).
 On the event loop, hashing and writing took about half of a download's CPU (SHA-256 ~0.6 s and the write ~0.3 s
 per GiB here) beside asyncssh's decryption and packets, so a download went as fast as one core allowed. On a
 worker thread they run beside the event loop (hashlib and os.write release the GIL): ~0.3 s more CPU per GiB
-in all, ~0.9 s less on the event loop (ADR 0029). One hand-off per MiB; one per block cost more than it saved
+in all, ~0.9 s less on the event loop (ADR 0029). One hand-off per MiB or more; one per block cost more than it saved
 (ADR 0012). A file smaller than a batch is hashed and written inline. An upload reads and hashes inline: there
 the thread's extra CPU bought nothing (measured), asyncssh's sending and the remote side being the larger part.
 The worker never outlives the copy: `stop` waits for it before the descriptor is closed or the temporary file
@@ -20,7 +20,8 @@ from typing import Any
 
 import anyio
 
-# One hand-off per batch; at most two batches (2 MiB) are held besides what is in flight on the connection.
+# One hand-off per batch of at least this (an `scp -f` read is a whole channel window, 2 MiB, and goes at once).
+# At most two batches are held: the one on the worker and the next, which waits for it (the back-pressure).
 BATCH = 1024 * 1024
 
 

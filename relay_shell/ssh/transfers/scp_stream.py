@@ -16,6 +16,14 @@ written before the remote `scp` has announced the file, so every refusal falls b
 - A login shell that prints on start-up: the stream starts after a marker line with a random nonce.
 - Anything else that does not announce the file within START_TIMEOUT.
 A connection whose host refused once does not try again (`PooledConnection.streams_files`).
+
+Memory stays bounded when the destination is slower than the network (a loaded machine, a slow disk) by reading
+a whole channel window at a time. asyncssh (2.24) grants the sender a full window again whenever it hands a
+packet on, counting none of the data it still holds back for a paused reader; a reader that takes less than the
+window per read therefore let the sender run up to twice as fast as it read, the excess piling up in the
+channel (+52–89 MiB in 1 GiB, ADR 0029 Round 4). Taking the window each time it is full (the reader's buffer
+pauses the channel at one window), at most one window is granted per window read: held data stays within two
+windows, plus the read in hand and the batch on the Sink's worker (~8 MiB).
 """
 
 from __future__ import annotations
@@ -36,7 +44,8 @@ Count = Callable[[int], Awaitable[None]]  # the call's Meter.add: the size limit
 
 STREAM_MIN_BYTES = 16 * 1024 * 1024  # below this the exec and the remote scp cost more than SFTP's requests
 START_TIMEOUT = 10.0  # seconds for the login shell to start scp and scp to announce the file
-READ_SIZE = 1024 * 1024
+# The channel's receive window, asyncssh's default and OpenSSH's, and the most read at once: see the docstring.
+WINDOW = 2 * 1024 * 1024
 NOISE_LIMIT = 64 * 1024  # bytes of login-shell output looked through for the marker
 # `scp -f` reads one acknowledgement before it starts, one after the file's header and one after its data.
 ACKNOWLEDGEMENTS = b"\0" * 5
@@ -54,7 +63,9 @@ async def stream_file(pool: SshPool, connection: PooledConnection, remote: str, 
             marker = f"RELAY-SCP-{secrets.token_hex(8)}"
             command = f"printf '%s\\n' {marker}; exec scp -f -- {shlex.quote(remote)}"
             command.encode("utf-8")  # a name that is not UTF-8 cannot be spelled in the command: SFTP takes it
-            process = await connection.connection.create_process(command, encoding=None, stderr=asyncssh.DEVNULL)
+            process = await connection.connection.create_process(
+                command, encoding=None, stderr=asyncssh.DEVNULL, window=WINDOW
+            )
             process.stdin.write(ACKNOWLEDGEMENTS)
             async with asyncio.timeout(START_TIMEOUT):
                 size = await _announced_size(process.stdout, marker.encode())
@@ -99,7 +110,7 @@ async def _announced_size(stdout: asyncssh.SSHReader[bytes], marker: bytes) -> i
 async def _receive(stdout: asyncssh.SSHReader[bytes], size: int, sink: Sink, count: Count) -> None:
     left = size
     while left:
-        data = await stdout.read(min(left, READ_SIZE))
+        data = await stdout.read(min(left, WINDOW))
         if not data:
             raise ToolError("StreamEnded", f"the remote scp stopped after {size - left} of {size} bytes")
         left -= len(data)
