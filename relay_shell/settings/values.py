@@ -40,7 +40,8 @@ class Area(BaseModel):
             raise ValueError(f"must be a number, not {str(raw).lower()}")
         if isinstance(raw, FileText):
             if annotation in (int, float, bool):
-                kind = {int: "an integer", float: "a number", bool: "true or false"}[annotation]
+                kinds: dict[object, str] = {int: "an integer", float: "a number", bool: "true or false"}
+                kind = kinds[annotation]
                 raise ValueError(f"must be {kind}, not a string (TOML: write it without quotes)")
             return str(raw)
         return raw
