@@ -408,6 +408,8 @@ int answerer_wait(struct answerer *self, int timeout_ms, int idle_ms) {
         }
         if (ready == 0)
             return IDLE;
+        if (event.events & (EPOLLHUP | EPOLLERR))
+            return -EPIPE; /* no task holds the filter any more (the spawner thread ended): nothing will come */
         memset(&self->received, 0, sizeof(self->received)); /* NOTIF_RECV refuses a buffer that is not zeroed */
         if (ioctl(self->listener, SECCOMP_IOCTL_NOTIF_RECV, &self->received) != 0) {
             if (errno == ENOENT || errno == EINTR || errno == EAGAIN)

@@ -16,6 +16,7 @@ import errno
 import fcntl
 import os
 import platform
+import select
 import struct
 
 # linux/seccomp.h
@@ -217,3 +218,10 @@ class Notifications:
                     raise
                 return False
             return True
+
+
+def check_not_hung_up(events: int) -> None:
+    """OSError(EPIPE) when the listener reports a hang-up: no task holds the filter any more (the spawner thread
+    ended, and every traced process with it), so nothing will come; polling on would return at once for ever."""
+    if events & (select.EPOLLHUP | select.EPOLLERR):
+        raise OSError(errno.EPIPE, "no process holds the exec filter any more")

@@ -233,7 +233,8 @@ class ExecTracer:
                         self._settle()
                     if status == native.FULL:
                         continue
-                elif self.epoll.poll(timeout):
+                elif events := self.epoll.poll(timeout):
+                    seccomp.check_not_hung_up(events[0][1])
                     self._ready(self.notifications)
                     continue
                 if self.pending:
@@ -244,7 +245,8 @@ class ExecTracer:
                     with self.lock:
                         self._sweep()
         except BaseException as exc:  # the thread must not end with the listener open: its trees would hang
-            logger.exception("the exec tracer stopped")
+            if self.spawner is None or not self.spawner.closed:  # else closed on purpose: nothing holds the filter
+                logger.exception("the exec tracer stopped")
             with self.lock:
                 self.state = "unavailable"
                 self.reason = f"the exec tracer stopped ({type(exc).__name__}: {exc}); calls run untraced"

@@ -16,7 +16,7 @@ from relay_shell.audit.log import AuditLog, encode_line
 from relay_shell.results import SessionListResult
 from relay_shell.surface.build import output_schema
 from tests.fuzz.calls import Probe
-from tests.fuzz.checks import CLASS_OF, MAX_RECORD_BYTES, Report, ResultChecker, check_log
+from tests.fuzz.checks import CLASS_OF, MAX_RECORD_BYTES, Report, ResultChecker, calls_in, check_log
 from tests.fuzz.peers import REPO
 
 TOOLS = [{"name": "session_list", "outputSchema": output_schema(SessionListResult)}]
@@ -220,6 +220,20 @@ def test_a_call_with_two_records_is_caught(tmp_path: Path) -> None:
     path = tmp_path / "audit.jsonl"
     write_log(path, [1, 2, 2])
     assert set(log_violations(path, [1, 2]).violations) == {"more than one audit record for a call"}
+
+
+@pytest.mark.parametrize(
+    ("phases", "calls"),
+    [
+        (["start", "end"], 1),
+        (["start", "job"], 1),  # yielded as a job that still runs (adr/0028)
+        (["start", "job", "end"], 1),  # the job ended
+        (["start", "job", "job"], 10),
+        (["start", "end", "end"], 10),
+    ],
+)
+def test_a_call_that_yielded_as_a_job_is_one_call(phases: list[str], calls: int) -> None:
+    assert calls_in([{"call_id": "c-1", "phase": phase} for phase in phases]) == calls
 
 
 def test_a_record_over_64_kib_is_caught(tmp_path: Path) -> None:

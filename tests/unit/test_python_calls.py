@@ -4,10 +4,6 @@ generated lines, and the calls written every way Python allows are still found."
 
 from __future__ import annotations
 
-import ast
-import random
-import warnings
-
 import pytest
 
 from relay_shell.policy.python_code import python_verdict
@@ -35,27 +31,14 @@ def test_a_call_written_any_way_is_still_classified(code: str) -> None:
 
 @pytest.mark.parametrize(
     "code",
-    ["7*7", "x = 6*7", "a[1:2]", "{1: 2}", "d['k']", "import os", "os.system", "x if y else z", "@dec\nclass C: pass"],
+    ["7*7", "x = 6*7", "a[1:2]", "{1: 2}", "d['k']", "import os", "x if y else z", "@dec\nclass C: pass"],
 )
 def test_a_line_without_a_parenthesis_is_python_code_of_tier_1(code: str) -> None:
     verdict = python_verdict(code)
     assert (verdict.tier, verdict.reason, verdict.shell, verdict.commands) == (1, "python code", (), ())
 
 
-def test_no_python_text_without_a_parenthesis_holds_a_call() -> None:
-    """The property the shortcut stands on, over random Python-like lines (most do not parse)."""
-    rng = random.Random(27)
-    pieces = ["os", ".", "system", "f", "x", "@", "[", "]", "{", "}", ":", "=", "*", "lambda", " ", "'a'", '"b"', "\n"]
-    pieces += ["f'{", "}'", "print", ",", "1", "+", "import ", "from ", "if ", "else ", "class ", "def ", "->", ";"]
-    parsed = 0
-    for _ in range(20000):
-        text = "".join(rng.choice(pieces) for _ in range(rng.randint(1, 8)))
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # `'a'1` and the like warn before they fail
-                tree = ast.parse(text)
-        except (SyntaxError, ValueError):
-            continue
-        parsed += 1
-        assert not any(isinstance(node, ast.Call) for node in ast.walk(tree)), text
-    assert parsed > 1000
+@pytest.mark.parametrize("code", ["os.system", "f = os.system", "@exec\n@input\nclass X: pass", "@eval\nclass C: pass"])
+def test_a_callable_that_runs_code_named_without_a_parenthesis_counts_as_called(code: str) -> None:
+    """A call needs no `(`: a decorator calls its callable, a stored reference is called later (adr/0025 G4)."""
+    assert python_verdict(code).tier >= 2, code

@@ -164,3 +164,18 @@ def test_the_switch_forces_the_python_path() -> None:
     finally:
         if forced.spawner is not None:
             forced.spawner.close()
+
+
+@pytest.mark.parametrize("force_python", [False, True])
+def test_the_service_thread_ends_when_nothing_holds_the_filter(force_python: bool) -> None:
+    """Once the spawner thread ends (the server stops), no task holds the filter and the listener hangs up: the
+    service thread must end (state `unavailable`), not wait on a listener that wakes it at once for ever (before,
+    both paths spun at 100% of a core: epoll kept reporting the hang-up, NOTIF_RECV kept saying ENOENT)."""
+    closing = make(force_python=force_python)
+    assert closing.spawner is not None
+    closing.spawner.close()
+    deadline = time.monotonic() + 5
+    while closing.state != "unavailable" and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert closing.state == "unavailable", closing.reason
+    assert "EPIPE" in closing.reason or "Broken pipe" in closing.reason or "filter" in closing.reason, closing.reason
