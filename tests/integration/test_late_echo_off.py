@@ -57,7 +57,7 @@ async def test_echo_turned_off_after_preparing_withholds_the_input_from_the_end_
             )
             session_id = fields(spawned)["session_id"]
             sent = await client.call_tool(
-                "session_send", {"session_id": session_id, "data": "hunter2", "until": "got", "timeout": 10}
+                "session_send", {"session_id": session_id, "data": "hunter2", "until": r"got \d+\r?\n", "timeout": 10}
             )
             assert not sent.is_error, text_of(sent)
             assert "got 8" in text_of(sent) and "hunter2" not in text_of(sent)  # typed, and not echoed
