@@ -47,9 +47,14 @@ class _Terminal:
     def interrupt_clears_line(self) -> bool:
         return True
 
+    def line_settings(self) -> None:
+        return None  # no terminal in process: the step's own tcgetattr is in the real PTY step's time
+
 
 def _session() -> Any:
-    return SimpleNamespace(typing=Typing(), history=list(LINES), passprompt=DEFAULT_PASSPROMPT, terminal=_Terminal())
+    return SimpleNamespace(
+        typing=Typing(), history=list(LINES), open_input="", passprompt=DEFAULT_PASSPROMPT, terminal=_Terminal()
+    )
 
 
 def with_readings(line: str) -> int:
