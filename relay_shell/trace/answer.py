@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from relay_shell.trace import memory, resolve, seccomp
-from relay_shell.trace.deny import denies, deny_texts
+from relay_shell.trace.deny import refusal
 from relay_shell.trace.resolve import Target
 
 UNDETERMINED_REFUSED = "the program it runs cannot be determined"
@@ -65,7 +65,7 @@ def read_paused(
             paused.target = resolve.locate_cached(pid, path)
             paused.quick = not compat and not paused.target.context
         if deny and paused.target.outcome == "ok":
-            verdict(paused, deny, [memory.decode(item) for item in raw[1]])
+            verdict(paused, deny, [memory.decode(item) for item in raw[1]], pid)
     except Exception:  # never leave a process waiting: it is answered whatever happened here
         paused.raw = paused.target = None
         paused.unreadable = True  # if the answer reaches it, it was waiting: an exec that could not be read
@@ -73,12 +73,12 @@ def read_paused(
     return paused
 
 
-def verdict(paused: Paused, deny: list[Any], arguments: list[str]) -> None:
-    """EPERM when a pattern matches any of the exec's texts, or when the program cannot be determined."""
+def verdict(paused: Paused, deny: list[Any], arguments: list[str], pid: int) -> None:
+    """EPERM when a pattern matches any of the exec's texts, or when the program (or the one a loader in it
+    loads) cannot be determined."""
     target = paused.target
     assert target is not None
-    if target.undetermined:
+    why = refusal(deny, target, arguments, pid)
+    if why is not None:
         paused.answer, paused.denied = errno.EPERM, True
-        paused.refusal = f"{UNDETERMINED_REFUSED}: {target.undetermined}"
-    elif denies(deny, deny_texts(target, arguments)):
-        paused.answer, paused.denied = errno.EPERM, True
+        paused.refusal = f"{UNDETERMINED_REFUSED}: {why}" if why else ""

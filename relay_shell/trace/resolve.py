@@ -55,6 +55,7 @@ class Interpreter:
     program: str | None
     argument: str | None
     target: list[str] = field(default_factory=list)  # env-style: the program env runs, then its arguments
+    handle: str = ""  # a path by which the server reaches the interpreter (for the loader check, loader.py)
 
 
 @dataclass(slots=True)
@@ -68,6 +69,7 @@ class Target:
     setid: bool = False
     interpreters: list[Interpreter] = field(default_factory=list)
     context: bool = False  # the answer depended on the process (cwd, descriptors, /proc): not cached
+    handle: str = ""  # a path by which the server reaches the program (for the loader check, loader.py)
 
 
 class _Walk:
@@ -270,6 +272,7 @@ def locate(
 def _examine(target: Target, view: str | None, handle: str, pid: int, level: int, cwd: str | None) -> None:
     """The final object: its kind and mode, and for a script its interpreter chain."""
     target.program = view
+    target.handle = handle
     if view is None:
         target.undetermined = "no path leads to the file it runs (deleted, a memfd, or another kind of object)"
     try:
@@ -312,7 +315,7 @@ def _interpret(target: Target, header: bytes, pid: int, level: int, cwd: str | N
         return
     inner = locate(pid, os.fsdecode(name), level=level + 1, cwd=cwd)
     argument_text = None if argument is None else os.fsdecode(argument)
-    level_entry = Interpreter(path=inner.path, program=inner.program, argument=argument_text)
+    level_entry = Interpreter(path=inner.path, program=inner.program, argument=argument_text, handle=inner.handle)
     if os.path.basename(inner.program or inner.path) == "env":
         level_entry.target = env_target(argument_text)
     target.interpreters = [level_entry, *inner.interpreters]

@@ -381,7 +381,7 @@ class ExecTracer:
         self._count(outcome)
         argv = [item.decode("utf-8", errors="backslashreplace") for item in raw_argv]
         shown = redacted_argv(argv)
-        fields = resolved_fields(found)
+        fields = resolved_fields(found) | ({"refusal": paused.refusal} if paused.refusal else {})
         entry = None
         if target.wants_entry():
             entry = entry_of(

@@ -19,7 +19,7 @@ from relay_shell.errors import ToolError
 from relay_shell.plan import Plan
 from relay_shell.trace import resolve
 from relay_shell.trace.answer import UNDETERMINED_REFUSED
-from relay_shell.trace.deny import denies, deny_texts
+from relay_shell.trace.deny import refusal
 from relay_shell.trace.lineage import Unit
 from relay_shell.trace.record import ExecTrace
 from relay_shell.trace.spawn import SPAWN_MISSING, SPAWN_READY, SpawnedChild, resolve_program, spawn
@@ -114,9 +114,10 @@ class TracedTree:
             found = resolve.locate_cached(os.getpid(), path, cwd=where)
         denied = False
         if deny and found.outcome == "ok":
-            denied = bool(found.undetermined) or denies(deny, deny_texts(found, argv))
-            if found.undetermined:
-                found.undetermined = f"{UNDETERMINED_REFUSED}: {found.undetermined}"
+            why = refusal(deny, found, argv, os.getpid(), cwd=where)
+            denied = why is not None
+            if why:
+                found.undetermined = f"{UNDETERMINED_REFUSED}: {why}"
         self.tracer.first_exec(self.execs, path, argv, found, denied)
 
     def raise_if_refused(self) -> None:

@@ -194,3 +194,25 @@ async def test_the_record_names_the_real_program_without_exec_deny(tmp_path: Pat
     assert by_path["/proc/self/fd/7"]["program"] == "/usr/bin/id"
     level = by_path[str(script)]["interpreter"][0]
     assert level["path"] == "/bin/sh" and level["argument"] == "-e" and level["program"] == os.path.realpath("/bin/sh")
+
+
+async def test_the_dynamic_loader_run_as_a_program(client: Client, workdir: Path) -> None:
+    """Class loader: `ld.so PROGRAM` maps and runs the program with no execve of its own, so the one exec the
+    kernel sees is the loader's; the program it is told to load is checked too (adr/0027 "Round 5"). By its path,
+    through its options, a copy under another name (told by content, not name), a relative name, as a `#!`
+    interpreter whose argument is the program; a name without a slash (searched in the library directories) cannot
+    be determined: refused. The loader itself, told to run an allowed program, runs."""
+    loader = os.path.realpath("/lib64/ld-linux-x86-64.so.2")
+    entry = await refused(client, workdir, f'{loader} "$DENIED"')
+    assert entry["path"] == loader or entry.get("program") == loader, entry
+    await refused(client, workdir, '/lib64/ld-linux-x86-64.so.2 --argv0 x --inhibit-cache "$DENIED"')
+    await refused(client, workdir, f'cp {loader} ./innocent && ./innocent --library-path /lib "$DENIED"')
+    await refused(client, workdir, f"cd denied && {loader} ./mark")
+    await refused(client, workdir, f'printf "#!{loader} %s\\n" "$DENIED" > s7; chmod +x s7; ./s7')
+    searched = await refused(client, workdir, f"cd denied && {loader} --library-path . mark")
+    assert "library directories" in searched["refusal"], searched
+    marker = workdir / f"ran-{secrets.token_hex(4)}"
+    writes = f'{PYTHON} -c \'import os; open(os.environ["MARKER_FILE"], "w")\''
+    script = f"cd {workdir}; {loader} /usr/bin/env MARKER_FILE={marker} {writes}\n"
+    result = await client.call_tool("shell_script", {"script": script, "interpreter": "sh", "timeout": 30})
+    assert marker.exists(), text_of(result)
