@@ -165,6 +165,8 @@ class TraceOff:
             "untraced_trees": 0,
             "read_faults": 0,
             "trees_open": 0,
+            "answerer": f"none (the trace is {self.state})",
+            "execs_answered_compiled": 0,
         }
 
 

@@ -221,8 +221,11 @@ def test_every_tree_starts_through_the_launcher(tmp_path: Path, mode: str, trace
     confined = " | readonly enforced by landlock ABI " if readonly else ""
     assert found["banner"].startswith(f"containment {mode} | exec trace {state}{chosen}{confined}"), found["banner"]
     assert found["status"]["state"] == state and found["status"]["deny_patterns"] == 1, found["status"]
-    expected_keys = {"state", "reason", "no_new_privs", "deny_patterns", "entries_kept", "execs_traced"}
-    assert expected_keys <= set(found["status"]), found["status"]  # the same server_info shape, on or off
+    # The same server_info shape, on or off (every key the tracer reports, the compiled answerer's included).
+    expected_keys = {"state", "reason", "no_new_privs", "deny_patterns", "entries_kept", "execs_traced", "late_execs"}
+    expected_keys |= {"unattributed_execs", "untraced_trees", "read_faults", "trees_open", "answerer"}
+    expected_keys |= {"execs_denied", "execs_answered_compiled"}
+    assert expected_keys == set(found["status"]), found["status"]
     assert found["notes"] == []  # root: no no_new_privs line; the trace is available here
 
     # A command: its leader and its escape (setsid) are in its unit, and the unit's end ends the escape.
