@@ -15,8 +15,6 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError
 
-from relay_shell.audit.tail import TailFilter, recent_records
-from relay_shell.diagnostics import check_call_id
 from relay_shell.errors import ToolError
 from relay_shell.runner.context import ContextPulls
 from relay_shell.settings.model import Settings
@@ -40,6 +38,8 @@ def register_context(mcp: MCPServer, pulls: ContextPulls, settings: Settings, ss
         mime_type="application/json",
     )
     async def audit_recent() -> str:
+        from relay_shell.audit.tail import recent_records  # at the first read: an idle server reads no log
+
         records = recent_records(audit_path, RECENT_RECORDS)
         text = orjson.dumps(records, option=orjson.OPT_INDENT_2).decode()
         return pulls.pull(current_request.get(), "resource:audit_recent", text)
@@ -53,6 +53,9 @@ def register_context(mcp: MCPServer, pulls: ContextPulls, settings: Settings, ss
         mime_type="application/json",
     )
     async def audit_recent_call(call_id: str = "") -> str:
+        from relay_shell.audit.tail import TailFilter, recent_records
+        from relay_shell.diagnostics import check_call_id
+
         try:
             check_call_id(call_id)
         except ToolError as exc:  # a typo is an error naming the argument, audited like a refused prompt
