@@ -8,6 +8,7 @@ chain's next link."""
 from __future__ import annotations
 
 from contextvars import ContextVar
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -27,6 +28,15 @@ RECENT_RECORDS = 50
 current_request: ContextVar[ServerRequestContext[Any, Any] | None] = ContextVar("current_request", default=None)
 
 
+def recent_json(audit_path: Path, call_id: str | None = None) -> str:
+    """The last RECENT_RECORDS records (of one call, with `call_id`) as JSON. audit/tail.py is imported by the
+    first read: an idle server reads no log (adr/0030, Round 5)."""
+    from relay_shell.audit.tail import TailFilter, recent_records
+
+    records = recent_records(audit_path, RECENT_RECORDS, TailFilter(call_id=call_id) if call_id is not None else None)
+    return orjson.dumps(records, option=orjson.OPT_INDENT_2).decode()
+
+
 def register_context(mcp: MCPServer, pulls: ContextPulls, settings: Settings, ssh: SshAccess) -> None:
     audit_path = pulls.recorder.audit_log.path
 
@@ -38,11 +48,7 @@ def register_context(mcp: MCPServer, pulls: ContextPulls, settings: Settings, ss
         mime_type="application/json",
     )
     async def audit_recent() -> str:
-        from relay_shell.audit.tail import recent_records  # at the first read: an idle server reads no log
-
-        records = recent_records(audit_path, RECENT_RECORDS)
-        text = orjson.dumps(records, option=orjson.OPT_INDENT_2).decode()
-        return pulls.pull(current_request.get(), "resource:audit_recent", text)
+        return pulls.pull(current_request.get(), "resource:audit_recent", recent_json(audit_path))
 
     @mcp.resource(
         "relay-shell://audit/recent{?call_id}",
@@ -53,7 +59,6 @@ def register_context(mcp: MCPServer, pulls: ContextPulls, settings: Settings, ss
         mime_type="application/json",
     )
     async def audit_recent_call(call_id: str = "") -> str:
-        from relay_shell.audit.tail import TailFilter, recent_records
         from relay_shell.diagnostics import check_call_id
 
         try:
@@ -61,9 +66,7 @@ def register_context(mcp: MCPServer, pulls: ContextPulls, settings: Settings, ss
         except ToolError as exc:  # a typo is an error naming the argument, audited like a refused prompt
             pulls.refuse(current_request.get(), "resource:audit_recent", "error", str(exc))
             raise ResourceError(str(exc)) from None
-        records = recent_records(audit_path, RECENT_RECORDS, TailFilter(call_id=call_id))
-        text = orjson.dumps(records, option=orjson.OPT_INDENT_2).decode()
-        return pulls.pull(current_request.get(), "resource:audit_recent", text)
+        return pulls.pull(current_request.get(), "resource:audit_recent", recent_json(audit_path, call_id))
 
     @mcp.resource(
         "relay-shell://inventory",
