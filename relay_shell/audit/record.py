@@ -121,30 +121,60 @@ def canonical_json(value: Any) -> bytes:
 
 
 def _bound(value: Any, depth: int) -> Any:
+    # Exact types first (a record's nested fields, e.g. an end record's `execs`, are plain dicts, lists, short
+    # strings and numbers: ~20 values per call); subclasses and other types take the general path below.
+    kind = type(value)
+    if kind is str:
+        return value if len(value) <= LONG_STRING and value.isascii() else _bound_string(value)
+    if kind is bool or kind is float or value is None:
+        return value
+    if kind is int:
+        return value if _INT64_MIN <= value <= _UINT64_MAX else str(value)
+    if kind is dict:
+        return _bound_dict(value, depth)
+    if kind is list:
+        return _bound_list(value, depth)
+    return _bound_other(value, depth)
+
+
+def _bound_dict(value: dict[Any, Any], depth: int) -> Any:
+    if depth >= MAX_DEPTH and value and value.keys() not in _SUMMARIES:
+        return _digest_of(value, "nested deeper than the record keeps")
+    if len(value) > MAX_ENTRIES + 1:  # 65 entries stay: a bounded value bounds to itself
+        bounded = {_bound_name(str(name)): _bound(item, depth + 1) for name, item in list(value.items())[:MAX_ENTRIES]}
+        bounded["…"] = _omitted(value, len(value) - MAX_ENTRIES)
+        return bounded
+    return {
+        (name if type(name) is str and len(name) <= LONG_STRING and name.isascii() else _bound_name(str(name))): (
+            _bound(item, depth + 1)
+        )
+        for name, item in value.items()
+    }
+
+
+def _bound_list(value: list[Any] | tuple[Any, ...], depth: int) -> Any:
+    if depth >= MAX_DEPTH and value:
+        return _digest_of(value, "nested deeper than the record keeps")
+    cut = len(value) > MAX_ENTRIES + 1
+    bounded_items = [_bound(item, depth + 1) for item in (value[:MAX_ENTRIES] if cut else value)]
+    if cut:
+        bounded_items.append(_omitted(value, len(value) - MAX_ENTRIES))
+    return bounded_items
+
+
+def _bound_other(value: Any, depth: int) -> Any:
+    """Subclasses of the JSON types (a str or int enum, BoundedArguments, a tuple) and everything else (as its
+    repr)."""
     if isinstance(value, str):
         return value if len(value) <= LONG_STRING and value.isascii() else _bound_string(value)
-    if isinstance(value, bool) or value is None or isinstance(value, float):
+    if isinstance(value, bool | float):
         return value
     if isinstance(value, int):
         return value if _INT64_MIN <= value <= _UINT64_MAX else str(value)
     if isinstance(value, dict):
-        if depth >= MAX_DEPTH and value and value.keys() not in _SUMMARIES:
-            return _digest_of(value, "nested deeper than the record keeps")
-        entries = list(value.items())
-        cut = len(entries) > MAX_ENTRIES + 1  # 65 entries stay: a bounded value bounds to itself
-        kept = entries[:MAX_ENTRIES] if cut else entries
-        bounded = {_bound_name(str(name)): _bound(item, depth + 1) for name, item in kept}
-        if cut:
-            bounded["…"] = _omitted(value, len(entries) - MAX_ENTRIES)
-        return bounded
+        return _bound_dict(value, depth)
     if isinstance(value, list | tuple):
-        if depth >= MAX_DEPTH and value:
-            return _digest_of(value, "nested deeper than the record keeps")
-        cut = len(value) > MAX_ENTRIES + 1
-        bounded_items = [_bound(item, depth + 1) for item in (value[:MAX_ENTRIES] if cut else value)]
-        if cut:
-            bounded_items.append(_omitted(value, len(value) - MAX_ENTRIES))
-        return bounded_items
+        return _bound_list(value, depth)
     return _bound_string(repr(value))
 
 

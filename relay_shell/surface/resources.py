@@ -8,6 +8,7 @@ chain's next link."""
 from __future__ import annotations
 
 from contextvars import ContextVar
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -15,8 +16,6 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError
 
-from relay_shell.audit.tail import TailFilter, recent_records
-from relay_shell.diagnostics import check_call_id
 from relay_shell.errors import ToolError
 from relay_shell.runner.context import ContextPulls
 from relay_shell.settings.model import Settings
@@ -27,6 +26,15 @@ RECENT_RECORDS = 50
 # Static resources get no Context from the SDK; the server middleware puts the request here so the audit
 # record still names the request and the client.
 current_request: ContextVar[ServerRequestContext[Any, Any] | None] = ContextVar("current_request", default=None)
+
+
+def recent_json(audit_path: Path, call_id: str | None = None) -> str:
+    """The last RECENT_RECORDS records (of one call, with `call_id`) as JSON. audit/tail.py is imported by the
+    first read: an idle server reads no log (adr/0030, Round 5)."""
+    from relay_shell.audit.tail import TailFilter, recent_records
+
+    records = recent_records(audit_path, RECENT_RECORDS, TailFilter(call_id=call_id) if call_id is not None else None)
+    return orjson.dumps(records, option=orjson.OPT_INDENT_2).decode()
 
 
 def register_context(mcp: MCPServer, pulls: ContextPulls, settings: Settings, ssh: SshAccess) -> None:
@@ -40,9 +48,7 @@ def register_context(mcp: MCPServer, pulls: ContextPulls, settings: Settings, ss
         mime_type="application/json",
     )
     async def audit_recent() -> str:
-        records = recent_records(audit_path, RECENT_RECORDS)
-        text = orjson.dumps(records, option=orjson.OPT_INDENT_2).decode()
-        return pulls.pull(current_request.get(), "resource:audit_recent", text)
+        return pulls.pull(current_request.get(), "resource:audit_recent", recent_json(audit_path))
 
     @mcp.resource(
         "relay-shell://audit/recent{?call_id}",
@@ -53,14 +59,14 @@ def register_context(mcp: MCPServer, pulls: ContextPulls, settings: Settings, ss
         mime_type="application/json",
     )
     async def audit_recent_call(call_id: str = "") -> str:
+        from relay_shell.diagnostics import check_call_id
+
         try:
             check_call_id(call_id)
         except ToolError as exc:  # a typo is an error naming the argument, audited like a refused prompt
             pulls.refuse(current_request.get(), "resource:audit_recent", "error", str(exc))
             raise ResourceError(str(exc)) from None
-        records = recent_records(audit_path, RECENT_RECORDS, TailFilter(call_id=call_id))
-        text = orjson.dumps(records, option=orjson.OPT_INDENT_2).decode()
-        return pulls.pull(current_request.get(), "resource:audit_recent", text)
+        return pulls.pull(current_request.get(), "resource:audit_recent", recent_json(audit_path, call_id))
 
     @mcp.resource(
         "relay-shell://inventory",

@@ -19,9 +19,9 @@ from mcp import Client
 from relay_shell.audit.log import AuditLog
 from relay_shell.plan import Plan
 from relay_shell.server import build_server
+from relay_shell.sessions import send_plan
 from relay_shell.sessions.registry import SessionRegistry
 from relay_shell.settings.model import Settings
-from relay_shell.surface.tools import sessions as session_tools
 from tests.conftest import fields, read_records, text_of
 
 pytestmark = pytest.mark.anyio
@@ -35,7 +35,7 @@ READ_A_LINE = (
 async def test_echo_turned_off_after_preparing_withholds_the_input_from_the_end_record(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    prepare_send = session_tools.prepare_send
+    prepare_send = send_plan.prepare_send
 
     def prepared_then_echo_off(settings: Settings, registry: SessionRegistry, owner: str, **arguments: Any) -> Plan:
         plan = prepare_send(settings, registry, owner, **arguments)
@@ -45,7 +45,8 @@ async def test_echo_turned_off_after_preparing_withholds_the_input_from_the_end_
         termios.tcsetattr(descriptor, termios.TCSANOW, attributes)
         return plan
 
-    monkeypatch.setattr(session_tools, "prepare_send", prepared_then_echo_off)
+    # session_send imports prepare_send from its module at each call (loaded by the first: adr/0030, Round 5)
+    monkeypatch.setattr(send_plan, "prepare_send", prepared_then_echo_off)
     audit_path = tmp_path / "audit.jsonl"
     audit_log = AuditLog(audit_path)
     audit_log.open()

@@ -100,8 +100,20 @@ def test_a_stdio_server_starts_lists_its_tools_and_runs_a_command_without_asyncs
 
 # Loaded on first use, not by a start that answers initialize (bench_startup: the start within 1.10x of a bare
 # MCPServer): the policy classifier with its rule modules and tables (the first call), the result models (a tool's
-# first call, or tools/list on a cold schema cache), the runbook search (the first briefing).
-LAZY_AT_START = ("relay_shell.policy.classify", "relay_shell.result_models", "relay_shell.runbooks.search")
+# first call, or tools/list on a cold schema cache), the runbook search (the first briefing), the session tools'
+# plans and password check (their first call) and the audit tail (audit_tail, server_info, the audit resources):
+# an idle server's RSS (bench_startup, issue 27: within 1.08x of a bare MCPServer; adr/0030 Round 5).
+LAZY_AT_START = (
+    "relay_shell.policy.classify",
+    "relay_shell.result_models",
+    "relay_shell.runbooks.search",
+    "relay_shell.sessions.plans",
+    "relay_shell.sessions.send_plan",
+    "relay_shell.sessions.job_plans",
+    "relay_shell.sessions.passwords",
+    "relay_shell.diagnostics",
+    "relay_shell.audit.tail",
+)
 # Libraries a start as an MCP client makes it (no arguments, no config file) does not load either (adr/0030): the
 # option parser (~0.4 MiB), pydantic-settings and the providers it imports (~2 MiB, ~9 ms; a config file's reader).
 LIBRARIES_NOT_AT_START = ("argparse", "pydantic_settings")
@@ -320,3 +332,59 @@ def test_with_the_exec_trace_off_nothing_of_the_trace_is_loaded(tmp_path: Path) 
         loaded[setting] = [name for name in modules if name.startswith("relay_shell.trace")]
     assert loaded["off"] == [], "the exec trace is off, yet the server imported " + ", ".join(loaded["off"])
     assert "relay_shell.trace.tracer" in loaded["on"] and "relay_shell.trace.tree" in loaded["on"], loaded["on"]
+
+
+def test_the_first_call_of_each_lazily_loaded_tool_works_and_loads_its_modules(tmp_path: Path) -> None:
+    """The modules LAZY_AT_START names for the session and diagnostics tools are imported by the tools' first
+    calls: each first call answers as it would on a server that had them loaded at start."""
+    environment = server_env(tmp_path / "audit.jsonl")
+    environment["XDG_CACHE_HOME"] = str(tmp_path / "cache")
+    result_path = tmp_path / "loaded.json"
+    process = subprocess.Popen(
+        [sys.executable, "-c", SERVE, str(result_path)],
+        env=environment,
+        cwd=REPO_ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    hello = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "probe", "version": "1"}}
+    number = 1
+
+    def call(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        nonlocal number
+        number += 1
+        send(process, {"id": number, "method": "tools/call", "params": {"name": name, "arguments": arguments}})
+        result: dict[str, Any] = answer(process, number)["result"]
+        return result
+
+    try:
+        send(process, {"id": 1, "method": "initialize", "params": hello})
+        assert "result" in answer(process, 1)
+        send(process, {"method": "notifications/initialized"})
+        spawned = call("shell_spawn", {"command": "python3 -q", "until": "^>>> ", "timeout": 10})
+        assert not spawned["isError"], spawned
+        session_id = spawned["structuredContent"]["session_id"]
+        sent = call("session_send", {"session_id": session_id, "data": "6*7", "until": "^>>> ", "timeout": 10})
+        assert not sent["isError"] and sent["structuredContent"]["wait"] == "match", sent
+        assert "42" in sent["structuredContent"]["output"].split(), sent  # the echo `6*7`, the answer, the prompt
+        received = call("session_recv", {"session_id": session_id, "timeout": 0.5})
+        assert not received["isError"], received
+        assert not call("session_resize", {"session_id": session_id, "cols": 100, "rows": 30})["isError"]
+        listed = call("session_list", {})
+        assert [item["session_id"] for item in listed["structuredContent"]["sessions"]] == [session_id], listed
+        assert call("session_send", {"session_id": "j-000000000000", "data": "x"})["isError"]  # job_plans' path
+        assert not call("session_kill", {"session_id": session_id})["isError"]
+        assert not call("server_info", {})["isError"]
+        tail = call("audit_tail", {"lines": 5})
+        assert not tail["isError"] and tail["structuredContent"]["records"], tail
+        number += 1
+        send(process, {"id": number, "method": "resources/read", "params": {"uri": "relay-shell://audit/recent"}})
+        assert "session_send" in answer(process, number)["result"]["contents"][0]["text"]
+    finally:
+        assert process.stdin is not None
+        process.stdin.close()
+    loaded = result_of(result_path, process)["relay_shell"]
+    lazy = [name for name in LAZY_AT_START if name.startswith(("relay_shell.sessions", "relay_shell.diagnostics"))]
+    assert [name for name in lazy if name not in loaded] == []
+    assert "relay_shell.audit.tail" in loaded

@@ -18,9 +18,9 @@ from mcp import Client
 from relay_shell.audit.log import AuditLog
 from relay_shell.plan import Plan
 from relay_shell.server import build_server
+from relay_shell.sessions import send_plan
 from relay_shell.sessions.registry import SessionRegistry
 from relay_shell.settings.model import Settings
-from relay_shell.surface.tools import sessions as session_tools
 from tests.conftest import fields, read_records, text_of
 
 pytestmark = pytest.mark.anyio
@@ -29,7 +29,7 @@ pytestmark = pytest.mark.anyio
 async def test_a_line_checked_before_the_terminal_changed_is_not_typed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    prepare_send = session_tools.prepare_send
+    prepare_send = send_plan.prepare_send
     made = tmp_path / "made"
 
     def prepared_then_changed(settings: Settings, registry: SessionRegistry, owner: str, **arguments: Any) -> Plan:
@@ -40,7 +40,8 @@ async def test_a_line_checked_before_the_terminal_changed_is_not_typed(
         termios.tcsetattr(descriptor, termios.TCSANOW, attributes)
         return plan
 
-    monkeypatch.setattr(session_tools, "prepare_send", prepared_then_changed)
+    # session_send imports prepare_send from its module at each call (loaded by the first: adr/0030, Round 5)
+    monkeypatch.setattr(send_plan, "prepare_send", prepared_then_changed)
     audit_path = tmp_path / "audit.jsonl"
     audit_log = AuditLog(audit_path)
     audit_log.open()

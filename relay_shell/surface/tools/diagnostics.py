@@ -8,7 +8,6 @@ from mcp_types import CallToolResult
 from pydantic import Field
 
 from relay_shell import results
-from relay_shell.diagnostics import prepare_audit_tail, prepare_server_info
 from relay_shell.plan import Plan
 from relay_shell.runner.request import CallRequest
 from relay_shell.surface.registry import ToolKind, ToolRegistry
@@ -42,6 +41,8 @@ async def audit_tail(
     two records with the same `call_id`: `phase: "start"` (written before it ran: tier, decision, arguments,
     target) and `phase: "end"` (outcome, exit status, digests, duration); a start without an end is a call
     still running, or one the server did not finish."""
+    from relay_shell.diagnostics import prepare_audit_tail  # at the first call (with audit/tail.py), not at startup
+
     audit_log = services.runner.recorder.audit_log
     return await services.runner.run(
         call, lambda: prepare_audit_tail(services.settings, audit_log, tool, tier, denied, lines, call_id)
@@ -50,6 +51,8 @@ async def audit_tail(
 
 def server_info_plan(call: CallRequest, services: Services) -> Plan:
     """server_info's plan, from what the server's parts say of themselves."""
+    from relay_shell.diagnostics import prepare_server_info
+
     recorder = services.runner.recorder
     described = {
         **services.runbooks.state(services.runner.gate, call.owner),  # the runbooks, this session's briefing gate

@@ -4,7 +4,7 @@ adr/0028): schema + one call into the audited runner."""
 from __future__ import annotations
 
 from functools import partial
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 from mcp_types import CallToolResult
 from pydantic import Field
@@ -12,22 +12,15 @@ from pydantic import Field
 from relay_shell import results
 from relay_shell.plan import Plan
 from relay_shell.runner.request import CallRequest
-from relay_shell.sessions.job_plans import (
-    is_job,
-    is_output,
-    prepare_job_kill,
-    prepare_job_recv,
-    prepare_job_send,
-    prepare_not_a_terminal,
-    prepare_output_recv,
-)
-from relay_shell.sessions.passwords import withhold_at_password_prompt
-from relay_shell.sessions.plans import prepare_kill, prepare_list, prepare_recv, prepare_resize, prepare_spawn
-from relay_shell.sessions.registry import SessionRegistry
-from relay_shell.sessions.send_plan import prepare_send
 from relay_shell.surface.registry import ToolKind, ToolRegistry
 from relay_shell.surface.services import Services
 from relay_shell.surface.tools.local import Cwd, Env
+
+if TYPE_CHECKING:
+    from relay_shell.sessions.registry import SessionRegistry
+
+# The session plans (sessions/plans.py, send_plan.py, job_plans.py, passwords.py: ~0.2 MiB of code objects) are
+# imported by a tool's first call, not at startup: an idle server never runs them (adr/0030, Round 5).
 
 SessionId = Annotated[
     str,
@@ -76,6 +69,8 @@ async def shell_spawn(
     session_kill. Without `until` the call returns once the first output has been quiet for a moment.
     The session is yours alone and is closed when idle too long or when you disconnect.
     """
+    from relay_shell.sessions.plans import prepare_spawn
+
     return await services.runner.run(
         call,
         lambda: prepare_spawn(
@@ -133,6 +128,9 @@ async def session_send(
     """
 
     def prepare() -> Plan:
+        from relay_shell.sessions.job_plans import is_job, prepare_job_send
+        from relay_shell.sessions.send_plan import prepare_send
+
         if is_job(session_id):
             return prepare_job_send(
                 services.settings,
@@ -193,6 +191,9 @@ async def session_recv(
     """
 
     def prepare() -> Plan:
+        from relay_shell.sessions.job_plans import is_job, is_output, prepare_job_recv, prepare_output_recv
+        from relay_shell.sessions.plans import prepare_recv
+
         if is_job(session_id):
             return prepare_job_recv(
                 services.settings,
@@ -236,6 +237,9 @@ async def session_resize(
 ) -> Annotated[CallToolResult, results.SessionResult]:
     """Change a session's terminal size; the program gets SIGWINCH and redraws. Returns the redraw (output
     until it goes quiet, up to a second), so the next session_send sees only its own answer."""
+    from relay_shell.sessions.job_plans import is_job, is_output, prepare_not_a_terminal
+    from relay_shell.sessions.plans import prepare_resize
+
     if is_job(session_id) or is_output(session_id):
         return await services.runner.run(call, lambda: prepare_not_a_terminal(session_id))
     return await services.runner.run(
@@ -264,6 +268,9 @@ async def session_kill(
     """Signal or close a session. close=true (default) ends every process in it and removes it;
     close=false delivers `signal` to the foreground job only (like a key such as Ctrl-C would).
     A job (j-…): close=true ends its command and everything it started; its result stays readable."""
+    from relay_shell.sessions.job_plans import is_job, prepare_job_kill
+    from relay_shell.sessions.plans import prepare_kill
+
     if is_job(session_id):
         return await services.runner.run(
             call,
@@ -287,6 +294,8 @@ async def session_kill(
 async def session_list(call: CallRequest, services: Services) -> Annotated[CallToolResult, results.SessionListResult]:
     """List your sessions and jobs: id, kind, command, size, age, idle time, cursor, unread and dropped bytes,
     state and exit status."""
+    from relay_shell.sessions.plans import prepare_list
+
     return await services.runner.run(
         call,
         lambda: prepare_list(
@@ -302,11 +311,20 @@ SIGNALS = ToolKind(read_only=False, destructive=True, idempotent=False, open_wor
 LISTS = ToolKind(read_only=True, destructive=False, idempotent=True, open_world=False)
 
 
+def withheld_at_password_prompt(
+    sessions: SessionRegistry, arguments: dict[str, Any], owner: str | None
+) -> dict[str, Any]:
+    """session_send's record filter (sessions/passwords.py), imported by its first use."""
+    from relay_shell.sessions.passwords import withhold_at_password_prompt
+
+    return withhold_at_password_prompt(sessions, arguments, owner)
+
+
 def register(tools: ToolRegistry, sessions: SessionRegistry) -> None:
     """`sessions`: what session_send's record filter reads (input typed at a password prompt is withheld from
     the audit record, valid call or not)."""
     tools.add(shell_spawn, "Start a terminal session", DRIVES)
-    tools.add(session_send, "Type into a session", DRIVES, record_filter=partial(withhold_at_password_prompt, sessions))
+    tools.add(session_send, "Type into a session", DRIVES, record_filter=partial(withheld_at_password_prompt, sessions))
     tools.add(session_recv, "Read session output", OBSERVES)
     tools.add(session_resize, "Resize a session", RESIZES)
     tools.add(session_kill, "Signal or close a session", SIGNALS)
