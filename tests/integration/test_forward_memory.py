@@ -47,7 +47,7 @@ WINDOW = 2 * MIB  # asyncssh's default receive window, which forward channels us
 # What a connection may hold in one direction: a window in the channel, and in the socket's write buffer asyncio's
 # low-water mark (16 KiB) plus the window the channel hands over at once, plus a packet (ADR 0029 Round 5).
 HELD_LIMIT = 2 * WINDOW + 128 * 1024  # 3.9–4.0 MiB measured; 12.1–25.1 MiB before the change
-GROWTH_LIMIT_KIB = 16 * 1024  # the held bytes with the allocator's slack: +5.2–7.9 MiB; +15.6–31.3 before
+GROWTH_LIMIT_KIB = 16 * 1024  # the held bytes with the allocator's slack: +5.2–8.0 MiB; +15.6–31.3 before
 
 # The fast side, in a process of its own: `serve` accepts one connection and sends SIZE bytes to it (the
 # destination of an L or D forward); `connect PORT` connects and sends them (the client of an R forward's listener
