@@ -6,10 +6,11 @@ D, a socket on this machine for R). Both are driven by callbacks — asyncio's p
 SSHTCPSession for a channel, which share their method names — with no task per connection: the bytes read on
 one end are counted and written to the other at once. Flow control runs end to end: when one end's write
 buffer fills, the other end stops reading (an SSH channel then stops granting window to the far side), so a
-slow reader never makes this process buffer without bound. What a socket reads before the channel for it is
-open (a client that speaks at once, a destination that greets) is kept, up to EARLY_BYTES (reading then stops),
-and passed on first once the channel is open. A connection beyond the forward's bounds is `Refused`: closed at
-once and counted.
+slow reader never makes this process buffer without bound; a channel that reads again hands over all it held
+before it may stop again (`End.let_go`: asyncssh credits the far side as if it had), so it never holds more than
+the window it granted. What a socket reads before the channel for it is open (a client that speaks at once, a
+destination that greets) is kept, up to EARLY_BYTES (reading then stops), and passed on first once the channel
+is open. A connection beyond the forward's bounds is `Refused`: closed at once and counted.
 """
 
 from __future__ import annotations
@@ -101,6 +102,8 @@ class End(asyncio.BaseProtocol):
         self.early = bytearray()
         self.early_eof = False  # the EOF came while waiting: passed on after `early`
         self.eof = False
+        self.held_back = False  # the peer's write buffer is full: this end must not read
+        self.resuming = False  # inside let_go: a pause asked for now waits until it returns
         if peer is not None:
             peer.peer = self
         link.ends.append(self)
@@ -117,7 +120,15 @@ class End(asyncio.BaseProtocol):
             self.peer.flush()
 
     def session_started(self) -> None:
-        """asyncssh: the channel is ready (nothing to do: connection_made did it)."""
+        """asyncssh: the channel is ready. What it received before now is handed over by `let_go` too, not by
+        asyncssh's own start of reading, which a full peer could pause midway after crediting a whole window."""
+        if self.stream is not None:
+            self.stream.pause_reading()
+            asyncio.get_running_loop().call_soon(self._start_reading)
+
+    def _start_reading(self) -> None:
+        if not self.held_back:  # else the peer's resume_writing lets go
+            self.let_go()
 
     def data_received(self, data: bytes, datatype: object = None) -> None:
         if self.waiting:
@@ -172,12 +183,36 @@ class End(asyncio.BaseProtocol):
                 self.stream.write_eof()
 
     def pause_writing(self) -> None:
-        if self.peer is not None and self.peer.stream is not None:
-            self.peer.stream.pause_reading()
+        if self.peer is not None:
+            self.peer.hold_back()
 
     def resume_writing(self) -> None:
-        if self.peer is not None and self.peer.stream is not None:
-            self.peer.stream.resume_reading()
+        if self.peer is not None:
+            self.peer.let_go()
+
+    def hold_back(self) -> None:
+        """The peer's write buffer is full: stop reading here — at once, or, inside `let_go`, once that is done."""
+        self.held_back = True
+        if not self.resuming and self.stream is not None:
+            self.stream.pause_reading()
+
+    def let_go(self) -> None:
+        """The peer's write buffer has drained: read here again. A channel hands over everything it held, in this
+        call, before a pause asked for meanwhile takes effect: asyncssh (2.24) credits the far side with a whole
+        window whenever it delivers held data, counting none it still holds, so a pause in the middle of that let
+        the sender add a window per resume that nobody had read (the channel grew without bound, ADR 0029 Round
+        5). Emptied each time, the channel holds at most the window it granted, and the peer's socket buffer one
+        window beyond its high-water mark. A socket's resume only re-arms its reader: the same either way."""
+        self.held_back = False
+        if self.stream is None:
+            return
+        self.resuming = True
+        try:
+            self.stream.resume_reading()
+        finally:
+            self.resuming = False
+        if self.held_back and self.stream is not None:
+            self.stream.pause_reading()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.stream = None

@@ -188,7 +188,8 @@ class SocksClient(End):
             self.data_received(leftover)  # sent right after the request: counted and carried like the rest
         if self.held_eof:
             self.write_eof()
-        self.stream.resume_reading()
+        if not self.held_back:  # the channel's send buffer may be full already
+            self.stream.resume_reading()
 
     def _reply(self, code: int) -> None:
         if self.version == 5:

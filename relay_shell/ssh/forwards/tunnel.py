@@ -77,24 +77,28 @@ class Tunnel:
             self.listen_port = self.remote.get_port()
         else:
             accept = self._accept_socks if self.spec.kind == "D" else self._accept_local
+            no_socket = ToolError(
+                "ListenFailed",
+                f"cannot listen on {host_port(bind, port)} on this machine: no socket could be opened (the "
+                "process may be out of file descriptors); close forwards or connections you no longer need",
+            )
             try:
                 self.server = await asyncio.get_running_loop().create_server(accept, bind, port)
             except OSError as exc:
+                if exc.errno is None:  # Python 3.13's "could not bind on any address": see below
+                    raise no_socket from None
                 raise ToolError(
                     "ListenFailed",
                     f"cannot listen on {host_port(bind, port)} on this machine: {exc.strerror or exc}; try another "
                     "port, or 0 for a free one",
                 ) from None
             if not self.server.sockets:
-                # asyncio skips an address whose socket() fails, EMFILE included, and returns a server with no
-                # socket at all: out of file descriptors, most likely.
+                # asyncio skips an address whose socket() fails, EMFILE included, and (before Python 3.13, which
+                # raises an OSError without errno instead) returns a server with no socket at all: out of file
+                # descriptors, most likely.
                 self.server.close()
                 self.server = None
-                raise ToolError(
-                    "ListenFailed",
-                    f"cannot listen on {host_port(bind, port)} on this machine: no socket could be opened (the "
-                    "process may be out of file descriptors); close forwards or connections you no longer need",
-                )
+                raise no_socket
             self.listen_port = self.server.sockets[0].getsockname()[1]
         self.listen_host = bind
 
