@@ -64,8 +64,11 @@ def make_test_ca(directory: Path, with_ip: bool = True) -> tuple[Path, Path, Pat
         .not_valid_after(now + datetime.timedelta(days=1))
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
         .add_extension(x509.KeyUsage(True, False, False, False, False, True, True, False, False), critical=True)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
         .sign(ca_key, hashes.SHA256())
     )
+    # Key identifiers as every real CA writes them: Python 3.13's default context (VERIFY_X509_STRICT) needs them.
+    authority = x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key())
     server_key = ec.generate_private_key(ec.SECP256R1())
     server_cert = (
         x509.CertificateBuilder()
@@ -82,6 +85,7 @@ def make_test_ca(directory: Path, with_ip: bool = True) -> tuple[Path, Path, Pat
             critical=False,
         )
         .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(authority, critical=False)
         .sign(ca_key, hashes.SHA256())
     )
     client_key = ec.generate_private_key(ec.SECP256R1())
@@ -95,6 +99,7 @@ def make_test_ca(directory: Path, with_ip: bool = True) -> tuple[Path, Path, Pat
         .not_valid_after(now + datetime.timedelta(days=1))
         .add_extension(x509.SubjectAlternativeName([x509.DNSName(CLIENT_NAME)]), critical=False)
         .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+        .add_extension(authority, critical=False)
         .sign(ca_key, hashes.SHA256())
     )
     (directory / "client.pem").write_bytes(client_cert.public_bytes(serialization.Encoding.PEM))
