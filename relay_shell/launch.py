@@ -238,6 +238,7 @@ class ProcessTree:
         except PermissionError:
             self.tracing.raise_if_refused()
             raise
+        self.confinement.started_child()
         self.unit.started(child.pid)
         return child
 
@@ -400,7 +401,7 @@ def start_launcher(settings: Settings, containment: Containment, metrics: Metric
     if setting == "auto" and tracer.active:
         tracer.reason = f"{reason}; {tracer.reason}"
     if tracer.spawner is not None and tracer.active and not isinstance(confinement, Unconfined):
-        tracer.spares = confinement.spare_traces(tracer.spawner.post, tracer.spawner.run)  # made by the spawner
+        tracer.spares = confinement.spare_traces(tracer.spawner.run)  # their creator made by the spawner
     return Launcher(containment, tracer, confinement, setting)
 
 
