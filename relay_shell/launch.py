@@ -414,11 +414,13 @@ def _popen(
     unit: Unit | NoUnit,
     confinement: Confinement | Unconfined,
 ) -> subprocess.Popen[bytes]:
-    """An untraced command's first process, on the calling thread (readonly: a thread it starts, confined)."""
-    with unit.spawning(env) as child_env:
-        # Raises OSError (missing program, E2BIG for a huge command line, bad cwd): the runner reports it.
-        return confinement.run_on_spare(
-            lambda: subprocess.Popen(
+    """An untraced command's first process, on the calling thread (readonly: a spare confined thread, which
+    enters the unit itself, so the calling thread does not: adr/0037)."""
+
+    def start() -> subprocess.Popen[bytes]:
+        with unit.spawning(env) as child_env:
+            # Raises OSError (missing program, E2BIG for a huge command line, bad cwd): the runner reports it.
+            return subprocess.Popen(
                 argv,
                 stdin=subprocess.PIPE if with_stdin else subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
@@ -427,6 +429,6 @@ def _popen(
                 env=child_env,
                 start_new_session=True,
                 close_fds=True,
-            ),
-            unit.join_spawning_thread,
-        )
+            )
+
+    return confinement.run_on_spare(start)

@@ -9,9 +9,9 @@ Where the restriction is applied, so that it holds for exactly the tree and neve
   that runs no code of ours in the child. Landlock restricts the calling thread, so the spawn runs on a thread
   that restricted itself first and ends right after: a spare made ahead (confine/spares.py) by a creator thread
   that carries what every tree shares (`confine_creator`; the spare adds its own domain and id, `confine_spare`,
-  adr/0037) — untraced, and it joins the tree's cgroup unit (`run_on_spare`); traced, the creator made by the
-  trace's spawner thread, so that it and its spares inherit the exec filter (`spare_traces`, adr/0031) — or, none
-  ready, a new thread made on the spot that confines itself whole (`run_confined`).
+  adr/0037) — untraced, the spare entering the tree's unit for its spawn (`run_on_spare`); traced, the creator
+  made by the trace's spawner thread, so that it and its spares inherit the exec filter (`spare_traces`,
+  adr/0031) — or, none ready, a new thread made on the spot that confines itself whole (`run_confined`).
 - **A terminal** (ptyprocess forks and runs a pre-exec hook in the child): the child restricts itself
   (`prepare_child`), with a rule of its own for its terminal. No thread of the server is ever in its domain.
 - **A ProxyCommand** (asyncssh starts it): through `python -m relay_shell.confine.run`, which restricts itself
@@ -94,20 +94,15 @@ class Confinement:
         landlock.restrict_self(self.ruleset, self.abi)
         syscall_filter.install(self.guard.for_thread(threading.get_native_id()))
 
-    def run_on_spare(self, start: Callable[[], T], join: Callable[[], None]) -> T:
-        """`start()` on a spare confined thread (confine/spares.py), which first runs `join` (into the tree's
-        cgroup unit); on a new one, confined now, when none is ready. ToolError as run_confined."""
+    def run_on_spare(self, start: Callable[[], T]) -> T:
+        """`start()` (which enters the tree's cgroup unit and spawns) on a spare confined thread
+        (confine/spares.py); on a new one, confined now, when none is ready. ToolError as run_confined."""
         spares = self.spares
         spare = spares.take() if spares is not None else None
         try:
             if spare is None:
-                return self.run_confined(start)  # made by the calling thread, in the unit already
-
-            def joined() -> T:
-                join()
-                return start()
-
-            return spare.hand(joined)
+                return self.run_confined(start)
+            return spare.hand(start)
         finally:
             if spares is not None:
                 spares.replace()

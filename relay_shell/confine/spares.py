@@ -12,7 +12,7 @@ and securebits. So each pool has a **creator thread** of its own that carries wh
 it makes inherits that and adds only what is its own (`confine`: its own Landlock domain, the filter's rules naming
 its own id) — adr/0037. The creator itself is never in a Landlock domain and never spawns. It is made:
 - **untraced calls**: at startup, outside every unit and filter, so its spares are born in the server's own cgroup
-  with nothing of the exec trace; a spare joins the call's unit first;
+  with nothing of the exec trace; a spare enters the call's unit itself for its spawn (launch.py `_popen`);
 - **traced calls**: by the exec trace's spawner thread (`start`, run there once), so it and each spare carry the
   exec filter and the server's cgroup, as a thread the spawner made for the call did before (adr/0024); the traced
   spawn enters the call's unit on the spare itself.

@@ -48,6 +48,7 @@ except OSError as exc:
 status = dict(line.split(":", 1) for line in open("/proc/self/status").read().splitlines() if ":" in line)
 out["no_new_privs"] = status["NoNewPrivs"].strip()
 out["seccomp_filters"] = int(status["Seccomp_filters"].strip())
+out["cgroup"] = open("/proc/self/cgroup").read().strip().splitlines()[-1]
 print(json.dumps(out))
 """
 
@@ -86,7 +87,7 @@ def record(tree, call_id):
 
 async def main():
     settings = Settings(audit={"audit_path": AUDIT}, trace={"exec_trace": TRACE}, policy={"policy_mode": "readonly"})
-    containment = start_containment("subreaper", scope_of(AUDIT))
+    containment = start_containment("auto", scope_of(AUDIT))  # a cgroup where it can: the tree born in its unit
     launcher = start_launcher(settings, containment, Metrics(enabled=False), lambda call_id, execs: None)
     confinement = launcher.confinement
     traced = confinement.traced_spares
@@ -111,6 +112,7 @@ async def main():
         found["b_on_spare"] = pool.taken == taken_before + 1
         found["b_spare_was_waiting"] = True
         found["b_record"] = record(tree_b, "b")
+        found["b_unit"] = tree_b.unit.cgroup.name if tree_b.unit.cgroup is not None else None
         found["spares_before_a"] = len(spare_ids)
         child_a.stdout.close()
         os.kill(child_a.pid, 9)
@@ -172,6 +174,9 @@ def test_a_spare_tree_is_confined_in_a_domain_of_its_own(tmp_path: Path, trace: 
     assert probe["create"] == "EACCES" and probe["no_new_privs"] == "1", probe
     assert not (tmp_path / "work" / "created").exists()
     assert probe["chmod"] == "EPERM", probe  # the readonly syscall filter, inherited from the spare's creator
+    # Born in its call's unit: the spare entered it for the spawn (the calling thread does not, adr/0037).
+    if found["b_unit"] is not None:
+        assert probe["cgroup"].endswith("/" + found["b_unit"]), (probe["cgroup"], found["b_unit"])
     # The creator's readonly filter and the spare's own (its id), and under the trace the spawner thread's exec
     # filter the creator inherited.
     assert probe["seccomp_filters"] == (3 if trace == "on" else 2), probe
