@@ -240,6 +240,7 @@ class ProcessTree:
         except PermissionError:
             self.tracing.raise_if_refused()
             raise
+        self.confinement.started_child()
         self.unit.started(child.pid)
         return child
 
@@ -402,7 +403,7 @@ def start_launcher(settings: Settings, containment: Containment, metrics: Metric
     if setting == "auto" and tracer.active:
         tracer.reason = f"{reason}; {tracer.reason}"
     if tracer.spawner is not None and tracer.active and not isinstance(confinement, Unconfined):
-        tracer.spares = confinement.spare_traces(tracer.spawner.post, tracer.spawner.run)  # made by the spawner
+        tracer.spares = confinement.spare_traces(tracer.spawner.run)  # their creator made by the spawner
     return Launcher(containment, tracer, confinement, setting)
 
 
@@ -415,11 +416,13 @@ def _popen(
     unit: Unit | NoUnit,
     confinement: Confinement | Unconfined,
 ) -> subprocess.Popen[bytes]:
-    """An untraced command's first process, on the calling thread (readonly: a thread it starts, confined)."""
-    with unit.spawning(env) as child_env:
-        # Raises OSError (missing program, E2BIG for a huge command line, bad cwd): the runner reports it.
-        return confinement.run_on_spare(
-            lambda: subprocess.Popen(
+    """An untraced command's first process, on the calling thread (readonly: a spare confined thread, which
+    enters the unit itself, so the calling thread does not: adr/0037)."""
+
+    def start() -> subprocess.Popen[bytes]:
+        with unit.spawning(env) as child_env:
+            # Raises OSError (missing program, E2BIG for a huge command line, bad cwd): the runner reports it.
+            return subprocess.Popen(
                 argv,
                 stdin=subprocess.PIPE if with_stdin else subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
@@ -428,6 +431,6 @@ def _popen(
                 env=child_env,
                 start_new_session=True,
                 close_fds=True,
-            ),
-            unit.join_spawning_thread,
-        )
+            )
+
+    return confinement.run_on_spare(start)

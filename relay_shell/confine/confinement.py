@@ -7,10 +7,11 @@ the second case says so everywhere.
 Where the restriction is applied, so that it holds for exactly the tree and never for the server:
 - **A one-shot command** is spawned by a vfork-style clone (Popen, or glibc's posix_spawn under the exec trace)
   that runs no code of ours in the child. Landlock restricts the calling thread, so the spawn runs on a thread
-  that restricted itself first and ends right after: a spare made ahead (confine/spares.py) — untraced, by a
-  filler thread, and it joins the tree's cgroup unit (`run_on_spare`); traced, by the trace's spawner thread, so
-  that it inherits its exec filter (`spare_traces`, adr/0031) — or, none ready, a new thread made on the spot
-  (`run_confined`).
+  that restricted itself first and ends right after: a spare made ahead (confine/spares.py) by a creator thread
+  that carries what every tree shares (`confine_creator`; the spare adds its own domain and id, `confine_spare`,
+  adr/0037) — untraced, the spare entering the tree's unit for its spawn (`run_on_spare`); traced, the creator
+  made by the trace's spawner thread, so that it and its spares inherit the exec filter (`spare_traces`,
+  adr/0031) — or, none ready, a new thread made on the spot that confines itself whole (`run_confined`).
 - **A terminal** (ptyprocess forks and runs a pre-exec hook in the child): the child restricts itself
   (`prepare_child`), with a rule of its own for its terminal. No thread of the server is ever in its domain.
 - **A ProxyCommand** (asyncssh starts it): through `python -m relay_shell.confine.run`, which restricts itself
@@ -34,7 +35,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from relay_shell.confine import capabilities, landlock, syscall_filter
-from relay_shell.confine.spares import FillOn, SparePool
+from relay_shell.confine.spares import SparePool, StartOn
 from relay_shell.errors import ToolError
 
 T = TypeVar("T")
@@ -64,6 +65,7 @@ class Confinement:
         self.not_enforced = landlock.not_enforced(abi)  # below ABI 6: what is left to the classifier
         self.ruleset = landlock.create_ruleset(abi, WRITABLE_DEVICES)
         self.program = syscall_filter.build(os.getpid(), abi)
+        self.guard = syscall_filter.build_thread_guard()  # a spare's own id, over its creator's whole filter
         self.privileged = capabilities.privileged()
         self.trees = 0
         self.failures = 0
@@ -77,49 +79,53 @@ class Confinement:
         landlock.restrict_self(self.ruleset, self.abi)
         syscall_filter.install(self.program.for_thread(threading.get_native_id()))
 
-    def run_on_spare(self, start: Callable[[], T], join: Callable[[], None]) -> T:
-        """`start()` on a spare confined thread (confine/spares.py), which first runs `join` (into the tree's
-        cgroup unit); on a new one, confined now, when none is ready. ToolError as run_confined."""
+    def confine_creator(self) -> None:
+        """On a spare pool's creator thread (confine/spares.py), once: what every tree shares, inherited by each
+        spare it makes instead of each setting it again (adr/0037): no_new_privs, the capabilities cut (their
+        securebits, inheritable and ambient sets only act at an exec, which the creator never does), the whole
+        syscall filter with the creator's own id. No Landlock domain: each spare makes its own."""
+        syscall_filter.set_no_new_privs()
+        capabilities.reduce_for_readonly(self.privileged)
+        syscall_filter.install(self.program.for_thread(threading.get_native_id()))
+
+    def confine_spare(self) -> None:
+        """On a spare the creator made: a Landlock domain of its own, and the filter's rules naming its own id (the
+        tree shares its domain while it spawns: signals, pidfds, ptrace aimed at it are refused)."""
+        landlock.restrict_self(self.ruleset, self.abi)
+        syscall_filter.install(self.guard.for_thread(threading.get_native_id()))
+
+    def run_on_spare(self, start: Callable[[], T]) -> T:
+        """`start()` (which enters the tree's cgroup unit and spawns) on a spare confined thread
+        (confine/spares.py); on a new one, confined now, when none is ready. ToolError as run_confined."""
         spares = self.spares
         spare = spares.take() if spares is not None else None
         try:
             if spare is None:
-                return self.run_confined(start)  # made by the calling thread, in the unit already
-
-            def joined() -> T:
-                join()
-                return start()
-
-            result = spare.hand(joined)
+                return self.run_confined(start)
+            return spare.hand(start)
         finally:
             if spares is not None:
                 spares.replace()
-        self.trees += 1
-        self.metrics.confined_trees.inc()
-        return result
 
-    def spare_traces(self, post: FillOn, run: FillOn) -> Callable[[], Callable[[Callable[[], Any]], Any] | None]:
-        """Traced one-shot commands get spares too, made by the exec trace's spawner thread so that they carry its
-        exec filter (`post` hands it a refill without waiting, `run` runs the first one there now). Returns what
-        the trace asks on the event loop for each traced spawn: a ready spare's `hand`, or None (the spawner thread
-        then confines a new thread: run_confined)."""
-        spares = SparePool(self.confine_this_thread, post)
+    def spare_traces(self, run: StartOn) -> Callable[[], Callable[[Callable[[], Any]], Any] | None]:
+        """Traced one-shot commands get spares too, made by a creator thread the exec trace's spawner thread makes
+        (`run` runs work there and waits), so that they carry its exec filter. Returns what the trace asks on the
+        event loop for each traced spawn: a ready spare's `hand`, or None (the spawner thread then confines a new
+        thread: run_confined)."""
+        spares = SparePool(self.confine_creator, self.confine_spare, run)
         self.traced_spares = spares
-        run(spares.refill)
 
         def traced_spare() -> Callable[[Callable[[], Any]], Any] | None:
             spare = spares.take()
             if spare is None:
-                spares.replace()  # the spawner makes them before this call's spawn (a burst took them all)
+                spares.replace()  # the creator makes them (a burst took them all); the spawner confines one meanwhile
                 return None
 
             def hand(work: Callable[[], Any]) -> Any:
-                """The spawn on the spare (it then ends), counted as a confined tree; the next spare made after."""
+                """The spawn on the spare (it then ends); the next spare made after."""
                 try:
                     return spare.hand(work)
                 finally:
-                    self.trees += 1
-                    self.metrics.confined_trees.inc()
                     spares.replace()
 
             return hand
@@ -140,8 +146,6 @@ class Confinement:
                 f"readonly confinement could not be applied ({exc}); nothing ran (readonly runs nothing "
                 "unconfined while the kernel enforces it)",
             ) from None
-        self.trees += 1
-        self.metrics.confined_trees.inc()
         return result
 
     def on_confined_thread(self, start: Callable[[], T]) -> T:
@@ -186,7 +190,9 @@ class Confinement:
         syscall_filter.install(self.program.for_thread(os.getppid()))
 
     def started_child(self) -> None:
-        """A terminal's child confined itself (ptyprocess returned): counted like a one-shot tree."""
+        """A tree's first process started, confined (a one-shot command's, on whatever thread it spawned, or a
+        terminal's child): counted. Only here, once the start succeeded: a spawn that failed started no tree (the
+        trace's spawn hands a spare work that keeps its own outcome, so the spare cannot tell)."""
         self.trees += 1
         self.metrics.confined_trees.inc()
 
@@ -270,5 +276,5 @@ def start_confinement(setting: str, metrics: Any) -> Confinement:
     # spawning thread shares a tree's domain while it spawns (above).
     if _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
         raise ConfinementUnavailable(f"prctl(PR_SET_DUMPABLE, 0): {os.strerror(ctypes.get_errno())}")
-    confinement.spares = SparePool(confinement.confine_this_thread)
+    confinement.spares = SparePool(confinement.confine_creator, confinement.confine_spare)
     return confinement

@@ -246,6 +246,33 @@ def build(server_pid: int, landlock_abi: int) -> Program:
     return Program(asm.bytes(), tuple(8 * index for index in asm.thread_slots))
 
 
+def build_thread_guard() -> Program:
+    """The rules of the filter that name the spawning thread, alone (its id filled in by `for_thread`): signals,
+    pidfds, ptrace and process_vm_* aimed at it refused. For a spare made by a thread that carries the whole filter
+    (confine/spares.py, adr/0037): the spare inherits that and installs only this, ~15 instructions instead of the
+    kernel checking and compiling ~175 again. No check of the architecture: the inherited filter kills a call of
+    any other ABI whatever this one answers (the kernel applies the most severe action of all filters)."""
+    machine = platform.machine()
+    arch = ARCHES.get(machine)
+    if arch is None:
+        raise FilterUnavailable(f"no syscall table for the {machine} architecture (x86_64 and aarch64 are known)")
+    asm = _Assembler()
+    asm.load(0)  # seccomp_data.nr
+    for name, kind in _CHECKED.items():
+        if kind in _THREAD_TARGETS and name in arch.numbers:
+            asm.emit(_JEQ_K, arch.numbers[name], true=_THREAD_TARGETS[kind])
+    asm.emit(_RET_K, _RET_ALLOW)
+    for label, index in (("@thread-0", 0), ("@thread-1", 1)):
+        asm.label(label)
+        asm.load(_arg(index))
+        asm.thread_slots.append(len(asm.code))
+        asm.emit(_JEQ_K, 0, true="@refuse")
+        asm.emit(_RET_K, _RET_ALLOW)
+    asm.label("@refuse")
+    asm.emit(_RET_K, _RET_EPERM)
+    return Program(asm.bytes(), tuple(8 * index for index in asm.thread_slots))
+
+
 def _runs(values: list[int]) -> list[tuple[int, int]]:
     """Sorted numbers as (first, last) of each run of consecutive ones."""
     runs: list[tuple[int, int]] = []
@@ -291,6 +318,8 @@ _CHECKED = {
     "msgctl": "msg-changes",
     "mq_open": "queue-open-writing",
 }
+# The blocks whose target may be the spawning thread (`_refuse_targets`), and where the thread guard checks it.
+_THREAD_TARGETS = {"signal-or-everyone": "@thread-0", "target-0": "@thread-0", "target-1": "@thread-1"}
 _BLOCKS: dict[str, Block] = {
     # -1 (everyone) and the server's process group (-pgid), whose members a group signal reaches
     "signal-or-everyone": lambda asm, pid: _refuse_targets(

@@ -114,13 +114,6 @@ class Unit:
                 os.close(self.threads_fd)
                 self.threads_fd = None
 
-    def join_spawning_thread(self) -> None:
-        """Inside `spawning()`, on another thread of the server that will spawn the unit's process instead of the
-        one that entered (readonly's spare confined threads, adr/0024): that thread steps into the unit too."""
-        tree = self.containment.tree
-        if tree is not None and self.threads_fd is not None:
-            tree.enter(self.threads_fd)
-
     def started(self, pid: int) -> None:
         """The unit's leader: never reaped by the containment (its owner waits for it)."""
         self.leader = pid
@@ -201,9 +194,6 @@ class NoUnit:
     behaviour before containment: escapes escape). Nothing is marked, found, signalled or killed here."""
 
     leader: int | None = None
-
-    def join_spawning_thread(self) -> None:
-        pass
 
     @contextmanager
     def spawning(self, env: dict[str, str] | None) -> Iterator[dict[str, str] | None]:

@@ -1,12 +1,17 @@
-"""Readonly's spare confined threads (confine/spares.py, adr/0031) with real processes, the exec trace on and off:
-a traced call's tree spawned on a spare the trace's spawner thread made ahead is traced (its programs are in the
-record, its processes carry the exec filter) and confined (no_new_privs, Landlock: it cannot write); no tree can
-signal another call's tree, the server, or a spare waiting for the next call; back-to-back calls keep finding
-spares ready. Each case runs in a fresh interpreter (containment and confinement change the whole process)."""
+"""Readonly's spare confined threads (confine/spares.py, adr/0031, adr/0037) with real processes, the exec trace on
+and off: a traced call's tree spawned on a spare made ahead by a creator thread the trace's spawner thread made is
+traced (its programs are in the record, its processes carry the exec filter) and confined (no_new_privs, Landlock:
+it cannot write; the creator's syscall filter: it cannot chmod); no tree can signal another call's tree, the
+server, a spare waiting for the next call, the spare that spawned it or its creator; back-to-back calls keep
+finding spares ready; a spawn that fails on a spare counts no confined tree. Each case runs in a fresh interpreter
+(containment and confinement change the whole process); at this kernel's ABI and at a simulated ABI 5, where no
+signal scope helps and only the filters (the creator's, naming the server and itself, and the spare's own, naming
+the spare) refuse."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -32,6 +37,11 @@ for name, pid in targets.items():
     except OSError as exc:
         out[name] = errno.errorcode.get(exc.errno, str(exc.errno))
 try:
+    os.chmod(__file__, 0o644)  # the file exists: Landlock does not handle modes, the syscall filter does
+    out["chmod"] = "ok"
+except OSError as exc:
+    out["chmod"] = errno.errorcode.get(exc.errno, str(exc.errno))
+try:
     os.close(os.open(sys.argv[2], os.O_WRONLY | os.O_CREAT, 0o644))
     out["create"] = "ok"
 except OSError as exc:
@@ -39,6 +49,8 @@ except OSError as exc:
 status = dict(line.split(":", 1) for line in open("/proc/self/status").read().splitlines() if ":" in line)
 out["no_new_privs"] = status["NoNewPrivs"].strip()
 out["seccomp_filters"] = int(status["Seccomp_filters"].strip())
+out["cgroup"] = open("/proc/self/cgroup").read().strip().splitlines()[-1]
+out["cap_effective"] = status["CapEff"].strip()
 print(json.dumps(out))
 """
 
@@ -77,7 +89,7 @@ def record(tree, call_id):
 
 async def main():
     settings = Settings(audit={"audit_path": AUDIT}, trace={"exec_trace": TRACE}, policy={"policy_mode": "readonly"})
-    containment = start_containment("subreaper", scope_of(AUDIT))
+    containment = start_containment("auto", scope_of(AUDIT))  # a cgroup where it can: the tree born in its unit
     launcher = start_launcher(settings, containment, Metrics(enabled=False), lambda call_id, execs: None)
     confinement = launcher.confinement
     traced = confinement.traced_spares
@@ -88,8 +100,9 @@ async def main():
         # Call A runs on: its tree is another call's for call B.
         tree_a, child_a = await call(launcher, "a", ["/bin/sleep", "30"])
         waiting = ready(pool)  # the spare A took was replaced: four wait again, none of them A's
-        targets = {"other_call": child_a.pid, "server": os.getpid()}
-        targets.update({f"spare_{index}": tid for index, tid in enumerate(waiting)})
+        targets = {"other_call": child_a.pid, "server": os.getpid(), "creator": pool.creator_id}
+        targets.update({f"spare_{index}": tid for index, tid in enumerate(waiting[:-1])})
+        targets["own_spare"] = waiting[-1]  # B takes the last one: the thread that spawns it, in its domain
         if confinement.spares is not None and traced is not None:  # the untraced pool's spares wait too
             targets.update({f"untraced_spare_{i}": tid for i, tid in enumerate(ready(confinement.spares))})
         taken_before = pool.taken
@@ -101,6 +114,7 @@ async def main():
         found["b_on_spare"] = pool.taken == taken_before + 1
         found["b_spare_was_waiting"] = True
         found["b_record"] = record(tree_b, "b")
+        found["b_unit"] = tree_b.unit.cgroup.name if tree_b.unit.cgroup is not None else None
         found["spares_before_a"] = len(spare_ids)
         child_a.stdout.close()
         os.kill(child_a.pid, 9)
@@ -117,6 +131,17 @@ async def main():
             tree.release()
             await asyncio.sleep(0.002)  # what a client's round trip leaves at least between two calls
         found["back_to_back_short"] = pool.short - short_before
+        # A spawn that fails on a spare (no such program) started no tree: not counted as one.
+        trees_before, taken_before = confinement.trees, pool.taken
+        tree = launcher.call_tree("f")
+        try:
+            await tree.start_command(["/nonexistent/program"], None, None, False, True)
+            found["failed_spawn"] = "started"
+        except OSError as exc:
+            found["failed_spawn"] = type(exc).__name__
+        record(tree, "f")
+        tree.release()
+        found["failed_spawn_counted"] = [pool.taken - taken_before, confinement.trees - trees_before]
         found["status"] = confinement.status()
     finally:
         await launcher.shutdown(1.0)
@@ -126,14 +151,17 @@ asyncio.run(main())
 """
 
 
-def run_case(tmp_path: Path, trace: str) -> dict[str, Any]:
+def run_case(tmp_path: Path, trace: str, abi: int | None = None) -> dict[str, Any]:
     (tmp_path / "work").mkdir()
     (tmp_path / "probe.py").write_text(PROBE)
     (tmp_path / "case.py").write_text(PROGRAM)
     audit = tmp_path / "audit.jsonl"
     argv = [sys.executable, str(tmp_path / "case.py"), trace, str(audit), str(tmp_path / "probe.py")]
     argv.append(str(tmp_path / "work"))
-    ran = subprocess.run(argv, env=server_env(audit), capture_output=True, text=True, timeout=120, cwd=REPO_ROOT)
+    env = server_env(audit)
+    if abi is not None:
+        env[landlock.SIMULATED_ABI_VARIABLE] = str(abi)
+    ran = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120, cwd=REPO_ROOT)
     assert ran.returncode == 0, ran.stderr[-4000:]
     found: dict[str, Any] = json.loads(ran.stdout.strip().splitlines()[-1])
     return found
@@ -147,11 +175,21 @@ def test_a_spare_tree_is_confined_in_a_domain_of_its_own(tmp_path: Path, trace: 
     assert found["b_on_spare"], found
     assert probe["create"] == "EACCES" and probe["no_new_privs"] == "1", probe
     assert not (tmp_path / "work" / "created").exists()
-    # The readonly syscall filter, and under the trace the spawner thread's exec filter the spare inherited.
-    assert probe["seccomp_filters"] == (2 if trace == "on" else 1), probe
+    assert probe["chmod"] == "EPERM", probe  # the readonly syscall filter, inherited from the spare's creator
+    # The capabilities the creator cut (root keeps cap_dac_read_search, cap_net_raw, cap_syslog; others none).
+    assert probe["cap_effective"] == ("0000000400002004" if os.geteuid() == 0 else "0000000000000000"), probe
+    # Born in its call's unit: the spare entered it for the spawn (the calling thread does not, adr/0037).
+    if found["b_unit"] is not None:
+        assert probe["cgroup"].endswith("/" + found["b_unit"]), (probe["cgroup"], found["b_unit"])
+    # The creator's readonly filter and the spare's own (its id), and under the trace the spawner thread's exec
+    # filter the creator inherited.
+    assert probe["seccomp_filters"] == (3 if trace == "on" else 2), probe
     assert probe["server"] == "EPERM", probe  # the filter refuses the server's pid at every ABI
-    others = {name: outcome for name, outcome in probe.items() if "spare" in name or name == "other_call"}
-    assert len(others) >= 5, probe
+    # The spare that spawned the tree shares its domain (no scope helps): its own filter refuses it; the creator's
+    # id is in the creator's filter (and the creator is outside the tree's domain).
+    assert probe["own_spare"] == "EPERM" and probe["creator"] == "EPERM", probe
+    others = {name: outcome for name, outcome in probe.items() if "spare_" in name or name == "other_call"}
+    assert len(others) >= 4, probe  # call A's tree and the waiting spares (the spawning one is `own_spare`)
     # Signals out of the tree's domain: refused from Landlock ABI 6 (signal scoping); below it the classic filter
     # cannot list the server's other thread ids nor other trees (adr/0024 "Below ABI 6").
     assert set(others.values()) == ({"EPERM"} if ABI >= 6 else {"ok"}), probe
@@ -165,3 +203,21 @@ def test_a_spare_tree_is_confined_in_a_domain_of_its_own(tmp_path: Path, trace: 
     assert found["b_record"]["confinement"] == f"landlock ABI {ABI}"
     assert found["back_to_back_short"] == 0, found
     assert found["status"]["confinement_failures"] == 0, found["status"]
+    # A, B and the thirty back to back; the failed spawn took a spare and started no tree.
+    assert found["failed_spawn"] == "FileNotFoundError", found
+    assert found["failed_spawn_counted"] == [1, 0], found
+    assert found["status"]["trees_confined"] == 32, found["status"]
+
+
+@pytest.mark.parametrize("trace", ["on", "off"])
+def test_below_signal_scoping_the_filters_guard_the_spare_and_its_creator(tmp_path: Path, trace: str) -> None:
+    """At Landlock ABI 5 (no signal scope) a tree may signal processes of the server's user outside the call
+    (adr/0024 "Below ABI 6"), but not the server, the spare that spawned it (its own filter), nor that spare's
+    creator (the creator's filter, which the tree inherits, names it)."""
+    found = run_case(tmp_path, trace, abi=5)
+    probe = found["probe"]
+    assert found["b_on_spare"] and found["status"]["landlock_abi"] == 5, found
+    assert probe["create"] == "EACCES" and probe["chmod"] == "EPERM", probe
+    assert probe["seccomp_filters"] == (3 if trace == "on" else 2), probe
+    assert probe["server"] == "EPERM" and probe["own_spare"] == "EPERM" and probe["creator"] == "EPERM", probe
+    assert probe["other_call"] == "ok" and probe["spare_0"] == "ok", probe  # what only the scope refuses
