@@ -1,5 +1,6 @@
-"""The exec trace's compiled answerer (adr/0032): an optional C extension, loaded with ctypes. Without a C compiler
-the install goes on without it and the trace answers every exec from Python (trace/native.py says which)."""
+"""The exec trace's compiled answerer (adr/0032) and native spawner (adr/0036): an optional C extension, loaded with
+ctypes. Without a C compiler the install goes on without it and the trace answers every exec and spawns every tree
+from Python (trace/native.py says which)."""
 
 from setuptools import Extension, setup
 
@@ -7,7 +8,7 @@ setup(
     ext_modules=[
         Extension(
             "relay_shell.trace._answerer",
-            sources=["relay_shell/trace/answerer.c"],
+            sources=["relay_shell/trace/answerer.c", "relay_shell/trace/spawner.c"],
             extra_compile_args=["-O2", "-Wall", "-Wextra", "-std=gnu11"],
             optional=True,
         )

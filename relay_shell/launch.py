@@ -42,9 +42,16 @@ if TYPE_CHECKING:
     from relay_shell.trace.tracer import ExecTracer
 
 T = TypeVar("T")
-Spawning = Callable[[dict[str, str] | None], AbstractContextManager[dict[str, str] | None]]  # a unit's `spawning`
 LateWriter = Callable[[str | None, dict[str, Any]], None]  # writes an `exec:late` record: (call_id, execs)
 Confined = Callable[[Callable[[], Any]], Any]  # a confinement's run_confined: the spawn on a confined thread
+
+
+class Spawning(Protocol):
+    """A unit's `spawning` (containment/units.py)."""
+
+    def __call__(
+        self, env: dict[str, str] | None, elsewhere: list[int] | None = None
+    ) -> AbstractContextManager[dict[str, str] | None]: ...
 
 
 class Child(Protocol):

@@ -87,11 +87,14 @@ class Unit:
     # -- starting ----------------------------------------------------------------------------------------
 
     @contextmanager
-    def spawning(self, env: dict[str, str] | None) -> Iterator[dict[str, str] | None]:
+    def spawning(
+        self, env: dict[str, str] | None, elsewhere: list[int] | None = None
+    ) -> Iterator[dict[str, str] | None]:
         """Start the unit's process inside this block, with the environment it yields: the marker is in it
         (put into the server's own environment for an inherited one: copying ~100 variables per spawn costs
         more than spawning `true`), and in cgroup mode the server stands in the unit, so the child is born
-        there."""
+        there. `elsewhere`: another thread spawns and enters the unit itself (the exec trace's native spawner,
+        adr/0036): the unit's and the instance's cgroup.threads are put in it, and this thread does not enter."""
         tree = self.containment.tree
         if env is None:
             os.environ[MARKER_VARIABLE] = self.marker
@@ -101,8 +104,12 @@ class Unit:
         entered = False
         try:
             if tree is not None and self.threads_fd is not None:
-                tree.enter(self.threads_fd)
-                entered = True
+                if elsewhere is not None:
+                    assert tree.home_threads is not None
+                    elsewhere.extend((self.threads_fd, tree.home_threads))
+                else:
+                    tree.enter(self.threads_fd)
+                    entered = True
             yield child_env
         finally:
             if entered:
@@ -196,7 +203,9 @@ class NoUnit:
     leader: int | None = None
 
     @contextmanager
-    def spawning(self, env: dict[str, str] | None) -> Iterator[dict[str, str] | None]:
+    def spawning(
+        self, env: dict[str, str] | None, elsewhere: list[int] | None = None
+    ) -> Iterator[dict[str, str] | None]:
         yield env
 
     def started(self, pid: int) -> None:

@@ -5,7 +5,8 @@
  *
  * The common exec, answered CONTINUE here: the server configured no RELAY_SHELL_EXEC_DENY patterns (the answer
  * never depends on what was read); a native execve (x86_64 or aarch64 ABI; not execveat, not a 32-bit ABI); no
- * tree being started (the tree's first exec is told by kcmp in Python); the process's session is led by the leader
+ * tree being started by the Python path (whose first exec is told by kcmp in Python; the native spawner's child's
+ * first exec is answered here, answer_first); the process's session is led by the leader
  * of an open tree - the quick attribution of lineage.py (while the tree's record lists entries, the parent is read
  * from /proc/PID/stat too); its path is one the server resolved within the last second without anything of a process in it
  * (resolve.locate_cached's cache: no working directory, descriptor or /proc), byte for byte; the path, at most
@@ -29,9 +30,12 @@
 #include <sys/epoll.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
+
+#define KCMP_VM 1
 
 #define LEADERS_MAX 1024
 #define PATHS_MAX 64
@@ -87,6 +91,16 @@ struct batch {
     char arena[ARENA_BYTES];
 };
 
+/* The first exec of the tree the native spawner (spawner.c) is starting: its own posix_spawn child's, with the very
+ * path and argv pointers it was given (the child shares the server's memory until its exec). */
+struct first_exec {
+    int32_t pending;
+    int32_t tree;
+    int32_t pid; /* answered here: the child's pid (until the next spawn's) */
+    const void *path;
+    const void *argv;
+};
+
 struct answerer {
     pthread_mutex_t lock;
     int epoll;
@@ -99,12 +113,13 @@ struct answerer {
     struct known_path paths[PATHS_MAX];
     struct batch *filling;
     struct batch *taken;
+    struct first_exec first;
     struct seccomp_notif received;
     char scratch[FAST_BYTES + 2 * FIRST_CHUNK];
 };
 
 /* What trace/native.py expects (its ABI): a library built from another version of this file is not used. */
-#define ANSWERER_ABI 3
+#define ANSWERER_ABI 4
 int answerer_abi(void) { return ANSWERER_ABI; }
 
 static double monotonic(void) {
@@ -153,9 +168,8 @@ void answerer_starting(struct answerer *self, int starting) {
 
 /* A tree's leader (its session's id), or a change of whether its execs are answered here. 0, or -1 when the table
  * is full (that tree's execs then go to Python). */
-int answerer_leader(struct answerer *self, int32_t sid, int32_t tree, int32_t fast) {
+static int add_leader(struct answerer *self, int32_t sid, int32_t tree, int32_t fast) {
     int result = -1;
-    pthread_mutex_lock(&self->lock);
     for (uint32_t index = 0; index < self->leaders_count; index++) {
         if (self->leaders[index].sid == sid) {
             self->leaders[index].tree = tree;
@@ -168,8 +182,37 @@ int answerer_leader(struct answerer *self, int32_t sid, int32_t tree, int32_t fa
         self->leaders[self->leaders_count++] = (struct leader){sid, tree, fast};
         result = 0;
     }
+    return result;
+}
+
+int answerer_leader(struct answerer *self, int32_t sid, int32_t tree, int32_t fast) {
+    pthread_mutex_lock(&self->lock);
+    int result = add_leader(self, sid, tree, fast);
     pthread_mutex_unlock(&self->lock);
     return result;
+}
+
+/* The native spawner is about to start a tree's first process (spawner.c): its exec is answered here. */
+void answerer_expect_first(struct answerer *self, const void *path, const void *argv, int32_t tree) {
+    pthread_mutex_lock(&self->lock);
+    self->first = (struct first_exec){1, tree, 0, path, argv};
+    pthread_mutex_unlock(&self->lock);
+}
+
+/* posix_spawn returned: no exec is expected any more (its pid stays readable for Python). */
+void answerer_first_done(struct answerer *self) {
+    pthread_mutex_lock(&self->lock);
+    self->first.pending = 0;
+    pthread_mutex_unlock(&self->lock);
+}
+
+/* The pid whose first exec was answered here for the native spawn of `tree`, 0: none (Python answered it, another
+ * tree is being spawned, or not yet). */
+int32_t answerer_first_answered(struct answerer *self, int32_t tree) {
+    pthread_mutex_lock(&self->lock);
+    int32_t pid = self->first.tree == tree ? self->first.pid : 0;
+    pthread_mutex_unlock(&self->lock);
+    return pid;
 }
 
 /* Whether the tree's execs are answered here (every leader of it). */
@@ -268,6 +311,40 @@ static int32_t path_token(struct answerer *self, const char *bytes, size_t lengt
 static size_t first_span(uint64_t address) {
     size_t room = PAGE - (address % PAGE);
     return room < FIRST_CHUNK ? room : FIRST_CHUNK;
+}
+
+/* The native spawner's child's first exec, answered here (1), or not it (0: the next checks, then Python, which tells
+ * it by kcmp as on the Python path). It is the server's own exec: its program was resolved, checked against
+ * RELAY_SHELL_EXEC_DENY and recorded by Python before the request was submitted, so it is let go unread, as the
+ * Python path lets it go. Its session's leader is known from here on (posix_spawn's setsid: its pid). */
+static int answer_first(struct answerer *self) {
+    struct seccomp_notif *notif = &self->received;
+    pthread_mutex_lock(&self->lock);
+    int expected = self->first.pending && self->first.pid == 0 && notif->data.arch == NATIVE_ARCH &&
+                   notif->data.nr == NATIVE_EXECVE && notif->data.args[0] == (uint64_t)(uintptr_t)self->first.path &&
+                   notif->data.args[1] == (uint64_t)(uintptr_t)self->first.argv;
+    int32_t tree = self->first.tree;
+    pthread_mutex_unlock(&self->lock);
+    /* Shares the server's address space: only a vfork-style child of the server does, and it runs nothing of its
+     * own before its exec (lineage.shares_memory). */
+    if (!expected || syscall(SYS_kcmp, getpid(), (pid_t)notif->pid, KCMP_VM, 0, 0) != 0)
+        return 0;
+    struct seccomp_notif_resp response = {.id = notif->id, .val = 0, .error = 0,
+                                          .flags = SECCOMP_USER_NOTIF_FLAG_CONTINUE};
+    pthread_mutex_lock(&self->lock);
+    int sent;
+    do
+        sent = ioctl(self->listener, SECCOMP_IOCTL_NOTIF_SEND, &response);
+    while (sent != 0 && errno == EINTR);
+    if (sent != 0) {
+        if (errno != ENOENT)
+            self->faults++;
+    } else {
+        self->first.pid = (int32_t)notif->pid;
+        add_leader(self, (int32_t)notif->pid, tree, 0); /* its first entries are listed: their parent is read */
+    }
+    pthread_mutex_unlock(&self->lock);
+    return 1;
 }
 
 /* Read the request and answer it here when it is the common exec: 1 answered (or gone), 0 handed to Python. */
@@ -416,7 +493,7 @@ int answerer_wait(struct answerer *self, int timeout_ms, int idle_ms) {
                 continue; /* killed between the wake-up and the receive */
             return -errno;
         }
-        if (!try_answer(self))
+        if (!answer_first(self) && !try_answer(self))
             return RECEIVED;
     }
 }

@@ -114,6 +114,9 @@ class Lineage:
     tokens: dict[int, ExecTrace] = field(default_factory=dict)
     token_of: dict[ExecTrace, int] = field(default_factory=dict)
     _starting: ExecTrace | None = None
+    # The tree the native spawner is starting (adr/0036), until the pid of its first exec, which the compiled
+    # answerer let go, is learnt here (learn_first).
+    native_first: ExecTrace | None = None
     _next_token: int = 0
 
     @property
@@ -145,6 +148,21 @@ class Lineage:
         token = self.token_of.get(tree)
         if self.answerer is not None and token is not None and not tree.closed:
             self.answerer.leader(pid, token, fast=False)  # its first entries are listed: their parent is read
+
+    def learn_first(self) -> None:
+        """Under the tracer's lock: the first exec the compiled answerer let go for the native spawner (adr/0036),
+        as `ExecTracer._ready` learns the Python path's: its pid into the tree's held first entry, its session's
+        leader known (the answerer knows it already), before a later exec of the tree is attributed or recorded."""
+        tree = self.native_first
+        if tree is None or self.answerer is None:
+            return
+        pid = self.answerer.first_answered(self.token_of.get(tree, 0))
+        if pid == 0:
+            return
+        self.native_first = None
+        self.leaders[pid] = (0, tree, -1)
+        if tree.first is not None and tree.first[1] == 0:
+            tree.first[1] = pid
 
     def answer_quickly(self, tree: ExecTrace) -> None:
         """Under the tracer's lock, after a batch was recorded: once an open tree's record lists no more entries

@@ -1,7 +1,9 @@
-"""The compiled answerer (trace/answerer.c, adr/0032), loaded with ctypes: the service thread waits in it, and it
-answers the common exec itself without the GIL; everything else it hands to the Python path (tracer.py) as it was
-received. Optional: built at install where a C compiler is (setup.py); without it, or with
-RELAY_EXEC_TRACE_ANSWERER=python, every exec is answered from Python, as before.
+"""The compiled answerer (trace/answerer.c, adr/0032) and native spawner (trace/spawner.c, adr/0036), loaded with
+ctypes: the service thread waits in the answerer, and it answers the common exec itself without the GIL; everything
+else it hands to the Python path (tracer.py) as it was received. The spawner thread waits in the spawner, which
+starts a traced one-shot tree's first process without the GIL, its first exec answered by the answerer. Optional:
+built at install where a C compiler is (setup.py); without it, or with RELAY_EXEC_TRACE_ANSWERER=python, every exec
+is answered and every tree spawned from Python, as before.
 
 Python keeps the answerer's tables: which session leaders name an open tree whose execs it may answer (lineage.py),
 and which absolute paths resolved without anything of a process in them (resolve.locate_cached), each under a
@@ -23,7 +25,7 @@ from relay_shell.trace import resolve, seccomp
 # `python`: the compiled answerer is not used (the suite runs both ways). Not a RELAY_SHELL_ setting: a build and
 # test switch, which the tests' servers inherit (they drop RELAY_SHELL_* from their environment).
 FORCE_PYTHON = "RELAY_EXEC_TRACE_ANSWERER"
-ABI = 3  # answerer.c's ANSWERER_ABI: the layout of what it hands over
+ABI = 4  # answerer.c's ANSWERER_ABI: the layout of what it hands over
 IDLE, RECEIVED, FULL = 0, 1, 2
 PATH_SLOTS = 64
 IDLE_MS = 50  # milliseconds without an exec after which the execs answered here are recorded
@@ -70,7 +72,74 @@ def load() -> tuple[ctypes.CDLL | None, str]:
     library.answerer_received.restype = void_p
     library.answerer_received.argtypes = [void_p]
     library.answerer_wait.argtypes = [void_p, ctypes.c_int, ctypes.c_int]
+    library.answerer_first_answered.restype = i32
+    library.answerer_first_answered.argtypes = [void_p, i32]
+    library.spawner_new.restype = void_p
+    library.spawner_new.argtypes = []
+    library.spawner_attach.argtypes = [void_p, void_p]
+    library.spawner_serve.argtypes = [void_p]
+    library.spawner_submit.argtypes = [void_p, ctypes.POINTER(SpawnRequest)]
+    library.spawner_python.argtypes = [void_p]
     return library, ""
+
+
+class SpawnRequest(ctypes.Structure):
+    """spawner.c's struct spawn_request: one spawn, filled by the event loop's thread (trace/spawn.py)."""
+
+    _fields_ = [
+        ("path", ctypes.c_char_p),
+        ("argv", ctypes.c_void_p),
+        ("envp", ctypes.c_void_p),
+        ("cwd", ctypes.c_char_p),
+        ("stdin_fd", ctypes.c_int32),
+        ("stdout_fd", ctypes.c_int32),
+        ("stderr_fd", ctypes.c_int32),
+        ("unit_threads", ctypes.c_int32),
+        ("home_threads", ctypes.c_int32),
+        ("tree", ctypes.c_int32),
+        ("pid", ctypes.c_int32),
+        ("error", ctypes.c_int32),
+        ("stage", ctypes.c_int32),
+        ("finished", ctypes.c_int32),
+    ]
+
+
+# Where a native spawn failed (spawner.c): the file actions, entering the unit's cgroup, posix_spawn (the program
+# could not run, as Popen reports it), leaving the cgroup (the child was spawned).
+SPAWNED, ACTIONS, ENTERING, SPAWNING, LEAVING = 0, 1, 2, 3, 4
+
+
+class NativeSpawner:
+    """spawner.c's spawner: `serve` on the spawner thread only, `submit` from the thread that waits for a spawn,
+    `python` from any thread."""
+
+    def __init__(self, library: ctypes.CDLL, handle: int) -> None:
+        self.library = library
+        self.handle = ctypes.c_void_p(handle)
+        self.attached = False  # an answerer answers the first exec of what it starts: only then is it used
+
+    def attach(self, answerer: Answerer) -> None:
+        self.library.spawner_attach(self.handle, answerer.handle)
+        self.attached = True
+
+    def serve(self) -> None:
+        """On the spawner thread: spawn what is submitted until work for Python is posted."""
+        self.library.spawner_serve(self.handle)
+
+    def python(self) -> None:
+        self.library.spawner_python(self.handle)
+
+    def submit(self, request: SpawnRequest) -> None:
+        self.library.spawner_submit(self.handle, ctypes.byref(request))
+
+
+def spawner() -> NativeSpawner | None:
+    """The native spawner, or None (not built, built without it, or RELAY_EXEC_TRACE_ANSWERER=python)."""
+    library, _ = load()
+    if library is None or not library.spawner_available():
+        return None
+    handle = library.spawner_new()
+    return NativeSpawner(library, handle) if handle else None
 
 
 @dataclass(slots=True)
@@ -160,6 +229,10 @@ class Answerer:
         if status < 0:
             raise OSError(-status, os.strerror(-status))
         return status
+
+    def first_answered(self, tree: int) -> int:
+        """The pid whose first exec the answerer let go for the native spawner's spawn of tree `tree`; 0: none."""
+        return int(self.library.answerer_first_answered(self.handle, tree))
 
     def received(self) -> tuple[int, int, int, int, tuple[int, ...]]:
         """The notification the answerer received and handed over, unanswered (as Notifications.receive gives

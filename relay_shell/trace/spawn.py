@@ -21,6 +21,9 @@ import signal
 import subprocess
 from typing import IO
 
+from relay_shell.trace import native
+from relay_shell.trace.spawners import Spawner
+
 _POSIX_SPAWN_SETSIGDEF = 0x04
 _POSIX_SPAWN_SETSIGMASK = 0x08
 _POSIX_SPAWN_SETSID = 0x80
@@ -104,6 +107,84 @@ def resolve_program(program: str, env: dict[str, str] | None, cwd: str | None = 
     raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), program)
 
 
+def _pipes(with_stdin: bool, merge_stderr: bool) -> tuple[list[int], list[int], tuple[int, int, int]]:
+    """The child's pipes: the parent's ends, the child's ends, and the child's stdin (-1: /dev/null), stdout and
+    stderr. Every end is closed again when one cannot be made."""
+    parent_ends: list[int] = []
+    child_ends: list[int] = []
+    try:
+        stdout_read, stdout_write = os.pipe2(os.O_CLOEXEC)
+        parent_ends.append(stdout_read)
+        child_ends.append(stdout_write)
+        stderr_target = stdout_write
+        if not merge_stderr:
+            stderr_read, stderr_target = os.pipe2(os.O_CLOEXEC)
+            parent_ends.append(stderr_read)
+            child_ends.append(stderr_target)
+        stdin_read = -1
+        if with_stdin:
+            stdin_read, stdin_write = os.pipe2(os.O_CLOEXEC)
+            parent_ends.append(stdin_write)
+            child_ends.append(stdin_read)
+    except BaseException:
+        _close_all(parent_ends + child_ends)
+        raise
+    return parent_ends, child_ends, (stdin_read, stdout_write, stderr_target)
+
+
+def _close_all(descriptors: list[int]) -> None:
+    for descriptor in descriptors:
+        with contextlib.suppress(OSError):
+            os.close(descriptor)
+
+
+def _child(pid: int, parent_ends: list[int], with_stdin: bool, merge_stderr: bool) -> SpawnedChild:
+    stdout = open(parent_ends[0], "rb", buffering=0)
+    stderr = None if merge_stderr else open(parent_ends[1], "rb", buffering=0)
+    stdin = open(parent_ends[-1], "wb", buffering=0) if with_stdin else None
+    return SpawnedChild(pid, stdin, stdout, stderr)
+
+
+def spawn_natively(
+    spawner: Spawner,
+    tree: int,
+    argv: list[str],
+    cwd: str | None,
+    env: dict[str, str] | None,
+    with_stdin: bool,
+    merge_stderr: bool,
+    path: str,
+    cgroup_threads: tuple[int, int],
+) -> SpawnedChild:
+    """`spawn`, carried out by the native spawner on the spawner thread (trace/spawner.c, adr/0036): the same
+    file actions and attributes, the unit's cgroup (`cgroup_threads`: the unit's and the instance's cgroup.threads,
+    -1 without cgroups) entered and left there, the first exec of tree `tree` answered by the compiled answerer.
+    The event loop's thread waits for it in one foreign call, the GIL released. OSError as `spawn` raises it."""
+    parent_ends, child_ends, (stdin_fd, stdout_fd, stderr_fd) = _pipes(with_stdin, merge_stderr)
+    try:
+        arguments = _array([os.fsencode(item) for item in argv])
+        environment = None if env is None else _array([os.fsencode(f"{name}={value}") for name, value in env.items()])
+        request = native.SpawnRequest(
+            os.fsencode(path), ctypes.cast(arguments, ctypes.c_void_p),
+            None if environment is None else ctypes.cast(environment, ctypes.c_void_p),
+            None if cwd is None else os.fsencode(cwd), stdin_fd, stdout_fd, stderr_fd, cgroup_threads[0],
+            cgroup_threads[1], tree,
+        )  # fmt: skip
+        spawner.submit(request)
+        if request.stage != native.SPAWNED:
+            code = request.error
+            if request.stage == native.SPAWNING:  # the program could not run: as Popen (and `_posix_spawn`) say
+                missing_cwd = code == errno.ENOENT and cwd is not None and not os.path.isdir(cwd)
+                raise OSError(code, os.strerror(code), cwd if missing_cwd else argv[0])
+            raise OSError(code, os.strerror(code))
+    except BaseException:
+        _close_all(parent_ends)
+        raise
+    finally:
+        _close_all(child_ends)
+    return _child(request.pid, parent_ends, with_stdin, merge_stderr)
+
+
 def spawn(
     argv: list[str],
     cwd: str | None,
@@ -116,39 +197,15 @@ def spawn(
     stderr unless merged) and stdin (or /dev/null); `env` None: the server's own environment as it is now (C's
     `environ`, which os.environ keeps up to date: nothing to copy or encode). OSError as Popen raises it when the
     program cannot run."""
-    parent_ends: list[int] = []
-    child_ends: list[int] = []
+    parent_ends, child_ends, (stdin_fd, stdout_fd, stderr_fd) = _pipes(with_stdin, merge_stderr)
     try:
-        stdout_read, stdout_write = os.pipe2(os.O_CLOEXEC)
-        parent_ends.append(stdout_read)
-        child_ends.append(stdout_write)
-        stderr_read = stderr_write = -1
-        if not merge_stderr:
-            stderr_read, stderr_write = os.pipe2(os.O_CLOEXEC)
-            parent_ends.append(stderr_read)
-            child_ends.append(stderr_write)
-        stdin_read = stdin_write = -1
-        if with_stdin:
-            stdin_read, stdin_write = os.pipe2(os.O_CLOEXEC)
-            parent_ends.append(stdin_write)
-            child_ends.append(stdin_read)
-        stderr_target = stdout_write if merge_stderr else stderr_write
-        pid = _posix_spawn(path, argv, env, cwd, stdin_read if with_stdin else None, stdout_write, stderr_target)
+        pid = _posix_spawn(path, argv, env, cwd, stdin_fd if with_stdin else None, stdout_fd, stderr_fd)
     except BaseException:
-        for descriptor in parent_ends:
-            with contextlib.suppress(OSError):
-                os.close(descriptor)
+        _close_all(parent_ends)
         raise
     finally:
-        for descriptor in child_ends:
-            with contextlib.suppress(OSError):
-                os.close(descriptor)
-    return SpawnedChild(
-        pid,
-        open(stdin_write, "wb", buffering=0) if with_stdin else None,
-        open(stdout_read, "rb", buffering=0),
-        open(stderr_read, "rb", buffering=0) if not merge_stderr else None,
-    )
+        _close_all(child_ends)
+    return _child(pid, parent_ends, with_stdin, merge_stderr)
 
 
 def _check(code: int) -> None:

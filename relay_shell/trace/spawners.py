@@ -18,6 +18,11 @@ spawner thread was kept parked until the terminal closed.
 
 Other work may be posted to it (`post`): run between spawns without anyone waiting for it. Readonly's traced spare
 threads are made so (confine/spares.py): a thread made by this one carries its exec filter.
+
+Where the native spawner is built (trace/spawner.c, adr/0036) the thread waits in it, without the GIL: a one-shot
+tree's first process is spawned there (`submit`), its first exec answered by the compiled answerer, and no
+hand-over of the spawn needs the GIL; work for Python (`run`, `post`, closing) makes it return to this same thread,
+which runs the work and waits in it again.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ import _thread
 import threading
 from collections.abc import Callable
 
-from relay_shell.trace import seccomp
+from relay_shell.trace import native, seccomp
 
 
 class Spawner:
@@ -49,6 +54,7 @@ class Spawner:
         self.work: Callable[[], None] | None = None
         self.posted = False  # posted work runs or ran, and `done` was not yet taken back for it
         self.closed = False
+        self.native = native.spawner()  # None: the thread waits on `go` (no compiler, or the Python path forced)
 
     def start(self) -> Spawner:
         _thread.start_new_thread(self._run, ())
@@ -65,7 +71,10 @@ class Spawner:
         if self.listener is None:
             return
         while True:
-            self.go.acquire()
+            if self.native is not None:
+                self.native.serve()  # spawns what is submitted, until work for Python is posted
+            else:
+                self.go.acquire()
             work = self.work
             if work is None:  # closed: the thread ends, and the filter with it
                 self.done.release()
@@ -83,8 +92,23 @@ class Spawner:
                 raise RuntimeError("the spawner thread has ended")
             self._posted_done(wait=True)
             self.work = work
-            self.go.release()
+            self._wake()
             self.done.acquire()
+
+    def submit(self, request: native.SpawnRequest) -> None:
+        """A tree's first process spawned natively on the spawner thread (trace/spawn.py `spawn_natively`), waited
+        for with the GIL released."""
+        assert self.native is not None
+        with self.one_at_a_time:
+            if self.closed:
+                raise RuntimeError("the spawner thread has ended")
+            self.native.submit(request)
+
+    def _wake(self) -> None:
+        if self.native is not None:
+            self.native.python()
+        else:
+            self.go.release()
 
     def run_on(self, hand: Callable[[Callable[[], None]], object], work: Callable[[], None]) -> None:
         """Run `work` through `hand` (on a thread this one made) in the spawners' turn: one tree's first process
@@ -100,7 +124,7 @@ class Spawner:
                 return
             self.work = work
             self.posted = True
-            self.go.release()
+            self._wake()
 
     def _posted_done(self, wait: bool) -> bool:
         """Under one_at_a_time: whether no posted work runs any more (waiting for it when `wait`)."""
@@ -119,5 +143,5 @@ class Spawner:
             self.closed = True
             self._posted_done(wait=True)
             self.work = None
-            self.go.release()
+            self._wake()
             self.done.acquire()

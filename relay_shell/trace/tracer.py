@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import logging
 import os
 import select
@@ -105,6 +104,7 @@ class ExecTracer:
         self.answerer: native.Answerer | None = None  # the compiled answerer (adr/0032), when built and allowed
         self.answerer_state = ""  # why not, when not
         self.answered_natively = 0  # execs the compiled answerer answered
+        self.native_spawns = False
         self._probe()
         if self.state == "on":
             threading.Thread(target=self._serve, name="relay-shell-exec-trace", daemon=True).start()
@@ -143,6 +143,9 @@ class ExecTracer:
         if self.answerer is not None:
             self.answerer.enable(not self.deny)  # with EXEC_DENY every answer depends on what was read: Python's
             self.lineage.answerer = self.answerer
+            if spawner.native is not None and self.first_unread:  # it answers the first exec of what it spawns
+                spawner.native.attach(self.answerer)
+                self.native_spawns = True  # a one-shot tree's first process is spawned natively (adr/0036)
         self.state = "on"
         self.reason = "seccomp user notification on every execve/execveat of the trees calls and sessions start"
         if self.no_new_privs:
@@ -151,11 +154,14 @@ class ExecTracer:
                 "run without their privilege (RELAY_SHELL_EXEC_TRACE=off restores it)"
             )
 
-    async def spawn(self, trace: ExecTrace, start: Callable[[], T], unit: Unit, on: Hand | None = None) -> T:
+    async def spawn(
+        self, trace: ExecTrace, start: Callable[[], T], unit: Unit, on: Hand | None = None, native: bool = False
+    ) -> T:
         """Run `start` (which starts the tree's first process) on the spawner thread, or on `on` (readonly: a spare
-        thread the spawner thread made, confined, carrying its filter: confine/spares.py), the tree registered
-        under its unit first. The event loop waits for the spawn without returning to the loop, as it waits for
-        Popen's; it cannot deadlock: the execs the spawn waits for are answered by the service thread."""
+        thread the spawner thread made, confined, carrying its filter: confine/spares.py), or (`native`) here,
+        handing the spawn itself to the native spawner (adr/0036), the tree registered under its unit first. The
+        event loop waits for the spawn without returning to the loop, as it waits for Popen's; it cannot deadlock:
+        the execs the spawn waits for are answered by the service thread."""
         if self.spawner is None or not self.active:  # the trace stopped: the launcher makes no traced tree now
             return start() if on is None else on(start)  # a confined spawn stays on its confined thread
         self.loop = asyncio.get_running_loop()
@@ -170,14 +176,18 @@ class ExecTracer:
         with self.lock:
             self.lineage.register(trace, unit)
             self.lineage.starting = trace
+            self.lineage.native_first = trace if native else None
         try:
-            if on is None:
+            if native:
+                work()
+            elif on is None:
                 self.spawner.run(work)
             else:
                 self.spawner.run_on(on, work)
         finally:
             with self.lock:
-                self.lineage.starting = None
+                self.lineage.learn_first()
+                self.lineage.starting = self.lineage.native_first = None
         result, failure = outcome[0]
         if failure is not None:
             raise failure
@@ -276,6 +286,10 @@ class ExecTracer:
                 notifications.answer(notif_id, 0)
             return
         tree = lineage.quick(pid)
+        if tree is None and lineage.native_first is not None:  # the native spawn's first exec was let go in C
+            with self.lock:
+                lineage.learn_first()
+            tree = lineage.quick(pid)
         stat = None
         if tree is None:  # the full way, while the process waits (it may exit as soon as it is answered)
             stat = read_stat(pid)
@@ -322,6 +336,7 @@ class ExecTracer:
         """Under the lock: the waiting execs into their traces, in the order they were answered (the compiled
         answerer's and the Python path's, both answered by the service thread one at a time)."""
         pending, self.pending = self.pending, []
+        self.lineage.learn_first()  # its pid into the held first entry, before any later exec of the tree is added
         if self.answerer is not None:
             pending = self._answered_natively(pending)
         touched: set[ExecTrace] = set()
@@ -359,7 +374,7 @@ class ExecTracer:
     def _unreadable(self, target: ExecTrace, answered: _Answered) -> None:
         refused = answered.paused.answer != 0
         outcome = "unreadable-denied" if refused else "unreadable"
-        self._count("denied" if refused else outcome)
+        self.count_exec("denied" if refused else outcome)
         entry = None
         if target.wants_entry():
             entry = unreadable_entry(target.started, answered.at, answered.pid, answered.ppid, refused)
@@ -378,7 +393,7 @@ class ExecTracer:
         if outcome == "ENOENT":
             target.missed()
             return False
-        self._count(outcome)
+        self.count_exec(outcome)
         argv = [item.decode("utf-8", errors="backslashreplace") for item in raw_argv]
         shown = redacted_argv(argv)
         fields = resolved_fields(found) | ({"refusal": paused.refusal} if paused.refusal else {})
@@ -445,33 +460,7 @@ class ExecTracer:
         for tree in [*self.late_waiting, self.stray]:
             self._write_late(tree, now=True, direct=direct)
 
-    # -- the tree's first exec: the server's own posix_spawn, answered unread ---------------------------------
-
-    def first_exec(self, trace: ExecTrace, path: str, argv: list[str], found: Any, denied: bool) -> None:
-        """Before the spawn: the exec about to happen (nothing of the tree runs yet, so it is first), held until
-        its outcome is known (its entry is built then, off the spawn's path). PermissionError when EXEC_DENY
-        refuses it (recorded as refused; nothing is spawned). `found` is its resolve.Target, `denied` the verdict
-        on it."""
-        setid = found.setid and self.no_new_privs and not denied
-        with self.lock:
-            self._count("denied" if denied else "ok")
-            trace.first = [time.monotonic(), 0, os.getpid(), path, argv, found, "denied" if denied else "ok", setid]
-            if denied:
-                trace.flush_first()
-                raise PermissionError(errno.EPERM, os.strerror(errno.EPERM), path)
-
-    def first_exec_started(self, trace: ExecTrace, pid: int) -> None:
-        with self.lock:
-            if trace.first is not None:
-                trace.first[1] = pid
-
-    def first_exec_failed(self, trace: ExecTrace, error: OSError) -> None:
-        """The exec failed (posix_spawn said why): nothing of the tree ran."""
-        with self.lock:
-            if trace.first is not None:
-                trace.first[6] = errno.errorcode.get(error.errno or 0, "error")
-
-    def _count(self, outcome: str) -> None:
+    def count_exec(self, outcome: str) -> None:
         self.traced += 1
         if self.metrics is not None:
             self.metrics.execs_traced.inc()

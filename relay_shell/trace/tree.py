@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import errno
 import os
+import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from relay_shell.errors import ToolError
 from relay_shell.plan import Plan
@@ -22,15 +23,24 @@ from relay_shell.trace.answer import UNDETERMINED_REFUSED
 from relay_shell.trace.deny import refusal
 from relay_shell.trace.lineage import Unit
 from relay_shell.trace.record import ExecTrace
-from relay_shell.trace.spawn import SPAWN_MISSING, SPAWN_READY, SpawnedChild, resolve_program, spawn
+from relay_shell.trace.spawn import SPAWN_MISSING, SPAWN_READY, SpawnedChild, resolve_program, spawn, spawn_natively
 from relay_shell.trace.tracer import ExecTracer
 
 T = TypeVar("T")
 C = TypeVar("C")
-# The tree's containment unit starting its process (containment/units.py `Unit.spawning`): the environment with
-# the unit's marker, the spawning thread in the unit's cgroup. The launcher hands it over; trace/ imports nothing
-# of containment.
-Spawning = Callable[[dict[str, str] | None], AbstractContextManager[dict[str, str] | None]]
+
+
+class Spawning(Protocol):
+    """The tree's containment unit starting its process (containment/units.py `Unit.spawning`): the environment
+    with the unit's marker, the spawning thread in the unit's cgroup (or, `elsewhere`, the unit's and the
+    instance's cgroup.threads for the native spawner to enter and leave itself). The launcher hands it over; trace/
+    imports nothing of containment."""
+
+    def __call__(
+        self, env: dict[str, str] | None, elsewhere: list[int] | None = None
+    ) -> AbstractContextManager[dict[str, str] | None]: ...
+
+
 # Readonly confinement (launch.py, confine/): runs the spawn on a new thread that confined itself first (made by
 # the spawner thread, so it inherits the exec filter), or just runs it when nothing is confined.
 Confined = Callable[[Callable[[], SpawnedChild]], SpawnedChild]
@@ -66,15 +76,22 @@ class TracedTree:
             self.tracer.untraced_trees += 1
             return untraced()
         spare = self.tracer.spares() if self.tracer.spares is not None else None  # readonly: adr/0031
+        # Not readonly (nothing to confine: launch.py gives a tracer spares exactly then): the spawn itself is the
+        # native spawner's (adr/0036), handed over and waited for without the GIL; the rest below on this thread.
+        native = self.tracer.spares is None and self.tracer.native_spawns and self.tracer.active
 
         def start() -> SpawnedChild:
-            """On the spawner thread (or the spare), while the event loop waits for it. The server's own
-            environment (env None) gets the unit's marker for the spawn, as it does for Popen
-            (containment/units.py), and is passed as it is: nothing copied or encoded."""
-            with spawning(env) as child_env:
+            """On the spawner thread (or the spare; natively: on the event loop's thread, up to the spawn), while
+            the event loop waits for it. The server's own environment (env None) gets the unit's marker for the
+            spawn, as it does for Popen (containment/units.py), and is passed as it is: nothing copied or
+            encoded."""
+            threads: list[int] | None = [] if native else None
+            with spawning(env, threads) as child_env:
                 path = resolve_program(argv[0], child_env, cwd)
 
                 def one() -> SpawnedChild:
+                    if threads is not None:
+                        return self._spawn_natively(argv, cwd, child_env, with_stdin, merge_stderr, path, threads)
                     if spare is not None:  # on the spare, confined already
                         return spawn(argv, cwd, child_env, with_stdin, merge_stderr, path)
                     return confined(lambda: spawn(argv, cwd, child_env, with_stdin, merge_stderr, path))
@@ -87,13 +104,13 @@ class TracedTree:
                 try:
                     child = one()
                 except OSError as exc:
-                    self.tracer.first_exec_failed(self.execs, exc)
+                    self._first_outcome(0, exc)
                     raise
-                self.tracer.first_exec_started(self.execs, child.pid)
+                self._first_outcome(child.pid, None)
                 return child
 
         try:
-            return await self.tracer.spawn(self.execs, start, self.unit, spare)
+            return await self.tracer.spawn(self.execs, start, self.unit, spare, native)
         except OSError as exc:
             if exc.errno != errno.ENOSYS or self.tracer.active:
                 raise
@@ -101,6 +118,22 @@ class TracedTree:
             self.execs.state = f"untraced: {self.tracer.reason}"
             self.tracer.untraced_trees += 1
             return untraced()
+
+    def _spawn_natively(
+        self,
+        argv: list[str],
+        cwd: str | None,
+        env: dict[str, str] | None,
+        with_stdin: bool,
+        merge_stderr: bool,
+        path: str,
+        threads: list[int],
+    ) -> SpawnedChild:
+        spawner = self.tracer.spawner
+        assert spawner is not None
+        token = self.tracer.lineage.token_of[self.execs]
+        cgroup_threads = (threads[0], threads[1]) if threads else (-1, -1)
+        return spawn_natively(spawner, token, argv, cwd, env, with_stdin, merge_stderr, path, cgroup_threads)
 
     def first_exec(self, path: str, argv: list[str], cwd: str | None) -> None:
         """The server's own exec, checked like any other: resolved (links, a `#!` chain: a relative interpreter is
@@ -118,7 +151,29 @@ class TracedTree:
             denied = why is not None
             if why:
                 found.undetermined = f"{UNDETERMINED_REFUSED}: {why}"
-        self.tracer.first_exec(self.execs, path, argv, found, denied)
+        self._hold_first(path, argv, found, denied)
+
+    def _hold_first(self, path: str, argv: list[str], found: resolve.Target, denied: bool) -> None:
+        """Before the spawn: the exec about to happen (nothing of the tree runs yet, so it is first), held until
+        its outcome is known (its entry is built then, off the spawn's path). PermissionError when EXEC_DENY
+        refuses it (recorded as refused; nothing is spawned)."""
+        tracer, trace = self.tracer, self.execs
+        setid = found.setid and tracer.no_new_privs and not denied
+        with tracer.lock:
+            tracer.count_exec("denied" if denied else "ok")
+            trace.first = [time.monotonic(), 0, os.getpid(), path, argv, found, "denied" if denied else "ok", setid]
+            if denied:
+                trace.flush_first()
+                raise PermissionError(errno.EPERM, os.strerror(errno.EPERM), path)
+
+    def _first_outcome(self, pid: int, error: OSError | None) -> None:
+        """After the spawn: the first exec's pid, or why it failed (posix_spawn said: nothing of the tree ran)."""
+        with self.tracer.lock:
+            first = self.execs.first
+            if first is not None and error is not None:
+                first[6] = errno.errorcode.get(error.errno or 0, "error")
+            elif first is not None:
+                first[1] = pid
 
     def raise_if_refused(self) -> None:
         """After the start failed with EPERM: ExecDenied when RELAY_SHELL_EXEC_DENY refused every exec of the tree,
