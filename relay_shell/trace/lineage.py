@@ -102,6 +102,7 @@ class Lineage:
     # Session leaders of trees: a tree's leader, or a process of it that ran setsid -> (start time or 0, tree,
     # pidfd or -1). A leader of an open tree is trusted as it is; any other is checked (pidfd, start time).
     leaders: dict[int, tuple[int, ExecTrace, int]] = field(default_factory=dict)
+    leaders_of: dict[ExecTrace, set[int]] = field(default_factory=dict)  # the same, by tree (forget: no scan)
     known: dict[int, tuple[int, ExecTrace]] = field(default_factory=dict)  # learnt pid -> (start time, tree)
     pids: dict[ExecTrace, set[int]] = field(default_factory=dict)  # a tree's learnt processes
     by_marker: dict[str, ExecTrace] = field(default_factory=dict)
@@ -144,7 +145,7 @@ class Lineage:
 
     def leader(self, pid: int, tree: ExecTrace) -> None:
         """The tree's first process (a session leader by posix_spawn's or the terminal's setsid)."""
-        self.leaders[pid] = (0, tree, -1)
+        self._set_leader(pid, (0, tree, -1))
         token = self.token_of.get(tree)
         if self.answerer is not None and token is not None and not tree.closed:
             self.answerer.leader(pid, token, fast=False)  # its first entries are listed: their parent is read
@@ -160,7 +161,7 @@ class Lineage:
         if pid == 0:
             return
         self.native_first = None
-        self.leaders[pid] = (0, tree, -1)
+        self._set_leader(pid, (0, tree, -1))
         if tree.first is not None and tree.first[1] == 0:
             tree.first[1] = pid
 
@@ -180,7 +181,7 @@ class Lineage:
             descriptor = os.pidfd_open(pid)
         except OSError:
             return
-        self.leaders[pid] = (start, tree, descriptor)
+        self._set_leader(pid, (start, tree, descriptor))
 
     def close(self, tree: ExecTrace) -> None:
         """The tree's record is written (its leader reaped). It stays known for its late execs, among the most
@@ -208,12 +209,23 @@ class Lineage:
         for pid in self.pids.pop(tree, set()):
             if self.known.get(pid, (0, None))[1] is tree:
                 del self.known[pid]
-        for pid, (_, owner, descriptor) in list(self.leaders.items()):
-            if owner is tree:
-                self._drop_leader(pid, descriptor)
+        for pid in self.leaders_of.pop(tree, set()):
+            entry = self.leaders.get(pid)
+            if entry is not None and entry[1] is tree:
+                self._drop_leader(pid, entry[2])
+
+    def _set_leader(self, pid: int, entry: tuple[int, ExecTrace, int]) -> None:
+        previous = self.leaders.get(pid)
+        if previous is not None:  # the pid named another leader before: its index entry and pidfd go
+            self.leaders_of.get(previous[1], set()).discard(pid)
+            if previous[2] >= 0 and previous[2] != entry[2]:
+                os.close(previous[2])
+        self.leaders[pid] = entry
+        self.leaders_of.setdefault(entry[1], set()).add(pid)
 
     def _drop_leader(self, pid: int, descriptor: int) -> None:
-        del self.leaders[pid]
+        _, tree, _ = self.leaders.pop(pid)
+        self.leaders_of.get(tree, set()).discard(pid)
         if descriptor >= 0:
             os.close(descriptor)
 
