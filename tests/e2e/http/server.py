@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx2
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT, MCP_DEFAULT_TIMEOUT, create_mcp_http_client
 
 from tests.conftest import server_env
 
@@ -66,7 +67,12 @@ def stop(server: HttpServer) -> int:
 @asynccontextmanager
 async def client(server: HttpServer, token: str | None, mode: str = "auto") -> AsyncIterator[Client]:
     headers = {"Authorization": f"Bearer {token}"} if token else {}
-    transport = streamable_http_client(server.url, http_client=create_mcp_http_client(headers=headers))
+    # A request queued for one of the pool's 100 connections waits as long as a read may (the SDK's pool wait is
+    # 30 s): the concurrency tests send 250-500 calls at once, which on a loaded two-core machine queue for longer.
+    # They check records and results, not speed (that is benchmarks/bench_http.py).
+    timeout = httpx2.Timeout(MCP_DEFAULT_TIMEOUT, read=MCP_DEFAULT_SSE_READ_TIMEOUT, pool=MCP_DEFAULT_SSE_READ_TIMEOUT)
+    http_client = create_mcp_http_client(headers=headers, timeout=timeout)
+    transport = streamable_http_client(server.url, http_client=http_client)
     async with Client(transport, mode=mode) as connected:  # type: ignore[arg-type]
         yield connected
 
