@@ -7,8 +7,10 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+from relay_shell.plan import Subject
 from relay_shell.policy.calls import READ, Call, Verdict, verdict
 from relay_shell.policy.clients import curl_verdict, scp_verdict, ssh_verdict, wget_verdict
+from relay_shell.policy.findings import Finding
 
 # -- users, network configuration, firewalls ------------------------------------------------------------------
 
@@ -195,3 +197,15 @@ RULES: dict[str, Callable[[Call], Verdict]] = {
     "jekyll": _server,
     "php": _server,
 }
+
+
+def connection_findings(subject: Subject) -> list[Finding]:
+    """How an SSH call connects: host-key checking turned off, a listener open to other hosts."""
+    findings = []
+    if subject.unverified_host_key:
+        findings.append(
+            Finding("known_hosts=ignore " + " ".join(subject.hosts[:1]), 2, "host-key checking turned off (ignore)")
+        )
+    if subject.exposed_listener is not None:
+        findings.append(Finding(f"bind_address {subject.exposed_listener}", 2, "a listener reachable from other hosts"))
+    return findings

@@ -24,11 +24,14 @@ _RUNS_COMMAND = words(
 _CHANGES = words(
     "unlink rmdir removedirs renames chmod lchmod chown lchown killpg truncate write_text write_bytes symlink"
     " symlink_to hardlink_to link mkfifo mknod setuid setgid seteuid setegid chroot copyfile copytree sendfile"
-    " utime fchmod fchown ftruncate pwrite"
+    " utime fchmod fchown ftruncate pwrite pthread_kill pidfd_send_signal send_signal"
+    # C functions called directly (`ctypes.CDLL(None).kill(pid, 9)`): whatever libc does, nothing reads it
+    " CDLL PyDLL WinDLL LoadLibrary cdll pydll"
 )
 # Names other objects use too (`list.remove`, `str.replace`, `asyncio.run`): only called bare or on these modules.
 _AMBIGUOUS = words("remove rename replace kill move copy copy2 run call")
 _MODULES = words("os posix shutil subprocess sp signal")
+_PROCESS_METHODS = words("kill terminate suspend send_signal nice ionice rlimit")
 _DYNAMIC = words("eval exec compile __import__ execfile breakpoint")
 _DYNAMIC_ATTRIBUTES = words("import_module load_module exec_module run_path run_module")
 _WRITE_MODES = frozenset("wax+")
@@ -54,12 +57,16 @@ def python_verdict(code: str) -> Verdict:
     argvs: list[tuple[str, ...]] = []
     names, modules = _bindings(tree)
     called = {id(node.func) for node in ast.walk(tree) if isinstance(node, ast.Call)}
+    found: tuple[int, str] | None
     for node in ast.walk(tree):
         if isinstance(node, ast.Call):
             name = _called_name(node.func, names)
-            if name in _AMBIGUOUS and not _bare_or_module(node.func, names, modules):
+            if name in _PROCESS_METHODS and "psutil" in modules.values():  # psutil.Process(pid).kill()
+                found = (2, "python code signals processes (psutil)")
+            elif name in _AMBIGUOUS and not _bare_or_module(node.func, names, modules):
                 continue
-            found = _call(name, node, shell, argvs) or _module_call(node.func, modules)
+            else:
+                found = _call(name, node, shell, argvs) or _module_call(node.func, modules)
         elif isinstance(node, (ast.Attribute, ast.Name)) and id(node) not in called:
             found = _reference(node, names, modules)
         elif isinstance(node, ast.Subscript):

@@ -13,7 +13,7 @@ def words(text: str) -> frozenset[str]:
     return frozenset(text.split())
 
 
-SHELLS = words("sh bash dash zsh ksh mksh ash fish csh tcsh yash")
+SHELLS = words("sh bash dash zsh ksh mksh ash fish csh tcsh yash hush")
 INTERPRETERS = words(
     "python python2 python3 pypy pypy3 perl ruby node nodejs deno bun php lua luajit tclsh wish awk gawk mawk nawk"
     " osascript Rscript julia"
@@ -107,6 +107,17 @@ WRAPPERS: dict[str, frozenset[str]] = {
         " --process-slot-var"
     ),
     "parallel": words("-j -S --jobs --sshlogin --joblog --results --delay --timeout -a --arg-file"),
+    "numactl": words(
+        "-C -N -m -p -i -w --physcpubind --cpunodebind --membind --preferred --interleave --weighted-interleave"
+        " --preferred-many"
+    ),
+    "trickle": words("-u -d -w -t -l -n"),
+    "eatmydata": frozenset(),
+    "nocache": frozenset(),
+    "daemonize": words("-c -e -E -o -p -l -u"),
+    "dtach": words("-a -A -c -n -e -r"),
+    "mpirun": words("-n -np -c -H -N -x --host --hostfile --machinefile --map-by --bind-to --rank-by --wdir"),
+    "mpiexec": words("-n -np -c -H -N -x --host --hostfile --machinefile --map-by --bind-to --rank-by --wdir"),
 }
 # Wrappers whose first operand is not the command: `chrt -f 99 cmd`, `taskset -c 0-3 cmd`, `flock /lock cmd`,
 # `chroot /srv/root cmd`, `timeout 10 cmd`, `faketime 'yesterday' cmd`. (flock -c and sg: wrappers.py.)
@@ -117,6 +128,8 @@ WRAPPER_OPERANDS: dict[str, tuple[frozenset[str], int]] = {
     "chroot": (words("--userspec --groups"), 1),
     "timeout": (words("-s -k --signal --kill-after"), 1),
     "faketime": (words("-p --date-prog"), 1),  # -f (the advanced format) and -m are flags
+    "lckdo": (words("-W"), 1),
+    "envdir": (frozenset(), 1),
 }
 # Top-level system directories: recursive chmod/chown or a move of one of them is irreversible.
 SYSTEM_DIRS = words(
