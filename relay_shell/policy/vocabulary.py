@@ -156,10 +156,21 @@ PROTECTED_PREFIXES = (
     "/efi/",
 )
 # Shell and login configuration in a home directory: editing it changes every later session.
+# Files whose content a program later runs, loads or obeys as code (a write there is a change to what runs, 2):
+# shell and login files, ssh, autostart and systemd units; and (round 5) git's configuration and hooks in any
+# repository (`core.fsmonitor` in .git/config runs at the next `git status`, which is 0), the user's gitconfig,
+# editors', pagers', clients' and tools' rc files that run commands (vim, less, tmux, gdb, psql, mysql's pager,
+# curl/wget output options, npm/yarn scripts, kube/aws/docker credential programs, cargo runners, pip indexes,
+# fish/nvim config), and Python's start-up hooks (sitecustomize, .pth files in site-packages).
 USER_CONFIG = re.compile(
     r"^(?:~|\$HOME|\$\{HOME\}|/home/[^/]+|/root)/(?:\.(?:bashrc|bash_profile|bash_login|bash_logout|profile|zshrc"
-    r"|zprofile|zshenv|zlogin|inputrc|netrc|pam_environment|xinitrc|xprofile|xsession)$|\.ssh/|\.config/autostart/"
-    r"|\.config/systemd/|\.gnupg/)"
+    r"|zprofile|zshenv|zlogin|zlogout|inputrc|netrc|pam_environment|xinitrc|xprofile|xsession|gitconfig|vimrc"
+    r"|gvimrc|exrc|lesskey|curlrc|wgetrc|npmrc|yarnrc|yarnrc\.yml|pythonrc|tmux\.conf|screenrc|gdbinit|psqlrc"
+    r"|sqliterc|my\.cnf|irbrc|pryrc|Rprofile|muttrc|mailrc)$|\.ssh/|\.config/autostart/|\.config/systemd/|\.gnupg/"
+    r"|\.config/(?:git|nvim|pip|tmux)/|\.config/fish/(?:config\.fish$|conf\.d/)|\.kube/config$|\.aws/(?:config|credentials)$|\.docker/config\.json$"
+    r"|\.cargo/config|\.pip/)"
+    r"|^(?:.*/)?\.git/(?:config$|hooks/|modules/.*/(?:config$|hooks/))"
+    r"|^(?:.*/)?(?:site|dist)-packages/(?:[^/]+\.pth|sitecustomize\.py|usercustomize\.py)$"
 )
 CRITICAL_FILES = words(
     "/etc/passwd /etc/shadow /etc/group /etc/gshadow /etc/sudoers /etc/fstab /etc/hosts /etc/resolv.conf"

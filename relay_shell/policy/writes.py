@@ -41,7 +41,7 @@ def redirect_findings(
         elif target in CRITICAL_FILES or target.startswith("/boot/"):
             tier = 3 if operator != ">>" and operator != "&>>" else 2
             findings.append(Finding(f"{operator} {shown}", tier, f"writes {shown}"))
-        elif is_protected(target) or USER_CONFIG.match(target):
+        elif is_protected(target) or USER_CONFIG.match(target) or USER_CONFIG.match(written):
             findings.append(Finding(f"{operator} {shown}", 2, f"writes system or login file {shown}"))
         else:
             findings.append(Finding(f"{operator} {shown}", 1, f"writes {shown}"))
