@@ -378,8 +378,8 @@ def _program_findings(
         tier, reason = found.tier, found.reason
     if command.heredoc is not None or command.redirects:
         findings += _heredoc_findings(program, command, depth, env)
-    if program in SHELLS or program in (".", "source"):
-        findings += unseen_script_findings(program, words, command)
+    if program in SHELLS or program in (".", "source") or "/fd/" in canonical:
+        findings += unseen_script_findings(program, words, command, _readers(env), depth)
     piped_script = program in (".", "source") and script_operand(words).startswith(_PIPED_SCRIPT)
     if command.piped_into and (program in SHELLS or is_interpreter(program) or program in STDIN_SHELLS or piped_script):
         operands = [word for word in words[1:] if not word.startswith("-")]

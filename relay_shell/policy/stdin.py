@@ -7,6 +7,7 @@ other program stdin is data. The readers of shell text and Python come from clas
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -139,11 +140,29 @@ def stdin_findings(words: list[str], stdin: str, readers: Readers, depth: int = 
         return [Finding(stdin[:200], *mongo_tier(stdin))]
     if program == "dc" and dc_reads_stdin(stripped):
         return [finding for command in dc_commands(stdin) for finding in readers.shell(command, depth + 1)]
+    if program in ("make", "gmake") and any(
+        stripped[index - 1] == "-f" for index, word in enumerate(stripped) if word in STDIN_NAMES and index
+    ):
+        return _makefile_findings(stdin, readers, depth)
     if is_interpreter(program) and (not operands or operands == ["-"]):
         if program.startswith("python"):
             return readers.python(stdin, depth)
         return [Finding(program, 2, "script on stdin")]
     return []
+
+
+_MAKE_SHELL = re.compile(r"\$[({]shell[ \t]+([^)}]*)[)}]")
+
+
+def _makefile_findings(text: str, readers: Readers, depth: int) -> list[Finding]:
+    """A makefile read from stdin: its recipe lines are shell text (make runs them), and so are its `$(shell …)`."""
+    findings = [Finding(text[:200], 1, "make runs the recipes of a makefile from stdin")]
+    for line in text.splitlines():
+        if line.startswith("\t"):
+            findings += readers.shell(line.lstrip("\t").lstrip("@+-"), depth + 1)
+    for match in _MAKE_SHELL.finditer(text):
+        findings += readers.shell(match.group(1), depth + 1)
+    return findings
 
 
 def _crontab_findings(text: str, readers: Readers, depth: int) -> list[Finding]:
@@ -232,13 +251,18 @@ _UNSEEN = "reads shell text from a descriptor the classifier cannot see (a proce
 _FEEDS = ("<<<", "<<", "<<-")
 
 
-def unseen_script_findings(program: str, words: list[str], command: Command) -> list[Finding]:
+def unseen_script_findings(
+    program: str, words: list[str], command: Command, readers: Readers, depth: int
+) -> list[Finding]:
     """A shell or `source` whose script is `/dev/fd/N` (a process substitution: `bash <(…)`, `source <(…)`), or
     a shell reading stdin redirected from one (`sh < <(…)`, `sh <&3`): the text it runs is only known at run time
-    (3), unless a here-document or here-string on the same command gives it (classified as shell text there)."""
-    if program not in SHELLS and program not in (".", "source"):
-        return []
+    (3), unless a here-document or here-string on the same command gives it (classified as shell text there).
+    Any other program given its program as `/dev/fd/N` (`awk -f /dev/fd/3 3<<EOF`, `perl <(…)`, `make -f
+    /dev/fd/3`) reads it as stdin would be read: the here-document's text in its language, or 3 when it comes from
+    a process substitution or a descriptor nobody sees."""
     fed = command.heredoc is not None or any(operator in _FEEDS for operator, _ in command.redirects)
+    if program not in SHELLS and program not in (".", "source"):
+        return _descriptor_program(program, words, command, readers, depth) if words else []
     script = script_operand(words)
     if script.startswith(_PIPED) and script not in STDIN_NAMES and not fed:
         return [Finding(" ".join(words)[:200], 3, f"{program} {_UNSEEN}")]
@@ -249,6 +273,28 @@ def unseen_script_findings(program: str, words: list[str], command: Command) -> 
     if reads_stdin and redirected and not fed:
         return [Finding(" ".join(words)[:200], 3, f"{program} {_UNSEEN}")]
     return []
+
+
+def _descriptor_program(
+    program: str, words: list[str], command: Command, readers: Readers, depth: int
+) -> list[Finding]:
+    paths = [word for word in words[1:] if word.startswith(_PIPED) and word not in STDIN_NAMES]
+    if not paths:
+        return []
+    as_stdin = [("/dev/stdin" if word in paths else word) for word in words]
+    makefile = program in ("make", "gmake") and any(
+        word == "/dev/stdin" and as_stdin[index - 1] in ("-f", "--file", "--makefile")
+        for index, word in enumerate(as_stdin)
+    )
+    if not makefile and stdin_language(program, as_stdin) is None:
+        return []  # the descriptor is data (`diff <(ls a) <(ls b)`), not the program
+    bodies = [command.heredoc] if command.heredoc is not None else []
+    bodies += [target for operator, target in command.redirects if operator == "<<<"]
+    findings = [finding for body in bodies for finding in stdin_findings(as_stdin, body, readers, depth)]
+    if not bodies:
+        why = f"{program} reads its program from a descriptor the classifier cannot see (a process substitution)"
+        findings.append(Finding(" ".join(words)[:200], 3, why))
+    return findings
 
 
 def group_stdin_findings(text: str, commands: list[Command], readers: Readers) -> list[Finding]:
