@@ -106,7 +106,7 @@ def _command(tokens: list[str], index: int, shell: list[str], what: str, piped: 
             return verdict(2, "gawk sends data to a network connection")
         shell.append(f": | {text}" if piped else text)
         return verdict(0, what)
-    return verdict(2, f"{what} built at run time: cannot classify")
+    return verdict(3, f"{what} built at run time: a command only known at run time (adr/0025)")
 
 
 def _command_before(tokens: list[str], index: int, shell: list[str]) -> Verdict:
@@ -116,7 +116,7 @@ def _command_before(tokens: list[str], index: int, shell: list[str]) -> Verdict:
     if token.startswith('"') and (not before or before in _STATEMENT_END or before in ("(", ",", "=", "&&", "||")):
         shell.append(_unquoted(token))
         return verdict(0, "awk reads a command's output")
-    return verdict(2, "awk reads the output of a command built at run time: cannot classify")
+    return verdict(3, "awk reads the output of a command built at run time: a command only known at run time")
 
 
 def _redirected(target: str) -> Verdict:

@@ -31,6 +31,7 @@ from relay_shell.policy.find import fd_selection, find_selection
 from relay_shell.policy.findings import Classification, Finding
 from relay_shell.policy.git_config import config_verdict
 from relay_shell.policy.interpreters import interpreter_verdict, is_interpreter
+from relay_shell.policy.network import connection_findings
 from relay_shell.policy.pipelines import dc_pipe_findings, has_fork_bomb, upstream_context
 from relay_shell.policy.python_code import python_verdict
 from relay_shell.policy.rules import known_names, known_program, program_verdict
@@ -47,14 +48,17 @@ from relay_shell.policy.simple_commands import Command
 from relay_shell.policy.stdin import (
     HEADERS,
     Readers,
+    group_stdin_findings,
     piped_code_findings,
+    relayed_text,
     stdin_findings,
     stdin_of_text,
     strip_reserved,
+    unseen_script_findings,
 )
 from relay_shell.policy.vocabulary import DB_CLIENTS, SHELLS, STDIN_SHELLS
-from relay_shell.policy.wrappers import Unwrapped, basename, unwrap
-from relay_shell.policy.writes import redirect_findings, tree_findings
+from relay_shell.policy.wrappers import Unwrapped, basename, init_script_words, replaced, unwrap
+from relay_shell.policy.writes import no_command_findings, redirect_findings, tree_findings
 
 MAX_DEPTH = 6
 _TOO_DEEP = "nested too deeply to classify: treated as irreversible"
@@ -81,7 +85,7 @@ def analyze(subject: Subject) -> list[Finding]:
     findings: list[Finding] = []
     if subject.fixed_tier is not None:
         findings.append(Finding("", subject.fixed_tier, "inspection tool"))
-        return findings + _connection_findings(subject)
+        return findings + connection_findings(subject)
     env = {name: value for name, value in subject.env if value is not None}
     if env:
         findings += _variables_findings(tuple(env.items()), 0, _NO_ENV)
@@ -116,7 +120,7 @@ def analyze(subject: Subject) -> list[Finding]:
         findings += tree_findings(subject.transfer_writes)
     elif subject.transfer_writes is not None:
         findings += redirect_findings([(">", subject.transfer_writes)])
-    return findings + _connection_findings(subject)
+    return findings + connection_findings(subject)
 
 
 def _variables_findings(assigned: Sequence[tuple[str, str | None]], depth: int, env: Env) -> list[Finding]:
@@ -177,18 +181,6 @@ def _readers(env: Env) -> Readers:
     return Readers(shell, python, command)
 
 
-def _connection_findings(subject: Subject) -> list[Finding]:
-    """How an SSH call connects: host-key checking turned off, a listener open to other hosts."""
-    findings = []
-    if subject.unverified_host_key:
-        findings.append(
-            Finding("known_hosts=ignore " + " ".join(subject.hosts[:1]), 2, "host-key checking turned off (ignore)")
-        )
-    if subject.exposed_listener is not None:
-        findings.append(Finding(f"bind_address {subject.exposed_listener}", 2, "a listener reachable from other hosts"))
-    return findings
-
-
 def _command(words: list[str]) -> Command:
     return Command(words=words, dynamic=["$" in word or "`" in word for word in words])
 
@@ -208,10 +200,12 @@ def shell_findings(text: str, depth: int, env: Env = _NO_ENV, outer: TextState |
     readings = [tokens]
     if tokens.ansi_c:
         readings.append(tokenize(text, nested, ansi_c=False))
-    state = read_state(tokens, outer)
+    state = read_state(tokens, outer, text)
     here = state.env(env) if state.values else env
     for reading in readings:
         findings += _commands_findings(reading.commands, depth, here, state)
+        if "<<" in text:
+            findings += group_stdin_findings(text, reading.commands, _readers(here))
         if reading.arithmetic:
             findings += arithmetic_findings(reading.arithmetic, state)
         for tail in reading.unterminated:
@@ -229,7 +223,8 @@ def _commands_findings(commands: list[Command], depth: int, env: Env, state: Tex
     every_entry = False  # the innermost `for` loop runs over every entry of a directory
     upstream = _NO_CONTEXT  # what the commands before this one in its pipeline select
     previous: list[str] = []
-    for command in commands:
+    relayed: str | None = None  # the literal text the command before writes to the pipe (echo, cat <<EOF, …)
+    for index, command in enumerate(commands):
         first = command.words[0] if command.words else ""
         if first == "done":
             loop_depth = max(0, loop_depth - 1)
@@ -246,7 +241,9 @@ def _commands_findings(commands: list[Command], depth: int, env: Env, state: Tex
         if command.piped_into and any(word == "dc" or word.endswith("/dc") for word in command.words):
             findings += dc_pipe_findings(command.words, previous, lambda text: shell_findings(text, depth + 1, env))
         if command.piped_into:
-            findings += piped_code_findings(command.words, previous, _readers(env), depth)
+            findings += piped_code_findings(command.words, previous, _readers(env), depth, relayed)
+        if index + 1 < len(commands) and commands[index + 1].piped_into:
+            relayed = relayed_text(command, relayed if command.piped_into else None)
         previous = command.words
     return findings
 
@@ -256,7 +253,7 @@ def command_findings(
 ) -> list[Finding]:
     if depth > MAX_DEPTH:  # argv a program runs (kubectl exec … kubectl exec …) nests like shell text
         return [Finding(" ".join(command.words)[:200], 3, _TOO_DEEP)]
-    findings: list[Finding] = redirect_findings(command.redirects) if command.redirects else []
+    findings = redirect_findings(command.redirects, env, state.known_positional()) if command.redirects else []
     if command.assignments:
         assigned = [(name, value) for name, value, _dynamic in command.assignments]
         findings += _variables_findings(assigned, depth, env)
@@ -264,7 +261,7 @@ def command_findings(
             findings += _literal_code(value, depth, env)
     raw_words = strip_reserved(command.words)
     if not raw_words:
-        return findings + _no_command_findings(command, False, False)
+        return findings + no_command_findings(command, False, False)
     offset = len(command.words) - len(raw_words)
     if raw_words[0] in HEADERS:
         return findings  # a loop or case header, a function keyword: its substitutions are classified as nested text
@@ -330,9 +327,11 @@ def _expanded_findings(
     position = len(words) - len(unwrapped.words)
     words, dynamic = unwrapped.words, unwrapped.dynamic
     if not words:
-        return findings + _no_command_findings(command, unwrapped.escalated, unwrapped.shell_session)
+        return findings + no_command_findings(command, unwrapped.escalated, unwrapped.shell_session)
     if globbed and globbed[position]:
         return findings + _globbed_findings(raw_words, flags, position, depth, env, context, state)
+    if words[0].startswith("/etc/"):
+        words = init_script_words(words)  # `/etc/init.d/ssh stop` is `service ssh stop`, not the ssh client
     program = basename(words[0])
     canonical = " ".join([program, *words[1:]])
     if substituted:
@@ -379,6 +378,8 @@ def _program_findings(
         tier, reason = found.tier, found.reason
     if command.heredoc is not None or command.redirects:
         findings += _heredoc_findings(program, command, depth, env)
+    if program in SHELLS or program in (".", "source") or "/fd/" in canonical:
+        findings += unseen_script_findings(program, words, command, _readers(env), depth)
     piped_script = program in (".", "source") and script_operand(words).startswith(_PIPED_SCRIPT)
     if command.piped_into and (program in SHELLS or is_interpreter(program) or program in STDIN_SHELLS or piped_script):
         operands = [word for word in words[1:] if not word.startswith("-")]
@@ -398,9 +399,11 @@ def _program_findings(
         selection, execs = fd_selection(words)
     else:
         execs = []
-    for exec_words in execs:
-        if exec_words:
-            findings += command_findings(_command(exec_words), depth + 1, env, Context(False, True, selection))
+    for exec_words in (replaced(argv) for argv in execs if argv):
+        findings += [Finding(" ".join(words), tier, why) for tier, why in exec_words.effects]
+        findings += command_findings(
+            Command(exec_words.words, exec_words.dynamic), depth + 1, env, Context(False, True, selection)
+        )
     return findings
 
 
@@ -440,17 +443,6 @@ def _wrapper_findings(
         # may take no value after all): the word is classified as the command too.
         findings += command_findings(_command(possible), depth + 1, env, context)
     return findings
-
-
-def _no_command_findings(command: Command, escalated: bool, shell_session: bool) -> list[Finding]:
-    findings: list[Finding] = []
-    if escalated:
-        findings.append(Finding(" ".join(command.words[:3]), 2, "privilege escalation"))
-    if shell_session and not escalated:
-        findings.append(Finding(" ".join(command.words[:3]), 1, _SHELL_SESSION))
-    if not command.words and any(op in (">", ">|") for op, _ in command.redirects):
-        findings.append(Finding(command.redirects[0][1], 2, "empties a file"))
-    return findings or ([Finding("", 1, "redirection only")] if command.redirects else [])
 
 
 def _globbed_findings(

@@ -141,7 +141,9 @@ def _wgetrc_options(options: list[Option]) -> list[Option]:
 
 _SSH_VALUES = words("-b -c -D -E -e -F -I -i -J -L -l -m -O -o -p -Q -R -S -W -w -B -P")
 # ssh_config keys whose value is a command ssh runs locally (through the user's shell), or a library it loads.
-_SSH_COMMANDS = words("proxycommand localcommand knownhostscommand")
+_SSH_COMMANDS = words("proxycommand localcommand knownhostscommand xauthlocation")
+# ssh_config keys naming a file ssh writes (a learnt host key is appended, a control socket is made).
+_SSH_WRITTEN = words("userknownhostsfile controlpath")
 _SSH_LIBRARIES = words("pkcs11provider securitykeyprovider")
 _SSH_OPTION = re.compile(r"\s*([A-Za-z0-9]+)\s*(?:=\s*|\s+)(.*)", re.DOTALL)
 
@@ -159,6 +161,10 @@ def ssh_options(options: list[Option]) -> tuple[list[str], list[tuple[int, str]]
                 effects.append((2, f"ssh -o {key} loads a library: code that cannot be seen"))
             elif key == "include":
                 effects.append((1, "ssh -o Include reads configuration that is not seen"))
+            elif key in _SSH_WRITTEN and setting and setting.lower() != "none":
+                onto = writes_onto(setting.split()[0], f"ssh -o {key} writes")
+                if onto is not None:
+                    effects.append((onto.tier, onto.reason))
         elif name == "-F" and value:
             piped = value.startswith(("/dev/stdin", "/dev/fd/", "/proc/")) or value == "-"
             effects.append((2 if piped else 1, f"ssh -F reads configuration from {value}, which is not seen"))

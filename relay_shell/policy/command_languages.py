@@ -90,12 +90,16 @@ def _gdb(call: Call) -> Verdict:
     words, commands, attaches = call.words, [], False
     operands: list[str] = []
     position = 1
+    debugged: tuple[tuple[str, ...], ...] = ()
     while position < len(words):
         word = words[position]
         name, equals, attached = word.partition("=")
         bare = name.lstrip("-")
         value = attached if equals else (words[position + 1] if position + 1 < len(words) else "")
         step = 1 if equals else 2
+        if word in ("--args", "-args"):  # the program and its arguments: `run` starts it as given
+            debugged = (tuple(words[position + 1 :]),) if position + 1 < len(words) else ()
+            break
         if word.startswith("-") and bare in ("ex", "eval-command", "iex", "init-eval-command"):
             commands.append(value)
         elif word.startswith("-") and bare in ("p", "pid", "c", "core", "x", "command", "ix", "init-command", "cd"):
@@ -108,8 +112,8 @@ def _gdb(call: Call) -> Verdict:
         position += step
     found = gdb_commands(commands)
     if attaches or (len(operands) >= 2 and operands[1].isdigit()):
-        return Verdict(2, "gdb attaches to a running process", found.shell)
-    return found
+        return Verdict(2, "gdb attaches to a running process", found.shell, debugged)
+    return Verdict(found.tier, found.reason, found.shell, debugged)
 
 
 def _lldb(call: Call) -> Verdict:

@@ -20,8 +20,10 @@ _TMUX_KEYS = words("send-keys send")
 _TMUX_READ = words(
     "list-sessions ls list-windows lsw list-panes lsp list-clients lsc list-buffers lsb list-keys lsk"
     " list-commands lscm show-options show show-window-options showw display-message display has-session has"
-    " capture-pane capturep show-buffer showb info start-server start kill-server"
+    " capture-pane capturep show-buffer showb info start-server start"
 )
+# Ending a server, session, window or pane ends the programs in it: processes outside the call (tiers.md: kill).
+_TMUX_KILLS = words("kill-server kill-session kill-window killw kill-pane killp unlink-window unlinkw")
 _TMUX_VALUES = words("-t -s -c -n -x -y -F -f -L -S -e -l -d -w -h")
 
 
@@ -44,6 +46,8 @@ def _tmux(call: Call) -> Verdict:
         return Verdict(1, f"tmux {command} runs a command in its server", shell=(text,) if text else ())
     if command in _TMUX_READ:
         return READ
+    if command in _TMUX_KILLS:
+        return verdict(2, f"tmux {command} ends the programs running in it, outside the call")
     return verdict(1, f"tmux {command} changes its sessions")
 
 
@@ -54,6 +58,8 @@ def _screen(call: Call) -> Verdict:
         rest = words_[words_.index("-X") + 1 :]
         if rest[:1] and rest[0] in ("stuff", "exec", "screen", "eval"):
             return Verdict(1, f"screen -X {rest[0]} runs text in a window", shell=(" ".join(rest[1:]),))
+        if rest[:1] and rest[0] in ("quit", "kill", "pow_detach", "remove"):
+            return verdict(2, f"screen -X {rest[0]} ends programs running in it, outside the call")
         return verdict(1, "screen -X sends a command to a running screen")
     if call.has("-ls", "-list") or "-ls" in words_ or "-list" in words_:
         return READ

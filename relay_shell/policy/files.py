@@ -81,10 +81,14 @@ def _mv(call: Call) -> Verdict:
 
 
 def _cp(call: Call) -> Verdict:
-    target = call.value("-t", "--target-directory") or (call.operands[-1] if len(call.operands) >= 2 else "")
-    onto = writes_onto(target, call.program)
-    if onto is not None:
-        return onto
+    directory = call.value("-t", "--target-directory")
+    target = directory or (call.operands[-1] if len(call.operands) >= 2 else "")
+    sources = call.operands if directory else call.operands[:-1]
+    # Into a directory (`-t /etc`, `cp passwd /etc/`) each source lands under its own name there.
+    landed = [target.rstrip("/") + "/" + source.rstrip("/").rsplit("/", 1)[-1] for source in sources if target]
+    found = [onto for path in [target, *landed] if (onto := writes_onto(path, call.program)) is not None]
+    if found:
+        return max(found, key=lambda onto: onto.tier)
     if "/dev/null" in call.operands[:-1] and not call.value("-t", "--target-directory"):
         return verdict(2, f"{call.program} /dev/null empties a file, as : > FILE does")
     return verdict(1, f"{call.program} copies files")

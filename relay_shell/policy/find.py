@@ -13,10 +13,13 @@ from relay_shell.policy.calls import (
     Call,
     Selection,
     Verdict,
+    is_device,
+    is_protected,
     is_rootish,
     parse_options,
     verdict,
 )
+from relay_shell.policy.vocabulary import CRITICAL_FILES, USER_CONFIG
 from relay_shell.policy.vocabulary import words as word_set
 
 
@@ -131,12 +134,22 @@ def fd_selection(arguments: list[str]) -> tuple[Selection, list[list[str]]]:
     return selection, execs
 
 
+_FIND_OUTPUTS = ("-fprint", "-fprintf", "-fls", "-fprint0")
+
+
 def _find(call: Call) -> Verdict:
     selection, delete, _execs, writes = find_selection(call.words)
     if delete:
         if any(map(is_rootish, selection.paths)) and not (selection.name_filter or selection.empty_only):
             return verdict(3, "find -delete on / or a system directory")
         return deletion_by_selection(selection, "find -delete")
+    words = call.words
+    targets = [words[index + 1] for index in range(len(words) - 1) if words[index] in _FIND_OUTPUTS]
+    for path in targets:  # -fprint/-fprintf/-fls FILE: written like `> FILE`
+        if is_device(path) or path in CRITICAL_FILES or path.startswith("/boot/"):
+            return verdict(3, f"find writes onto {path}")
+        if is_protected(path) or USER_CONFIG.match(path):
+            return verdict(2, f"find writes into {path}")
     return verdict(1, "find writes a file") if writes else READ
 
 

@@ -21,7 +21,8 @@ _COMMAND_KEYS = words(
     " uploadpack.packobjectshook gpg.program gpg.*.program gpg.ssh.defaultkeycommand sendemail.smtpserver"
     " sendemail.*.smtpserver sendemail.tocmd sendemail.cccmd sendemail.headercmd imap.tunnel instaweb.httpd"
     " instaweb.browser interactive.difffilter hook.*.command submodule.*.update credential.helper"
-    " credential.*.helper"
+    " credential.*.helper sendemail.sendmailcmd sendemail.*.sendmailcmd sendemail.*.tocmd sendemail.*.cccmd"
+    " sendemail.*.headercmd guitool.*.cmd"
 )
 # Keys that make git read configuration, hooks or templates from a file or directory nobody sees.
 _FILE_KEYS = words("include.path includeif.*.path core.hookspath init.templatedir safe.directory")

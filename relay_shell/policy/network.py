@@ -7,8 +7,10 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+from relay_shell.plan import Subject
 from relay_shell.policy.calls import READ, Call, Verdict, verdict
 from relay_shell.policy.clients import curl_verdict, scp_verdict, ssh_verdict, wget_verdict
+from relay_shell.policy.findings import Finding
 
 # -- users, network configuration, firewalls ------------------------------------------------------------------
 
@@ -72,10 +74,26 @@ def _ip(call: Call) -> Verdict:
 
 
 def _nmcli(call: Call) -> Verdict:
+    """nmcli OBJECT [COMMAND [ARGS]], each word abbreviated at will (`n r wifi off`): NetworkManager, a daemon
+    outside the call, makes the change (readonly's kernel confinement does not reach it)."""
     words = call.operands
-    if not words or words[-1] in ("show", "status", "list", "monitor", "help") or words[:1] in (["general"], ["g"]):
+    if not words or words[-1] in ("help", "monitor") or "monitor".startswith(words[0]):
         return READ
-    if len(words) >= 2 and words[1] in ("show", "s", "status", "list", "wifi") and "connect" not in words:
+    what, rest = words[0], words[1:]
+    if "general".startswith(what):
+        settable = rest[:1] and ("hostname".startswith(rest[0]) or "logging".startswith(rest[0]))
+        if not rest or rest[0] in ("status", "permissions") or (settable and len(rest) == 1):
+            return READ
+        return verdict(2, "nmcli general changes NetworkManager's settings")
+    if "radio".startswith(what) or "networking".startswith(what):
+        if any(word in ("on", "off") for word in rest):
+            return verdict(2, f"nmcli turns {what} on or off")
+        return READ
+    if not rest or rest[-1] in ("show", "status", "list", "show-password"):
+        return READ
+    if len(rest) >= 1 and rest[0] in ("show", "s", "status", "list"):
+        return READ
+    if "device".startswith(what) and rest[:1] == ["wifi"] and (len(rest) == 1 or rest[1] == "list"):
         return READ
     return verdict(2, "nmcli changes network configuration")
 
@@ -195,3 +213,15 @@ RULES: dict[str, Callable[[Call], Verdict]] = {
     "jekyll": _server,
     "php": _server,
 }
+
+
+def connection_findings(subject: Subject) -> list[Finding]:
+    """How an SSH call connects: host-key checking turned off, a listener open to other hosts."""
+    findings = []
+    if subject.unverified_host_key:
+        findings.append(
+            Finding("known_hosts=ignore " + " ".join(subject.hosts[:1]), 2, "host-key checking turned off (ignore)")
+        )
+    if subject.exposed_listener is not None:
+        findings.append(Finding(f"bind_address {subject.exposed_listener}", 2, "a listener reachable from other hosts"))
+    return findings

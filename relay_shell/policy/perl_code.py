@@ -135,7 +135,7 @@ def _code_findings(lexed: Lexed, shell: list[str], writes: list[str]) -> list[tu
         shell.append(text)
         found.append((2, "perl code runs commands"))
     if lexed.dynamic_commands:
-        found.append((2, "perl code runs a command built at run time"))
+        found.append((3, "perl code runs a command built at run time: only known at run time (adr/0025)"))
     defined = set(lexed.subs)
     for name, arguments in lexed.calls:
         short = name.rsplit("::", 1)[-1]
@@ -143,7 +143,10 @@ def _code_findings(lexed: Lexed, shell: list[str], writes: list[str]) -> list[tu
             found.append((2, "perl code overrides a builtin"))
         elif short in _RUNS:
             literal = _literal_argument(arguments)
-            found.append((2, "perl code runs commands"))
+            if literal is None and (not arguments or arguments[0] == "?"):
+                found.append((3, "perl code runs a command built at run time: only known at run time (adr/0025)"))
+            else:
+                found.append((2, "perl code runs commands"))
             if literal is not None:
                 shell.append(literal)
         elif short in ("rmtree", "remove_tree"):

@@ -24,11 +24,14 @@ _RUNS_COMMAND = words(
 _CHANGES = words(
     "unlink rmdir removedirs renames chmod lchmod chown lchown killpg truncate write_text write_bytes symlink"
     " symlink_to hardlink_to link mkfifo mknod setuid setgid seteuid setegid chroot copyfile copytree sendfile"
-    " utime fchmod fchown ftruncate pwrite"
+    " utime fchmod fchown ftruncate pwrite pthread_kill pidfd_send_signal send_signal"
+    # C functions called directly (`ctypes.CDLL(None).kill(pid, 9)`): whatever libc does, nothing reads it
+    " CDLL PyDLL WinDLL LoadLibrary cdll pydll"
 )
 # Names other objects use too (`list.remove`, `str.replace`, `asyncio.run`): only called bare or on these modules.
 _AMBIGUOUS = words("remove rename replace kill move copy copy2 run call")
 _MODULES = words("os posix shutil subprocess sp signal")
+_PROCESS_METHODS = words("kill terminate suspend send_signal nice ionice rlimit")
 _DYNAMIC = words("eval exec compile __import__ execfile breakpoint")
 _DYNAMIC_ATTRIBUTES = words("import_module load_module exec_module run_path run_module")
 _WRITE_MODES = frozenset("wax+")
@@ -54,12 +57,16 @@ def python_verdict(code: str) -> Verdict:
     argvs: list[tuple[str, ...]] = []
     names, modules = _bindings(tree)
     called = {id(node.func) for node in ast.walk(tree) if isinstance(node, ast.Call)}
+    found: tuple[int, str] | None
     for node in ast.walk(tree):
         if isinstance(node, ast.Call):
             name = _called_name(node.func, names)
-            if name in _AMBIGUOUS and not _bare_or_module(node.func, names, modules):
+            if name in _PROCESS_METHODS and "psutil" in modules.values():  # psutil.Process(pid).kill()
+                found = (2, "python code signals processes (psutil)")
+            elif name in _AMBIGUOUS and not _bare_or_module(node.func, names, modules):
                 continue
-            found = _call(name, node, shell, argvs) or _module_call(node.func, modules)
+            else:
+                found = _call(name, node, shell, argvs) or _module_call(node.func, modules)
         elif isinstance(node, (ast.Attribute, ast.Name)) and id(node) not in called:
             found = _reference(node, names, modules)
         elif isinstance(node, ast.Subscript):
@@ -77,16 +84,24 @@ def _call(name: str, node: ast.Call, shell: list[str], argvs: list[tuple[str, ..
     first = node.args[0] if node.args else None
     if name in _RUNS_SHELL or name in _RUNS_COMMAND:
         command = _literal(first)
-        if isinstance(command, str):
+        rest = [_literal(argument) for argument in node.args[1:]]
+        if name.startswith(("execv", "posix_spawn")) and rest and isinstance(rest[0], list) and rest[0]:
+            if all(isinstance(item, str) for item in rest[0]):  # execvp(file, argv), posix_spawn(path, argv, env)
+                argvs.append(tuple(str(item) for item in rest[0]))
+        elif name.startswith("execl") and rest and all(isinstance(item, str) for item in rest):
+            argvs.append(tuple(str(item) for item in rest))  # execl(path, arg0, arg1, …)
+        elif isinstance(command, str):
             shell.append(command)
         elif isinstance(command, list) and command and all(isinstance(item, str) for item in command):
             argvs.append(tuple(command))
-        elif name == "spawnv_passfds" and len(node.args) >= 2 and isinstance(arguments := _literal(node.args[1]), list):
-            argvs.append(tuple(str(item) for item in arguments))
-        elif name in _RUNS_COMMAND and name.startswith("exec") and len(node.args) >= 2:
-            rest = [_literal(argument) for argument in node.args[1:]]
+        elif name == "spawnv_passfds" and rest and isinstance(rest[0], list):
+            argvs.append(tuple(str(item) for item in rest[0]))
+        elif name in _RUNS_COMMAND and name.startswith("exec") and rest:
             if all(isinstance(item, str) for item in rest):
                 argvs.append(tuple(str(item) for item in rest))
+
+        elif name in _RUNS_BUILT and first is not None and not _names_program(first, command):
+            return 3, "python code runs a command built at run time: only known at run time (adr/0025)"
         return 2, "python code runs commands"
     if name in ("rmtree", "remove_tree"):  # a recursive delete: classified as rm -rf of its literal path
         target = _literal(first)
@@ -96,6 +111,8 @@ def _call(name: str, node: ast.Call, shell: list[str], argvs: list[tuple[str, ..
         return 3, "python code deletes a directory tree named at run time"
     if name in _CHANGES or name in _AMBIGUOUS:
         return 2, "python code changes files or processes"
+    if name in ("eval", "exec", "compile") and first is not None and not isinstance(_literal(first), str):
+        return 3, "python code runs code built at run time: only known at run time (adr/0025)"
     if name in _DYNAMIC or name in _DYNAMIC_ATTRIBUTES:
         return 2, "python code runs code built at run time"
     if name in ("getattr", "setattr", "delattr") and len(node.args) >= 2 and not isinstance(node.args[1], ast.Constant):
@@ -112,6 +129,19 @@ def _call(name: str, node: ast.Call, shell: list[str], argvs: list[tuple[str, ..
         if not isinstance(value, str) or _WRITE_MODES & set(value):
             return 2, "python code writes files"
     return None
+
+
+# Calls whose first argument is the command line or argv: when it is built at run time, any program can run.
+_RUNS_BUILT = _RUNS_SHELL | words(
+    "run call check_call check_output Popen create_subprocess_shell create_subprocess_exec"
+)
+
+
+def _names_program(first: ast.expr, value: object) -> bool:
+    """Whether a command argument names its program in the text: a literal string, or a list whose first item is."""
+    if isinstance(value, (str, list)):
+        return True
+    return isinstance(first, (ast.List, ast.Tuple)) and bool(first.elts) and isinstance(_literal(first.elts[0]), str)
 
 
 def _bindings(tree: ast.AST) -> tuple[dict[str, str], dict[str, str]]:

@@ -108,10 +108,13 @@ def _is_run_time(value: str, runtime: set[str]) -> bool:
 
 
 _EMPTY = TextState()
+_DEFINES_FUNCTION = re.compile(r"(?:^|[\s;&|({])(?:function\s+\S|[\w.:-]+\s*\(\s*\))")
 
 
-def read_state(tokens: Tokens, outer: TextState | None = None) -> TextState:
-    """Every name the commands set, before any is classified (with the run-time names of the text around them)."""
+def read_state(tokens: Tokens, outer: TextState | None = None, text: str = "") -> TextState:
+    """Every name the commands set, before any is classified (with the run-time names of the text around them).
+    In a function's body `$1`… are its arguments, not what `set --` gave: a text that defines a function (`text`
+    read for `NAME()` and `function NAME`) has its positional parameters only known at run time."""
     if not tokens.sets_names:
         return outer if outer is not None and outer.runtime else _EMPTY
     commands = tokens.commands
@@ -138,6 +141,8 @@ def read_state(tokens: Tokens, outer: TextState | None = None) -> TextState:
             state.runtime.add(words[2].split("[", 1)[0])
         elif program == "set":
             _positional(words, command.dynamic, state)
+        elif program == "shift":
+            state.positional_set += 2  # which parameters are left depends on where it stands: only known at run time
         elif program == "alias":
             for word in words[1:]:
                 name, equals, text = word.partition("=")
@@ -152,6 +157,8 @@ def read_state(tokens: Tokens, outer: TextState | None = None) -> TextState:
                 name, equals, value = word.partition("=")
                 if equals and _NAME.fullmatch(name.split("[", 1)[0].rstrip("+")):
                     state.assign(name.split("[", 1)[0].rstrip("+"), None if dynamic else value)
+    if state.positional is not None and _DEFINES_FUNCTION.search(text):
+        state.positional_set += 2
     return state
 
 

@@ -396,7 +396,7 @@ class _Reader:
         self.finish_command(False)
         text = self.text
         for owner, delimiter, quoted, tabs in self.pending_heredocs:
-            body_end, after = heredoc_end(text, index, delimiter, tabs)
+            body_end, after = heredoc_end(text, index, delimiter, tabs, quoted)
             self.heredoc_open = self.heredoc_open or body_end >= len(text)
             body = text[index:body_end]
             owner.heredoc = body if owner.heredoc is None else owner.heredoc + "\n" + body

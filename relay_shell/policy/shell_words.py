@@ -27,6 +27,7 @@ SETTERS = frozenset(
         "export",
         "readonly",
         "set",
+        "shift",
     ]
 )
 
@@ -69,13 +70,15 @@ def heredoc_delimiter(text: str, index: int) -> tuple[str, bool, int]:
     and nothing else, so `"EOF'"` is `EOF'` and `-EOF` is `-EOF`; whether any part of it was quoted (then the
     body is not expanded); and the index after the word."""
     length = len(text)
-    while index < length and text[index] in " \t":
-        index += 1
+    while index < length and (text[index] in " \t" or text.startswith("\\\n", index)):
+        index += 2 if text[index] == "\\" else 1
     parts: list[str] = []
     quoted = False
     while index < length and text[index] not in _METACHARACTERS:
         char = text[index]
-        if char == "\\":
+        if text.startswith("\\\n", index):  # a line continuation, removed before the word is read
+            index += 2
+        elif char == "\\":
             quoted = True
             parts.append(text[index + 1 : index + 2])
             index += 2
@@ -89,6 +92,9 @@ def heredoc_delimiter(text: str, index: int) -> tuple[str, bool, int]:
             quoted = True
             index += 1
             while index < length and text[index] != '"':
+                if text.startswith("\\\n", index):
+                    index += 2
+                    continue
                 if text[index] == "\\" and index + 1 < length and text[index + 1] in '"\\$`':
                     index += 1
                 parts.append(text[index])
@@ -108,16 +114,53 @@ def heredoc_delimiter(text: str, index: int) -> tuple[str, bool, int]:
     return "".join(parts), quoted, index
 
 
-def heredoc_end(text: str, start: int, delimiter: str, strip_tabs: bool) -> tuple[int, int]:
+def heredoc_end(text: str, start: int, delimiter: str, strip_tabs: bool, quoted: bool = True) -> tuple[int, int]:
     """Where a here-document's body that starts at `start` ends (the start of the delimiter line) and where the
     text after that line starts. The delimiter line is the delimiter exactly (after leading tabs for `<<-`); with
-    none, the body runs to the end of the text, as bash reads it."""
+    none, the body runs to the end of the text, as bash reads it. In the body of an unquoted delimiter a line
+    ending in an odd number of backslashes goes on on the next line, and the shells then disagree: dash compares
+    only the first line of such a joined line, as it is, with the delimiter; bash compares the joined line
+    (`E\\` newline `F` ends `<<EF`). The earlier of the two ends is taken, so that what either shell runs after
+    the body is read as commands."""
+    if quoted or "\\\n" not in text[start:]:
+        return _plain_body_end(text, start, delimiter, strip_tabs)
+    return min(_body_end(text, start, delimiter, strip_tabs, joined) for joined in (False, True))
+
+
+def _plain_body_end(text: str, start: int, delimiter: str, strip_tabs: bool) -> tuple[int, int]:
     position = start
     length = len(text)
     while position < length:
         newline = text.find("\n", position)
         line_end = length if newline < 0 else newline
         line = text[position:line_end]
+        if (line.lstrip("\t") if strip_tabs else line) == delimiter:
+            return position, min(length, line_end + 1)
+        position = line_end + 1
+    return length, length
+
+
+def _body_end(text: str, start: int, delimiter: str, strip_tabs: bool, joined: bool) -> tuple[int, int]:
+    """The body's end as dash (`joined` false) or bash (`joined`) finds it for an unquoted delimiter."""
+    position = start
+    length = len(text)
+    while position < length:
+        line_end = position
+        first_end = -1
+        parts: list[str] = []
+        while True:  # one logical line: physical lines joined while one ends in an odd number of backslashes
+            newline = text.find("\n", line_end)
+            physical_end = length if newline < 0 else newline
+            physical = text[line_end:physical_end]
+            first_end = physical_end if first_end < 0 else first_end
+            backslashes = len(physical) - len(physical.rstrip("\\"))
+            if backslashes % 2 == 0 or physical_end >= length:
+                parts.append(physical)
+                line_end = physical_end
+                break
+            parts.append(physical[:-1])
+            line_end = physical_end + 1
+        line = "".join(parts) if joined else text[position:first_end]
         if (line.lstrip("\t") if strip_tabs else line) == delimiter:
             return position, min(length, line_end + 1)
         position = line_end + 1

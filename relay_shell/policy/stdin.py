@@ -7,6 +7,7 @@ other program stdin is data. The readers of shell text and Python come from clas
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -16,10 +17,11 @@ from relay_shell.policy.command_languages import client_commands
 from relay_shell.policy.findings import Finding
 from relay_shell.policy.interpreters import is_interpreter
 from relay_shell.policy.scripts import dc_commands, dc_reads_stdin
-from relay_shell.policy.shell_invocation import parse_shell
+from relay_shell.policy.shell_invocation import parse_shell, script_operand
 from relay_shell.policy.shell_tokens import tokenize
+from relay_shell.policy.simple_commands import Command
 from relay_shell.policy.sql import mongo_tier, redis_tier, sql_tier
-from relay_shell.policy.stdin_code import literal_output, stdin_code_verdict, stdin_language
+from relay_shell.policy.stdin_code import STDIN_NAMES, literal_output, stdin_code_verdict, stdin_language
 from relay_shell.policy.vocabulary import DB_CLIENTS, SHELLS, STDIN_SHELLS
 from relay_shell.policy.wrappers import basename, unwrap
 
@@ -84,7 +86,26 @@ def _shell_reads_stdin(arguments: list[str]) -> bool:
     if invocation.inline:
         started = [basename(word.strip("'\"();&|")) for word in (invocation.operand or "").split()]
         return any(program in SHELLS or is_interpreter(program) for program in started)
-    return invocation.operand is None or invocation.stdin_script
+    return invocation.operand is None or invocation.stdin_script or invocation.operand in STDIN_NAMES
+
+
+def reads_shell_text(words: list[str]) -> bool:
+    """Whether the command runs its stdin as shell text: a shell or `at` without a script, `xargs … sh -c` with no
+    script (the input's first word is the script), `source /dev/stdin`, a wrapper given no command that starts a
+    shell, `parallel` given no command."""
+    unwrapped = unwrap(words, [False] * len(words))
+    stripped = unwrapped.words
+    if unwrapped.via_xargs and stripped and basename(stripped[0]) in SHELLS:
+        invocation = parse_shell(stripped[1:])  # `xargs sh -c`: the input's first word is the script
+        return invocation.inline and invocation.operand is None
+    if not stripped:  # parallel given no command and no `:::` arguments runs its input lines
+        parallel = bool(words) and basename(words[0]) == "parallel"
+        return unwrapped.shell_session or (parallel and not any(":::" in word for word in words))
+    program = basename(stripped[0])
+    operands = [word for word in stripped[1:] if not word.startswith("-")]
+    if (program in SHELLS and _shell_reads_stdin(stripped[1:])) or program in STDIN_SHELLS:
+        return True
+    return program in (".", "source") and bool(operands[:1]) and operands[0].startswith(_PIPED)
 
 
 def stdin_findings(words: list[str], stdin: str, readers: Readers, depth: int = 0) -> list[Finding]:
@@ -92,18 +113,14 @@ def stdin_findings(words: list[str], stdin: str, readers: Readers, depth: int = 
     without a command, wrappers given no command that start a shell (`su`, `runuser -u USER`, `sudo -i`,
     `script FILE`, `chroot DIR`, `nsenter …`, `unshare`), `source /dev/stdin`, interpreters without a script,
     database clients (SQL), redis-cli, mongosh."""
-    if words and basename(words[0]) == "xargs" and "-c" in words and any(basename(word) in SHELLS for word in words):
-        return readers.shell(stdin, depth + 1)  # `xargs -I{} sh -c {}`: each input line becomes a command line
+    if reads_shell_text(words):
+        return readers.shell(stdin, depth + 1)
     unwrapped = unwrap(words, [False] * len(words))
     stripped = unwrapped.words
     if not stripped:
-        return readers.shell(stdin, depth + 1) if unwrapped.shell_session else []
+        return []
     program = basename(stripped[0])
     operands = [word for word in stripped[1:] if not word.startswith("-")]
-    if (program in SHELLS and _shell_reads_stdin(stripped[1:])) or program in STDIN_SHELLS:
-        return readers.shell(stdin, depth + 1)
-    if program in (".", "source") and operands[:1] and operands[0].startswith(_PIPED):
-        return readers.shell(stdin, depth + 1)
     if program == "curl" and _config_from_stdin(stripped):
         return readers.command(["curl", *curl_config_words(stdin)], depth + 1)
     if program == "ssh" and len(operands) <= 1:
@@ -123,11 +140,29 @@ def stdin_findings(words: list[str], stdin: str, readers: Readers, depth: int = 
         return [Finding(stdin[:200], *mongo_tier(stdin))]
     if program == "dc" and dc_reads_stdin(stripped):
         return [finding for command in dc_commands(stdin) for finding in readers.shell(command, depth + 1)]
+    if program in ("make", "gmake") and any(
+        stripped[index - 1] == "-f" for index, word in enumerate(stripped) if word in STDIN_NAMES and index
+    ):
+        return _makefile_findings(stdin, readers, depth)
     if is_interpreter(program) and (not operands or operands == ["-"]):
         if program.startswith("python"):
             return readers.python(stdin, depth)
         return [Finding(program, 2, "script on stdin")]
     return []
+
+
+_MAKE_SHELL = re.compile(r"\$[({]shell[ \t]+([^)}]*)[)}]")
+
+
+def _makefile_findings(text: str, readers: Readers, depth: int) -> list[Finding]:
+    """A makefile read from stdin: its recipe lines are shell text (make runs them), and so are its `$(shell …)`."""
+    findings = [Finding(text[:200], 1, "make runs the recipes of a makefile from stdin")]
+    for line in text.splitlines():
+        if line.startswith("\t"):
+            findings += readers.shell(line.lstrip("\t").lstrip("@+-"), depth + 1)
+    for match in _MAKE_SHELL.finditer(text):
+        findings += readers.shell(match.group(1), depth + 1)
+    return findings
 
 
 def _crontab_findings(text: str, readers: Readers, depth: int) -> list[Finding]:
@@ -140,13 +175,50 @@ def _crontab_findings(text: str, readers: Readers, depth: int) -> list[Finding]:
     return findings
 
 
-def piped_code_findings(raw: list[str], previous: list[str], readers: Readers, depth: int) -> list[Finding]:
+DECODED = "\x00decoded"  # relayed_text: a literal went through a decoder (what reaches the pipe is hidden)
+_RELAYS = frozenset(["cat", "tee", "dd", "buffer", "pv", "stdbuf"])
+
+
+def relayed_text(command: Command, upstream: str | None) -> str | None:
+    """The literal text a command writes to a pipe, when the classifier can see it: an echo/printf of literal
+    words, a here-document or here-string given to `cat`, or what a relay (`cat`, `cat -`, `tee FILE`) passes on."""
+    words = strip_reserved(command.words)
+    program = basename(words[0]) if words else ""
+    if program not in _WRITERS or "$" in " ".join(words):
+        return None
+    operands = [word for word in words[1:] if not word.startswith("-") or word == "-"]
+    bodies = [command.heredoc] if command.heredoc is not None else []
+    bodies += [target for operator, target in command.redirects if operator == "<<<"]
+    if program in ("echo", "printf"):
+        return literal_output(words)
+    if program in DECODERS and (upstream is not None or bodies) and not any(op == "<" for op, _ in command.redirects):
+        return DECODED
+    if program not in _RELAYS or (program == "cat" and any(word != "-" for word in operands)):
+        return None
+    return (bodies[0] + "\n" if bodies else None) or upstream
+
+
+def piped_code_findings(
+    raw: list[str], previous: list[str], readers: Readers, depth: int, relayed: str | None = None
+) -> list[Finding]:
     """A program reading its program or commands from a pipe (`echo … | awk -f /dev/stdin`, `| vim -es`, `| ed`):
     the literal text an upstream echo/printf writes is read as that language; a pipe it cannot see is 2."""
     words = unwrap(strip_reserved(raw), [False] * len(raw)).words
+    program = basename(words[0] if words else raw[0] if raw else "")
+    if raw and reads_shell_text(strip_reserved(raw)):
+        # Shell text on a pipe: the literal an upstream echo/printf writes is read as shell text. A literal a
+        # decoder turns into the text (`echo … | base64 -d | sh`, `rev`, `tr`, `xxd -r`) hides what runs on
+        # purpose: a command only known at run time, 3 as `eval "$(…)"` is. Any other pipe (`curl … | sh`,
+        # `base64 -d FILE | bash`) is the 2 classify.py gives it (tiers.md).
+        text = relayed if relayed is not None else literal_output(previous) if "$" not in " ".join(previous) else None
+        if text == DECODED:
+            why = f"{program} runs shell text decoded from a literal the call hides: only known at run time"
+            return [Finding(" ".join(words)[:200], 3, why)]
+        if text is not None:
+            return stdin_findings(strip_reserved(raw), text, readers, depth)
+        return []
     if not words:
         return []
-    program = basename(words[0])
     language = stdin_language(program, words)
     if language is None:
         return []
@@ -163,4 +235,78 @@ def code_findings(found: Verdict, text: str, readers: Readers, depth: int) -> li
         findings += readers.shell(inner, depth + 1)
     for argv in found.commands:
         findings += readers.command(list(argv), depth + 1)
+    return findings
+
+
+# Programs that turn their input into other text: what they feed a shell is hidden on purpose.
+DECODERS = frozenset(
+    [
+        *("base64", "base32", "basenc", "xxd", "od", "uudecode", "rev", "tr", "openssl", "gpg", "iconv", "recode"),
+        *("gunzip", "zcat", "bzcat", "xzcat", "zstdcat", "lz4cat", "unxz", "bunzip2", "gzip", "bzip2", "xz", "zstd"),
+        *("python", "python3", "perl", "ruby", "node", "awk", "sed"),
+    ]
+)
+_WRITERS = frozenset(["echo", "printf", *_RELAYS, *DECODERS])
+_UNSEEN = "reads shell text from a descriptor the classifier cannot see (a process substitution, an inherited fd)"
+_FEEDS = ("<<<", "<<", "<<-")
+
+
+def unseen_script_findings(
+    program: str, words: list[str], command: Command, readers: Readers, depth: int
+) -> list[Finding]:
+    """A shell or `source` whose script is `/dev/fd/N` (a process substitution: `bash <(…)`, `source <(…)`), or
+    a shell reading stdin redirected from one (`sh < <(…)`, `sh <&3`): the text it runs is only known at run time
+    (3), unless a here-document or here-string on the same command gives it (classified as shell text there).
+    Any other program given its program as `/dev/fd/N` (`awk -f /dev/fd/3 3<<EOF`, `perl <(…)`, `make -f
+    /dev/fd/3`) reads it as stdin would be read: the here-document's text in its language, or 3 when it comes from
+    a process substitution or a descriptor nobody sees."""
+    fed = command.heredoc is not None or any(operator in _FEEDS for operator, _ in command.redirects)
+    if program not in SHELLS and program not in (".", "source"):
+        return _descriptor_program(program, words, command, readers, depth) if words else []
+    script = script_operand(words)
+    if script.startswith(_PIPED) and script not in STDIN_NAMES and not fed:
+        return [Finding(" ".join(words)[:200], 3, f"{program} {_UNSEEN}")]
+    reads_stdin = program in SHELLS and _shell_reads_stdin(words[1:])
+    redirected = any(
+        operator == "<&" or (operator == "<" and target.startswith(_PIPED)) for operator, target in command.redirects
+    )
+    if reads_stdin and redirected and not fed:
+        return [Finding(" ".join(words)[:200], 3, f"{program} {_UNSEEN}")]
+    return []
+
+
+def _descriptor_program(
+    program: str, words: list[str], command: Command, readers: Readers, depth: int
+) -> list[Finding]:
+    paths = [word for word in words[1:] if word.startswith(_PIPED) and word not in STDIN_NAMES]
+    if not paths:
+        return []
+    as_stdin = [("/dev/stdin" if word in paths else word) for word in words]
+    makefile = program in ("make", "gmake") and any(
+        word == "/dev/stdin" and as_stdin[index - 1] in ("-f", "--file", "--makefile")
+        for index, word in enumerate(as_stdin)
+    )
+    if not makefile and stdin_language(program, as_stdin) is None:
+        return []  # the descriptor is data (`diff <(ls a) <(ls b)`), not the program
+    bodies = [command.heredoc] if command.heredoc is not None else []
+    bodies += [target for operator, target in command.redirects if operator == "<<<"]
+    findings = [finding for body in bodies for finding in stdin_findings(as_stdin, body, readers, depth)]
+    if not bodies:
+        why = f"{program} reads its program from a descriptor the classifier cannot see (a process substitution)"
+        findings.append(Finding(" ".join(words)[:200], 3, why))
+    return findings
+
+
+def group_stdin_findings(text: str, commands: list[Command], readers: Readers) -> list[Finding]:
+    """A here-string or here-document on a group, a subshell or `exec` (`{ sh; } <<<T`, `exec <<<T; sh`,
+    `exec 3<<<T; sh <&3`) is the stdin of the commands in it, or of every later one: classified as the text's
+    stdin, the way the call's own stdin is."""
+    findings: list[Finding] = []
+    for command in commands:
+        if command.words[:1] not in ([], ["exec"]) or len(command.words) > 1:
+            continue
+        bodies = [command.heredoc] if command.heredoc is not None else []
+        bodies += [target for operator, target in command.redirects if operator == "<<<"]
+        for body in bodies:
+            findings += stdin_of_text(text, body, readers)
     return findings

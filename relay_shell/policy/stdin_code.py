@@ -6,6 +6,7 @@ classifier cannot see is 2."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterator
 
 from relay_shell.policy.calls import Context, Verdict
 from relay_shell.policy.command_languages import (
@@ -105,5 +106,52 @@ def literal_output(words: list[str]) -> str | None:
             arguments = arguments[1:]
         return " ".join(arguments).replace("\\n", "\n")
     if program == "printf" and arguments:
-        return " ".join(arguments).replace("\\n", "\n").replace("\\t", "\t")
+        return _printf(arguments[1:] if arguments[0] == "--" else arguments)
     return None
+
+
+_CONVERSION = re.compile(r"%(?:%|[-+ #0]*\d*(?:\.\d*)?([sbcdiqu]))")
+_ESCAPE = re.compile(r"\\(?:x[0-9A-Fa-f]{1,2}|[0-7]{1,3}|.)", re.DOTALL)
+_SIMPLE_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "a": "\a", "b": "\b", "f": "\f", "v": "\v", "\\": "\\", "e": "\x1b"}
+
+
+def _unescape(text: str) -> str:
+    def one(match: re.Match[str]) -> str:
+        body = match.group()[1:]
+        if body[0] == "x" and len(body) > 1:
+            return chr(int(body[1:], 16))
+        if body[0] in "01234567":
+            return chr(int(body, 8) & 0xFF)
+        return _SIMPLE_ESCAPES.get(body, match.group())
+
+    return _ESCAPE.sub(one, text)
+
+
+def _printf(arguments: list[str]) -> str | None:
+    """What printf FORMAT ARGS… writes: the format's escapes decoded, `%s`/`%b`/`%c`/`%d` filled in and the format
+    used again while arguments remain; None for a conversion it does not model (`%q`)."""
+    if not arguments:
+        return None
+    template, values = _unescape(arguments[0]), arguments[1:]
+    conversions = [match.group(1) for match in _CONVERSION.finditer(template) if match.group(1)]
+    if any(kind not in "sbcdiu" for kind in conversions):
+        return None
+    out: list[str] = []
+    for _round in range(64):
+        taken = values[: len(conversions)]
+        values = values[len(conversions) :]
+        out.append(_CONVERSION.sub(_filler(iter(taken)), template))
+        if not values or not conversions:
+            break
+    return "".join(out)
+
+
+def _filler(supply: Iterator[str]) -> Callable[[re.Match[str]], str]:
+    """printf's conversions filled in from `supply` (an empty string once it runs out)."""
+
+    def fill(match: re.Match[str]) -> str:
+        kind = match.group(1)
+        value = next(supply, "") if kind else "%"
+        return {"c": value[:1], "b": _unescape(value)}.get(kind or "", value)
+
+    return fill

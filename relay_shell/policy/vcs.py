@@ -165,6 +165,8 @@ def _git_branch(call: Call) -> Verdict:
         return verdict(2, "git branch -D deletes an unmerged branch")
     if call.has("--edit-description"):
         return verdict(1, "git branch --edit-description runs an editor and writes the configuration")
+    if call.has_exact("-f", "--force") and len(call.operands) > 2:
+        return verdict(2, "git branch -f moves an existing branch (its commits can be lost)")
     if call.has("-d", "--delete", "-m", "-M", "--move", "-c", "-C", "--copy", "-u", "--set-upstream-to"):
         return verdict(1, "git branch renames or deletes a merged branch")
     listing = call.has_exact(
@@ -202,6 +204,21 @@ def _git_restore(call: Call) -> Verdict:
     if call.has_exact("-S", "--staged") and not call.has("-W", "--worktree"):
         return verdict(1, "git restore --staged unstages")
     return verdict(2, "git restore discards changes")
+
+
+def _git_switch(call: Call) -> Verdict:
+    if call.has("-f", "--force", "--discard-changes"):
+        return verdict(2, "git switch --discard-changes discards local changes")
+    return verdict(1, "git switch switches branches")
+
+
+def _git_worktree(call: Call) -> Verdict:
+    action = call.operands[1] if len(call.operands) > 1 else ""
+    if action in ("list", ""):
+        return READ
+    if action == "remove" and call.has("-f", "--force"):
+        return verdict(3, "git worktree remove --force deletes a worktree with its uncommitted and untracked files")
+    return verdict(1, f"git worktree {action}")
 
 
 def _git_reset(call: Call) -> Verdict:
@@ -328,6 +345,12 @@ _GIT_RULES: dict[str, Callable[[Call], Verdict]] = {
     "gc": _git_gc,
     "prune": lambda call: verdict(2, "git prune deletes unreachable objects"),
     "update-ref": lambda call: verdict(2 if call.has("-d") else 1, "git update-ref"),
+    "switch": _git_switch,
+    "worktree": _git_worktree,
+    "read-tree": lambda call: verdict(2 if call.has("--reset") and call.has("-u") else 1, "git read-tree"),
+    "checkout-index": lambda call: verdict(
+        2 if call.has("-f", "--force") and not call.has("--prefix") else 1, "git checkout-index writes files"
+    ),
     "archive": lambda call: verdict(1 if call.value("-o", "--output") else 0, "git archive"),
 }
 

@@ -13,7 +13,7 @@ def words(text: str) -> frozenset[str]:
     return frozenset(text.split())
 
 
-SHELLS = words("sh bash dash zsh ksh mksh ash fish csh tcsh yash")
+SHELLS = words("sh bash dash zsh ksh mksh ash fish csh tcsh yash hush")
 INTERPRETERS = words(
     "python python2 python3 pypy pypy3 perl ruby node nodejs deno bun php lua luajit tclsh wish awk gawk mawk nawk"
     " osascript Rscript julia"
@@ -107,6 +107,17 @@ WRAPPERS: dict[str, frozenset[str]] = {
         " --process-slot-var"
     ),
     "parallel": words("-j -S --jobs --sshlogin --joblog --results --delay --timeout -a --arg-file"),
+    "numactl": words(
+        "-C -N -m -p -i -w --physcpubind --cpunodebind --membind --preferred --interleave --weighted-interleave"
+        " --preferred-many"
+    ),
+    "trickle": words("-u -d -w -t -l -n"),
+    "eatmydata": frozenset(),
+    "nocache": frozenset(),
+    "daemonize": words("-c -e -E -o -p -l -u"),
+    "dtach": words("-a -A -c -n -e -r"),
+    "mpirun": words("-n -np -c -H -N -x --host --hostfile --machinefile --map-by --bind-to --rank-by --wdir"),
+    "mpiexec": words("-n -np -c -H -N -x --host --hostfile --machinefile --map-by --bind-to --rank-by --wdir"),
 }
 # Wrappers whose first operand is not the command: `chrt -f 99 cmd`, `taskset -c 0-3 cmd`, `flock /lock cmd`,
 # `chroot /srv/root cmd`, `timeout 10 cmd`, `faketime 'yesterday' cmd`. (flock -c and sg: wrappers.py.)
@@ -117,6 +128,8 @@ WRAPPER_OPERANDS: dict[str, tuple[frozenset[str], int]] = {
     "chroot": (words("--userspec --groups"), 1),
     "timeout": (words("-s -k --signal --kill-after"), 1),
     "faketime": (words("-p --date-prog"), 1),  # -f (the advanced format) and -m are flags
+    "lckdo": (words("-W"), 1),
+    "envdir": (frozenset(), 1),
 }
 # Top-level system directories: recursive chmod/chown or a move of one of them is irreversible.
 SYSTEM_DIRS = words(
@@ -143,10 +156,21 @@ PROTECTED_PREFIXES = (
     "/efi/",
 )
 # Shell and login configuration in a home directory: editing it changes every later session.
+# Files whose content a program later runs, loads or obeys as code (a write there is a change to what runs, 2):
+# shell and login files, ssh, autostart and systemd units; and (round 5) git's configuration and hooks in any
+# repository (`core.fsmonitor` in .git/config runs at the next `git status`, which is 0), the user's gitconfig,
+# editors', pagers', clients' and tools' rc files that run commands (vim, less, tmux, gdb, psql, mysql's pager,
+# curl/wget output options, npm/yarn scripts, kube/aws/docker credential programs, cargo runners, pip indexes,
+# fish/nvim config), and Python's start-up hooks (sitecustomize, .pth files in site-packages).
 USER_CONFIG = re.compile(
     r"^(?:~|\$HOME|\$\{HOME\}|/home/[^/]+|/root)/(?:\.(?:bashrc|bash_profile|bash_login|bash_logout|profile|zshrc"
-    r"|zprofile|zshenv|zlogin|inputrc|netrc|pam_environment|xinitrc|xprofile|xsession)$|\.ssh/|\.config/autostart/"
-    r"|\.config/systemd/|\.gnupg/)"
+    r"|zprofile|zshenv|zlogin|zlogout|inputrc|netrc|pam_environment|xinitrc|xprofile|xsession|gitconfig|vimrc"
+    r"|gvimrc|exrc|lesskey|curlrc|wgetrc|npmrc|yarnrc|yarnrc\.yml|pythonrc|tmux\.conf|screenrc|gdbinit|psqlrc"
+    r"|sqliterc|my\.cnf|irbrc|pryrc|Rprofile|muttrc|mailrc)$|\.ssh/|\.config/autostart/|\.config/systemd/|\.gnupg/"
+    r"|\.config/(?:git|nvim|pip|tmux)/|\.config/fish/(?:config\.fish$|conf\.d/)|\.kube/config$|\.aws/(?:config|credentials)$|\.docker/config\.json$"
+    r"|\.cargo/config|\.pip/)"
+    r"|^(?:.*/)?\.git/(?:config$|hooks/|modules/.*/(?:config$|hooks/))"
+    r"|^(?:.*/)?(?:site|dist)-packages/(?:[^/]+\.pth|sitecustomize\.py|usercustomize\.py)$"
 )
 CRITICAL_FILES = words(
     "/etc/passwd /etc/shadow /etc/group /etc/gshadow /etc/sudoers /etc/fstab /etc/hosts /etc/resolv.conf"

@@ -14,7 +14,9 @@ import re
 from dataclasses import dataclass, field
 
 from relay_shell.policy.calls import long_names, parse_options, read_options
-from relay_shell.policy.vocabulary import ESCALATION, WRAPPER_OPERANDS, WRAPPERS
+from relay_shell.policy.runners import RUNNER_PROGRAMS, runner_start
+from relay_shell.policy.shell_invocation import inline_script
+from relay_shell.policy.vocabulary import ESCALATION, SHELLS, WRAPPER_OPERANDS, WRAPPERS
 from relay_shell.policy.vocabulary import words as word_set
 
 MAX_WRAPPERS = 32  # wrappers nest (sudo env nice …); bounded, and more than this is too deep to look through
@@ -38,6 +40,20 @@ class Unwrapped:
     # value option listed by mistake, an exact flag name that is also the prefix of a value option): classified
     # as a command too. Over-classifying is safe; one per unwrap keeps nesting linear.
     possible_command: list[str] = field(default_factory=list)
+    # xargs -I/-i/--replace: the string each input line replaces in the command (its words holding it are data
+    # from stdin: a command word or a shell's script made of them is only known at run time).
+    replace: str | None = None
+
+
+_INIT_SCRIPT = re.compile(r"/etc/(?:init\.d|rc\.d|rc\.d/init\.d|rc[0-6S]\.d)/[^/]+")
+
+
+def init_script_words(words: list[str]) -> list[str]:
+    """A SysV init script run by its path (`/etc/init.d/ssh stop`) does what `service NAME ACTION` does: read
+    that way, not as the program its file name happens to share (the ssh client)."""
+    if not words or not words[0].startswith("/etc/") or not _INIT_SCRIPT.fullmatch(words[0]):
+        return words
+    return ["service", basename(words[0]).removeprefix("K").removeprefix("S").lstrip("0123456789"), *words[1:]]
 
 
 def basename(word: str) -> str:
@@ -128,6 +144,29 @@ def unwrap(words: list[str], dynamic: list[bool]) -> Unwrapped:
         index = step
     result.words = words[index:]
     result.dynamic = dynamic[index:]
+    if result.replace:
+        _replaced(result, result.replace)
+    return result
+
+
+def _replaced(result: Unwrapped, marker: str) -> None:
+    """Words of xargs' command that are its replace string, or a command word holding it, are only known at run
+    time; so is the text a shell or eval runs when it starts with the replace string (`xargs -I{} sh -c {}`: each
+    input line is a command line). find's `-exec … {}` likewise, with the paths it finds."""
+    result.dynamic = [
+        flag or word == marker or (position == 0 and marker in word)
+        for position, (word, flag) in enumerate(zip(result.words, result.dynamic, strict=True))
+    ]
+    program = basename(result.words[0]) if result.words else ""
+    script = inline_script(program, result.words) if program in SHELLS or program == "eval" else None
+    if script is not None and script.lstrip(" \t'\"(").startswith(marker):
+        result.effects.append((3, "input lines or found paths become the shell text run: only known at run time"))
+
+
+def replaced(words: list[str], marker: str = "{}") -> Unwrapped:
+    """`words` (find's `-exec` command) with the words that are `marker` only known at run time."""
+    result = Unwrapped(words, ["$" in word or "`" in word for word in words])
+    _replaced(result, marker)
     return result
 
 
@@ -156,6 +195,12 @@ def _step(program: str, words: list[str], index: int, result: Unwrapped) -> int 
         return _watch(words, index, result)
     if program == "flock":
         return _flock(words, index, result)
+    started = runner_start(program, words, index) if program in RUNNER_PROGRAMS else None
+    if started is not None:
+        position, texts, effects = started
+        result.inline += texts
+        result.effects += effects
+        return position
     if program in WRAPPER_OPERANDS:
         value_options, operands = WRAPPER_OPERANDS[program]
         names, position = _skip_options(words, index + 1, value_options, _OPERAND_KNOWN[program], result)
@@ -197,6 +242,8 @@ def _step(program: str, words: list[str], index: int, result: Unwrapped) -> int 
         _note_swallowed(words, start, position, result)
         for name, value in options:
             _wrapper_effect(program, name, value, result)
+            if program == "xargs" and name in ("-I", "-i", "--replace"):
+                result.replace = value or "{}"
             if name in inline_options:
                 if value is not None:
                     result.inline.append(value)
@@ -218,6 +265,7 @@ _WRITING_OPTIONS = {
     "ltrace": word_set("-o --output"),
     "time": word_set("-o --output"),
     "parallel": word_set("--joblog --results --res --output-as-files"),
+    "daemonize": word_set("-p -l -o -e"),
 }
 _PROCESS_OPTIONS = {
     "ionice": word_set("-p -P -u --pid --pgid --uid"),

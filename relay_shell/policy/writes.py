@@ -3,30 +3,48 @@ other file) and the root of a tree a transfer merges into (the worst file it cou
 
 from __future__ import annotations
 
+import re
+
 from relay_shell.policy.calls import is_device, is_protected
+from relay_shell.policy.env_substitution import Env, substitute
+from relay_shell.policy.field_splitting import positional_words
 from relay_shell.policy.findings import Finding
+from relay_shell.policy.simple_commands import Command
 from relay_shell.policy.vocabulary import CRITICAL_FILES, REDIRECT_WRITE, USER_CONFIG
 
+_POSITIONAL = re.compile(r"\$(?:[1-9]|\{[1-9]\})")
 
-def redirect_findings(redirects: list[tuple[str, str]]) -> list[Finding]:
+
+def redirect_findings(
+    redirects: list[tuple[str, str]], env: Env | None = None, positional: list[str] | None = None
+) -> list[Finding]:
+    """A finding per redirection that writes. A target's `$NAME`, `${NAME}` and `$N` are read with the values the
+    text or the overlay gives them (`env`, `positional`), as the shell expands them: `x=/etc/passwd; … > $x` writes
+    /etc/passwd. What is shown is the target as written (an overlay value may be a secret)."""
     findings = []
-    for operator, target in redirects:
+    for operator, written in redirects:
         if operator not in REDIRECT_WRITE:
             continue
+        target = written
+        if "$" in written and (env or positional):
+            if positional is not None and _POSITIONAL.fullmatch(written):
+                target = positional_words([written], [True], [False], positional)[0][0] or written
+            target = substitute([target], env or {})[0]
+        shown = written if target != written else target
         if target in ("/dev/null", "/dev/stdout", "/dev/stderr", "/dev/tty") or target.startswith("/dev/fd/"):
             continue
         if target.startswith(("/dev/tcp/", "/dev/udp/")):
             tier = 1 if operator == "<>" else 2  # bash's network redirections: `>` sends data to a service
-            findings.append(Finding(f"{operator} {target}", tier, f"bash connects to {target[5:]}"))
+            findings.append(Finding(f"{operator} {shown}", tier, f"bash connects to {shown[5:]}"))
         elif is_device(target):
-            findings.append(Finding(f"{operator} {target}", 3, f"writes onto block device {target}"))
+            findings.append(Finding(f"{operator} {shown}", 3, f"writes onto block device {shown}"))
         elif target in CRITICAL_FILES or target.startswith("/boot/"):
             tier = 3 if operator != ">>" and operator != "&>>" else 2
-            findings.append(Finding(f"{operator} {target}", tier, f"writes {target}"))
-        elif is_protected(target) or USER_CONFIG.match(target):
-            findings.append(Finding(f"{operator} {target}", 2, f"writes system or login file {target}"))
+            findings.append(Finding(f"{operator} {shown}", tier, f"writes {shown}"))
+        elif is_protected(target) or USER_CONFIG.match(target) or USER_CONFIG.match(written):
+            findings.append(Finding(f"{operator} {shown}", 2, f"writes system or login file {shown}"))
         else:
-            findings.append(Finding(f"{operator} {target}", 1, f"writes {target}"))
+            findings.append(Finding(f"{operator} {shown}", 1, f"writes {shown}"))
     return findings
 
 
@@ -36,3 +54,15 @@ def tree_findings(root: str) -> list[Finding]:
     if root.startswith("/boot") or any(path.startswith(below) for path in CRITICAL_FILES):
         return [Finding(f"tree into {root}", 3, f"a tree merged into {root} can replace critical files there")]
     return redirect_findings([(">", root)])
+
+
+def no_command_findings(command: Command, escalated: bool, shell_session: bool) -> list[Finding]:
+    """A command with no program left: a redirection alone (`> f` empties f), or wrappers given no command."""
+    findings: list[Finding] = []
+    if escalated:
+        findings.append(Finding(" ".join(command.words[:3]), 2, "privilege escalation"))
+    if shell_session and not escalated:
+        findings.append(Finding(" ".join(command.words[:3]), 1, "starts a shell that reads its commands from stdin"))
+    if not command.words and any(op in (">", ">|") for op, _ in command.redirects):
+        findings.append(Finding(command.redirects[0][1], 2, "empties a file"))
+    return findings or ([Finding("", 1, "redirection only")] if command.redirects else [])
