@@ -8,7 +8,7 @@ setup(
     ext_modules=[
         Extension(
             "relay_shell.trace._answerer",
-            sources=["relay_shell/trace/answerer.c", "relay_shell/trace/spawner.c"],
+            sources=["relay_shell/trace/answerer.c", "relay_shell/trace/spawner.c", "relay_shell/trace/spares.c"],
             extra_compile_args=["-O2", "-Wall", "-Wextra", "-std=gnu11"],
             optional=True,
         )

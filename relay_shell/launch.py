@@ -39,6 +39,7 @@ from relay_shell.settings.model import Settings
 if TYPE_CHECKING:
     from relay_shell.confine.confinement import Confinement
     from relay_shell.metrics import Metrics
+    from relay_shell.trace.native import NativeSpare
     from relay_shell.trace.tracer import ExecTracer
 
 T = TypeVar("T")
@@ -410,7 +411,8 @@ def start_launcher(settings: Settings, containment: Containment, metrics: Metric
     if setting == "auto" and tracer.active:
         tracer.reason = f"{reason}; {tracer.reason}"
     if tracer.spawner is not None and tracer.active and not isinstance(confinement, Unconfined):
-        tracer.spares = confinement.spare_traces(tracer.spawner.run)  # their creator made by the spawner
+        answerer = tracer.answerer if tracer.native_spawns else None  # native spares' first exec let go by it
+        tracer.spares = confinement.spare_traces(tracer.spawner.run, answerer)  # their creator made by the spawner
     return Launcher(containment, tracer, confinement, setting)
 
 
@@ -422,11 +424,11 @@ def _popen(
     merge_stderr: bool,
     unit: Unit | NoUnit,
     confinement: Confinement | Unconfined,
-) -> subprocess.Popen[bytes]:
+) -> Child:
     """An untraced command's first process, on the calling thread (readonly: a spare confined thread, which
-    enters the unit itself, so the calling thread does not: adr/0037)."""
+    enters the unit itself, so the calling thread does not: adr/0037; made in C where it can be, `natively`)."""
 
-    def start() -> subprocess.Popen[bytes]:
+    def start() -> Child:
         with unit.spawning(env) as child_env:
             # Raises OSError (missing program, E2BIG for a huge command line, bad cwd): the runner reports it.
             return subprocess.Popen(
@@ -440,4 +442,14 @@ def _popen(
                 close_fds=True,
             )
 
-    return confinement.run_on_spare(start)
+    def natively(spare: NativeSpare) -> Child:
+        """On a spare made in C (adr/0037 "Round 6"): the spawn submitted to it, which enters the unit itself."""
+        from relay_shell.trace.spawn import resolve_program, spawn_natively
+
+        threads: list[int] = []
+        with unit.spawning(env, threads) as child_env:
+            path = resolve_program(argv[0], child_env, cwd)
+            cgroup_threads = (threads[0], threads[1]) if threads else (-1, -1)
+            return spawn_natively(spare, 0, argv, cwd, child_env, with_stdin, merge_stderr, path, cgroup_threads)
+
+    return confinement.run_on_spare(start, natively)

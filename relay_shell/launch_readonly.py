@@ -36,7 +36,7 @@ class Unconfined:
     def run_confined(self, start: Callable[[], T]) -> T:
         return start()
 
-    def run_on_spare(self, start: Callable[[], T]) -> T:
+    def run_on_spare(self, start: Callable[[], T], natively: Callable[[Any], T] | None = None) -> T:
         return start()
 
     def prepare_child(self) -> None:

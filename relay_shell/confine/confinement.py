@@ -11,7 +11,9 @@ Where the restriction is applied, so that it holds for exactly the tree and neve
   that carries what every tree shares (`confine_creator`; the spare adds its own domain and id, `confine_spare`,
   adr/0037) — untraced, the spare entering the tree's unit for its spawn (`run_on_spare`); traced, the creator
   made by the trace's spawner thread, so that it and its spares inherit the exec filter (`spare_traces`,
-  adr/0031) — or, none ready, a new thread made on the spot that confines itself whole (`run_confined`).
+  adr/0031) — or, none ready, a new thread made on the spot that confines itself whole (`run_confined`). Where the
+  compiled library is built the spares are pthreads made in C that confine themselves and spawn there, the
+  request built on the event loop's thread (`pool`, adr/0037 "Round 6").
 - **A terminal** (ptyprocess forks and runs a pre-exec hook in the child): the child restricts itself
   (`prepare_child`), with a rule of its own for its terminal. No thread of the server is ever in its domain.
 - **A ProxyCommand** (asyncssh starts it): through `python -m relay_shell.confine.run`, which restricts itself
@@ -35,8 +37,9 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from relay_shell.confine import capabilities, landlock, syscall_filter
-from relay_shell.confine.spares import SparePool, StartOn
+from relay_shell.confine.spares import NativeSparePool, SparePool, SpareThread, StartOn, native_library
 from relay_shell.errors import ToolError
+from relay_shell.trace import native
 
 T = TypeVar("T")
 PR_SET_DUMPABLE = 4
@@ -69,8 +72,9 @@ class Confinement:
         self.privileged = capabilities.privileged()
         self.trees = 0
         self.failures = 0
-        self.spares: SparePool | None = None  # made ahead for untraced one-shot commands (start_confinement)
-        self.traced_spares: SparePool | None = None  # made ahead by the exec trace's spawner thread (spare_traces)
+        self.spares: SparePool | NativeSparePool | None = None  # for untraced one-shot commands (start_confinement)
+        self.traced_spares: SparePool | NativeSparePool | None = None  # creator made by the spawner (spare_traces)
+        self.native = native_library()  # spares made in C (adr/0037 "Round 6"); None: Python's
 
     def confine_this_thread(self) -> None:
         """Restrict the calling thread (and what it starts) for good. OSError when the kernel refuses."""
@@ -94,32 +98,49 @@ class Confinement:
         landlock.restrict_self(self.ruleset, self.abi)
         syscall_filter.install(self.guard.for_thread(threading.get_native_id()))
 
-    def run_on_spare(self, start: Callable[[], T]) -> T:
+    def pool(self, start: StartOn | None, answerer: native.Answerer | None) -> SparePool | NativeSparePool:
+        """A spare pool whose creator `start` starts: spares in C where the library is here (traced: when the compiled
+        answerer lets their first exec go, `answerer`), else Python's."""
+        if self.native is not None and (start is None or answerer is not None):
+            guard, flags = self.guard, landlock.restrict_flags(self.abi)
+            return NativeSparePool(self.native, self.confine_creator, self.ruleset, flags, guard, start, answerer)
+        return SparePool(self.confine_creator, self.confine_spare, start)
+
+    def run_on_spare(self, start: Callable[[], T], natively: Callable[[native.NativeSpare], T] | None = None) -> T:
         """`start()` (which enters the tree's cgroup unit and spawns) on a spare confined thread
-        (confine/spares.py); on a new one, confined now, when none is ready. ToolError as run_confined."""
+        (confine/spares.py), or `natively(spare)` (the spawn submitted to it) when the spare is native; on a new
+        thread, confined now, when none is ready. ToolError as run_confined."""
         spares = self.spares
         spare = spares.take() if spares is not None else None
+        if isinstance(spare, native.NativeSpare) and natively is not None:
+            return natively(spare)  # the spare asked for its replacement after the spawn
         try:
             if spare is None:
                 return self.run_confined(start)
+            assert isinstance(spare, SpareThread)
             return spare.hand(start)
         finally:
             if spares is not None:
                 spares.replace()
 
-    def spare_traces(self, run: StartOn) -> Callable[[], Callable[[Callable[[], Any]], Any] | None]:
+    def spare_traces(
+        self, run: StartOn, answerer: native.Answerer | None = None
+    ) -> Callable[[], Callable[[Callable[[], Any]], Any] | native.NativeSpare | None]:
         """Traced one-shot commands get spares too, made by a creator thread the exec trace's spawner thread makes
         (`run` runs work there and waits), so that they carry its exec filter. Returns what the trace asks on the
-        event loop for each traced spawn: a ready spare's `hand`, or None (the spawner thread then confines a new
-        thread: run_confined)."""
-        spares = SparePool(self.confine_creator, self.confine_spare, run)
+        event loop for each traced spawn: a ready spare's `hand`, a native spare (`answerer`: the compiled answerer
+        lets its tree's first exec go; trace/tree.py submits the spawn to it), or None (the spawner thread then
+        confines a new thread: run_confined)."""
+        spares = self.pool(run, answerer)
         self.traced_spares = spares
 
-        def traced_spare() -> Callable[[Callable[[], Any]], Any] | None:
+        def traced_spare() -> Callable[[Callable[[], Any]], Any] | native.NativeSpare | None:
             spare = spares.take()
             if spare is None:
                 spares.replace()  # the creator makes them (a burst took them all); the spawner confines one meanwhile
                 return None
+            if isinstance(spare, native.NativeSpare):
+                return spare
 
             def hand(work: Callable[[], Any]) -> Any:
                 """The spawn on the spare (it then ends); the next spare made after."""
@@ -276,5 +297,5 @@ def start_confinement(setting: str, metrics: Any) -> Confinement:
     # spawning thread shares a tree's domain while it spawns (above).
     if _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
         raise ConfinementUnavailable(f"prctl(PR_SET_DUMPABLE, 0): {os.strerror(ctypes.get_errno())}")
-    confinement.spares = SparePool(confinement.confine_creator, confinement.confine_spare)
+    confinement.spares = confinement.pool(None, None)
     return confinement

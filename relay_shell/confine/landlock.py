@@ -174,12 +174,16 @@ def allow_beneath(ruleset: int, path: str, rights: int) -> None:
         os.close(target)
 
 
+def restrict_flags(abi: int) -> int:
+    """landlock_restrict_self's flags at this ABI (the native spares pass them too, trace/spares.c)."""
+    return RESTRICT_SELF_LOG_NEW_EXEC_ON if abi >= 7 else 0
+
+
 def restrict_self(ruleset: int, abi: int) -> None:
     """Put the calling thread (and everything it starts from now on) in a new Landlock domain made of `ruleset`.
     A ruleset can make any number of domains; each call makes a new one, so two trees never share one (a scope
     is a domain's boundary). Needs no_new_privs or CAP_SYS_ADMIN. OSError when the kernel refuses."""
-    flags = RESTRICT_SELF_LOG_NEW_EXEC_ON if abi >= 7 else 0
-    result = _libc.syscall(ctypes.c_long(_RESTRICT_SELF), ctypes.c_long(ruleset), ctypes.c_long(flags))
+    result = _libc.syscall(ctypes.c_long(_RESTRICT_SELF), ctypes.c_long(ruleset), ctypes.c_long(restrict_flags(abi)))
     if result != 0:
         code = ctypes.get_errno()
         raise OSError(code, f"landlock_restrict_self: {os.strerror(code)}")

@@ -20,15 +20,25 @@ Before the first spare is made, calls confine a thread of their own.
 
 A spare waits in no process tree's domain: nothing runs in its domain until its spawn, after which it ends. Two
 spares are two domains (every `landlock_restrict_self` makes a new one), so no two trees share one.
+
+Where the compiled library is built (trace/spares.c; not with RELAY_EXEC_TRACE_ANSWERER=python, nor on glibc < 2.34)
+the spares are made in C (`NativeSparePool`, adr/0037 "Round 6"): the same creator, the same domain and guard per
+spare, set in C, and the spawn submitted to the spare (trace/spawn.py `spawn_natively`) — no spare takes the GIL.
 """
 
 from __future__ import annotations
 
 import _thread
 import contextlib
+import ctypes
+import os
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
+
+from relay_shell.confine.syscall_filter import Program
+from relay_shell.trace import native
 
 T = TypeVar("T")
 SPARES = 4
@@ -149,3 +159,98 @@ class SparePool:
 
 def _run_here(work: Callable[[], None]) -> None:
     work()
+
+
+@dataclass(frozen=True, slots=True)
+class ReadySpare:
+    """A native spare waiting for its spawn (what tests and status read of it)."""
+
+    thread_id: int
+
+
+class NativeSparePool:
+    """SparePool's spares made in C (trace/spares.c, adr/0037 "Round 6"): the creator is a Python thread that runs
+    `prepare` on itself once, then waits in C for the rest of the server's life and makes each missing spare as a
+    pthread, which confines itself in C (`landlock_restrict_self` on `ruleset`, `guard` installed with its own id),
+    waits, carries out one spawn request and ends, never taking the GIL. `take` on the event loop gives a
+    native.NativeSpare whose `submit` hands it the request; the creator is asked for the replacement when the spawn
+    is done (in the same foreign call). `answerer`: traced spawns' first exec is let go by the compiled answerer."""
+
+    def __init__(
+        self,
+        library: ctypes.CDLL,
+        prepare: Callable[[], None],
+        ruleset: int,
+        landlock_flags: int,
+        guard: Program,
+        start: StartOn | None = None,
+        answerer: native.Answerer | None = None,
+    ) -> None:
+        slots = (ctypes.c_uint * len(guard.thread_slots))(*(offset // 8 for offset in guard.thread_slots))
+        handle = library.spares_new(
+            ruleset, landlock_flags, guard.code, len(guard.code) // 8, slots, len(slots), SPARES
+        )
+        if not handle:
+            raise MemoryError("readonly's native spares")
+        self.library = library
+        self.handle = ctypes.c_void_p(handle)
+        self.prepare = prepare
+        self.answerer = answerer
+        self.taken = 0
+        self.short = 0
+        self.creator_problem = ""
+        self.creator_id = 0
+        (start or _run_here)(self._begin)
+
+    @property
+    def ready(self) -> list[ReadySpare]:
+        return [ReadySpare(thread_id) for thread_id in self._ready()[0]]
+
+    @property
+    def problem(self) -> str:
+        """Why no spare is made any more ("" while they are)."""
+        error = self._ready()[1]
+        return self.creator_problem or (
+            f"a native spare could not confine itself: {os.strerror(error)}" if error else ""
+        )
+
+    def _ready(self) -> tuple[list[int], int]:
+        thread_ids = (ctypes.c_int32 * 32)()
+        error = ctypes.c_int32(0)
+        count = self.library.spares_ready(self.handle, thread_ids, 32, ctypes.byref(error))
+        return list(thread_ids[:count]), int(error.value)
+
+    def take(self) -> native.NativeSpare | None:
+        """A ready spare, or None (then `replace()`)."""
+        handle = self.library.spares_take(self.handle)
+        if not handle:
+            self.short += 1
+            return None
+        self.taken += 1
+        return native.NativeSpare(self.library, self.handle, handle, self.answerer)
+
+    def replace(self) -> None:
+        """After a spawn that found no spare: the creator makes the missing ones (after a spawn on a spare, the
+        spare's submit asked already)."""
+        self.library.spares_replace(self.handle)
+
+    def _begin(self) -> None:
+        _thread.start_new_thread(self._create, ())
+
+    def _create(self) -> None:
+        self.creator_id = threading.get_native_id()
+        try:
+            self.prepare()
+        except OSError as exc:
+            self.creator_problem = str(exc)
+            return
+        self.library.spares_create(self.handle)  # never returns: the GIL released, the creator waits in C
+
+
+def native_library() -> ctypes.CDLL | None:
+    """The compiled library when native spares can be made here (built, allowed, glibc ≥ 2.34), else None: the Python
+    spares above."""
+    library, _ = native.load()
+    if library is None or not library.spares_available():
+        return None
+    return library

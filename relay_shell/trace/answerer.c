@@ -119,7 +119,7 @@ struct answerer {
 };
 
 /* What trace/native.py expects (its ABI): a library built from another version of this file is not used. */
-#define ANSWERER_ABI 4
+#define ANSWERER_ABI 5
 int answerer_abi(void) { return ANSWERER_ABI; }
 
 static double monotonic(void) {

@@ -25,7 +25,7 @@ from relay_shell.trace import resolve, seccomp
 # `python`: the compiled answerer is not used (the suite runs both ways). Not a RELAY_SHELL_ setting: a build and
 # test switch, which the tests' servers inherit (they drop RELAY_SHELL_* from their environment).
 FORCE_PYTHON = "RELAY_EXEC_TRACE_ANSWERER"
-ABI = 4  # answerer.c's ANSWERER_ABI: the layout of what it hands over
+ABI = 5  # answerer.c's ANSWERER_ABI: the layout of what it hands over
 IDLE, RECEIVED, FULL = 0, 1, 2
 PATH_SLOTS = 64
 IDLE_MS = 50  # milliseconds without an exec after which the execs answered here are recorded
@@ -80,6 +80,16 @@ def load() -> tuple[ctypes.CDLL | None, str]:
     library.spawner_serve.argtypes = [void_p]
     library.spawner_submit.argtypes = [void_p, ctypes.POINTER(SpawnRequest)]
     library.spawner_python.argtypes = [void_p]
+    # Readonly's native spares (spares.c, confine/native_spares.py).
+    library.spares_new.restype = void_p
+    int_, uint = ctypes.c_int, ctypes.c_uint
+    library.spares_new.argtypes = [int_, uint, ctypes.c_char_p, int_, void_p, int_, int_]
+    library.spares_create.argtypes = [void_p]
+    library.spares_take.restype = void_p
+    library.spares_take.argtypes = [void_p]
+    library.spares_submit.argtypes = [void_p, void_p, ctypes.POINTER(SpawnRequest), void_p]
+    library.spares_replace.argtypes = [void_p]
+    library.spares_ready.argtypes = [void_p, ctypes.POINTER(i32), ctypes.c_int, ctypes.POINTER(i32)]
     return library, ""
 
 
@@ -131,6 +141,21 @@ class NativeSpawner:
 
     def submit(self, request: SpawnRequest) -> None:
         self.library.spawner_submit(self.handle, ctypes.byref(request))
+
+
+class NativeSpare:
+    """A readonly spare made in C (spares.c, confine/spares.py `NativeSparePool`), taken for one spawn: `submit`
+    carries the request out on it (it enters the unit, spawns, ends), waited for with the GIL released. `answerer`:
+    the compiled answerer that lets the traced tree's first exec go (None: untraced)."""
+
+    def __init__(self, library: ctypes.CDLL, pool: ctypes.c_void_p, handle: int, answerer: Answerer | None) -> None:
+        self.library = library
+        self.pool = pool
+        self.handle = ctypes.c_void_p(handle)
+        self.answerer = None if answerer is None else answerer.handle
+
+    def submit(self, request: SpawnRequest) -> None:
+        self.library.spares_submit(self.pool, self.handle, ctypes.byref(request), self.answerer)
 
 
 def spawner() -> NativeSpawner | None:

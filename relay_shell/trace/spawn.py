@@ -146,7 +146,7 @@ def _child(pid: int, parent_ends: list[int], with_stdin: bool, merge_stderr: boo
 
 
 def spawn_natively(
-    spawner: Spawner,
+    spawner: Spawner | native.NativeSpare,
     tree: int,
     argv: list[str],
     cwd: str | None,
@@ -159,7 +159,8 @@ def spawn_natively(
     """`spawn`, carried out by the native spawner on the spawner thread (trace/spawner.c, adr/0036): the same
     file actions and attributes, the unit's cgroup (`cgroup_threads`: the unit's and the instance's cgroup.threads,
     -1 without cgroups) entered and left there, the first exec of tree `tree` answered by the compiled answerer.
-    The event loop's thread waits for it in one foreign call, the GIL released. OSError as `spawn` raises it."""
+    The event loop's thread waits for it in one foreign call, the GIL released. `spawner` may be a readonly native
+    spare instead (confine/spares.py), which carries it out the same way on itself. OSError as `spawn` raises it."""
     parent_ends, child_ends, (stdin_fd, stdout_fd, stderr_fd) = _pipes(with_stdin, merge_stderr)
     try:
         arguments = _array([os.fsencode(item) for item in argv])

@@ -68,7 +68,7 @@ int spawner_available(void) { return NATIVE_SPAWN; }
 
 /* A new session, every signal at its default (glibc's internal SIGCANCEL and SIGSETXID included: sigaddset refuses
  * them, so their bits are set directly, as trace/spawn.py does) and none blocked. */
-static int attributes_init(posix_spawnattr_t *attributes) {
+int spawn_attributes_init(posix_spawnattr_t *attributes) {
     sigset_t defaults, empty;
     int error = posix_spawnattr_init(attributes);
     if (error)
@@ -96,7 +96,7 @@ struct spawner *spawner_new(void) {
     struct spawner *self = calloc(1, sizeof(*self));
     if (self == NULL)
         return NULL;
-    if (attributes_init(&self->attributes) != 0) {
+    if (spawn_attributes_init(&self->attributes) != 0) {
         free(self);
         return NULL;
     }
@@ -128,8 +128,9 @@ static int file_actions(posix_spawn_file_actions_t *actions, const struct spawn_
     return error;
 }
 
-/* On the spawner thread: the request carried out, its outcome in it. */
-static void run_spawn(struct spawner *self, struct answerer *answerer, struct spawn_request *request) {
+/* On the spawner thread (or a readonly spare, spares.c): the request carried out, its outcome in it. `answerer`
+ * NULL: an untraced spawn (no first exec to expect). */
+void spawn_run(const posix_spawnattr_t *attributes, struct answerer *answerer, struct spawn_request *request) {
     posix_spawn_file_actions_t actions;
     request->pid = 0;
     request->stage = ACTIONS;
@@ -146,12 +147,14 @@ static void run_spawn(struct spawner *self, struct answerer *answerer, struct sp
         request->error = errno;
         goto done;
     }
-    answerer_expect_first(answerer, request->path, request->argv, request->tree);
+    if (answerer != NULL)
+        answerer_expect_first(answerer, request->path, request->argv, request->tree);
     pid_t pid = 0;
     /* The child's first exec waits for the service thread's answer (answerer.c answer_first) meanwhile. */
-    int error = posix_spawn(&pid, request->path, &actions, &self->attributes, request->argv,
+    int error = posix_spawn(&pid, request->path, &actions, attributes, request->argv,
                             request->envp != NULL ? request->envp : environ);
-    answerer_first_done(answerer);
+    if (answerer != NULL)
+        answerer_first_done(answerer);
     request->stage = error ? SPAWNING : SPAWNED;
     request->error = error;
     request->pid = error ? 0 : pid;
@@ -183,7 +186,7 @@ int spawner_serve(struct spawner *self) {
         pthread_mutex_unlock(&self->lock);
 #if NATIVE_SPAWN
         if (answerer != NULL)
-            run_spawn(self, answerer, request);
+            spawn_run(&self->attributes, answerer, request);
         else
 #endif
         {

@@ -97,7 +97,8 @@ class ExecTracer:
         self.late_waiting: set[ExecTrace] = set()  # closed trees whose late execs wait for their record
         self.reader = memory.Reader()  # the service thread's buffer for the requests it reads
         self.spawner: Spawner | None = None
-        self.spares: Callable[[], Hand | None] | None = None  # readonly: a confined spare the spawner made (adr/0031)
+        # readonly: a confined spare whose creator the spawner made (adr/0031, adr/0037), Python's or native
+        self.spares: Callable[[], Hand | native.NativeSpare | None] | None = None
         self.first_unread = False
         self.notifications: seccomp.Notifications | None = None
         self.epoll: Any = None

@@ -22,6 +22,7 @@ from relay_shell.trace import resolve
 from relay_shell.trace.answer import UNDETERMINED_REFUSED
 from relay_shell.trace.deny import refusal
 from relay_shell.trace.lineage import Unit
+from relay_shell.trace.native import NativeSpare
 from relay_shell.trace.record import ExecTrace
 from relay_shell.trace.spawn import SPAWN_MISSING, SPAWN_READY, SpawnedChild, resolve_program, spawn, spawn_natively
 from relay_shell.trace.tracer import ExecTracer
@@ -76,9 +77,14 @@ class TracedTree:
             self.tracer.untraced_trees += 1
             return untraced()
         spare = self.tracer.spares() if self.tracer.spares is not None else None  # readonly: adr/0031
-        # Not readonly (nothing to confine: launch.py gives a tracer spares exactly then): the spawn itself is the
-        # native spawner's (adr/0036), handed over and waited for without the GIL; the rest below on this thread.
-        native = self.tracer.spares is None and self.tracer.native_spawns and self.tracer.active
+        # A readonly spare made in C (adr/0037 "Round 6"), or not readonly (nothing to confine: launch.py gives a
+        # tracer spares exactly then): the spawn itself is the native spare's or the native spawner's (adr/0036),
+        # handed over and waited for without the GIL; the rest below on this thread.
+        native_spare = spare if isinstance(spare, NativeSpare) else None
+        native = native_spare is not None or (
+            self.tracer.spares is None and self.tracer.native_spawns and self.tracer.active
+        )
+        hand = None if isinstance(spare, NativeSpare) else spare
 
         def start() -> SpawnedChild:
             """On the spawner thread (or the spare; natively: on the event loop's thread, up to the spawn), while
@@ -91,8 +97,9 @@ class TracedTree:
 
                 def one() -> SpawnedChild:
                     if threads is not None:
-                        return self._spawn_natively(argv, cwd, child_env, with_stdin, merge_stderr, path, threads)
-                    if spare is not None:  # on the spare, confined already
+                        where = (path, threads, native_spare)
+                        return self._spawn_natively(argv, cwd, child_env, with_stdin, merge_stderr, *where)
+                    if hand is not None:  # on the spare, confined already
                         return spawn(argv, cwd, child_env, with_stdin, merge_stderr, path)
                     return confined(lambda: spawn(argv, cwd, child_env, with_stdin, merge_stderr, path))
 
@@ -110,7 +117,7 @@ class TracedTree:
                 return child
 
         try:
-            return await self.tracer.spawn(self.execs, start, self.unit, spare, native)
+            return await self.tracer.spawn(self.execs, start, self.unit, hand, native)
         except OSError as exc:
             if exc.errno != errno.ENOSYS or self.tracer.active:
                 raise
@@ -128,12 +135,16 @@ class TracedTree:
         merge_stderr: bool,
         path: str,
         threads: list[int],
+        spare: NativeSpare | None,
     ) -> SpawnedChild:
         spawner = self.tracer.spawner
         assert spawner is not None
         token = self.tracer.lineage.token_of[self.execs]
         cgroup_threads = (threads[0], threads[1]) if threads else (-1, -1)
-        return spawn_natively(spawner, token, argv, cwd, env, with_stdin, merge_stderr, path, cgroup_threads)
+        if spare is None:
+            return spawn_natively(spawner, token, argv, cwd, env, with_stdin, merge_stderr, path, cgroup_threads)
+        with spawner.one_at_a_time:  # one tree's first exec expected at a time (the answerer has one slot)
+            return spawn_natively(spare, token, argv, cwd, env, with_stdin, merge_stderr, path, cgroup_threads)
 
     def first_exec(self, path: str, argv: list[str], cwd: str | None) -> None:
         """The server's own exec, checked like any other: resolved (links, a `#!` chain: a relative interpreter is
