@@ -29,7 +29,6 @@ class Paused:
     raw: tuple[bytes, list[bytes], int, bool] | None = None  # path, argv, argc, argv cut; None: not its memory
     target: Target | None = None
     denied: bool = False  # refused by RELAY_SHELL_EXEC_DENY
-    refusal: str = ""  # why, when no pattern matched (its program cannot be determined)
     answer: int = 0  # 0: CONTINUE, else the errno it fails with
     unreadable: bool = False  # still waiting, but its request could not be read
     quick: bool = False  # a native execve of an absolute path resolved without the process (the answerer's kind)
@@ -81,4 +80,4 @@ def verdict(paused: Paused, deny: list[Any], arguments: list[str], pid: int) -> 
     why = refusal(deny, target, arguments, pid)
     if why is not None:
         paused.answer, paused.denied = errno.EPERM, True
-        paused.refusal = f"{UNDETERMINED_REFUSED}: {why}" if why else ""
+        target.refusal = f"{UNDETERMINED_REFUSED}: {why}" if why else ""

@@ -91,6 +91,8 @@ def _loaded(
     return found
 
 
-def refusal_shown(path: str, shown: list[Any]) -> str:
-    """A refused exec as the call's result names it: its path and its redacted arguments."""
-    return " ".join(str(item) for item in [path, *shown[1:]])[:REFUSAL_SHOWN]
+def refusal_shown(path: str, shown: list[Any], why: str = "") -> str:
+    """A refused exec as the call's result names it: its path and its redacted arguments, and why when no pattern
+    matched."""
+    text = " ".join(str(item) for item in [path, *shown[1:]])[:REFUSAL_SHOWN]
+    return f"{text} ({why})" if why else text

@@ -87,7 +87,7 @@ class ExecTrace:
             entry = entry_of(self.started, at, pid, ppid, path, shown, len(argv), len(argv), False, outcome, fields)
             if setid:
                 entry["setid_dropped"] = True
-        denied_text = refusal_shown(path, shown) if outcome == "denied" else None
+        denied_text = refusal_shown(path, shown, found.refusal) if outcome == "denied" else None
         self.add(entry, digest_line(path, shown, outcome, fields), denied_text, setid)
 
     def add(self, entry: dict[str, Any] | None, digest_line: bytes, denied_text: str | None, setid: bool) -> None:
@@ -215,7 +215,8 @@ def digest_line(path: str | None, shown: list[Any], outcome: str, found: dict[st
 
 def resolved_fields(target: Target) -> dict[str, Any]:
     """What an entry says of where its path led (adr/0027): the program when it is not the path itself (a link,
-    /dev/fd/N, /proc/self/…), `undetermined` with the reason when no path names it, and a script's interpreter
+    /dev/fd/N, /proc/self/…), `undetermined` with the reason when no path names it, `refusal` when EXEC_DENY refused
+    it for what could not be determined (its program, or the one a loader in it loads), and a script's interpreter
     chain (each level's interpreter, its program, its `#!` argument redacted, an env-style target)."""
     fields: dict[str, Any] = {}
     if target.program is not None and target.program != target.path:
@@ -223,6 +224,8 @@ def resolved_fields(target: Target) -> dict[str, Any]:
     if target.undetermined:
         fields["program"] = None
         fields["undetermined"] = target.undetermined
+    if target.refusal:
+        fields["refusal"] = target.refusal
     levels = []
     for level in target.interpreters:
         shown: dict[str, Any] = {"path": level.path}

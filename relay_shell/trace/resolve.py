@@ -70,6 +70,7 @@ class Target:
     interpreters: list[Interpreter] = field(default_factory=list)
     context: bool = False  # the answer depended on the process (cwd, descriptors, /proc): not cached
     handle: str = ""  # a path by which the server reaches the program (for the loader check, loader.py)
+    refusal: str = ""  # why EXEC_DENY refused it when no pattern matched (what it runs cannot be determined)
 
 
 class _Walk:

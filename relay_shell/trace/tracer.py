@@ -397,7 +397,7 @@ class ExecTracer:
         self.count_exec(outcome)
         argv = [item.decode("utf-8", errors="backslashreplace") for item in raw_argv]
         shown = redacted_argv(argv)
-        fields = resolved_fields(found) | ({"refusal": paused.refusal} if paused.refusal else {})
+        fields = resolved_fields(found)
         entry = None
         if target.wants_entry():
             entry = entry_of(
@@ -409,7 +409,7 @@ class ExecTracer:
             entry["setid_dropped"] = True
         shown_denied = None
         if paused.denied:
-            shown_denied = refusal_shown(found.path, shown) + (f" ({paused.refusal})" if paused.refusal else "")
+            shown_denied = refusal_shown(found.path, shown, found.refusal)
         target.add(entry, digest_line(found.path, shown, outcome, fields), shown_denied, dropped)
         if answered.tree is None:
             self.unattributed += 1

@@ -161,7 +161,7 @@ class TracedTree:
             why = refusal(deny, found, argv, os.getpid(), cwd=where)
             denied = why is not None
             if why:
-                found.undetermined = f"{UNDETERMINED_REFUSED}: {why}"
+                found.refusal = f"{UNDETERMINED_REFUSED}: {why}"
         self._hold_first(path, argv, found, denied)
 
     def _hold_first(self, path: str, argv: list[str], found: resolve.Target, denied: bool) -> None:

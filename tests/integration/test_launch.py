@@ -135,6 +135,15 @@ async def refused(launcher):
         found["refused_command"] = f"{exc.kind}: {exc}"
         found["refused_command_leader"] = tree.unit.leader
     tree.release()
+    # The dynamic loader told to load a name it would search for: its program cannot be determined (adr/0027).
+    tree = launcher.call_tree("c3")
+    try:
+        child = await tree.start_command(["/lib64/ld-linux-x86-64.so.2", "id"], None, None, False, True)
+        found["refused_loader"] = f"ran: exit {child.wait(10)}"
+    except ToolError as exc:
+        found["refused_loader"] = f"{exc.kind}: {exc}"
+    found["refused_loader_execs"] = tree.trace.end_fields()
+    tree.release()
     tree = launcher.session_tree("s2")
     try:
         process = await tree.start_terminal(
@@ -268,7 +277,13 @@ def test_every_tree_starts_through_the_launcher(tmp_path: Path, mode: str, trace
         assert found["refused_terminal"] in ("ExecDenied", "EPERM"), found["refused_terminal"]
         execs = found["refused_terminal_execs"]["execs"]
         assert execs["count"] == execs["denied"] == 1 and execs["entries"][0]["path"] == "/usr/bin/id", execs
+        # The first exec refused because what it loads cannot be determined: its program is named, the reason is
+        # the entry's `refusal` (not `undetermined`, which says the path itself led nowhere).
+        assert found["refused_loader"].startswith("ExecDenied: ") and "library directories" in found["refused_loader"]
+        [entry] = found["refused_loader_execs"]["execs"]["entries"]
+        assert "library directories" in entry["refusal"] and "undetermined" not in entry, entry
     else:
         assert found["refused_command"] == "ran: exit 0" and found["refused_terminal"] == "ran"
+        assert found["refused_loader"] == "ran: exit 127"  # the loader found no `id` in the library directories
         assert "execs" not in found["refused_terminal_execs"]
     assert found["units_running"] == []
