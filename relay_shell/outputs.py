@@ -19,21 +19,25 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import mmap
+import os
 import secrets
 import sys
 import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from relay_shell.capture import BoundedCapture, utf8_safe_head
 from relay_shell.errors import ArgumentError, ToolError
 from relay_shell.plan import Plan
 
+if TYPE_CHECKING:
+    import mmap
+
 OUTPUT_PREFIX = "o-"
 BLOCK = 1024 * 1024  # bytes a kept output is held in, per mapping (a multiple of the page size)
-PAGE = mmap.PAGESIZE
+PAGE = os.sysconf("SC_PAGESIZE")
 MALLOC_HEADER = 16  # glibc's chunk header and alignment, per object the allocator hands out
 MMAP_THRESHOLD = 128 * 1024  # glibc's default: an object from this size on may be a mapping of its own
 GONE_REMEMBERED = 4096  # ids of dropped outputs kept to answer "gone, and why" rather than "unknown"
@@ -94,6 +98,8 @@ class Keeper:
         view = memoryview(chunk)
         while view and not self.overflowed:
             if self.block is None:  # address space only: a page is memory once written, and charged before
+                import mmap  # here: an idle server does not load it (adr/0030), a cut stream's first block does
+
                 self.block, self.filled = mmap.mmap(-1, BLOCK), 0
             taken = min(len(view), BLOCK - self.filled)
             grown = pages(self.filled + taken) - pages(self.filled)
