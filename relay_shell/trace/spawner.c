@@ -1,8 +1,10 @@
 /* The exec trace's native spawner (adr/0036): a traced one-shot tree's first process started by the spawner thread
  * without the interpreter. The spawner thread (trace/spawners.py) waits in `spawner_serve`, one foreign call (ctypes
  * releases the GIL); the event loop's thread hands it a request with `spawner_submit`, one foreign call that blocks,
- * the GIL released, until the child is spawned. Here: the unit's cgroup entered (cgroup.threads "0": this thread),
- * glibc's posix_spawn with the file actions and attributes trace/spawn.py gives the Python path, the cgroup left;
+ * the GIL released, until the child is spawned. Here: the child born in the unit's cgroup by clone3(CLONE_INTO_CGROUP)
+ * doing what glibc's posix_spawn child does with the file actions and attributes trace/spawn.py gives the Python path
+ * (adr/0036 "Round 2"), or, where clone3 cannot, the unit's cgroup entered (cgroup.threads "0": this thread), glibc's
+ * posix_spawn, the cgroup left;
  * and the answerer (answerer.c) told which exec to expect, so that it answers the tree's first exec itself - the
  * server's own posix_spawn child, told by kcmp(KCMP_VM) and by the very path and argv pointers given here - without
  * handing it to Python. Work posted for Python (`spawner_python`) makes `spawner_serve` return to the same thread.
