@@ -160,13 +160,6 @@ class NativeSpare:
         self.library.spares_submit(self.pool, self.handle, ctypes.byref(request), self.answerer)
 
 
-def into_cgroup() -> bool:
-    """Whether a native spawn with a unit's cgroup directory is born in it by clone3(CLONE_INTO_CGROUP) (spawner.c;
-    x86_64, Linux 5.9+ and a clone3 not refused) rather than by entering and leaving the unit around posix_spawn."""
-    library, _ = load()
-    return library is not None and bool(getattr(library, "spawner_into_cgroup", lambda: 0)())
-
-
 def born_in_unit() -> int:
     """How many native spawns so far were born in their unit by clone3 (0 without the library)."""
     library, _ = load()

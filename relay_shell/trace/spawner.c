@@ -285,15 +285,6 @@ static int into_cgroup_possible(void) {
 }
 #endif
 
-/* Whether a spawn with a unit's cgroup directory goes straight into it (1), or enters and leaves it (0): tests. */
-int spawner_into_cgroup(void) {
-#if INTO_CGROUP
-    return into_cgroup_possible();
-#else
-    return 0;
-#endif
-}
-
 /* How many children were born in their unit by clone3 so far. */
 uint64_t spawner_born_in_unit(void) {
 #if INTO_CGROUP
@@ -363,7 +354,6 @@ done:
     posix_spawn_file_actions_destroy(&actions);
 }
 #else
-int spawner_into_cgroup(void) { return 0; }
 uint64_t spawner_born_in_unit(void) { return 0; }
 #endif
 
