@@ -158,7 +158,7 @@ class LocalPty:
             group = os.tcgetpgrp(self.fd)
         except OSError:
             return False
-        return reads_whole_line(group, whole) if whole else reads_terminal(group)
+        return reads_whole_line(group, whole, self.pid) if whole else reads_terminal(group)
 
     def keeps_lines(self, length: int) -> bool:
         """True while input of `length` bytes typed now is read whole by what reads it (reader.keeps_lines): no
@@ -167,7 +167,7 @@ class LocalPty:
             group = os.tcgetpgrp(self.fd)
         except OSError:
             return False
-        return keeps_lines(group, length)
+        return keeps_lines(group, length, self.pid)
 
     def line_settings(self) -> list[object] | None:
         """The terminal's input settings as the line discipline and readline use them now (termios: iflag,

@@ -87,35 +87,35 @@ def reads_terminal(process_group: int) -> bool:
     return False
 
 
-def reads_whole_line(process_group: int, length: int) -> bool:
+def reads_whole_line(process_group: int, length: int, leader: int | None = None) -> bool:
     """Whether input of `length` bytes typed now goes whole to one program of `process_group` that asked for a
     password: some process is blocked reading the terminal, and every process of the group waiting on it is in a
     read(2) of at least `length` bytes or is a program that reads a password to the end of its line. A reader
     of fewer bytes that stops (dd bs=1 count=1) would leave the rest to the shell."""
-    readers = _terminal_waiters(process_group)
+    readers = _terminal_waiters(process_group, leader)
     return bool(readers) and all(
         (call == _READ.get(os.uname().machine) and count >= length) or _password_program(pid)
         for pid, call, count in readers
     )
 
 
-def keeps_lines(process_group: int, length: int) -> bool:
+def keeps_lines(process_group: int, length: int, leader: int | None = None) -> bool:
     """Whether input of `length` bytes typed now is read whole by what reads it: some process of the
     foreground group waits on the terminal, and each that does is a shell (or Python's REPL) reading its
     commands through its line editor, reads at least `length` bytes in one read(2), or reads a password to the
     end of its line. False when nothing comes to wait within KEEPS_WAIT (SHELL_WAIT for the shell itself): a
     program is busy, and what reads the input next is not known."""
-    readers = _terminal_waiters(process_group)
+    readers = _terminal_waiters(process_group, leader)
     start = time.monotonic()
     while not readers and time.monotonic() < start + KEEPS_WAIT:
         time.sleep(0.002)
-        readers = _terminal_waiters(process_group)
+        readers = _terminal_waiters(process_group, leader)
     if not readers and shell_reads_commands(process_group):
         # The shell itself holds the terminal and has not reached its read yet: on a loaded machine, the moment
         # between its prompt and its read is longer.
         while not readers and time.monotonic() < start + SHELL_WAIT:
             time.sleep(0.005)
-            readers = _terminal_waiters(process_group)
+            readers = _terminal_waiters(process_group, leader)
     machine = os.uname().machine
     for pid, call, count in readers:
         if call == _READ.get(machine) and count >= length:
@@ -128,14 +128,53 @@ def keeps_lines(process_group: int, length: int) -> bool:
     return bool(readers)
 
 
-def _terminal_waiters(process_group: int) -> list[tuple[int, int, int]]:
+def group_members(process_group: int, leader: int | None) -> list[int]:
+    """The processes of `process_group`: found below the terminal's `leader` (a few /proc reads on every send),
+    or, when the group's own leader is not among them (it left the tree: re-parented) or no leader is known,
+    by scanning every process."""
+    if leader is None:
+        return processes_where(2, process_group)
+    members = []
+    pending = [leader]
+    seen: set[int] = set()
+    while pending and len(seen) < 4096:
+        pid = pending.pop()
+        if pid in seen:
+            continue
+        seen.add(pid)
+        if _stat_field(pid, 2) == process_group:
+            members.append(pid)
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for task in tasks:
+            try:
+                with open(f"/proc/{pid}/task/{task}/children") as children:
+                    pending.extend(int(child) for child in children.read().split())
+            except OSError:
+                continue
+    return members if process_group in members else processes_where(2, process_group)
+
+
+def _stat_field(pid: int, field: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat_file:
+            stat = stat_file.read()
+    except OSError:
+        return None
+    fields = stat[stat.rfind(b")") + 2 :].split()
+    return int(fields[field]) if len(fields) > field and fields[0] != b"Z" else None
+
+
+def _terminal_waiters(process_group: int, leader: int | None = None) -> list[tuple[int, int, int]]:
     """(pid, system call, its third argument) of every process of the group blocked in a read or wait on its
     terminal, as /proc/PID/syscall shows it; a process whose entry is closed to the server (set-user-ID) counts
     as a one-byte reader."""
     machine = os.uname().machine
     calls = (*_READ_CALLS.get(machine, ()), *_WAIT_CALLS.get(machine, ()))
     found = []
-    for pid in processes_where(2, process_group):
+    for pid in group_members(process_group, leader):
         try:
             with open(f"/proc/{pid}/syscall") as syscall_file:
                 fields = syscall_file.read().split()

@@ -27,7 +27,8 @@ def terminal() -> Iterator[list[PtyProcess]]:
 
 
 def reading(started: list[PtyProcess], argv: list[str]) -> int:
-    """Start `argv` in a PTY and wait until it waits on the terminal; the terminal's foreground group."""
+    """Start `argv` in a PTY and wait until it waits on the terminal; the terminal's foreground group (the
+    terminal's leader is `started[-1].pid`)."""
     process = PtyProcess.spawn(argv, env={**os.environ, "PS1": "READY> "})
     started.append(process)
     deadline = time.monotonic() + 10
@@ -52,8 +53,9 @@ def reading(started: list[PtyProcess], argv: list[str]) -> int:
 )
 def test_a_reader_of_a_part_keeps_no_line_whole(terminal: list[PtyProcess], argv: list[str]) -> None:
     group = reading(terminal, argv)
-    assert not keeps_lines(group, LINE)
-    assert not reads_whole_line(group, LINE)
+    for leader in (None, terminal[-1].pid):  # found by scanning every process, and below the terminal's leader
+        assert not keeps_lines(group, LINE, leader)
+        assert not reads_whole_line(group, LINE, leader)
 
 
 @pytest.mark.parametrize(
@@ -69,16 +71,16 @@ def test_a_reader_of_a_part_keeps_no_line_whole(terminal: list[PtyProcess], argv
 )
 def test_a_shell_a_repl_or_a_reader_of_the_whole_line_keeps_it(terminal: list[PtyProcess], argv: list[str]) -> None:
     group = reading(terminal, argv)
-    assert keeps_lines(group, LINE)
+    assert keeps_lines(group, LINE) and keeps_lines(group, LINE, terminal[-1].pid)
 
 
 def test_a_one_byte_password_program_reads_the_whole_line_and_a_copy_of_dd_under_its_name_does_not(
     terminal: list[PtyProcess], tmp_path: Path
 ) -> None:
     keygen = reading(terminal, ["ssh-keygen", "-q", "-t", "ed25519", "-f", str(tmp_path / "key")])
-    assert reads_whole_line(keygen, LINE)  # it reads a byte at a time up to the end of its line
+    assert reads_whole_line(keygen, LINE, terminal[-1].pid)  # it reads a byte at a time to the end of its line
     impostor = tmp_path / "ssh-keygen"
     shutil.copy(shutil.which("dd") or "/bin/dd", impostor)
     copied = reading(terminal, [str(impostor), "bs=1", "count=1"])
-    assert not reads_whole_line(copied, LINE)
-    assert not keeps_lines(copied, LINE)
+    assert not reads_whole_line(copied, LINE, terminal[-1].pid)
+    assert not keeps_lines(copied, LINE, terminal[-1].pid)
