@@ -168,44 +168,57 @@ def _stat_field(pid: int, field: int) -> int | None:
 
 
 def _terminal_waiters(process_group: int, leader: int | None = None) -> list[tuple[int, int, int]]:
-    """(pid, system call, its third argument) of every process of the group blocked in a read or wait on its
-    terminal, as /proc/PID/syscall shows it; a process whose entry is closed to the server (set-user-ID) counts
-    as a one-byte reader."""
+    """(pid, system call, its third argument) of every thread of every process of the group blocked in a read or
+    wait on its terminal, as /proc/PID/task/TID/syscall shows it (a thread other than the main one may be the
+    reader); a process whose entry is closed to the server (set-user-ID) counts as a one-byte reader."""
     machine = os.uname().machine
-    calls = (*_READ_CALLS.get(machine, ()), *_WAIT_CALLS.get(machine, ()))
     found = []
     for pid in group_members(process_group, leader):
         try:
-            with open(f"/proc/{pid}/syscall") as syscall_file:
-                fields = syscall_file.read().split()
-        except PermissionError:
-            found.append((pid, _READ.get(machine, -1), 1))
-            continue
+            tasks = os.listdir(f"/proc/{pid}/task")
         except OSError:
             continue
-        if len(fields) < 4 or not fields[0].isdigit() or int(fields[0]) not in calls:
-            continue
-        call = int(fields[0])
-        try:
-            count = int(fields[3], 16)
-            if call in _WAIT_CALLS.get(machine, ()):
-                # Which descriptors a poll or select watches is in the process's memory: any of its standard
-                # descriptors being the terminal is taken as waiting on it.
-                watched = [f"/proc/{pid}/fd/{descriptor}" for descriptor in (0, 1, 2)]
-            else:
-                watched = [f"/proc/{pid}/fd/{int(fields[1], 16)}"]
-        except ValueError:
-            continue
-        terminal = _controlling_terminal(pid)
-        for path in watched:
+        for task in tasks:
             try:
-                device = os.stat(path).st_rdev
+                with open(f"/proc/{pid}/task/{task}/syscall") as syscall_file:
+                    fields = syscall_file.read().split()
+            except PermissionError:
+                found.append((pid, _READ.get(machine, -1), 1))
+                break
             except OSError:
                 continue
-            if device in (terminal, os.makedev(5, 0)):
-                found.append((pid, call, count))
-                break
+            waiting = _waiting_on_terminal(pid, fields)
+            if waiting is not None:
+                found.append(waiting)
     return found
+
+
+def _waiting_on_terminal(pid: int, fields: list[str]) -> tuple[int, int, int] | None:
+    """(pid, call, count) when a thread's /proc syscall line is a read or wait on the process's terminal."""
+    machine = os.uname().machine
+    calls = (*_READ_CALLS.get(machine, ()), *_WAIT_CALLS.get(machine, ()))
+    if len(fields) < 4 or not fields[0].isdigit() or int(fields[0]) not in calls:
+        return None
+    call = int(fields[0])
+    try:
+        count = int(fields[3], 16)
+        if call in _WAIT_CALLS.get(machine, ()):
+            # Which descriptors a poll or select watches is in the process's memory: any of its standard
+            # descriptors being the terminal is taken as waiting on it.
+            watched = [f"/proc/{pid}/fd/{descriptor}" for descriptor in (0, 1, 2)]
+        else:
+            watched = [f"/proc/{pid}/fd/{int(fields[1], 16)}"]
+    except ValueError:
+        return None
+    terminal = _controlling_terminal(pid)
+    for path in watched:
+        try:
+            device = os.stat(path).st_rdev
+        except OSError:
+            continue
+        if device in (terminal, os.makedev(5, 0)):
+            return (pid, call, count)
+    return None
 
 
 def _reads_own_commands(pid: int) -> bool:

@@ -84,3 +84,13 @@ def test_a_one_byte_password_program_reads_the_whole_line_and_a_copy_of_dd_under
     copied = reading(terminal, [str(impostor), "bs=1", "count=1"])
     assert not reads_whole_line(copied, LINE, terminal[-1].pid)
     assert not keeps_lines(copied, LINE, terminal[-1].pid)
+
+
+def test_a_thread_that_reads_one_byte_beside_a_main_thread_that_reads_the_line_is_seen(
+    terminal: list[PtyProcess],
+) -> None:
+    code = "import os, threading; threading.Thread(target=os.read, args=(0, 1)).start(); os.read(0, 4096)"
+    group = reading(terminal, [sys.executable, "-c", code])
+    time.sleep(0.2)  # the second thread reaches its read
+    assert not keeps_lines(group, LINE, terminal[-1].pid)
+    assert not reads_whole_line(group, LINE, terminal[-1].pid)
