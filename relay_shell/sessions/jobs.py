@@ -125,6 +125,9 @@ class JobTerminal:
     def keeps_lines(self, length: int) -> bool:
         return True  # not a terminal: a job's input is classified by job_plans.py
 
+    def reader_wait(self) -> float:
+        return 0.0  # no terminal: nothing to wait for
+
     def line_settings(self) -> list[object] | None:
         return None  # no terminal: the bytes reach the program as written
 

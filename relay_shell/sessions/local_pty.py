@@ -22,6 +22,7 @@ from relay_shell.launch import ProcessTree
 from relay_shell.sessions.reader import (
     keeps_lines,
     processes_where,
+    reader_wait,
     reads_terminal,
     reads_whole_line,
     shell_reads_commands,
@@ -160,14 +161,23 @@ class LocalPty:
             return False
         return reads_whole_line(group, whole, self.pid) if whole else reads_terminal(group)
 
-    def keeps_lines(self, length: int) -> bool:
+    def keeps_lines(self, length: int) -> bool | None:
         """True while input of `length` bytes typed now is read whole by what reads it (reader.keeps_lines): no
-        program in the foreground can take a part of it and leave the rest to the shell."""
+        program in the foreground can take a part of it and leave the rest to the shell; None while nothing waits
+        on the terminal."""
         try:
             group = os.tcgetpgrp(self.fd)
         except OSError:
             return False
         return keeps_lines(group, length, self.pid)
+
+    def reader_wait(self) -> float:
+        """Seconds to give the foreground program to reach its read of the terminal (reader.reader_wait)."""
+        try:
+            group = os.tcgetpgrp(self.fd)
+        except OSError:
+            return 0.0
+        return reader_wait(group)
 
     def line_settings(self) -> list[object] | None:
         """The terminal's input settings as the line discipline and readline use them now (termios: iflag,

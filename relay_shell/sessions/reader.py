@@ -24,7 +24,6 @@ from __future__ import annotations
 import functools
 import os
 import re
-import time
 
 SHELLS = frozenset(
     {"sh", "bash", "rbash", "dash", "ash", "hush", "zsh", "ksh", "ksh93", "mksh", "pdksh", "oksh", "posh", "yash"}
@@ -99,23 +98,15 @@ def reads_whole_line(process_group: int, length: int, leader: int | None = None)
     )
 
 
-def keeps_lines(process_group: int, length: int, leader: int | None = None) -> bool:
-    """Whether input of `length` bytes typed now is read whole by what reads it: some process of the
-    foreground group waits on the terminal, and each that does is a shell (or Python's REPL) reading its
-    commands through its line editor, reads at least `length` bytes in one read(2), or reads a password to the
-    end of its line. False when nothing comes to wait within KEEPS_WAIT (SHELL_WAIT for the shell itself): a
-    program is busy, and what reads the input next is not known."""
+def keeps_lines(process_group: int, length: int, leader: int | None = None) -> bool | None:
+    """Whether input of `length` bytes typed now is read whole by what reads it: each process of the foreground
+    group that waits on the terminal is a shell (or Python's REPL) reading its commands through its line editor,
+    reads at least `length` bytes in one read(2), or reads a password to the end of its line. None when nothing
+    waits on the terminal right now (a program is busy, or the shell has not reached its read after its prompt):
+    the caller decides how long to wait for one (reader_wait), never blocking the event loop here."""
     readers = _terminal_waiters(process_group, leader)
-    start = time.monotonic()
-    while not readers and time.monotonic() < start + KEEPS_WAIT:
-        time.sleep(0.002)
-        readers = _terminal_waiters(process_group, leader)
-    if not readers and shell_reads_commands(process_group):
-        # The shell itself holds the terminal and has not reached its read yet: on a loaded machine, the moment
-        # between its prompt and its read is longer.
-        while not readers and time.monotonic() < start + SHELL_WAIT:
-            time.sleep(0.005)
-            readers = _terminal_waiters(process_group, leader)
+    if not readers:
+        return None
     machine = os.uname().machine
     for pid, call, count in readers:
         if call == _READ.get(machine) and count >= length:
@@ -125,7 +116,13 @@ def keeps_lines(process_group: int, length: int, leader: int | None = None) -> b
         if _password_program(pid):
             continue
         return False
-    return bool(readers)
+    return True
+
+
+def reader_wait(process_group: int) -> float:
+    """How long a program that is about to read the terminal is given to reach its read: longer for the shell
+    itself in the foreground (on a loaded machine the moment between its prompt and its read is longer)."""
+    return SHELL_WAIT if shell_reads_commands(process_group) else KEEPS_WAIT
 
 
 def group_members(process_group: int, leader: int | None) -> list[int]:

@@ -56,7 +56,10 @@ class Terminal(Protocol):
     # `whole` bytes typed now.
     def reader_waiting(self, whole: int = 0) -> bool: ...
 
-    def keeps_lines(self, length: int) -> bool: ...  # `length` bytes typed now are read whole (remote: True, unknown)
+    # `length` bytes typed now are read whole (remote: True, unknown); None: nothing waits on the terminal now.
+    def keeps_lines(self, length: int) -> bool | None: ...
+
+    def reader_wait(self) -> float: ...  # seconds a program about to read the terminal is given to reach its read
 
     def line_settings(self) -> list[object] | None: ...  # termios as tcgetattr gives it; None: not visible
 

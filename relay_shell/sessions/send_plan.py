@@ -27,6 +27,22 @@ MAX_SEND = 64 * 1024  # characters per session_send; a terminal line holds 4095
 MAX_KEYS = 256
 
 
+async def await_terminal_reader(registry: SessionRegistry, owner: str, session_id: str) -> None:
+    """Before a send is prepared: give the program in the foreground (the shell just after its prompt, on a loaded
+    machine) its moment to reach its read of the terminal, so that whether it keeps a line whole is known when the
+    line is classified (adr/0026 Round 6); waited for with asyncio, never on the event loop's thread. Returns
+    quietly for a session that is not there, not the caller's or not running: prepare_send says so, audited."""
+    try:
+        session = registry.get(owner, session_id)
+    except ToolError:
+        return
+    if session.state != "running":
+        return
+    deadline = time.monotonic() + session.terminal.reader_wait()
+    while session.terminal.keeps_lines(1) is None and time.monotonic() < deadline:
+        await asyncio.sleep(0.002)
+
+
 def prepare_send(
     settings: Settings,
     registry: SessionRegistry,
@@ -63,7 +79,8 @@ def prepare_send(
     call_arguments = {"session_id": session_id, "data": data, "enter": enter, "keys": keys, "until": until}
     # Whether the line goes whole to what reads it now (a shell, a REPL, a reader of the whole line), or a program
     # may take a part of it and leave the rest to the shell (review W2): then every rest is classified too.
-    kept_whole = session.state != "running" or session.terminal.keeps_lines(len(payload))
+    # Nothing waiting on the terminal right now (None) counts as a reader of parts: this check cannot wait here.
+    kept_whole = session.state != "running" or session.terminal.keeps_lines(len(payload)) is True
     subject, typed_input = typed_subject(session, data if secret is None else "", press_enter, key_names, kept_whole)
     echo = None if no_echo or secret is not None or key_names else expected_echo(typed)
 
@@ -131,7 +148,7 @@ async def _check_before_typing(
             "the terminal, or the one reading asks for fewer bytes than the line and would leave the rest to the "
             "shell); nothing was typed: look at the session (session_recv) and send it again",
         )
-    if kept_whole and not session.terminal.keeps_lines(length):
+    if kept_whole and not await _kept_whole(session, length):
         # Classified as read whole by one program (a shell, a REPL): a program that reads in parts took the
         # terminal since. Nothing is typed.
         raise ToolError(
@@ -145,6 +162,15 @@ async def _check_before_typing(
             "the terminal's input settings changed after this input was checked (a program set its "
             "special characters); nothing was typed: send it again",
         )
+
+
+async def _kept_whole(session: Session, length: int) -> bool:
+    """Whether what reads the terminal (or within its reader_wait comes to read it) takes `length` bytes whole;
+    waited for without holding the event loop."""
+    deadline = time.monotonic() + session.terminal.reader_wait()
+    while (kept := session.terminal.keeps_lines(length)) is None and time.monotonic() < deadline:
+        await asyncio.sleep(0.002)
+    return kept is True
 
 
 async def _reader_seen(session: Session, length: int) -> bool:

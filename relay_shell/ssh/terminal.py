@@ -158,6 +158,9 @@ class SshTerminal:
     def keeps_lines(self, length: int) -> bool:
         return True  # the remote process table is not visible (adr/0026 Round 5 says what is left)
 
+    def reader_wait(self) -> float:
+        return 0.0  # the remote process table is not visible
+
     def line_settings(self) -> list[object] | None:
         return None  # the remote terminal's settings are not visible (adr/0026)
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from ptyprocess import PtyProcess
 
-from relay_shell.sessions.reader import keeps_lines, reads_whole_line
+from relay_shell.sessions.reader import KEEPS_WAIT, keeps_lines, reader_wait, reads_whole_line
 
 LINE = 40  # bytes of a typed line
 
@@ -54,7 +54,7 @@ def reading(started: list[PtyProcess], argv: list[str]) -> int:
 def test_a_reader_of_a_part_keeps_no_line_whole(terminal: list[PtyProcess], argv: list[str]) -> None:
     group = reading(terminal, argv)
     for leader in (None, terminal[-1].pid):  # found by scanning every process, and below the terminal's leader
-        assert not keeps_lines(group, LINE, leader)
+        assert keeps_lines(group, LINE, leader) is False  # a reader of a part waits (None: nobody waits)
         assert not reads_whole_line(group, LINE, leader)
 
 
@@ -71,7 +71,7 @@ def test_a_reader_of_a_part_keeps_no_line_whole(terminal: list[PtyProcess], argv
 )
 def test_a_shell_a_repl_or_a_reader_of_the_whole_line_keeps_it(terminal: list[PtyProcess], argv: list[str]) -> None:
     group = reading(terminal, argv)
-    assert keeps_lines(group, LINE) and keeps_lines(group, LINE, terminal[-1].pid)
+    assert keeps_lines(group, LINE) is True and keeps_lines(group, LINE, terminal[-1].pid) is True
 
 
 def test_a_one_byte_password_program_reads_the_whole_line_and_a_copy_of_dd_under_its_name_does_not(
@@ -83,7 +83,7 @@ def test_a_one_byte_password_program_reads_the_whole_line_and_a_copy_of_dd_under
     shutil.copy(shutil.which("dd") or "/bin/dd", impostor)
     copied = reading(terminal, [str(impostor), "bs=1", "count=1"])
     assert not reads_whole_line(copied, LINE, terminal[-1].pid)
-    assert not keeps_lines(copied, LINE, terminal[-1].pid)
+    assert keeps_lines(copied, LINE, terminal[-1].pid) is False
 
 
 def test_a_thread_that_reads_one_byte_beside_a_main_thread_that_reads_the_line_is_seen(
@@ -92,5 +92,18 @@ def test_a_thread_that_reads_one_byte_beside_a_main_thread_that_reads_the_line_i
     code = "import os, threading; threading.Thread(target=os.read, args=(0, 1)).start(); os.read(0, 4096)"
     group = reading(terminal, [sys.executable, "-c", code])
     time.sleep(0.2)  # the second thread reaches its read
-    assert not keeps_lines(group, LINE, terminal[-1].pid)
+    assert keeps_lines(group, LINE, terminal[-1].pid) is False
     assert not reads_whole_line(group, LINE, terminal[-1].pid)
+
+
+def test_nothing_waiting_on_the_terminal_is_said_so_and_the_wait_is_the_callers(terminal: list[PtyProcess]) -> None:
+    """A busy foreground program: keeps_lines answers at once (None) instead of sleeping on the event loop's
+    thread; how long to wait for a reader is reader_wait's answer, spent by the caller with asyncio."""
+    process = PtyProcess.spawn(["sleep", "30"])
+    terminal.append(process)
+    time.sleep(0.2)
+    group = os.tcgetpgrp(process.fd)
+    started = time.monotonic()
+    assert keeps_lines(group, LINE, process.pid) is None
+    assert time.monotonic() - started < 0.04  # no wait inside (it waited 50 ms before)
+    assert reader_wait(group) == KEEPS_WAIT

@@ -161,6 +161,11 @@ async def session_send(
             strip_ansi_codes=strip_ansi,
         )
 
+    from relay_shell.sessions.job_plans import is_job
+    from relay_shell.sessions.send_plan import await_terminal_reader
+
+    if not is_job(session_id):
+        await await_terminal_reader(services.sessions, call.owner, session_id)
     return await services.runner.run(call, prepare)
 
 
