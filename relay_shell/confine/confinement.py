@@ -12,8 +12,9 @@ Where the restriction is applied, so that it holds for exactly the tree and neve
   adr/0037) — untraced, the spare entering the tree's unit for its spawn (`run_on_spare`); traced, the creator
   made by the trace's spawner thread, so that it and its spares inherit the exec filter (`spare_traces`,
   adr/0031) — or, none ready, a new thread made on the spot that confines itself whole (`run_confined`). Where the
-  compiled library is built the spares are pthreads made in C that confine themselves and spawn there, the
-  request built on the event loop's thread (`pool`, adr/0037 "Round 6").
+  compiled library is built there are no spare threads: the creator itself spawns in C, and each tree's first
+  process makes its own Landlock domain before its exec (`pool`, adr/0037 "Round 7"), the request built on the
+  event loop's thread.
 - **A terminal** (ptyprocess forks and runs a pre-exec hook in the child): the child restricts itself
   (`prepare_child`), with a rule of its own for its terminal. No thread of the server is ever in its domain.
 - **A ProxyCommand** (asyncssh starts it): through `python -m relay_shell.confine.run`, which restricts itself
@@ -74,7 +75,7 @@ class Confinement:
         self.failures = 0
         self.spares: SparePool | NativeSparePool | None = None  # for untraced one-shot commands (start_confinement)
         self.traced_spares: SparePool | NativeSparePool | None = None  # creator made by the spawner (spare_traces)
-        self.native = native_library()  # spares made in C (adr/0037 "Round 6"); None: Python's
+        self.native = native_library()  # the creator spawns in C (adr/0037 "Round 7"); None: Python's spares
 
     def confine_this_thread(self) -> None:
         """Restrict the calling thread (and what it starts) for good. OSError when the kernel refuses."""
@@ -102,9 +103,21 @@ class Confinement:
         """A spare pool whose creator `start` starts: spares in C where the library is here (traced: when the compiled
         answerer lets their first exec go, `answerer`), else Python's."""
         if self.native is not None and (start is None or answerer is not None):
-            guard, flags = self.guard, landlock.restrict_flags(self.abi)
-            return NativeSparePool(self.native, self.confine_creator, self.ruleset, flags, guard, start, answerer)
+            flags = landlock.restrict_flags(self.abi)
+            return NativeSparePool(
+                self.native, self.confine_creator, self.ruleset, flags, self.refused, start, answerer
+            )
         return SparePool(self.confine_creator, self.confine_spare, start)
+
+    def refused(self, why: str) -> ToolError:
+        """A tree the kernel would not confine (nothing ran): counted, and said to the call."""
+        self.failures += 1
+        self.metrics.confinement_failures.inc()
+        return ToolError(
+            "ConfinementFailed",
+            f"readonly confinement could not be applied ({why}); nothing ran (readonly runs nothing unconfined "
+            "while the kernel enforces it)",
+        )
 
     def run_on_spare(self, start: Callable[[], T], natively: Callable[[native.NativeSpare], T] | None = None) -> T:
         """`start()` (which enters the tree's cgroup unit and spawns) on a spare confined thread
@@ -160,13 +173,7 @@ class Confinement:
         try:
             result = self.on_confined_thread(start)
         except ConfinementRefused as exc:
-            self.failures += 1
-            self.metrics.confinement_failures.inc()
-            raise ToolError(
-                "ConfinementFailed",
-                f"readonly confinement could not be applied ({exc}); nothing ran (readonly runs nothing "
-                "unconfined while the kernel enforces it)",
-            ) from None
+            raise self.refused(str(exc)) from None
         return result
 
     def on_confined_thread(self, start: Callable[[], T]) -> T:

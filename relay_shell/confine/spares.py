@@ -22,8 +22,9 @@ A spare waits in no process tree's domain: nothing runs in its domain until its 
 spares are two domains (every `landlock_restrict_self` makes a new one), so no two trees share one.
 
 Where the compiled library is built (trace/spares.c; not with RELAY_EXEC_TRACE_ANSWERER=python, nor on glibc < 2.34)
-the spares are made in C (`NativeSparePool`, adr/0037 "Round 6"): the same creator, the same domain and guard per
-spare, set in C, and the spawn submitted to the spare (trace/spawn.py `spawn_natively`) — no spare takes the GIL.
+no spare thread is made at all (`NativeSparePool`, adr/0037 "Round 7"): the same creator carries out each spawn
+itself in C (trace/spawn.py `spawn_natively` submits it), and the tree's first process makes its own Landlock domain
+before its exec, so no thread of the server is ever in a tree's domain and none needs a guard; nothing takes the GIL.
 """
 
 from __future__ import annotations
@@ -34,10 +35,8 @@ import ctypes
 import os
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from relay_shell.confine.syscall_filter import Program
 from relay_shell.trace import native
 
 T = TypeVar("T")
@@ -161,20 +160,30 @@ def _run_here(work: Callable[[], None]) -> None:
     work()
 
 
-@dataclass(frozen=True, slots=True)
-class ReadySpare:
-    """A native spare waiting for its spawn (what tests and status read of it)."""
+class ConfinedSpawn(native.NativeSpare):
+    """The native pool taken for one spawn: `submit` as native.NativeSpare's, and a child whose Landlock domain the
+    kernel refused (it ran nothing) raised as `refused(why)` says (ConfinementFailed), not as a program that could not
+    run."""
 
-    thread_id: int
+    def __init__(self, pool: NativeSparePool, handle: int) -> None:
+        super().__init__(pool.library, pool.handle, handle, pool.answerer)
+        self.owner = pool
+
+    def submit(self, request: native.SpawnRequest) -> None:
+        super().submit(request)
+        if request.stage != native.SPAWNED and self.owner.domain_error():
+            raise self.owner.refused(f"landlock_restrict_self: {os.strerror(request.error)}")
 
 
 class NativeSparePool:
-    """SparePool's spares made in C (trace/spares.c, adr/0037 "Round 6"): the creator is a Python thread that runs
-    `prepare` on itself once, then waits in C for the rest of the server's life and makes each missing spare as a
-    pthread, which confines itself in C (`landlock_restrict_self` on `ruleset`, `guard` installed with its own id),
-    waits, carries out one spawn request and ends, never taking the GIL. `take` on the event loop gives a
-    native.NativeSpare whose `submit` hands it the request; the creator is asked for the replacement when the spawn
-    is done (in the same foreign call). `answerer`: traced spawns' first exec is let go by the compiled answerer."""
+    """SparePool's spares made in C as a confined spawner (trace/spares.c, adr/0037 "Round 7"): the creator is a Python
+    thread that runs `prepare` on itself once, then waits in C for the rest of the server's life and carries out each
+    spawn request itself, never taking the GIL: it enters the call's unit and clones a vfork-style child that inherits
+    what the creator carries and makes its own Landlock domain (`ruleset`, `landlock_flags`) before its exec. No thread
+    is made per tree and none shares a tree's domain. `take` on the event loop gives a ConfinedSpawn whose `submit`
+    hands the creator the request (None before the creator serves, or once the kernel refused a domain: the call
+    confines a thread of its own). `answerer`: traced spawns' first exec is let go by the compiled answerer.
+    `refused(why)`: the exception a refused domain raises."""
 
     def __init__(
         self,
@@ -182,19 +191,17 @@ class NativeSparePool:
         prepare: Callable[[], None],
         ruleset: int,
         landlock_flags: int,
-        guard: Program,
+        refused: Callable[[str], BaseException],
         start: StartOn | None = None,
         answerer: native.Answerer | None = None,
     ) -> None:
-        slots = (ctypes.c_uint * len(guard.thread_slots))(*(offset // 8 for offset in guard.thread_slots))
-        handle = library.spares_new(
-            ruleset, landlock_flags, guard.code, len(guard.code) // 8, slots, len(slots), SPARES
-        )
+        handle = library.spares_new(ruleset, landlock_flags)
         if not handle:
-            raise MemoryError("readonly's native spares")
+            raise MemoryError("readonly's confined spawner")
         self.library = library
         self.handle = ctypes.c_void_p(handle)
         self.prepare = prepare
+        self.refused = refused
         self.answerer = answerer
         self.taken = 0
         self.short = 0
@@ -203,36 +210,33 @@ class NativeSparePool:
         (start or _run_here)(self._begin)
 
     @property
-    def ready(self) -> list[ReadySpare]:
-        return [ReadySpare(thread_id) for thread_id in self._ready()[0]]
+    def serving(self) -> bool:
+        """The creator waits for requests (spawns are submitted to it)."""
+        error = ctypes.c_int32(0)
+        return bool(self.library.spares_state(self.handle, ctypes.byref(error)))
+
+    def domain_error(self) -> int:
+        error = ctypes.c_int32(0)
+        self.library.spares_state(self.handle, ctypes.byref(error))
+        return int(error.value)
 
     @property
     def problem(self) -> str:
-        """Why no spare is made any more ("" while they are)."""
-        error = self._ready()[1]
-        return self.creator_problem or (
-            f"a native spare could not confine itself: {os.strerror(error)}" if error else ""
-        )
+        """Why no spawn is submitted any more ("" while they are)."""
+        error = self.domain_error()
+        return self.creator_problem or (f"a tree's Landlock domain was refused: {os.strerror(error)}" if error else "")
 
-    def _ready(self) -> tuple[list[int], int]:
-        thread_ids = (ctypes.c_int32 * 32)()
-        error = ctypes.c_int32(0)
-        count = self.library.spares_ready(self.handle, thread_ids, 32, ctypes.byref(error))
-        return list(thread_ids[:count]), int(error.value)
-
-    def take(self) -> native.NativeSpare | None:
-        """A ready spare, or None (then `replace()`)."""
+    def take(self) -> ConfinedSpawn | None:
+        """The confined spawner for one spawn, or None."""
         handle = self.library.spares_take(self.handle)
         if not handle:
             self.short += 1
             return None
         self.taken += 1
-        return native.NativeSpare(self.library, self.handle, handle, self.answerer)
+        return ConfinedSpawn(self, handle)
 
     def replace(self) -> None:
-        """After a spawn that found no spare: the creator makes the missing ones (after a spawn on a spare, the
-        spare's submit asked already)."""
-        self.library.spares_replace(self.handle)
+        """Nothing to make: the creator spawns every tree itself."""
 
     def _begin(self) -> None:
         _thread.start_new_thread(self._create, ())
@@ -244,7 +248,7 @@ class NativeSparePool:
         except OSError as exc:
             self.creator_problem = str(exc)
             return
-        self.library.spares_create(self.handle)  # never returns: the GIL released, the creator waits in C
+        self.library.spares_serve(self.handle)  # never returns: the GIL released, the creator waits in C
 
 
 def native_library() -> ctypes.CDLL | None:

@@ -81,16 +81,14 @@ def load() -> tuple[ctypes.CDLL | None, str]:
     library.spawner_serve.argtypes = [void_p]
     library.spawner_submit.argtypes = [void_p, ctypes.POINTER(SpawnRequest)]
     library.spawner_python.argtypes = [void_p]
-    # Readonly's native spares (spares.c, confine/native_spares.py).
+    # Readonly's confined spawner (spares.c, confine/spares.py NativeSparePool).
     library.spares_new.restype = void_p
-    int_, uint = ctypes.c_int, ctypes.c_uint
-    library.spares_new.argtypes = [int_, uint, ctypes.c_char_p, int_, void_p, int_, int_]
-    library.spares_create.argtypes = [void_p]
+    library.spares_new.argtypes = [ctypes.c_int, ctypes.c_uint]
+    library.spares_serve.argtypes = [void_p]
     library.spares_take.restype = void_p
     library.spares_take.argtypes = [void_p]
     library.spares_submit.argtypes = [void_p, void_p, ctypes.POINTER(SpawnRequest), void_p]
-    library.spares_replace.argtypes = [void_p]
-    library.spares_ready.argtypes = [void_p, ctypes.POINTER(i32), ctypes.c_int, ctypes.POINTER(i32)]
+    library.spares_state.argtypes = [void_p, ctypes.POINTER(i32)]
     return library, ""
 
 
@@ -146,9 +144,10 @@ class NativeSpawner:
 
 
 class NativeSpare:
-    """A readonly spare made in C (spares.c, confine/spares.py `NativeSparePool`), taken for one spawn: `submit`
-    carries the request out on it (it enters the unit, spawns, ends), waited for with the GIL released. `answerer`:
-    the compiled answerer that lets the traced tree's first exec go (None: untraced)."""
+    """Readonly's confined spawner (spares.c, confine/spares.py `NativeSparePool`), taken for one spawn: `submit`
+    has its creator thread carry the request out (it enters the unit, spawns a child that makes its own Landlock
+    domain before its exec), waited for with the GIL released. `answerer`: the compiled answerer that lets the
+    traced tree's first exec go (None: untraced)."""
 
     def __init__(self, library: ctypes.CDLL, pool: ctypes.c_void_p, handle: int, answerer: Answerer | None) -> None:
         self.library = library

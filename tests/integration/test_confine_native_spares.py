@@ -44,11 +44,12 @@ spares.SpareThread.run = counting("spare_thread_run", spares.SpareThread.run)
 spawners.Spawner.run_on = counting("run_on", spawners.Spawner.run_on)
 
 def ready(pool):
+    # The thread that spawns next: Python's last spare made, or the native pool's creator.
     deadline = time.monotonic() + 10
-    while len(pool.ready) < 4:
+    while not (pool.serving if hasattr(pool, "serving") else len(pool.ready) >= 4):
         assert time.monotonic() < deadline, f"spares not made: {pool.problem}"
         time.sleep(0.01)
-    return [spare.thread_id for spare in pool.ready]
+    return [pool.creator_id] if hasattr(pool, "serving") else [spare.thread_id for spare in pool.ready]
 
 async def main():
     settings = Settings(audit={"audit_path": AUDIT}, trace={"exec_trace": TRACE}, policy={"policy_mode": "readonly"})
@@ -60,6 +61,7 @@ async def main():
     try:
         spawning = ready(pool)[-1]  # the next spawn takes the last one made
         taken = pool.taken
+        threads_before = sorted(os.listdir("/proc/self/task"))
         tree = launcher.call_tree("b")
         child = await tree.start_command(["/bin/sh", "-c", "/bin/true; echo $$"], None, None, False, True)
         found["child_pid_said"] = int(child.stdout.read().decode())
@@ -75,6 +77,7 @@ async def main():
         while os.path.exists(f"/proc/self/task/{spawning}") and time.monotonic() < deadline:
             time.sleep(0.01)
         found["spare_ended"] = not os.path.exists(f"/proc/self/task/{spawning}")
+        found["threads_same"] = sorted(os.listdir("/proc/self/task")) == threads_before
         found["counted"] = counted
     finally:
         await launcher.shutdown(1.0)
@@ -110,9 +113,10 @@ def test_readonly_trees_spawn_on_native_spares(tmp_path: Path, trace: str, monke
     assert found["pool"] == "NativeSparePool", found
     assert found["taken"] == 1 and found["child_pid_said"] == found["child_pid"], found
     assert found["counted"] == {"spare_thread_run": 0, "run_on": 0}, found  # no Python spare, no Python hand-over
-    if trace == "on":  # the compiled answerer let the tree's first exec go: the native spare's posix_spawn child
+    if trace == "on":  # the compiled answerer let the tree's first exec go: the creator's vfork-style child
         assert found["first_answered"] == found["child_pid"], found
-    assert found["spare_ended"], found  # one spare, one spawn, then it ends
+    # The creator spawned it and goes on serving; no thread was made or ended for the tree (adr/0037 "Round 7").
+    assert not found["spare_ended"] and found["threads_same"], found
 
 
 @pytest.mark.parametrize("trace", ["on", "off"])
@@ -126,3 +130,58 @@ def test_the_fallback_keeps_python_spares(tmp_path: Path, trace: str, monkeypatc
     # Every probe of the Python spares holds as before.
     (tmp_path / "probes").mkdir()
     spare_cases.test_a_spare_tree_is_confined_in_a_domain_of_its_own(tmp_path / "probes", trace)
+
+
+REFUSED = r"""
+import json, os, sys, time
+from relay_shell.confine.confinement import Confinement
+from relay_shell.confine.landlock import abi_version, restrict_flags
+from relay_shell.confine.spares import NativeSparePool
+from relay_shell.errors import ToolError
+from relay_shell.metrics import Metrics
+from relay_shell.trace import native
+from relay_shell.trace.spawn import spawn_natively
+
+MARKER = sys.argv[1]
+confinement = Confinement(abi_version(), "auto", Metrics(enabled=False))
+library, _ = native.load()
+# A ruleset descriptor that is not one: the kernel refuses the child's landlock_restrict_self (EBADF).
+pool = NativeSparePool(library, confinement.confine_creator, -1, restrict_flags(confinement.abi), confinement.refused)
+deadline = time.monotonic() + 10
+while not pool.serving:
+    assert time.monotonic() < deadline
+    time.sleep(0.01)
+found = {}
+spare = pool.take()
+try:
+    spawn_natively(spare, 0, ["/bin/sh", "-c", f"echo ran > {MARKER}"], None, None, False, True, "/bin/sh", (-1, -1))
+    found["outcome"] = "ran"
+except ToolError as exc:
+    found["outcome"] = exc.kind
+found["problem"] = pool.problem
+found["next_take"] = pool.take() is not None
+found["failures"] = confinement.failures
+print(json.dumps(found))
+"""
+
+
+def test_a_tree_whose_domain_is_refused_runs_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The native pool's child makes its own Landlock domain before its exec: when the kernel refuses it, the child
+    runs nothing (no file written), the call says ConfinementFailed, and the pool submits no spawn any more (calls
+    then confine a thread of their own, which refuses the same way)."""
+    monkeypatch.delenv(native.FORCE_PYTHON, raising=False)
+    if not _built():  # no native pool here: the Python spares confine themselves (their refusal: test_confinement)
+        from relay_shell.confine.spares import native_library
+
+        assert native_library() is None
+        return
+    (tmp_path / "case.py").write_text(REFUSED)
+    marker = tmp_path / "marker"
+    audit = tmp_path / "audit.jsonl"
+    argv = [sys.executable, str(tmp_path / "case.py"), str(marker)]
+    ran = subprocess.run(argv, env=server_env(audit), capture_output=True, text=True, timeout=60, cwd=REPO_ROOT)
+    assert ran.returncode == 0, ran.stderr[-4000:]
+    found = json.loads(ran.stdout.strip().splitlines()[-1])
+    assert found["outcome"] == "ConfinementFailed" and not marker.exists(), found
+    assert "Bad file descriptor" in found["problem"] and not found["next_take"], found
+    assert found["failures"] == 1, found

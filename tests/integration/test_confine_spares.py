@@ -51,6 +51,10 @@ out["no_new_privs"] = status["NoNewPrivs"].strip()
 out["seccomp_filters"] = int(status["Seccomp_filters"].strip())
 out["cgroup"] = open("/proc/self/cgroup").read().strip().splitlines()[-1]
 out["cap_effective"] = status["CapEff"].strip()
+# The shell's, as it was spawned (Python ignores SIGPIPE and SIGXFSZ itself at its start).
+shell = dict(line.split(":", 1) for line in sys.argv[3].split(";") if ":" in line)
+out["signals_ignored"] = int(shell["SigIgn"].strip(), 16)
+out["signals_blocked"] = int(shell["SigBlk"].strip(), 16)
 print(json.dumps(out))
 """
 
@@ -70,11 +74,12 @@ async def nothing(progress):
     raise AssertionError("not run")
 
 def ready(pool):
+    # The spare threads waiting (Python pool), oldest first; the native pool has none: its creator spawns.
     deadline = time.monotonic() + 10
-    while len(pool.ready) < 4:
+    while not (pool.serving if hasattr(pool, "serving") else len(pool.ready) >= 4):
         assert time.monotonic() < deadline, f"spares not made: {pool.problem}"
         time.sleep(0.01)
-    return [spare.thread_id for spare in pool.ready]
+    return [] if hasattr(pool, "serving") else [spare.thread_id for spare in pool.ready]
 
 async def call(launcher, call_id, argv):
     tree = launcher.call_tree(call_id)
@@ -102,14 +107,26 @@ async def main():
         waiting = ready(pool)  # the spare A took was replaced: four wait again, none of them A's
         targets = {"other_call": child_a.pid, "server": os.getpid(), "creator": pool.creator_id}
         targets.update({f"spare_{index}": tid for index, tid in enumerate(waiting[:-1])})
-        targets["own_spare"] = waiting[-1]  # B takes the last one: the thread that spawns it, in its domain
+        # The thread that spawns B: Python's pool, the last spare (in B's domain); the native one, its creator.
+        targets["own_spare"] = waiting[-1] if waiting else pool.creator_id
         if confinement.spares is not None and traced is not None:  # the untraced pool's spares wait too
             targets.update({f"untraced_spare_{i}": tid for i, tid in enumerate(ready(confinement.spares))})
+            targets["untraced_creator"] = confinement.spares.creator_id
+        # Every other thread of the server (the event loop's is the pid): outside B's domain from ABI 6.
+        named = set(targets.values())
+        threads = [int(tid) for tid in os.listdir("/proc/self/task") if int(tid) not in named]
+        targets.update({f"thread_{tid}": tid for tid in threads})
+        found["native"] = hasattr(pool, "serving")
+        found["threads_before_b"] = len(os.listdir("/proc/self/task"))
         taken_before = pool.taken
-        argv = ["/bin/sh", "-c", '/bin/true && exec "$0" -I "$1" "$2" "$3"', sys.executable, PROBE_FILE,
+        # The shell's signal masks passed on, read by builtins only (the execs listed stay sh, true, python).
+        shell = 'while IFS= read -r l; do s="$s$l;"; done </proc/$$/status; '
+        shell += '/bin/true && exec "$0" -I "$1" "$2" "$3" "$s"'
+        argv = ["/bin/sh", "-c", shell, sys.executable, PROBE_FILE,
                 json.dumps(targets), os.path.join(WORK, "created")]
         tree_b, child_b = await call(launcher, "b", argv)
         found["probe"] = json.loads(child_b.stdout.read().decode())
+        found["threads_after_b"] = len(os.listdir("/proc/self/task"))
         child_b.wait(10)
         found["b_on_spare"] = pool.taken == taken_before + 1
         found["b_spare_was_waiting"] = True
@@ -181,18 +198,31 @@ def test_a_spare_tree_is_confined_in_a_domain_of_its_own(tmp_path: Path, trace: 
     # Born in its call's unit: the spare entered it for the spawn (the calling thread does not, adr/0037).
     if found["b_unit"] is not None:
         assert probe["cgroup"].endswith("/" + found["b_unit"]), (probe["cgroup"], found["b_unit"])
-    # The creator's readonly filter and the spare's own (its id), and under the trace the spawner thread's exec
-    # filter the creator inherited.
-    assert probe["seccomp_filters"] == (3 if trace == "on" else 2), probe
+    # The creator's readonly filter, under the trace the spawner thread's exec filter the creator inherited, and with
+    # Python's spares the spare's own guard (its id: it shares the tree's domain while it spawns). The native pool's
+    # tree makes its domain itself, in its first process: no server thread shares it, there is nothing to guard.
+    guards = 0 if found["native"] else 1
+    assert probe["seccomp_filters"] == (2 if trace == "on" else 1) + guards, probe
     assert probe["server"] == "EPERM", probe  # the filter refuses the server's pid at every ABI
-    # The spare that spawned the tree shares its domain (no scope helps): its own filter refuses it; the creator's
-    # id is in the creator's filter (and the creator is outside the tree's domain).
+    # The thread that spawned the tree (a Python spare: in its domain, its own guard refuses it; the native pool's
+    # creator: outside it) and the creator (its id is in the creator's filter, which the tree inherits).
     assert probe["own_spare"] == "EPERM" and probe["creator"] == "EPERM", probe
-    others = {name: outcome for name, outcome in probe.items() if "spare_" in name or name == "other_call"}
-    assert len(others) >= 4, probe  # call A's tree and the waiting spares (the spawning one is `own_spare`)
+    if found["native"] and trace == "on":
+        assert probe["untraced_creator"] == ("EPERM" if ABI >= 6 else "ok"), probe  # another pool's: the scope's
+    # The server's threads were not added to for B (the native pool makes none per tree).
+    if found["native"]:
+        assert found["threads_after_b"] == found["threads_before_b"], found
+    waiting = [name for name in probe if "spare_" in name]
+    assert len(waiting) >= (0 if found["native"] else 3), probe  # Python's: the spares waiting for later calls
+    threads = [name for name in probe if name.startswith("thread_")]
+    assert threads, probe  # the server's other threads (the spawner's, the trace's, the containment's, ...)
+    others = {name: probe[name] for name in [*waiting, *threads, "other_call"]}
     # Signals out of the tree's domain: refused from Landlock ABI 6 (signal scoping); below it the classic filter
     # cannot list the server's other thread ids nor other trees (adr/0024 "Below ABI 6").
     assert set(others.values()) == ({"EPERM"} if ABI >= 6 else {"ok"}), probe
+    # As Popen's child: no signal blocked, SIGPIPE and SIGXFSZ at their defaults (the server ignores both).
+    assert probe["signals_blocked"] == 0, probe
+    assert probe["signals_ignored"] & ((1 << 12) | (1 << 24)) == 0, probe
     execs = found["b_record"].get("execs")
     if trace == "on":  # traced: the first exec (the server's own), then what the tree ran
         paths = [entry["path"] for entry in execs["entries"]]
@@ -218,6 +248,8 @@ def test_below_signal_scoping_the_filters_guard_the_spare_and_its_creator(tmp_pa
     probe = found["probe"]
     assert found["b_on_spare"] and found["status"]["landlock_abi"] == 5, found
     assert probe["create"] == "EACCES" and probe["chmod"] == "EPERM", probe
-    assert probe["seccomp_filters"] == (3 if trace == "on" else 2), probe
+    assert probe["seccomp_filters"] == (2 if trace == "on" else 1) + (0 if found["native"] else 1), probe
     assert probe["server"] == "EPERM" and probe["own_spare"] == "EPERM" and probe["creator"] == "EPERM", probe
-    assert probe["other_call"] == "ok" and probe["spare_0"] == "ok", probe  # what only the scope refuses
+    # What only the scope refuses: another call's tree, the spares waiting (Python's pool), the server's other threads.
+    scoped = {probe[name] for name in probe if name.startswith(("spare_", "thread_"))}
+    assert probe["other_call"] == "ok" and scoped == {"ok"}, probe
