@@ -12,6 +12,7 @@ import os
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -258,3 +259,35 @@ def test_arguments_in_the_paths_page_are_read_as_alone(tracers: tuple[tracer.Exe
     assert got["count"] == expected["count"] == 81 and got["sha256"] == expected["sha256"], (got, expected)
     assert without_times_and_pids(got["entries"]) == without_times_and_pids(expected["entries"])
     assert compiled.answered_natively - answered_before >= 30  # the first kind (the second is the Python path's)
+
+
+def test_a_window_opened_after_the_entries_are_full_names_its_parents(
+    tracers: tuple[tracer.ExecTracer, tracer.ExecTracer], tmp_path: Path
+) -> None:
+    """A session's trace lists its first 64 execs; a session_send's window opened later lists its own, each with its
+    parent: opening the window gives the answerer the window's count (before it counted the tree's down to 0)."""
+    compiled, _ = tracers
+    go = tmp_path / "go"
+    os.mkfifo(go)
+    # The window's execs: a path the answerer knows (within the cache's second), none for the Python path, whose
+    # batch would tell the answerer anyway. The tree waits for the window in `read`, a builtin (no exec).
+    later = "i=0; while [ $i -lt 30 ]; do /bin/true; i=$((i+1)); done"
+    trace, child = start_tree(compiled, f"for i in $(seq 100); do /bin/true; done; read x < {go}; {later}")
+    deadline = time.monotonic() + 20
+    while True:  # seq and 100 × true answered
+        with compiled.lock:
+            compiled._settle()
+            if trace.count >= 101:
+                break
+        assert time.monotonic() < deadline, trace.count
+        time.sleep(0.02)
+    assert trace.count == 101 and not trace.wants_entry()
+    window = ExecTrace(64)
+    compiled.open_window(trace, window)
+    go.write_text("go\n")
+    child.stdout.read()
+    child.wait()
+    listed = compiled.detach(trace, window)
+    compiled.finish(trace)
+    assert listed["count"] == 30, listed
+    assert len(listed["entries"]) == 30 and all(entry["ppid"] > 1 for entry in listed["entries"]), listed["entries"]
