@@ -96,11 +96,11 @@ async def latency(collector: Rsyslog, key: Path) -> bool:
     ratio = ours / floor
     print(
         f"exec latency with shipping + checkpoints every {CHECKPOINT_INTERVAL} records ({checkpoints} signed) + "
-        f"metrics: relay-shell {ours * 1000:.2f} ms, floor {floor * 1000:.2f} ms, "
+        f"metrics: relay-shell {ours * 1000:.2f} ms, floor (a bare MCP tool) {floor * 1000:.2f} ms, "
         f"ratio {ratio:.3f} (target ≤ {LIMIT}) {verdict(ratio, LIMIT)}"
     )
     print(
-        f"exec latency without shipping: {median(plain_samples) * 1000:.2f} ms, ratio "
+        f"exec latency without shipping: {median(plain_samples) * 1000:.2f} ms, ratio to the bare MCP tool "
         f"{median(plain_samples) / floor:.3f} (for information)"
     )
     return ratio <= LIMIT
@@ -218,8 +218,13 @@ def rows(options: Options) -> list[Row]:
             throughput_ok = throughput(root, collector)
     # Each part prints its numbers and its target above; the rows carry their verdicts.
     return [
-        Row("audit shipping: shell_exec true shipping vs not", "see above", f"≤ {LIMIT}×", latency_ok),
-        Row("audit shipping: shell_exec true while catching up", "see above", f"≤ {LIMIT}×", catching_ok),
+        Row("audit shipping: shell_exec true with shipping vs a bare MCP tool", "see above", f"≤ {LIMIT}×", latency_ok),
+        Row(
+            "audit shipping: shell_exec true while catching up vs a bare MCP tool",
+            "see above",
+            f"≤ {LIMIT}×",
+            catching_ok,
+        ),
         Row("audit shipping: throughput to rsyslog", "see above", f"≥ {THROUGHPUT:,}/s", throughput_ok),
     ]
 

@@ -18,9 +18,12 @@ interleaved: untraced, traced with the compiled answerer (adr/0032), traced on t
 from __future__ import annotations
 
 import contextlib
+import importlib.machinery
 import os
+import subprocess
 import sys
 from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
 
 import anyio
 from mcp import Client
@@ -31,11 +34,13 @@ from benchmarks.common import (
     Options,
     Row,
     bare_client,
+    code_at,
     measure,
     median,
     ratio_row,
     relay_client,
     run_alone,
+    this_code,
     verdict,
 )
 
@@ -218,6 +223,83 @@ def _split_traced(pids: list[int]) -> tuple[int, int]:
     return other[0], forced[0]
 
 
+def thread_cpu_ns(pid: int) -> int:
+    """The CPU time of every live thread of `pid`, in nanoseconds (schedstat: exact, unlike /proc/PID/stat's ticks;
+    blind to threads that ended, of which a server has none per call)."""
+    total = 0
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(OSError), open(f"/proc/{pid}/task/{task}/schedstat") as handle:
+            total += int(handle.read().split()[0])
+    return total
+
+
+def built(root: Path) -> None:
+    """The compiled answerer and spawner of a tree extracted by `code_at` (which compiles its Python only), built
+    as setup.py builds them: without it the tree's servers would take the Python path."""
+    trace = root / "relay_shell" / "trace"
+    sources = [str(path) for path in sorted(trace.glob("*.c"))]
+    suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
+    command = ["cc", "-O2", "-std=gnu11", "-shared", "-fPIC", *sources, "-o", str(trace / f"_answerer{suffix}")]
+    subprocess.run([*command, "-lpthread"], check=True)
+
+
+async def measure_against(rev: str, rounds: int) -> None:
+    """`shell_exec true` traced and untraced, this checkout and `rev` side by side with the bare tool, batches of 50
+    interleaved: wall per call, and server CPU per call from every thread's schedstat (adr/0036 "Round 2")."""
+    with code_at(rev) as before:
+        built(before.root)
+        codes = {"this": this_code(), rev: before}
+        async with contextlib.AsyncExitStack() as stack:
+            clients: dict[str, Client] = {}
+            pids: dict[str, int] = {}
+            for label, code in codes.items():
+                for setting in ("on", "off"):
+                    started = set(os.listdir("/proc"))
+                    clients[f"{label} {setting}"] = await stack.enter_async_context(
+                        relay_client(code, exec_trace=setting)
+                    )
+                    pids[f"{label} {setting}"] = _newest_server(started)
+            bare = await stack.enter_async_context(bare_client())
+            calls: dict[str, Callable[[], Awaitable[object]]] = {name: caller(c, "true") for name, c in clients.items()}
+            calls["bare"] = lambda: bare.call_tool("sh_true", {})
+            for call in calls.values():
+                for _ in range(20):
+                    await call()
+            walls: dict[str, list[float]] = {name: [] for name in calls}
+            cpus: dict[str, list[float]] = {name: [] for name in calls}
+            for _ in range(rounds):
+                for name, call in calls.items():
+                    before_ns = thread_cpu_ns(pids[name]) if name in pids else 0
+                    batch = await measure(call, 50)
+                    walls[name] += batch
+                    if name in pids:
+                        cpus[name].append((thread_cpu_ns(pids[name]) - before_ns) / 50 / 1000)
+    for label in codes:
+        on, off = f"{label} on", f"{label} off"
+        cpu_on, cpu_off = median(cpus[on]), median(cpus[off])
+        print(
+            f"{label}: shell_exec true, server CPU per call traced {cpu_on:.0f} µs, untraced {cpu_off:.0f} µs "
+            f"({cpu_on / cpu_off:.3f}×, +{cpu_on - cpu_off:.0f}); wall traced {median(walls[on]) * 1e3:.3f} ms, "
+            f"untraced {median(walls[off]) * 1e3:.3f} ms ({median(walls[on]) / median(walls[off]):.3f}×), "
+            f"traced vs bare {median(walls[on]) / median(walls['bare']):.3f}×"
+        )
+    print(f"bare: {median(walls['bare']) * 1e3:.3f} ms per call; {rounds} rounds of 50 calls each, interleaved")
+
+
+def _newest_server(before: set[str]) -> int:
+    """The relay-shell server started since `before` (a child of this process)."""
+    for entry in sorted(set(os.listdir("/proc")) - before, key=lambda name: int(name) if name.isdigit() else 0):
+        if entry.isdigit() and _child_of_me(int(entry)):
+            return int(entry)
+    raise RuntimeError("the server just started is not found")
+
+
+def _child_of_me(pid: int) -> bool:
+    with contextlib.suppress(OSError, IndexError, ValueError), open(f"/proc/{pid}/stat") as handle:
+        return int(handle.read().rsplit(")", 1)[1].split()[1]) == os.getpid()
+    return False
+
+
 def rows(options: Options) -> list[Row]:
     return anyio.run(measure_rows)
 
@@ -225,6 +307,11 @@ def rows(options: Options) -> list[Row]:
 def main(argv: list[str] | None = None) -> int:
     """`--breakdown` also prints where a traced exec's time goes (benchmarks/trace_breakdown.py)."""
     arguments = sys.argv[1:] if argv is None else argv
+    if "--against" in arguments:  # --against REV [ROUNDS]: this checkout and REV side by side
+        position = arguments.index("--against")
+        rounds = int(arguments[position + 2]) if len(arguments) > position + 2 else 12
+        anyio.run(measure_against, arguments[position + 1], rounds)
+        return 0
     if "--paths" in arguments:
         anyio.run(measure_paths)
         return 0

@@ -9,96 +9,141 @@ stays within the bound whatever runs at once. A stream that would take the store
 is left to drop stops being kept (its result says so). Kept output is dropped after RELAY_SHELL_OUTPUT_RETENTION
 seconds; reading it then says it is gone and why.
 
-The bytes of a stream that will be cut are kept in blocks of 1 MiB (a copy of what the pipes or the channel
-delivered): pieces of any size would cost the allocator more than the bytes (see Keeper).
+The bytes of a stream that will be cut are kept in blocks of 1 MiB, each an anonymous mapping of its own (a copy
+of what the pipes or the channel delivered), and the store charges what it really holds: every page of a block
+before it is written, a chunk kept by reference with its object and the allocator's rounding (see Keeper). The
+bound is on memory, not on the output's bytes.
 """
 
 from __future__ import annotations
 
 import asyncio
-import bisect
+import contextlib
+import os
 import secrets
+import sys
 import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from relay_shell.capture import BoundedCapture, utf8_safe_head
 from relay_shell.errors import ArgumentError, ToolError
 from relay_shell.plan import Plan
 
+if TYPE_CHECKING:
+    import mmap
+
 OUTPUT_PREFIX = "o-"
-BLOCK = 1024 * 1024  # bytes a kept output is held in, per piece
+BLOCK = 1024 * 1024  # bytes a kept output is held in, per mapping (a multiple of the page size)
+PAGE = os.sysconf("SC_PAGESIZE")
+MALLOC_HEADER = 16  # glibc's chunk header and alignment, per object the allocator hands out
+MMAP_THRESHOLD = 128 * 1024  # glibc's default: an object from this size on may be a mapping of its own
 GONE_REMEMBERED = 4096  # ids of dropped outputs kept to answer "gone, and why" rather than "unknown"
 
 
-class Keeper:
-    """Every byte of one stream while its call runs, charged to the store as it arrives. Up to `budget` bytes (what
-    its result shows whole) the chunks are kept as delivered, by reference; a stream that grows past it will be cut,
-    and its bytes are copied into blocks of BLOCK bytes from then on: chunks of any size would each cost the
-    allocator a page-rounded mapping or a hole of its own, 10-20 % more than the bytes (bench_jobs, measured),
-    where blocks of one size are reused as they are dropped."""
+def held_by(chunk: bytes) -> int:
+    """The memory a bytes object kept by reference holds: the object (header and bytes) with the allocator's
+    header, rounded to its 16-byte granule, or to whole pages from the size at which it may be a mapping."""
+    size = sys.getsizeof(chunk) + MALLOC_HEADER
+    granule = PAGE if size >= MMAP_THRESHOLD else 16
+    return -(-size // granule) * granule
 
-    __slots__ = ("block", "budget", "chunks", "filled", "overflowed", "size", "store")
+
+def pages(size: int) -> int:
+    return -(-size // PAGE) * PAGE
+
+
+class Keeper:
+    """Every byte of one stream while its call runs, charged to the store as it is held. Up to `budget` bytes (what
+    its result shows whole) the chunks are kept as delivered, by reference, each charged with what it holds
+    (`held_by`); a stream that grows past it will be cut, and its bytes are copied from then on into blocks of
+    BLOCK bytes, each an anonymous mapping whose pages are charged before they are written. Pieces from the
+    allocator would cost it 10-20 % more than the bytes (holes between them that are never given back: bench_jobs
+    measured 1.10-1.12x the bound), where a mapping costs its pages and is given back whole when it is dropped."""
+
+    __slots__ = ("block", "blocks", "budget", "delivered", "filled", "held", "overflowed", "size", "store")
 
     def __init__(self, store: OutputStore, budget: int) -> None:
         self.store = store
         self.budget = budget
-        self.chunks: list[bytes] = []  # the chunks as delivered, then (past the budget) full blocks
-        self.block: bytearray | None = None  # past the budget: the block being filled, BLOCK bytes
+        self.delivered: list[bytes] | None = []  # the chunks as delivered; None once the stream is copied
+        self.blocks: list[mmap.mmap] = []  # past the budget: the full blocks
+        self.block: mmap.mmap | None = None  # past the budget: the block being filled
         self.filled = 0
-        self.size = 0
+        self.size = 0  # bytes of the stream
+        self.held = 0  # memory charged to the store for them
         self.overflowed = False  # the stream outgrew the store's bound: nothing of it is kept
 
     def feed(self, chunk: bytes) -> None:
-        if self.overflowed:
+        if self.overflowed or not chunk:
             return
         self.size += len(chunk)
-        if self.block is None and self.size <= self.budget:
-            self.chunks.append(chunk)
-        else:
-            if self.block is None:  # it will be cut: into blocks, what came so far first
-                delivered, self.chunks, self.block = self.chunks, [], bytearray(BLOCK)
-                for earlier in delivered:
-                    self._copy(earlier)
-            self._copy(chunk)
-        self.store.charge(self, len(chunk))
+        delivered = self.delivered
+        if delivered is not None and self.size <= self.budget:
+            self.store.charge(self, held_by(chunk))
+            if not self.overflowed:
+                delivered.append(chunk)
+            return
+        if delivered is not None:  # it will be cut: into blocks, what came so far first, then let go of
+            self.delivered = None
+            for earlier in delivered:
+                self._copy(earlier)
+            if not self.overflowed:
+                self.store.refund(self, sum(held_by(earlier) for earlier in delivered))
+        self._copy(chunk)
 
     def _copy(self, chunk: bytes) -> None:
-        assert self.block is not None
         view = memoryview(chunk)
-        while view:
+        while view and not self.overflowed:
+            if self.block is None:  # address space only: a page is memory once written, and charged before
+                import mmap  # here: an idle server does not load it (adr/0030), a cut stream's first block does
+
+                self.block, self.filled = mmap.mmap(-1, BLOCK), 0
             taken = min(len(view), BLOCK - self.filled)
+            grown = pages(self.filled + taken) - pages(self.filled)
+            if grown:
+                self.store.charge(self, grown)  # may drop older output first, or this stream
+                if self.overflowed:
+                    return
             self.block[self.filled : self.filled + taken] = view[:taken]
             self.filled += taken
             view = view[taken:]
             if self.filled == BLOCK:
-                self.chunks.append(bytes(self.block))
-                self.filled = 0
+                self.blocks.append(self.block)
+                self.block = None
 
-    def blocks(self) -> list[bytes]:
-        """Every byte kept, in order (the block being filled closed)."""
-        if self.block is not None and self.filled:
-            self.chunks.append(bytes(self.block[: self.filled]))
-        self.block, self.filled = None, 0
-        return self.chunks
+    def close(self) -> list[mmap.mmap]:
+        """Every block, the last one shrunk to the pages its bytes take (the address space of the rest let go)."""
+        block, self.block = self.block, None
+        if block is not None:
+            with contextlib.suppress(OSError, SystemError, ValueError):  # kept whole: its unwritten pages cost nothing
+                block.resize(pages(self.filled))
+            self.blocks.append(block)
+        return self.blocks
 
     def last(self, count: int) -> bytes:
         """The last `count` bytes kept so far (b"" once overflowed)."""
-        taken: list[bytes] = [bytes(self.block[: self.filled]) if self.block is not None else b""]
-        size = self.filled
-        for chunk in reversed(self.chunks):
+        if count <= 0:
+            return b""
+        if self.delivered is not None:
+            return b"".join(self.delivered)[-count:]
+        taken: list[bytes] = []
+        size = 0
+        pieces: list[tuple[mmap.mmap, int]] = [(block, BLOCK) for block in self.blocks]
+        if self.block is not None:
+            pieces.append((self.block, self.filled))
+        for block, length in reversed(pieces):
             if size >= count:
                 break
-            taken.append(chunk)
-            size += len(chunk)
-        data = b"".join(reversed(taken))
-        return data[-count:] if count else b""
+            taken.append(block[max(0, length - (count - size)) : length])
+            size += len(taken[-1])
+        return b"".join(reversed(taken))
 
     def drop(self) -> None:
-        self.chunks = []
-        self.block, self.filled = None, 0
-        self.size = 0
+        self.delivered, self.blocks, self.block = None, [], None
+        self.filled = self.size = self.held = 0
         self.overflowed = True
 
     def release(self) -> None:
@@ -141,9 +186,9 @@ class StreamSink:
 class StoredOutput:
     output_id: str
     owner: str
-    chunks: list[bytes]
-    starts: list[int]  # offset of each chunk's first byte
-    size: int
+    blocks: list[mmap.mmap]  # BLOCK bytes of the output each, the last one its rest
+    size: int  # bytes of the output
+    held: int  # memory its blocks hold, charged to the store
     sha256: str
     expires_at: float  # time.monotonic()
     read_cursor: int = 0
@@ -162,11 +207,11 @@ class OutputPage:
 
 @dataclass
 class OutputStore:
-    limit: int  # RELAY_SHELL_OUTPUT_STORE_BYTES
+    limit: int  # RELAY_SHELL_OUTPUT_STORE_BYTES: memory, kept outputs and running streams together
     retention: float  # RELAY_SHELL_OUTPUT_RETENTION, seconds
     stored: OrderedDict[str, StoredOutput] = field(default_factory=OrderedDict)  # oldest first
-    stored_bytes: int = 0
-    pending_bytes: int = 0  # bytes kept by streams still running
+    stored_bytes: int = 0  # memory the kept outputs hold
+    pending_bytes: int = 0  # memory held by streams still running
     gone: OrderedDict[str, tuple[str, str]] = field(default_factory=OrderedDict)  # id -> (owner, why)
     _timer: asyncio.TimerHandle | None = None
 
@@ -175,12 +220,14 @@ class OutputStore:
         return StreamSink(BoundedCapture(budget), Keeper(self, budget))
 
     def charge(self, keeper: Keeper, size: int) -> None:
+        """`size` more bytes of memory about to be held by `keeper`: the oldest kept output is dropped to make room,
+        and a stream that cannot have it stops being kept (keeper.overflowed)."""
+        keeper.held += size
         self.pending_bytes += size
         if self.stored_bytes + self.pending_bytes <= self.limit:
             return
-        if keeper.size > self.limit:  # it can never be kept: stop keeping it, and free what it held
-            self.pending_bytes -= keeper.size
-            keeper.drop()
+        if keeper.held > self.limit:  # it can never be kept: stop keeping it, and free what it held
+            self.uncharge(keeper)
             return
         while self.stored and self.stored_bytes + self.pending_bytes > self.limit:
             oldest = next(iter(self.stored.values()))
@@ -188,33 +235,33 @@ class OutputStore:
         if self.stored_bytes + self.pending_bytes > self.limit:
             # Only running streams are left and together they pass the bound: the one growing now stops being
             # kept (its result says so), so the bound holds whatever runs at once (review S2).
-            self.pending_bytes -= keeper.size
-            keeper.drop()
+            self.uncharge(keeper)
+
+    def refund(self, keeper: Keeper, size: int) -> None:
+        """`keeper` let go of `size` bytes of memory it was charged for."""
+        keeper.held -= size
+        self.pending_bytes -= size
 
     def uncharge(self, keeper: Keeper) -> None:
-        self.pending_bytes -= keeper.size
+        self.pending_bytes -= keeper.held
         keeper.drop()  # and nothing more is kept (a late chunk from a pipe still draining)
 
     def keep(self, keeper: Keeper, capture: BoundedCapture, owner: str) -> str | None:
         """A finished stream whose result was cut: every byte kept under a new output id, or None when they could not
         be (the stream outgrew the bound). Its room is given back either way unless kept."""
-        if keeper.overflowed or keeper.size != capture.total:
+        if keeper.overflowed or keeper.delivered is not None or keeper.size != capture.total:
             keeper.release()
             return None
-        chunks = keeper.blocks()
-        self.pending_bytes -= keeper.size
-        keeper.chunks, keeper.size, keeper.overflowed = [], 0, True
-        starts: list[int] = []
-        offset = 0
-        for chunk in chunks:
-            starts.append(offset)
-            offset += len(chunk)
+        blocks = keeper.close()
+        size, held = keeper.size, keeper.held
+        self.pending_bytes -= held
+        keeper.blocks, keeper.size, keeper.held, keeper.overflowed = [], 0, 0, True
         self._expire()
         output_id = OUTPUT_PREFIX + secrets.token_hex(6)
         expires_at = time.monotonic() + self.retention
         sha256 = capture.digest.hexdigest()
-        self.stored[output_id] = StoredOutput(output_id, owner, chunks, starts, offset, sha256, expires_at)
-        self.stored_bytes += offset
+        self.stored[output_id] = StoredOutput(output_id, owner, blocks, size, held, sha256, expires_at)
+        self.stored_bytes += held
         self._arm()
         return output_id
 
@@ -256,8 +303,8 @@ class OutputStore:
 
     def _drop(self, stored: StoredOutput, why: str) -> None:
         del self.stored[stored.output_id]
-        self.stored_bytes -= stored.size
-        stored.chunks = []
+        self.stored_bytes -= stored.held
+        stored.blocks = []  # unmapped as the last reference goes (a page read copies what it returns)
         self.gone[stored.output_id] = (stored.owner, why)
         while len(self.gone) > GONE_REMEMBERED:
             self.gone.popitem(last=False)
@@ -287,14 +334,10 @@ class OutputStore:
 def _slice(stored: StoredOutput, start: int, end: int) -> bytes:
     if start >= end:
         return b""
-    first = bisect.bisect_right(stored.starts, start) - 1
     parts: list[bytes] = []
-    index = first
-    while index < len(stored.chunks) and stored.starts[index] < end:
-        chunk_start = stored.starts[index]
-        chunk = stored.chunks[index]
-        parts.append(chunk[max(0, start - chunk_start) : end - chunk_start])
-        index += 1
+    for index in range(start // BLOCK, (end - 1) // BLOCK + 1):
+        block_start = index * BLOCK
+        parts.append(stored.blocks[index][max(0, start - block_start) : end - block_start])
     return b"".join(parts)
 
 

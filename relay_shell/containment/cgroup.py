@@ -8,15 +8,16 @@ or one an operator made writable):
     <own cgroup>/relay-shell-<scope>-<instance>/          the server process moves in here at startup
         unit-1/, unit-2/, …                               one *threaded* cgroup per unit (a few made ahead)
 
-A child has to be born in its unit: moving it in after it started would race with its first fork. Python
-cannot spawn into a cgroup (no clone3 CLONE_INTO_CGROUP, no glibc posix_spawnattr_setcgroup_np before 2.41)
-and a pre-exec hook in the child costs a full fork (~6 ms for a server this size). So the spawning thread
-moves itself into the unit for the instant of the spawn and back, and the child is forked inside. Moving a
-whole process (cgroup.procs) takes the kernel's global cgroup_threadgroup_rwsem for writing, which waits for
-an RCU grace period whenever it was idle — ~10 ms on a loaded host, for every call that follows a pause.
-Moving one thread (`0` into cgroup.threads) takes no such lock, but only works inside one threaded subtree:
-hence the instance directory is a threaded root and every unit a threaded cgroup. The spawn is synchronous
-on the event loop, so nothing else of the server forks meanwhile, and other threads stay where they are.
+A child has to be born in its unit: moving it in after it started would race with its first fork. Python cannot
+spawn into a cgroup (no clone3 CLONE_INTO_CGROUP, no glibc posix_spawnattr_setcgroup_np before 2.41) and a
+pre-exec hook in the child costs a full fork (~6 ms for a server this size). So the spawning thread moves itself
+into the unit for the instant of the spawn and back, and the child is forked inside (the exec trace's native
+spawner, in C, spawns straight into the unit with clone3 where the kernel has it: adr/0036 "Round 2"). Moving a
+whole process (cgroup.procs) takes the kernel's global cgroup_threadgroup_rwsem for writing, which waits for an
+RCU grace period whenever it was idle — ~10 ms on a loaded host, for every call that follows a pause. Moving one
+thread (`0` into cgroup.threads) takes no such lock, but only works inside one threaded subtree: hence the
+instance directory is a threaded root and every unit a threaded cgroup. The spawn is synchronous on the event
+loop, so nothing else of the server forks meanwhile, and other threads stay where they are.
 
 Making a threaded cgroup (mkdir, then `threaded` into cgroup.type) is most of a unit's cost, so a few are
 made ahead (`spares`) by a thread of their own, off the event loop. An ended unit's cgroup, once empty, is a

@@ -94,7 +94,8 @@ class Unit:
         (put into the server's own environment for an inherited one: copying ~100 variables per spawn costs
         more than spawning `true`), and in cgroup mode the server stands in the unit, so the child is born
         there. `elsewhere`: another thread spawns and enters the unit itself (the exec trace's native spawner,
-        adr/0036): the unit's and the instance's cgroup.threads are put in it, and this thread does not enter."""
+        adr/0036): the unit's and the instance's cgroup.threads and the unit's cgroup directory (for clone3's
+        CLONE_INTO_CGROUP, adr/0036 "Round 2") are put in it, and this thread does not enter."""
         tree = self.containment.tree
         if env is None:
             os.environ[MARKER_VARIABLE] = self.marker
@@ -102,11 +103,13 @@ class Unit:
         else:
             child_env = {**env, MARKER_VARIABLE: self.marker}
         entered = False
+        directory = -1
         try:
             if tree is not None and self.threads_fd is not None:
                 if elsewhere is not None:
-                    assert tree.home_threads is not None
-                    elsewhere.extend((self.threads_fd, tree.home_threads))
+                    assert tree.home_threads is not None and self.cgroup is not None
+                    directory = os.open(self.cgroup, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+                    elsewhere.extend((self.threads_fd, tree.home_threads, directory))
                 else:
                     tree.enter(self.threads_fd)
                     entered = True
@@ -117,6 +120,8 @@ class Unit:
                 tree.leave()
             if env is None:
                 os.environ[MARKER_VARIABLE] = self.containment.server_marker
+            if directory >= 0:
+                os.close(directory)
             if self.threads_fd is not None:
                 os.close(self.threads_fd)
                 self.threads_fd = None

@@ -5,7 +5,9 @@ session_send, session_kill and session_list take them as they take a PTY session
   `[RUNNING: job ID after Ns | cursor C …]`; once it ended, the first line is the one the one-shot call would
   have had (`[exit N]`, `[signal …]`, `[TIMEOUT …]`) and `result` holds that call's whole structured result.
 - session_send writes to the job's stdin (opened with stdin_open), classified by policy as input to the job's
-  command; `ctrl-d` closes stdin, `ctrl-c` interrupts the job's process group.
+  command, and so is every rest of each line (review J2, adr/0026 Round 5): a program of the job that reads a part
+  of it (`dd bs=1 count=1; sh`, a shell's own children reading its stdin) leaves the rest to the next reader;
+  `ctrl-d` closes stdin, `ctrl-c` interrupts the job's process group.
 - session_kill ends the job's whole unit; its result stays readable until it is dropped.
 - session_recv of an output id pages through a cut result's bytes: `since`, `max_bytes`, exactly once each.
 """
@@ -30,6 +32,9 @@ from relay_shell.sessions.registry import WaitResult
 from relay_shell.settings.model import Settings
 
 JOB_KEYS = {"ctrl-d": "close its stdin (end of input)", "ctrl-c": "SIGINT to its process group"}
+REST_LINE_MAX = 512  # characters of a line whose every rest is classified as the job's stdin
+REST_TOTAL_MAX = 4096  # characters of one send classified at every rest
+REST_PROBE = "rm -rf /relay-shell-probe\n"  # stdin the job's command would run as shell text: tier 3
 
 
 def is_job(session_id: str) -> bool:
@@ -211,6 +216,9 @@ def prepare_job_send(
             f"{MAX_OPEN} characters; close it, or end the job with session_kill",
         )
     subject = dataclasses.replace(job.subject, stdin=line) if text else Subject(fixed_tier=1)
+    if text:
+        rests = tuple(rest_findings(job.subject, text))
+        subject = dataclasses.replace(subject, session_findings=(*subject.session_findings, *rests))
 
     async def execute(progress: ProgressFn) -> Execution:
         if job.state != "running":
@@ -331,6 +339,45 @@ def prepare_output_recv(
         return Execution(status="ok", output=capture.result(), headline=headline, fields=fields)
 
     return Plan(subject=Subject(fixed_tier=0), execute=execute, notes=notes, session_id=session_id)
+
+
+def rest_findings(job_subject: Subject, text: str) -> list[tuple[str, int, str]]:
+    """What the job's command would do with each rest of each line of `text` as its stdin, at tier 2 or above:
+    a program that read the part before it (`dd bs=1 count=1`, `head -c2`, `read -n1`) stopped there, and the
+    next reader (a shell) gets the rest. Classified as the job's own stdin, so the reader decides the language
+    (a shell's rests as shell text; Python's as Python). A line too long to classify at every point is tier 2
+    when the job's command runs its stdin as shell text."""
+    from relay_shell.policy.classify import analyze  # the classifier, loaded on first use (policy/admission.py)
+    from relay_shell.sessions.reading import runs_something
+
+    def stdin_findings(stdin: str) -> list[Any]:
+        # What the stdin adds: the command's own findings (admitted when the job started) are not the rest's.
+        return [finding for finding in analyze(dataclasses.replace(job_subject, stdin=stdin)) if finding not in own]
+
+    own = analyze(dataclasses.replace(job_subject, stdin=None))
+    found: list[tuple[str, int, str]] = []
+    seen: set[str] = set()
+    if len(text) > REST_TOTAL_MAX:
+        if any(finding.tier >= 2 for finding in stdin_findings(REST_PROBE)):
+            why = "input too long to classify at every point where a program of the job may stop reading it"
+            found.append((text[:200], 2, why))
+        return found
+    for line in text.split("\n"):
+        if len(line) > REST_LINE_MAX:
+            if any(finding.tier >= 2 for finding in stdin_findings(REST_PROBE)):
+                why = "a line too long to classify at every point where a program of the job may stop reading it"
+                found.append((line[:200], 2, why))
+            continue
+        for start in range(1, len(line)):
+            rest = line[start:].lstrip()
+            if not rest or rest in seen:
+                continue
+            seen.add(rest)
+            for finding in stdin_findings(rest + "\n"):
+                if finding.tier >= 2 and runs_something(finding.canonical or rest):
+                    why = f"if a program of the job reads {start} characters of the line, the next reader gets the rest"
+                    found.append((rest[:200], finding.tier, f"{why}: {finding.reason}"))
+    return found
 
 
 def prepare_not_a_terminal(session_id: str) -> Plan:

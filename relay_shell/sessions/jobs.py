@@ -119,8 +119,11 @@ class JobTerminal:
     def shell_reads_line(self) -> bool:
         return False  # what reads the job's stdin is not known (sessions/passwords.py)
 
-    def reader_waiting(self) -> bool:
+    def reader_waiting(self, whole: int = 0) -> bool:
         return False  # no terminal: nothing asks for a password
+
+    def keeps_lines(self, length: int) -> bool:
+        return True  # not a terminal: a job's input is classified by job_plans.py
 
     def line_settings(self) -> list[object] | None:
         return None  # no terminal: the bytes reach the program as written

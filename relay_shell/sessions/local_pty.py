@@ -19,7 +19,13 @@ from collections.abc import Callable
 from ptyprocess import PtyProcess
 
 from relay_shell.launch import ProcessTree
-from relay_shell.sessions.reader import processes_where, reads_terminal, shell_reads_commands
+from relay_shell.sessions.reader import (
+    keeps_lines,
+    processes_where,
+    reads_terminal,
+    reads_whole_line,
+    shell_reads_commands,
+)
 
 READ_CHUNK = 64 * 1024
 DRAIN_QUIET = 0.05  # after the leader exits, output still arriving within this window belongs to it
@@ -145,13 +151,23 @@ class LocalPty:
             return False
         return shell_reads_commands(group)
 
-    def reader_waiting(self) -> bool:
-        """True while a process of the foreground group is blocked reading the terminal (sessions/reader.py)."""
+    def reader_waiting(self, whole: int = 0) -> bool:
+        """True while a process of the foreground group is blocked reading the terminal (sessions/reader.py); with
+        `whole`, only while what reads would take all of `whole` bytes typed now (reader.reads_whole_line)."""
         try:
             group = os.tcgetpgrp(self.fd)
         except OSError:
             return False
-        return reads_terminal(group)
+        return reads_whole_line(group, whole, self.pid) if whole else reads_terminal(group)
+
+    def keeps_lines(self, length: int) -> bool:
+        """True while input of `length` bytes typed now is read whole by what reads it (reader.keeps_lines): no
+        program in the foreground can take a part of it and leave the rest to the shell."""
+        try:
+            group = os.tcgetpgrp(self.fd)
+        except OSError:
+            return False
+        return keeps_lines(group, length, self.pid)
 
     def line_settings(self) -> list[object] | None:
         """The terminal's input settings as the line discipline and readline use them now (termios: iflag,

@@ -5,11 +5,12 @@ on the screen and the terminal does not echo. Here that is: the last line of out
 RELAY_SHELL_PASSPROMPT's patterns, the terminal reads a line with echo off (locally: canonical mode without ECHO,
 read by a program that is not a shell reading its commands; a remote terminal's modes cannot be seen, so its last
 line must also end like a prompt, ADR 0007), a process of the foreground group is blocked reading the terminal right
-then (locally; review A1: a prompt printed before `sleep` is no reader), and the input reads like one answer (one
-line, nothing typed before it without Enter, no control keys). A session that turns echo off by itself (`stty
--echo`, whatever its prompt says) gets its lines recorded in full. A withheld line is still classified and admitted
-like any other, and its record names the prompt that caused it: `[withheld: N characters typed at the password
-prompt '…']`.
+then (locally; review A1: a prompt printed before `sleep` is no reader) and takes the whole line (review W1: `dd
+bs=1 count=1` reads one byte and leaves the rest to the shell; sessions/reader.py), and the input reads like one
+answer (one line, nothing typed before it without Enter, no control keys). A session that turns echo off by
+itself (`stty -echo`, whatever its prompt says) gets its lines recorded in full. A withheld line is still
+classified and admitted like any other, and its record names the prompt that caused it: `[withheld: N characters
+typed at the password prompt '…']`.
 """
 
 from __future__ import annotations
@@ -39,19 +40,28 @@ def last_output_line(session: Session) -> str:
     return redrawn if redrawn.strip() else line
 
 
-def password_prompt(session: Session, reader: bool = True) -> str | None:
-    """The password prompt a line typed now would answer, or None. `reader` False: the prompt as the screen and
-    the terminal's mode show it, before a process is seen blocked reading it (the input is then held back
-    from the record, and typed only once a reader is seen: send_plan.py)."""
+def password_prompt(session: Session, reader: bool = True, whole: int = 1) -> str | None:
+    """The password prompt a line of `whole` bytes typed now would answer, or None. `reader` False: the prompt as
+    the screen and the terminal's mode show it, before a process is seen blocked reading it (the input is then
+    held back from the record, and typed only once a reader that takes all of it is seen: send_plan.py); but a
+    process reading now that would take only a part of the line is no password prompt (the rest goes to the
+    shell): such input is recorded in full."""
     terminal = session.terminal
     if session.state != "running" or not terminal.password_mode() or terminal.shell_reads_line():
         return None
     prompt = last_output_line(session).strip()
     if not any(matches(pattern, prompt) for pattern in session.passprompt):
         return None
-    if reader and not terminal.reader_waiting():  # a prompt shown while nothing reads: the shell reads it later
+    if reader and not terminal.reader_waiting(whole):  # nothing reads it (the shell reads it later), or in part
+        return None
+    if not reader and terminal.reader_waiting() and not terminal.reader_waiting(whole):
         return None
     return prompt[-PROMPT_SHOWN:]
+
+
+def typed_length(data: str) -> int:
+    """The bytes a send of `data` types at most (Enter included): what a password reader must take in whole."""
+    return len(data.encode("utf-8", errors="surrogateescape")) + 1
 
 
 def withheld_input(arguments: dict[str, Any], session: Session, prompt: str) -> dict[str, Any] | None:
@@ -77,7 +87,9 @@ def withhold_at_password_prompt(
     session = registry.sessions.get(session_id) if isinstance(session_id, str) else None
     if session is not None and owner is not None and session.owner != owner:
         return arguments
-    prompt = password_prompt(session, reader=False) if session is not None else None
+    data = arguments.get("data")
+    length = typed_length(data) if isinstance(data, str) else 1
+    prompt = password_prompt(session, reader=False, whole=length) if session is not None else None
     if session is None or prompt is None:
         return arguments
     return withheld_input(arguments, session, prompt) or arguments

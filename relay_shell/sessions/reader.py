@@ -10,12 +10,21 @@ one), so renaming it (`exec -a passwd sh`, a symlink called `passwd`) changes no
 the terminal when it has neither `-c` nor a script (or its script is the terminal: `sh /dev/stdin`), or when
 `-s` or `-i` says so. A copy of a shell under another name is an unknown program, which is arbitrary code to the
 policy already (guarded mode runs it as tier 1): it gains nothing from the log that it could not do directly.
+
+Who reads a line matters as much as whether someone does (review W1/W2, adr/0026 Round 5): a program that takes a
+part of the line (`dd bs=1 count=1`, `head -c1`, less quitting on `q`, `read -n1`) leaves the rest in the
+terminal's input queue, and the shell runs it. A line is kept whole only by a reader that asks for at least all
+of it in one read(2), by a shell (or Python's REPL) reading its commands through its line editor, or by a program
+known to read a password through to the end of its line a byte at a time (sudo, ssh and their kind: the
+installed file, not a copy under its name).
 """
 
 from __future__ import annotations
 
 import functools
 import os
+import re
+import time
 
 SHELLS = frozenset(
     {"sh", "bash", "rbash", "dash", "ash", "hush", "zsh", "ksh", "ksh93", "mksh", "pdksh", "oksh", "posh", "yash"}
@@ -24,9 +33,19 @@ SHELLS = frozenset(
 _TERMINAL_SCRIPTS = ("/dev/stdin", "/dev/tty", "/dev/fd/0", "/proc/self/fd/0", "/dev/pts/", "-")
 _OPTION_VALUES = frozenset({"-o", "+o", "-O", "+O", "--rcfile", "--init-file"})
 _READ_CALLS = {"x86_64": (0, 19), "aarch64": (63, 65)}  # read(2), readv(2)
+_READ = {"x86_64": 0, "aarch64": 63}  # read(2): its third argument is how many bytes it asks for
+# Waiting for input without reading yet: poll, select, pselect6, ppoll, epoll_wait, epoll_pwait, epoll_pwait2.
+_WAIT_CALLS = {"x86_64": (7, 23, 270, 271, 232, 281, 441), "aarch64": (73, 72, 22, 441)}
+_PYTHON = re.compile(r"python[0-9.]*")
+KEEPS_WAIT = 0.05  # seconds a program that is about to read the terminal is given to reach its read
+SHELL_WAIT = 0.5  # the same for the shell itself in the foreground (after its prompt, before its read)
+_BIN_DIRECTORIES = ("/usr/bin", "/bin", "/usr/sbin", "/sbin", "/usr/local/bin", "/usr/local/sbin")
 # Programs that ask for a password at the terminal and are commonly set-user-ID (their /proc entries are closed
 # to a server that is not root); matched by the kernel's name of the process (15 characters at most).
 PASSWORD_PROGRAMS = frozenset({"sudo", "su", "passwd", "chsh", "chfn", "pkexec", "gpasswd", "newgrp", "doas", "login"})
+# Programs that read a password a byte at a time up to the end of its line (sudo's tgetpass, OpenSSH's
+# readpassphrase): a read(2) of one byte is theirs to loop on, not a reader that stops early.
+LINE_PASSWORD_PROGRAMS = PASSWORD_PROGRAMS | {"ssh", "ssh-keygen", "ssh-add", "scp", "sftp"}
 
 
 def shell_reads_commands(process_group: int) -> bool:
@@ -66,6 +85,195 @@ def reads_terminal(process_group: int) -> bool:
         if device in (_controlling_terminal(pid), os.makedev(5, 0)):
             return True
     return False
+
+
+def reads_whole_line(process_group: int, length: int, leader: int | None = None) -> bool:
+    """Whether input of `length` bytes typed now goes whole to one program of `process_group` that asked for a
+    password: some process is blocked reading the terminal, and every process of the group waiting on it is in a
+    read(2) of at least `length` bytes or is a program that reads a password to the end of its line. A reader
+    of fewer bytes that stops (dd bs=1 count=1) would leave the rest to the shell."""
+    readers = _terminal_waiters(process_group, leader)
+    return bool(readers) and all(
+        (call == _READ.get(os.uname().machine) and count >= length) or _password_program(pid)
+        for pid, call, count in readers
+    )
+
+
+def keeps_lines(process_group: int, length: int, leader: int | None = None) -> bool:
+    """Whether input of `length` bytes typed now is read whole by what reads it: some process of the
+    foreground group waits on the terminal, and each that does is a shell (or Python's REPL) reading its
+    commands through its line editor, reads at least `length` bytes in one read(2), or reads a password to the
+    end of its line. False when nothing comes to wait within KEEPS_WAIT (SHELL_WAIT for the shell itself): a
+    program is busy, and what reads the input next is not known."""
+    readers = _terminal_waiters(process_group, leader)
+    start = time.monotonic()
+    while not readers and time.monotonic() < start + KEEPS_WAIT:
+        time.sleep(0.002)
+        readers = _terminal_waiters(process_group, leader)
+    if not readers and shell_reads_commands(process_group):
+        # The shell itself holds the terminal and has not reached its read yet: on a loaded machine, the moment
+        # between its prompt and its read is longer.
+        while not readers and time.monotonic() < start + SHELL_WAIT:
+            time.sleep(0.005)
+            readers = _terminal_waiters(process_group, leader)
+    machine = os.uname().machine
+    for pid, call, count in readers:
+        if call == _READ.get(machine) and count >= length:
+            continue
+        if call in _WAIT_CALLS.get(machine, ()) and _reads_own_commands(pid):
+            continue
+        if _password_program(pid):
+            continue
+        return False
+    return bool(readers)
+
+
+def group_members(process_group: int, leader: int | None) -> list[int]:
+    """The processes of `process_group`: found below the terminal's `leader` (a few /proc reads on every send),
+    or, when the group's own leader is not among them (it left the tree: re-parented) or no leader is known,
+    by scanning every process."""
+    if leader is None:
+        return processes_where(2, process_group)
+    members = []
+    pending = [leader]
+    seen: set[int] = set()
+    while pending and len(seen) < 4096:
+        pid = pending.pop()
+        if pid in seen:
+            continue
+        seen.add(pid)
+        if _stat_field(pid, 2) == process_group:
+            members.append(pid)
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for task in tasks:
+            try:
+                with open(f"/proc/{pid}/task/{task}/children") as children:
+                    pending.extend(int(child) for child in children.read().split())
+            except OSError:
+                continue
+    return members if process_group in members else processes_where(2, process_group)
+
+
+def _stat_field(pid: int, field: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat_file:
+            stat = stat_file.read()
+    except OSError:
+        return None
+    fields = stat[stat.rfind(b")") + 2 :].split()
+    return int(fields[field]) if len(fields) > field and fields[0] != b"Z" else None
+
+
+def _terminal_waiters(process_group: int, leader: int | None = None) -> list[tuple[int, int, int]]:
+    """(pid, system call, its third argument) of every thread of every process of the group blocked in a read or
+    wait on its terminal, as /proc/PID/task/TID/syscall shows it (a thread other than the main one may be the
+    reader); a process whose entry is closed to the server (set-user-ID) counts as a one-byte reader."""
+    machine = os.uname().machine
+    found = []
+    for pid in group_members(process_group, leader):
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for task in tasks:
+            try:
+                with open(f"/proc/{pid}/task/{task}/syscall") as syscall_file:
+                    fields = syscall_file.read().split()
+            except PermissionError:
+                found.append((pid, _READ.get(machine, -1), 1))
+                break
+            except OSError:
+                continue
+            waiting = _waiting_on_terminal(pid, fields)
+            if waiting is not None:
+                found.append(waiting)
+    return found
+
+
+def _waiting_on_terminal(pid: int, fields: list[str]) -> tuple[int, int, int] | None:
+    """(pid, call, count) when a thread's /proc syscall line is a read or wait on the process's terminal."""
+    machine = os.uname().machine
+    calls = (*_READ_CALLS.get(machine, ()), *_WAIT_CALLS.get(machine, ()))
+    if len(fields) < 4 or not fields[0].isdigit() or int(fields[0]) not in calls:
+        return None
+    call = int(fields[0])
+    try:
+        count = int(fields[3], 16)
+        if call in _WAIT_CALLS.get(machine, ()):
+            # Which descriptors a poll or select watches is in the process's memory: any of its standard
+            # descriptors being the terminal is taken as waiting on it.
+            watched = [f"/proc/{pid}/fd/{descriptor}" for descriptor in (0, 1, 2)]
+        else:
+            watched = [f"/proc/{pid}/fd/{int(fields[1], 16)}"]
+    except ValueError:
+        return None
+    terminal = _controlling_terminal(pid)
+    for path in watched:
+        try:
+            device = os.stat(path).st_rdev
+        except OSError:
+            continue
+        if device in (terminal, os.makedev(5, 0)):
+            return (pid, call, count)
+    return None
+
+
+def _reads_own_commands(pid: int) -> bool:
+    """A shell reading its commands, or Python's interactive prompt: what it reads is its own next command."""
+    arguments = _arguments(pid)
+    if _is_shell(pid, arguments):
+        return reads_commands(arguments)
+    try:
+        executable = os.path.basename(os.readlink(f"/proc/{pid}/exe"))
+    except OSError:
+        return False
+    return bool(_PYTHON.fullmatch(executable)) and _python_reads_commands(arguments)
+
+
+def _python_reads_commands(arguments: list[str]) -> bool:
+    """From python's argv: the interactive prompt (no -c, -m or script; or -i)."""
+    index = 1
+    while index < len(arguments):
+        word = arguments[index]
+        if word == "-" or not word.startswith("-"):
+            return word == "-" or "-i" in arguments[1:index]
+        if word in ("-W", "-X", "--check-hash-based-pycs"):
+            index += 2
+            continue
+        letters = word[1:]
+        if "c" in letters or "m" in letters:
+            return "i" in letters.split("c")[0].split("m")[0]
+        index += 1
+    return True
+
+
+def _password_program(pid: int) -> bool:
+    """The process runs one of the installed programs that read a password to the end of its line (the file
+    itself: a copy or a link elsewhere under the same name is not it). Closed to the server (set-user-ID, the
+    server not root): by the kernel's name of the process."""
+    try:
+        identity = os.stat(f"/proc/{pid}/exe")
+    except PermissionError:
+        return _command_name(pid) in PASSWORD_PROGRAMS
+    except OSError:
+        return False
+    return (identity.st_dev, identity.st_ino) in _installed(LINE_PASSWORD_PROGRAMS)
+
+
+@functools.cache
+def _installed(names: frozenset[str]) -> frozenset[tuple[int, int]]:
+    identities = set()
+    for directory in _BIN_DIRECTORIES:
+        for name in names:
+            try:
+                status = os.stat(os.path.join(directory, name))
+            except OSError:
+                continue
+            identities.add((status.st_dev, status.st_ino))
+    return frozenset(identities)
 
 
 def _controlling_terminal(pid: int) -> int:

@@ -1,12 +1,23 @@
 """What the policy classifies for input typed into a session (adr/0026): the keystrokes (typed.py) as the lines
 the reading program will get, and each line as the shell would run it after history expansion (history.py), as
 a program's escape would run it (escapes.py), and with what an interactive shell keeps from it (interactive.py).
+
+A line may also be read in two parts (review W2, adr/0026 Round 5): a program in the foreground that takes a part
+of it and stops (less quitting on `q`, `dd bs=1 count=1`, `read -n1`) leaves the rest to the shell, which runs
+it. Unless the terminal's reader is known to keep the line whole (reader.keeps_lines), every rest of each line
+is classified as shell text too, and what it would do at tier 2 or above counts (`qrm -rf D` to less is
+`rm -rf D`); a rest read at tier 1 is an unknown program, as the line was.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
+
 from relay_shell.plan import Subject
+from relay_shell.policy.classify import shell_findings
 from relay_shell.policy.shell_tokens import tokenize
+from relay_shell.policy.vocabulary import words
 from relay_shell.sessions.escapes import commands_start_findings, escape_readings, line_findings
 from relay_shell.sessions.history import HISTORY, expansion_points, expansions
 from relay_shell.sessions.interactive import interactive_findings
@@ -18,10 +29,21 @@ from relay_shell.sessions.typed import Finding, Typed, read_keystrokes
 
 HISTORY_KEPT = 256  # lines of a session's input kept to expand `!…` against
 OPEN_TOO_LONG = "continues input left open (an unclosed quote or string) for too long to follow: cannot classify"
+SPLIT_LINE_MAX = 512  # characters of a line whose every rest is classified; a longer one is tier 2 where it may split
+SPLIT_TOTAL_MAX = 4096  # characters of all readings of a send classified at every rest (each rest is one reading)
+SPLIT_TOO_LONG = (
+    "a long line (or input) typed while a program that may read only a part of it reads the terminal: the rest "
+    "would run in the shell, and input this long is not classified at every point it may be cut"
+)
 
 
-def typed_subject(session: Session, data: str, enter: bool, keys: list[str]) -> tuple[Subject, Typed]:
-    """The policy's subject for `data` (then Enter, then `keys`) typed into `session`, and what was typed."""
+def typed_subject(
+    session: Session, data: str, enter: bool, keys: list[str], kept_whole: bool = True
+) -> tuple[Subject, Typed]:
+    """The policy's subject for `data` (then Enter, then `keys`) typed into `session`, and what was typed.
+    `kept_whole` False: the program reading the terminal may take a part of a line and leave the rest to the
+    shell (reader.keeps_lines)."""
+    split = not kept_whole or bool(session.typing.pieces)
     typed = read_keystrokes(session.typing, data, enter, keys, session.terminal.interrupt_clears_line())
     findings: list[Finding] = list(typed.findings)
     payload = (data + ("\r" if enter else "")).encode("utf-8", errors="surrogateescape")
@@ -41,6 +63,8 @@ def typed_subject(session: Session, data: str, enter: bool, keys: list[str]) -> 
             texts += expansions(line, points, session.history)
         texts += escape_readings(line)
     texts = list(dict.fromkeys(texts))
+    if split or len(typed.submitted) > 1:  # a line's program may stop early; a later line's may read part of it
+        findings += split_findings(texts)
     for text in texts:
         nested: list[str] = []
         tokens = tokenize(text, nested)
@@ -50,6 +74,56 @@ def typed_subject(session: Session, data: str, enter: bool, keys: list[str]) -> 
         findings += commands_start_findings(commands, nested)
         findings += interactive_findings(text, session.passprompt, commands)
     return Subject(typed="\n".join(texts), session_findings=tuple(findings)), typed
+
+
+# What a shell runs by name without a program file: a rest whose command is one of these runs something.
+SHELL_WORDS = words(
+    "alias bg bind break builtin caller cd command compgen complete compopt continue coproc declare dirs disown echo "
+    "enable eval exec exit export false fc fg getopts hash help history jobs kill let local logout mapfile popd "
+    "printf pushd pwd read readarray readonly return set shift shopt source suspend test times trap true type "
+    "typeset ulimit umask unalias unset wait . : [ [[ (( function time if then else elif fi for while until do done "
+    "case esac select { } !"
+)
+
+
+def runs_something(canonical: str) -> bool:
+    """Whether a finding of a rest names something the shell would run: a builtin or keyword, a program on PATH, a
+    path, or a word only known when it runs (a glob, an expansion). A rest is cut out of a word, and a cut that is
+    no command at all (`cho start` from `echo start`: an unknown verb guess) is the `command not found` it would
+    be, not what the line would do."""
+    words = [word for word in canonical.split() if "=" not in word.split("/")[0] or word.startswith("=")]
+    if not words:
+        return False
+    word = words[0].replace("'", "").replace('"', "").replace("\\", "")
+    if not word:
+        return False
+    if any(char in word for char in "*?[{$`(") or "/" in word:
+        return True
+    return word in SHELL_WORDS or shutil.which(word, path=os.environ.get("PATH", os.defpath)) is not None
+
+
+def split_findings(texts: list[str]) -> list[Finding]:
+    """What the shell would run from each rest of each line, where a rest does more than an unknown program: a
+    program that read the part before it stopped there."""
+    found: list[Finding] = []
+    rests: set[str] = set()
+    if sum(len(text) for text in texts) > SPLIT_TOTAL_MAX:
+        return [(texts[0][:200], 2, SPLIT_TOO_LONG)]
+    for text in texts:
+        for line in text.split("\n"):
+            if len(line) > SPLIT_LINE_MAX:
+                found.append((line[:200], 2, SPLIT_TOO_LONG))
+                continue
+            for start in range(1, len(line)):
+                rest = line[start:].lstrip()
+                if not rest or rest in rests:
+                    continue
+                rests.add(rest)
+                for finding in shell_findings(rest, 0, {}):
+                    if finding.tier >= 2 and runs_something(finding.canonical or rest):
+                        why = f"if the program reading the line stops after {start} characters, the shell runs the rest"
+                        found.append((rest[:200], finding.tier, f"{why}: {finding.reason}"))
+    return found
 
 
 def remember(session: Session, typed: Typed) -> None:

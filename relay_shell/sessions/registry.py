@@ -52,7 +52,11 @@ class Terminal(Protocol):
 
     def shell_reads_line(self) -> bool: ...  # a shell reads its commands (never a password prompt); False: unknown
 
-    def reader_waiting(self) -> bool: ...  # a process is blocked reading the terminal (remote: True, unknown)
+    # A process is blocked reading the terminal (remote: True, unknown); with `whole`, one that takes all of
+    # `whole` bytes typed now.
+    def reader_waiting(self, whole: int = 0) -> bool: ...
+
+    def keeps_lines(self, length: int) -> bool: ...  # `length` bytes typed now are read whole (remote: True, unknown)
 
     def line_settings(self) -> list[object] | None: ...  # termios as tcgetattr gives it; None: not visible
 

@@ -58,10 +58,13 @@ def prepare_send(
 
     settings_seen = line_settings_of(session.terminal)
     no_echo = session.state == "running" and session.terminal.password_mode()
-    prompt = password_prompt(session, reader=False) if no_echo else None
+    prompt = password_prompt(session, reader=False, whole=len(payload)) if no_echo else None
     version = session.input_version
     call_arguments = {"session_id": session_id, "data": data, "enter": enter, "keys": keys, "until": until}
-    subject, typed_input = typed_subject(session, data if secret is None else "", press_enter, key_names)
+    # Whether the line goes whole to what reads it now (a shell, a REPL, a reader of the whole line), or a program
+    # may take a part of it and leave the rest to the shell (review W2): then every rest is classified too.
+    kept_whole = session.state != "running" or session.terminal.keeps_lines(len(payload))
+    subject, typed_input = typed_subject(session, data if secret is None else "", press_enter, key_names, kept_whole)
     echo = None if no_echo or secret is not None or key_names else expected_echo(typed)
 
     async def execute(progress: ProgressFn) -> Execution:
@@ -78,8 +81,8 @@ def prepare_send(
                     "InputRace", "another call typed into (or signalled) this session meanwhile; send this again"
                 )
             if secret is not None:
-                await _await_password_prompt(session)
-            await _check_before_typing(session, plan, call_arguments, settings_seen)
+                await _await_password_prompt(session, len(payload))
+            await _check_before_typing(session, plan, call_arguments, settings_seen, len(payload), kept_whole)
             session.last_activity = time.monotonic()
             match_from = session.ring.end
             try:
@@ -104,23 +107,37 @@ def prepare_send(
 
 
 async def _check_before_typing(
-    session: Session, plan: Plan, call_arguments: dict[str, Any], settings_seen: LineSettings | None
+    session: Session,
+    plan: Plan,
+    call_arguments: dict[str, Any],
+    settings_seen: LineSettings | None,
+    length: int,
+    kept_whole: bool,
 ) -> None:
     """Just before the write, under the session's input lock: what the input was checked against still holds."""
     # Sampled again just before writing: a program may have asked for a password since the call was
     # prepared. The start record is written by now; the end record withholds the input (adr/0014).
     if call_arguments["data"] and plan.recorded_arguments is None:
-        shown = password_prompt(session, reader=False)
+        shown = password_prompt(session, reader=False, whole=length)
         if shown is not None:
             plan.recorded_arguments = withheld_input(call_arguments, session, shown)
-    if plan.recorded_arguments is not None and not await _reader_seen(session):
+    if plan.recorded_arguments is not None and not await _reader_seen(session, length):
         # Held back from the record for a password prompt that no process reads (review A1: a prompt printed
-        # before `sleep`): the line would go to whatever reads next, the shell, unrecorded. Nothing is typed.
+        # before `sleep`), or that a process reads only in part (review W1: `dd bs=1 count=1`): the line, or its
+        # rest, would go to whatever reads next, the shell, unrecorded. Nothing is typed.
         raise ToolError(
             "PromptGone",
-            "the password prompt this input was held back for is not being read (no program is reading the "
-            "terminal: it ended, or never read); nothing was typed: look at the session (session_recv) and "
-            "send it again",
+            "the password prompt this input was held back for is not being read whole (no program is reading "
+            "the terminal, or the one reading asks for fewer bytes than the line and would leave the rest to the "
+            "shell); nothing was typed: look at the session (session_recv) and send it again",
+        )
+    if kept_whole and not session.terminal.keeps_lines(length):
+        # Classified as read whole by one program (a shell, a REPL): a program that reads in parts took the
+        # terminal since. Nothing is typed.
+        raise ToolError(
+            "ReaderChanged",
+            "the program reading the terminal changed after this input was checked (one that may read only a part "
+            "of the line took over); nothing was typed: look at the session (session_recv) and send it again",
         )
     if settings_seen != line_settings_of(session.terminal):
         raise ToolError(
@@ -130,11 +147,12 @@ async def _check_before_typing(
         )
 
 
-async def _reader_seen(session: Session) -> bool:
-    """Whether a process is (or within PASSWORD_MODE_WAIT comes to be) blocked reading the password prompt: a
-    program prints its prompt a moment before it reads, and on a loaded machine the moment is longer."""
+async def _reader_seen(session: Session, length: int) -> bool:
+    """Whether a process is (or within PASSWORD_MODE_WAIT comes to be) blocked reading the password prompt, and
+    would take all `length` bytes: a program prints its prompt a moment before it reads, and on a loaded
+    machine the moment is longer."""
     deadline = time.monotonic() + PASSWORD_MODE_WAIT
-    while password_prompt(session) is None:
+    while password_prompt(session, whole=length) is None:
         if time.monotonic() >= deadline:
             return False
         await asyncio.sleep(0.01)
@@ -203,18 +221,20 @@ def _secret_value(settings: Settings, secret_env: str, data: str) -> str:
     return value
 
 
-async def _await_password_prompt(session: Session) -> None:
+async def _await_password_prompt(session: Session, length: int) -> None:
     """A program prints its prompt and turns echo off in either order: give it a moment before refusing. A shell
     reading its commands with echo off (`stty -echo`) is no prompt: it would run the secret as a command, and
-    its error message would show it."""
+    its error message would show it; nor is a program that reads fewer bytes than the secret and stops (review
+    S1: the shell would run the rest)."""
     deadline = time.monotonic() + PASSWORD_MODE_WAIT
     terminal = session.terminal
-    while not terminal.password_mode() or terminal.shell_reads_line() or not terminal.reader_waiting():
+    while not terminal.password_mode() or terminal.shell_reads_line() or not terminal.reader_waiting(length):
         if time.monotonic() >= deadline:
             raise ToolError(
                 "EchoOn",
-                "no program is reading a password with echo off (the terminal echoes, a shell reads commands, or "
-                "nothing reads the terminal), so the secret would appear in the output or be run as a command; wait "
-                "for the password prompt (session_recv with until) and send it then",
+                "no program is reading a password with echo off that takes the whole line (the terminal echoes, a "
+                "shell reads commands, nothing reads the terminal, or what reads asks for fewer bytes than the "
+                "secret and would leave the rest to the shell), so the secret would appear in the output or be run "
+                "as a command; wait for the password prompt (session_recv with until) and send it then",
             )
         await asyncio.sleep(0.01)

@@ -152,8 +152,11 @@ class SshTerminal:
     def shell_reads_line(self) -> bool:
         return False  # the remote process table is not visible: the prompt decides (sessions/passwords.py)
 
-    def reader_waiting(self) -> bool:
+    def reader_waiting(self, whole: int = 0) -> bool:
         return True  # the remote process table is not visible: the prompt decides (adr/0026 says what is left)
+
+    def keeps_lines(self, length: int) -> bool:
+        return True  # the remote process table is not visible (adr/0026 Round 5 says what is left)
 
     def line_settings(self) -> list[object] | None:
         return None  # the remote terminal's settings are not visible (adr/0026)

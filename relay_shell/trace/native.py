@@ -26,6 +26,7 @@ from relay_shell.trace import resolve, seccomp
 # test switch, which the tests' servers inherit (they drop RELAY_SHELL_* from their environment).
 FORCE_PYTHON = "RELAY_EXEC_TRACE_ANSWERER"
 ABI = 6  # answerer.c's ANSWERER_ABI: the layout of what it hands over
+SPAWNER_ABI = 2  # spawner.c's spawner_abi: the layout of struct spawn_request
 IDLE, RECEIVED, FULL = 0, 1, 2
 PATH_SLOTS = 64
 IDLE_MS = 50  # milliseconds without an exec after which the execs answered here are recorded
@@ -113,6 +114,7 @@ class SpawnRequest(ctypes.Structure):
         ("error", ctypes.c_int32),
         ("stage", ctypes.c_int32),
         ("finished", ctypes.c_int32),
+        ("unit_dir", ctypes.c_int32),  # the unit's cgroup directory (O_PATH), -1: none
     ]
 
 
@@ -160,10 +162,23 @@ class NativeSpare:
         self.library.spares_submit(self.pool, self.handle, ctypes.byref(request), self.answerer)
 
 
+def born_in_unit() -> int:
+    """How many native spawns so far were born in their unit by clone3 (0 without the library)."""
+    library, _ = load()
+    count = None if library is None else getattr(library, "spawner_born_in_unit", None)
+    if count is None:
+        return 0
+    count.restype = ctypes.c_uint64
+    return int(count())
+
+
 def spawner() -> NativeSpawner | None:
     """The native spawner, or None (not built, built without it, or RELAY_EXEC_TRACE_ANSWERER=python)."""
     library, _ = load()
     if library is None or not library.spawner_available():
+        return None
+    abi = getattr(library, "spawner_abi", None)
+    if abi is None or abi() != SPAWNER_ABI:  # built from another version: its requests are laid out otherwise
         return None
     handle = library.spawner_new()
     return NativeSpawner(library, handle) if handle else None

@@ -54,6 +54,16 @@ _ARCHES: dict[str, tuple[int, dict[int, tuple[int, ...]]]] = {
     ),
     "aarch64": (277, {0xC00000B7: (221, 281)}),
 }
+# Per audit arch the ioctl numbers (x86_64's audit arch covers x32's too), and the requests refused on them: input
+# pushed into a terminal, which a shell then runs as if typed (adr/0027 "Round 6").
+_IOCTL_NUMBERS: dict[int, tuple[int, ...]] = {
+    0xC000003E: (16, _X32_BIT | 514),
+    0x40000003: (54,),
+    0xC00000B7: (29,),
+}
+TIOCSTI = 0x5412
+TIOCLINUX = 0x541C
+SECCOMP_RET_ERRNO = 0x00050000
 EXECVEAT_NUMBERS = {322, _X32_BIT | 545, 358, 281}
 AUDIT_ARCH_I386 = 0x40000003
 
@@ -97,34 +107,50 @@ class _SockFprog(ctypes.Structure):
 
 
 def _program() -> bytes:
-    """The BPF program: per known audit arch, trap its execve/execveat numbers; allow everything else. Every
-    exec is trapped, the tree's first (the server's own) too: a filter that let one exec through by its path
-    pointer could be used by any program of the tree that found that address (adr/0019).
+    """The BPF program: per known audit arch, trap its execve/execveat numbers and refuse the terminal-input ioctls
+    (TIOCSTI, TIOCLINUX: EPERM); allow everything else. Every exec is trapped, the tree's first (the server's own)
+    too: a filter that let one exec through by its path pointer could be used by any program of the tree that found
+    that address (adr/0019). TIOCSTI pushes characters into a terminal's input as if typed: a traced process could
+    type into its own session's shell, or (with CAP_SYS_ADMIN, the root default) into any terminal on the host, a
+    line that no send carried and no policy decision saw; the classifier cannot read a compiled program doing it,
+    so the kernel refuses it to every traced tree in every mode (adr/0027 "Round 6"). The ioctl's request is an
+    unsigned int in the kernel: its low 32 bits are what is compared.
 
     Layout: load arch; one `jeq arch` per arch to its block; allow. A block: load nr; one `jeq nr` per trapped
-    number to `notify`; allow. Then `notify`, `allow`. On x86_64 the kernel knows three ABIs (x86_64, x32 with
+    number to `notify`, one per ioctl number to `ioctl`; allow. Then `ioctl` (load the request; jeq TIOCSTI,
+    TIOCLINUX to `refuse`; allow), `refuse`, `notify`. On x86_64 the kernel knows three ABIs (x86_64, x32 with
     the same audit arch and __X32_SYSCALL_BIT, i386): all are dispatched; an unknown arch cannot occur there.
     BPF jumps only forward; offsets count from the next instruction."""
     machine = platform.machine()
     if machine not in _ARCHES:
         raise TraceUnavailable(f"no exec filter for the {machine} architecture (x86_64, aarch64 are known)")
     arches = _ARCHES[machine][1]
-    block_sizes = [len(numbers) + 2 for numbers in arches.values()]
-    dispatch_end = 1 + len(arches) + 1
-    notify_at = dispatch_end + sum(block_sizes)
-    instructions = [(_BPF_LD_W_ABS, 0, 0, 4)]  # seccomp_data.arch
-    block_start = dispatch_end
-    for index, arch in enumerate(arches):
-        instructions.append((_BPF_JEQ_K, block_start - len(instructions) - 1, 0, arch))
-        block_start += block_sizes[index]
-    instructions.append((_BPF_RET_K, 0, 0, SECCOMP_RET_ALLOW))
-    for numbers in arches.values():
-        instructions.append((_BPF_LD_W_ABS, 0, 0, 0))  # seccomp_data.nr
-        for number in numbers:
-            instructions.append((_BPF_JEQ_K, notify_at - len(instructions) - 1, 0, number))
-        instructions.append((_BPF_RET_K, 0, 0, SECCOMP_RET_ALLOW))
-    instructions.append((_BPF_RET_K, 0, 0, SECCOMP_RET_USER_NOTIF))
-    return b"".join(struct.pack("=HBBI", *instruction) for instruction in instructions)
+    # Instructions with a symbolic jump target (a label or an instruction index), resolved once laid out.
+    program: list[tuple[int, str | int | None, int]] = [(_BPF_LD_W_ABS, None, 4)]  # seccomp_data.arch
+    for arch in arches:
+        program.append((_BPF_JEQ_K, f"arch {arch}", arch))
+    program.append((_BPF_RET_K, None, SECCOMP_RET_ALLOW))
+    labels: dict[str, int] = {}
+    for arch, numbers in arches.items():
+        labels[f"arch {arch}"] = len(program)
+        program.append((_BPF_LD_W_ABS, None, 0))  # seccomp_data.nr
+        program.extend((_BPF_JEQ_K, "notify", number) for number in numbers)
+        program.extend((_BPF_JEQ_K, "ioctl", number) for number in _IOCTL_NUMBERS[arch])
+        program.append((_BPF_RET_K, None, SECCOMP_RET_ALLOW))
+    labels["ioctl"] = len(program)
+    program.append((_BPF_LD_W_ABS, None, 24))  # seccomp_data.args[1], its low 32 bits (little-endian)
+    program.append((_BPF_JEQ_K, "refuse", TIOCSTI))
+    program.append((_BPF_JEQ_K, "refuse", TIOCLINUX))
+    program.append((_BPF_RET_K, None, SECCOMP_RET_ALLOW))
+    labels["refuse"] = len(program)
+    program.append((_BPF_RET_K, None, SECCOMP_RET_ERRNO | errno.EPERM))
+    labels["notify"] = len(program)
+    program.append((_BPF_RET_K, None, SECCOMP_RET_USER_NOTIF))
+    code = []
+    for index, (opcode, target, constant) in enumerate(program):
+        jump = 0 if target is None else labels[str(target)] - index - 1
+        code.append(struct.pack("=HBBI", opcode, jump, 0, constant))
+    return b"".join(code)
 
 
 def install_listener(no_new_privs: bool) -> int:

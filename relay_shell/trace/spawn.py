@@ -65,6 +65,14 @@ class SpawnedChild:
         """Reap the child (it has exited or was SIGKILLed); subprocess.TimeoutExpired after `timeout`."""
         if self.returncode is not None:
             return self.returncode
+        # Usually called once the child's pidfd said it exited (local/process.py): reaped at once, one system call.
+        try:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+        except ChildProcessError:  # reaped elsewhere (the containment's sweep): its status is gone
+            pid, status = self.pid, 0
+        if pid == self.pid:
+            self.returncode = os.waitstatus_to_exitcode(status)
+            return self.returncode
         pidfd = os.pidfd_open(self.pid)
         try:
             poller = select.poll()
@@ -154,11 +162,12 @@ def spawn_natively(
     with_stdin: bool,
     merge_stderr: bool,
     path: str,
-    cgroup_threads: tuple[int, int],
+    cgroup_threads: tuple[int, ...],
 ) -> SpawnedChild:
     """`spawn`, carried out by the native spawner on the spawner thread (trace/spawner.c, adr/0036): the same
     file actions and attributes, the unit's cgroup (`cgroup_threads`: the unit's and the instance's cgroup.threads,
-    -1 without cgroups) entered and left there, the first exec of tree `tree` answered by the compiled answerer.
+    -1 without cgroups, and the unit's cgroup directory when given: the child is born there by clone3, else the
+    unit is entered and left around the spawn), the first exec of tree `tree` answered by the compiled answerer.
     The event loop's thread waits for it in one foreign call, the GIL released. `spawner` may be a readonly native
     spare instead (confine/spares.py), which carries it out the same way on itself. OSError as `spawn` raises it."""
     parent_ends, child_ends, (stdin_fd, stdout_fd, stderr_fd) = _pipes(with_stdin, merge_stderr)
@@ -169,7 +178,7 @@ def spawn_natively(
             os.fsencode(path), ctypes.cast(arguments, ctypes.c_void_p),
             None if environment is None else ctypes.cast(environment, ctypes.c_void_p),
             None if cwd is None else os.fsencode(cwd), stdin_fd, stdout_fd, stderr_fd, cgroup_threads[0],
-            cgroup_threads[1], tree,
+            cgroup_threads[1], tree, 0, 0, 0, 0, cgroup_threads[2] if len(cgroup_threads) > 2 else -1,
         )  # fmt: skip
         spawner.submit(request)
         if request.stage != native.SPAWNED:

@@ -1,8 +1,10 @@
 /* The exec trace's native spawner (adr/0036): a traced one-shot tree's first process started by the spawner thread
  * without the interpreter. The spawner thread (trace/spawners.py) waits in `spawner_serve`, one foreign call (ctypes
  * releases the GIL); the event loop's thread hands it a request with `spawner_submit`, one foreign call that blocks,
- * the GIL released, until the child is spawned. Here: the unit's cgroup entered (cgroup.threads "0": this thread),
- * glibc's posix_spawn with the file actions and attributes trace/spawn.py gives the Python path, the cgroup left;
+ * the GIL released, until the child is spawned. Here: the child born in the unit's cgroup by clone3(CLONE_INTO_CGROUP)
+ * doing what glibc's posix_spawn child does with the file actions and attributes trace/spawn.py gives the Python path
+ * (adr/0036 "Round 2"), or, where clone3 cannot, the unit's cgroup entered (cgroup.threads "0": this thread), glibc's
+ * posix_spawn, the cgroup left;
  * and the answerer (answerer.c) told which exec to expect, so that it answers the tree's first exec itself - the
  * server's own posix_spawn child, told by kcmp(KCMP_VM) and by the very path and argv pointers given here - without
  * handing it to Python. Work posted for Python (`spawner_python`) makes `spawner_serve` return to the same thread.
@@ -19,6 +21,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 extern char **environ;
@@ -52,6 +56,8 @@ struct spawn_request {
     int32_t error;
     int32_t stage;
     int32_t finished;
+    int32_t unit_dir; /* the unit's cgroup directory (O_PATH), -1: none. Last, so that spares.c's copy of the
+                       * struct without it is a prefix of this one (it only passes requests on) */
 };
 
 struct spawner {
@@ -65,6 +71,9 @@ struct spawner {
 };
 
 int spawner_available(void) { return NATIVE_SPAWN; }
+
+/* The layout of struct spawn_request (trace/native.py SPAWNER_ABI): 2 added unit_dir. */
+int spawner_abi(void) { return 2; }
 
 /* A new session, every signal at its default (glibc's internal SIGCANCEL and SIGSETXID included: sigaddset refuses
  * them, so their bits are set directly, as trace/spawn.py does) and none blocked. */
@@ -128,11 +137,188 @@ static int file_actions(posix_spawn_file_actions_t *actions, const struct spawn_
     return error;
 }
 
+#if defined(__x86_64__)
+/* The child born in its unit's cgroup by clone3(CLONE_INTO_CGROUP) (Linux 5.7), vfork-style as glibc's posix_spawn
+ * is: CLONE_VM | CLONE_VFORK, on a stack of the spawning thread's own, which is suspended until the child's exec
+ * is done (or it ended). glibc 2.36 has no posix_spawnattr_setcgroup_np (2.41), and clone3 has no wrapper: the
+ * child must start on its new stack in a function of its own, so the call is written here. In: rdi the clone
+ * arguments, rsi their size, rdx the child's function, rcx its argument; out: the raw result (the child's pid, or
+ * -errno). The child calls the function and exits with what it returns (it never returns: it execs or _exits). */
+#define INTO_CGROUP 1
+long relay_clone3_vfork(void *arguments, size_t size, int (*child)(void *), void *argument)
+    __attribute__((visibility("hidden")));
+__asm__(".text\n"
+        ".globl relay_clone3_vfork\n"
+        ".hidden relay_clone3_vfork\n"
+        ".type relay_clone3_vfork,@function\n"
+        ".p2align 4\n"
+        "relay_clone3_vfork:\n"
+        "    mov %rdx, %r8\n" /* the syscall keeps r8 and r9, not rcx */
+        "    mov %rcx, %r9\n"
+        "    mov $435, %eax\n" /* SYS_clone3 */
+        "    syscall\n"
+        "    test %rax, %rax\n"
+        "    jz 1f\n"
+        "    ret\n"
+        "1:  xor %ebp, %ebp\n" /* the child, on its own stack (16-byte aligned): no frame to return to */
+        "    mov %r9, %rdi\n"
+        "    call *%r8\n"
+        "    mov %eax, %edi\n"
+        "    mov $60, %eax\n" /* SYS_exit */
+        "    syscall\n"
+        "    hlt\n"
+        ".size relay_clone3_vfork, .-relay_clone3_vfork\n");
+#else
+#define INTO_CGROUP 0 /* elsewhere the unit is entered and left around posix_spawn */
+#endif
+
+#if INTO_CGROUP
+#define CLONE_INTO_CGROUP_FLAG 0x200000000ULL
+#define CHILD_STACK (32 * 1024)
+
+struct clone3_arguments { /* linux/sched.h struct clone_args, CLONE_ARGS_SIZE_VER2 */
+    uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls, set_tid, set_tid_size, cgroup;
+};
+
+struct kernel_sigaction { /* rt_sigaction's: glibc's sigaction refuses its internal signals 32 and 33 */
+    void (*handler)(int);
+    unsigned long flags;
+    void (*restorer)(void);
+    uint64_t mask;
+};
+
+struct child_start {
+    const struct spawn_request *request;
+    char *const *envp;
+    int error; /* written by the child (shared memory) when it cannot exec */
+};
+
+/* 1: clone3 into a cgroup and close_range are there; 0: not (ENOSYS, E2BIG, EINVAL: a kernel before 5.7, or a
+ * seccomp profile that refuses clone3 as container runtimes do): the unit entered and left around posix_spawn. */
+static int into_cgroup_usable = -1;
+static uint64_t born_in_unit; /* children spawned so (what the tests tell the two ways apart by) */
+
+static int child_fail(struct child_start *start) {
+    start->error = errno;
+    return 127;
+}
+
+/* What glibc's posix_spawn child does for the attributes and file actions spawn_attributes_init and file_actions
+ * set, in the same order: every signal handled by the server, and SIGPIPE, SIGXFSZ and glibc's two internal ones, at
+ * its default (a handler must never run in a child that shares the server's memory: every signal is blocked until
+ * then); a new session; stdin, stdout, stderr; the working directory; no other descriptor; no signal blocked; the
+ * exec, with the very path and argv pointers the answerer expects. */
+static int spawn_child(void *argument) {
+    struct child_start *start = argument;
+    const struct spawn_request *request = start->request;
+    for (int signal_number = 1; signal_number < 65; signal_number++) {
+        struct kernel_sigaction action = {0};
+        int to_default = signal_number == SIGPIPE || signal_number == SIGXFSZ || signal_number == 32 ||
+                         signal_number == 33;
+        if (!to_default) {
+            if (syscall(SYS_rt_sigaction, signal_number, NULL, &action, 8) != 0 || action.handler == SIG_IGN ||
+                action.handler == SIG_DFL)
+                continue;
+            memset(&action, 0, sizeof(action));
+        }
+        action.handler = SIG_DFL;
+        syscall(SYS_rt_sigaction, signal_number, &action, NULL, 8);
+    }
+    if (setsid() < 0)
+        return child_fail(start);
+    if (request->stdin_fd >= 0) {
+        if (dup2(request->stdin_fd, 0) < 0)
+            return child_fail(start);
+    } else {
+        int null = open("/dev/null", O_RDONLY);
+        if (null < 0 || (null != 0 && (dup2(null, 0) < 0 || close(null) < 0)))
+            return child_fail(start);
+    }
+    if (dup2(request->stdout_fd, 1) < 0 || dup2(request->stderr_fd, 2) < 0)
+        return child_fail(start);
+    if (request->cwd != NULL && chdir(request->cwd) != 0)
+        return child_fail(start);
+    if (syscall(SYS_close_range, 3U, ~0U, 0U) != 0)
+        return child_fail(start);
+    uint64_t none = 0;
+    syscall(SYS_rt_sigprocmask, SIG_SETMASK, &none, NULL, 8);
+    execve(request->path, request->argv, start->envp);
+    return child_fail(start);
+}
+
+/* The child spawned straight into the unit's cgroup: 0 (its pid in *pid), a positive errno when the program could
+ * not run (the child reaped, as posix_spawn does), or -errno when clone3 failed (no child: the caller falls back). */
+static int spawn_into_cgroup(const struct spawn_request *request, pid_t *pid) {
+    struct child_start start = {request, request->envp != NULL ? request->envp : environ, 0};
+    _Alignas(16) char stack[CHILD_STACK];
+    struct clone3_arguments arguments = {
+        .flags = CLONE_VM | CLONE_VFORK | CLONE_INTO_CGROUP_FLAG,
+        .exit_signal = SIGCHLD,
+        .stack = (uint64_t)(uintptr_t)stack,
+        .stack_size = sizeof(stack),
+        .cgroup = (uint64_t)request->unit_dir,
+    };
+    uint64_t all = ~0ULL, before = 0;
+    syscall(SYS_rt_sigprocmask, SIG_SETMASK, &all, &before, 8);
+    long result = relay_clone3_vfork(&arguments, sizeof(arguments), spawn_child, &start);
+    syscall(SYS_rt_sigprocmask, SIG_SETMASK, &before, NULL, 8);
+    if (result < 0)
+        return (int)result;
+    if (start.error != 0) {
+        while (waitpid((pid_t)result, NULL, 0) < 0 && errno == EINTR)
+            ;
+        return start.error;
+    }
+    *pid = (pid_t)result;
+    __atomic_add_fetch(&born_in_unit, 1, __ATOMIC_RELAXED);
+    return 0;
+}
+
+/* Once: close_range (5.9) is there for the child's closefrom; clone3's own answer decides the rest. */
+static int into_cgroup_possible(void) {
+    int usable = __atomic_load_n(&into_cgroup_usable, __ATOMIC_RELAXED);
+    if (usable < 0) {
+        usable = syscall(SYS_close_range, ~0U, ~0U, 0U) == 0;
+        __atomic_store_n(&into_cgroup_usable, usable, __ATOMIC_RELAXED);
+    }
+    return usable;
+}
+#endif
+
+/* How many children were born in their unit by clone3 so far. */
+uint64_t spawner_born_in_unit(void) {
+#if INTO_CGROUP
+    return __atomic_load_n(&born_in_unit, __ATOMIC_RELAXED);
+#else
+    return 0;
+#endif
+}
+
 /* On the spawner thread (or a readonly spare, spares.c): the request carried out, its outcome in it. `answerer`
  * NULL: an untraced spawn (no first exec to expect). */
 void spawn_run(const posix_spawnattr_t *attributes, struct answerer *answerer, struct spawn_request *request) {
-    posix_spawn_file_actions_t actions;
     request->pid = 0;
+#if INTO_CGROUP
+    /* Born in the unit (adr/0036 "Round 2"): no cgroup write before and after the spawn. */
+    if (request->unit_threads >= 0 && request->unit_dir >= 0 && into_cgroup_possible()) {
+        if (answerer != NULL)
+            answerer_expect_first(answerer, request->path, request->argv, request->tree);
+        pid_t pid = 0;
+        int outcome = spawn_into_cgroup(request, &pid);
+        if (answerer != NULL)
+            answerer_first_done(answerer);
+        if (outcome >= 0) {
+            request->stage = outcome ? SPAWNING : SPAWNED;
+            request->error = outcome;
+            request->pid = outcome ? 0 : pid;
+            return;
+        }
+        if (outcome == -ENOSYS || outcome == -E2BIG || outcome == -EINVAL)
+            __atomic_store_n(&into_cgroup_usable, 0, __ATOMIC_RELAXED);
+        /* Not spawned: the unit entered and left around posix_spawn, which reports what is wrong with it. */
+    }
+#endif
+    posix_spawn_file_actions_t actions;
     request->stage = ACTIONS;
     request->error = posix_spawn_file_actions_init(&actions);
     if (request->error)
@@ -167,6 +353,8 @@ void spawn_run(const posix_spawnattr_t *attributes, struct answerer *answerer, s
 done:
     posix_spawn_file_actions_destroy(&actions);
 }
+#else
+uint64_t spawner_born_in_unit(void) { return 0; }
 #endif
 
 /* The spawner thread's wait: requests carried out here until work for Python is posted (1: the caller runs it and

@@ -140,7 +140,7 @@ class TracedTree:
         spawner = self.tracer.spawner
         assert spawner is not None
         token = self.tracer.lineage.token_of[self.execs]
-        cgroup_threads = (threads[0], threads[1]) if threads else (-1, -1)
+        cgroup_threads = tuple(threads) if threads else (-1, -1, -1)
         if spare is None:
             return spawn_natively(spawner, token, argv, cwd, env, with_stdin, merge_stderr, path, cgroup_threads)
         with spawner.one_at_a_time:  # one tree's first exec expected at a time (the answerer has one slot)

@@ -49,6 +49,7 @@ class _LocalTerminal:
         self.characters = dict(zip(DEFAULT_CHARACTERS, characters, strict=True))
         self.input_flags = termios.ICRNL
         self.local_flags = termios.ICANON | termios.ISIG | termios.IEXTEN | termios.ECHO
+        self.keeps = True  # what reads the terminal takes a line whole (a shell at its prompt)
 
     def interrupt_clears_line(self) -> bool:
         return True  # the server's terminals start with ISIG on
@@ -61,7 +62,9 @@ class _LocalTerminal:
 
     def set(self, changes: dict[str, Any]) -> None:
         for name, value in changes.items():
-            if name == "iflag":
+            if name == "reader":
+                self.keeps = value == "whole"
+            elif name == "iflag":
                 for flag in value:
                     self.input_flags |= getattr(termios, flag)
             else:
@@ -95,7 +98,9 @@ def test_the_session_classifier_decides_every_step(case: dict[str, Any]) -> None
     )
     decided = []
     for step in case["steps"]:
-        subject, typed = typed_subject(session, step["send"], step.get("enter", True), step.get("keys", []))
+        subject, typed = typed_subject(
+            session, step["send"], step.get("enter", True), step.get("keys", []), session.terminal.keeps
+        )
         decision = policy.decide(subject)
         decided.append((step["send"], outcome(decision), decision.reason))
         if not decision.denied:

@@ -12,7 +12,11 @@ native spawner, and with RELAY_EXEC_TRACE_ANSWERER=python (the Python path, as b
 - a spawn failure is reported as before: a missing program, a missing working directory, a name not on PATH (the
   OSError, its errno and the name it gives), the first exec recorded with its error; RELAY_SHELL_EXEC_DENY refusing
   the first program (ExecDenied, nothing spawned) or a later one (EPERM, decided in Python);
-- work posted to the spawner thread (`run`, `post`: readonly's confined spares are made so) still runs on it.
+- work posted to the spawner thread (`run`, `post`: readonly's confined spares are made so) still runs on it;
+- natively on x86_64 the child is born in its unit by clone3(CLONE_INTO_CGROUP), the spawner thread never entering
+  it (adr/0036 "Round 2"); where clone3 fails with ENOSYS (a third run, under no_clone3.py's filter: an old kernel,
+  or a container's seccomp profile) the unit is entered and left around posix_spawn, with the same records, cgroups
+  and spawn semantics (session, descriptors, signal dispositions and mask, working directory) as the Python path's.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from relay_shell.launch import start_launcher
 from relay_shell.metrics import Metrics
 from relay_shell.plan import Plan, Subject
 from relay_shell.settings.model import Settings
+from relay_shell.trace import native as native_module
 from relay_shell.trace.spawners import Spawner
 
 AUDIT = Path(sys.argv[1])
@@ -109,20 +114,38 @@ async def main():
         posted.wait(10)
         await call(launcher, "after_post", ["/bin/echo", "after"])
         found["work_on_spawner"] = ran_on == [tracer.spawner.thread_id] * 2
+        inheritable = os.open("/dev/null", os.O_RDONLY)  # a descriptor of the server's without close-on-exec
+        os.set_inheritable(inheritable, True)
+        await call(launcher, "semantics", ["/bin/sh", "-c", SEMANTICS], cwd="/tmp")
+        os.close(inheritable)
+        found["spawner_after_all"] = cgroup_of(spawner_cgroup)
+        found["born_in_unit"] = native_module.born_in_unit()
     finally:
         await launcher.shutdown(1.0)
     print(json.dumps(found))
+
+# What the child was given: its working directory, its descriptors, the session it leads, its signals' dispositions
+# and mask (cat's, after sh's exec: what was ignored at the spawn stays ignored across exec).
+SEMANTICS = (
+    "pwd; ls /proc/self/fd; read p c st pp pg s rest < /proc/$$/stat; [ $s = $$ ] && echo leader;"
+    " grep -E '^Sig(Blk|Ign)' /proc/self/status"
+)
 
 asyncio.run(main())
 """
 
 
-def launch(tmp_path: Path, cgroup: Path, force_python: bool) -> dict[str, Any]:
+NO_CLONE3 = Path(__file__).parent / "no_clone3.py"
+
+
+def launch(tmp_path: Path, cgroup: Path, force_python: bool, no_clone3: bool = False) -> dict[str, Any]:
     script = tmp_path / "native_case.py"
     script.write_text(PROGRAM)
-    audit = tmp_path / ("python" if force_python else "native") / "audit.jsonl"
+    audit = tmp_path / ("python" if force_python else "no_clone3" if no_clone3 else "native") / "audit.jsonl"
     audit.parent.mkdir()
     argv = ["/bin/sh", "-c", 'echo $$ > "$0/cgroup.procs" && shift && exec "$@"', str(cgroup), "-"]
+    if no_clone3:
+        argv += [sys.executable, str(NO_CLONE3)]
     argv += [sys.executable, str(script), str(audit)]
     env = server_env(audit)
     env.pop("RELAY_EXEC_TRACE_ANSWERER", None)  # both ways here, whatever the suite's run says
@@ -135,11 +158,13 @@ def launch(tmp_path: Path, cgroup: Path, force_python: bool) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module", name="both")
-def both_fixture(tmp_path_factory: pytest.TempPathFactory) -> dict[bool, dict[str, Any]]:
+def both_fixture(tmp_path_factory: pytest.TempPathFactory) -> dict[Any, dict[str, Any]]:
     cgroups = cgroup_subtree()
     cgroup = next(cgroups)
     try:
-        return {force: launch(tmp_path_factory.mktemp("native"), cgroup, force) for force in (False, True)}
+        found = {force: launch(tmp_path_factory.mktemp("native"), cgroup, force) for force in (False, True)}
+        found["no_clone3"] = launch(tmp_path_factory.mktemp("native"), cgroup, False, no_clone3=True)
+        return found
     finally:
         for directory in sorted(cgroup.glob("*/*"), reverse=True) + list(cgroup.glob("*")):
             with contextlib.suppress(OSError):
@@ -153,11 +178,11 @@ def comparable(execs: dict[str, Any]) -> dict[str, Any]:
     return {**execs, "entries": entries}
 
 
-CALLS = ["c1", "c2", "missing", "missing_cwd", "not_on_path", "denied_first", "denied_later", "after_post"]
+CALLS = ["c1", "c2", "missing", "missing_cwd", "not_on_path", "denied_first", "denied_later", "after_post", "semantics"]
 
 
 def test_the_first_exec_is_answered_natively_without_python_on_the_spawner_thread(
-    both: dict[bool, dict[str, Any]],
+    both: dict[Any, dict[str, Any]],
 ) -> None:
     native, python = both[False], both[True]
     assert native["native_spawns"] is True and python["native_spawns"] is False
@@ -168,7 +193,7 @@ def test_the_first_exec_is_answered_natively_without_python_on_the_spawner_threa
         assert python[name]["run_calls"] == 1, (name, python[name])
 
 
-def test_the_records_are_the_python_paths(both: dict[bool, dict[str, Any]]) -> None:
+def test_the_records_are_the_python_paths(both: dict[Any, dict[str, Any]]) -> None:
     native, python = both[False], both[True]
     for name in CALLS:
         assert comparable(native[name]["execs"]) == comparable(python[name]["execs"]), name
@@ -183,7 +208,7 @@ def test_the_records_are_the_python_paths(both: dict[bool, dict[str, Any]]) -> N
     assert native["c2"]["output"] == "two words\n"
 
 
-def test_the_child_is_born_in_its_unit_and_the_spawner_goes_home(both: dict[bool, dict[str, Any]]) -> None:
+def test_the_child_is_born_in_its_unit_and_the_spawner_goes_home(both: dict[Any, dict[str, Any]]) -> None:
     native = both[False]
     child_cgroup = next(line for line in native["c1"]["output"].splitlines() if line.startswith("0::"))[3:]
     unit_cgroup = native["c1"]["unit_cgroup"]
@@ -192,7 +217,7 @@ def test_the_child_is_born_in_its_unit_and_the_spawner_goes_home(both: dict[bool
     assert native["spawner_after"] == native["spawner_home"] and "/unit-" not in native["spawner_home"], native
 
 
-def test_spawn_failures_are_reported_as_before(both: dict[bool, dict[str, Any]]) -> None:
+def test_spawn_failures_are_reported_as_before(both: dict[Any, dict[str, Any]]) -> None:
     native = both[False]
     assert native["missing"]["error"] == ["ENOENT", "/nonexistent/program"]
     [entry] = native["missing"]["execs"]["entries"]
@@ -207,7 +232,35 @@ def test_spawn_failures_are_reported_as_before(both: dict[bool, dict[str, Any]])
     assert later["execs"]["entries"][1].get("denied") is True, later["execs"]
 
 
-def test_work_for_python_still_runs_on_the_spawner_thread(both: dict[bool, dict[str, Any]]) -> None:
+def test_work_for_python_still_runs_on_the_spawner_thread(both: dict[Any, dict[str, Any]]) -> None:
     for found in both.values():
         assert found["work_on_spawner"] is True
         assert found["after_post"]["output"] == "after\n"
+
+
+def test_the_child_is_born_in_its_unit_by_clone3_where_it_can_be(both: dict[Any, dict[str, Any]]) -> None:
+    native, refused, python = both[False], both["no_clone3"], both[True]
+    # Every native spawn that had a unit went by clone3 (the calls that spawned: c1, c2, denied_later, after_post,
+    # semantics; not the three failures, whose children could not exec), none where clone3 fails or from Python.
+    assert native["born_in_unit"] == 5, native["born_in_unit"]
+    assert refused["born_in_unit"] == 0 and python["born_in_unit"] == 0, (refused, python)
+    assert refused["native_spawns"] is True
+    for name in ("c1", "c2", "after_post", "semantics"):
+        assert refused[name]["answered_natively"] is True, (name, refused[name])
+        assert refused[name]["run_calls"] == 0, (name, refused[name])
+    for name in CALLS:
+        assert comparable(refused[name]["execs"]) == comparable(python[name]["execs"]), name
+        assert refused[name].get("error") == python[name].get("error"), name
+    for found in (native, refused):
+        child_cgroup = next(line for line in found["c1"]["output"].splitlines() if line.startswith("0::"))[3:]
+        assert "/unit-" in child_cgroup and found["c1"]["unit_cgroup"].endswith(child_cgroup), found["c1"]
+        assert found["spawner_after_all"] == found["spawner_home"], found
+
+
+def test_the_spawn_gives_the_child_what_the_python_path_gives(both: dict[Any, dict[str, Any]]) -> None:
+    python = both[True]["semantics"]["output"]
+    assert python.splitlines() == [
+        "/tmp", "0", "1", "2", "3", "leader", "SigBlk:\t0000000000000000", "SigIgn:\t0000000000000000"
+    ], python  # fmt: skip
+    assert both[False]["semantics"]["output"] == python
+    assert both["no_clone3"]["semantics"]["output"] == python
