@@ -10,8 +10,10 @@
  * of an open tree - the quick attribution of lineage.py (while the tree's record lists entries, the parent is read
  * from /proc/PID/stat too); its path is one the server resolved within the last second without anything of a process in it
  * (resolve.locate_cached's cache: no working directory, descriptor or /proc), byte for byte; the path, at most
- * FAST_ARGS argument pointers and each argument read whole in two process_vm_readv calls, each string within
- * FIRST_CHUNK bytes. Everything else is handed to Python as it was received (the notification, unanswered).
+ * FAST_ARGS argument pointers and each argument read whole, each string within FIRST_CHUNK bytes: one
+ * process_vm_readv for the path's page and the pointers, a second only for arguments outside that page. The parent
+ * (/proc/PID/stat) is read for as many execs as the tree's record may still list (Python's bound, counted down
+ * here). Everything else is handed to Python as it was received (the notification, unanswered).
  *
  * What was read is queued for the record only if the answer reached the process (NOTIF_SEND succeeds only for a
  * process that waited all along: its pid was never another's). The answer and the queueing happen under the
@@ -27,7 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/epoll.h>
+#include <poll.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
@@ -36,6 +38,14 @@
 #include <unistd.h>
 
 #define KCMP_VM 1
+
+/* Linux 6.6 (older headers lack them): the listener's wake-ups on the waker's CPU (below, answerer_new). */
+#ifndef SECCOMP_IOCTL_NOTIF_SET_FLAGS
+#define SECCOMP_IOCTL_NOTIF_SET_FLAGS SECCOMP_IOW(4, __u64)
+#endif
+#ifndef SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP
+#define SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP 1UL
+#endif
 
 #define LEADERS_MAX 1024
 #define PATHS_MAX 64
@@ -62,12 +72,20 @@ enum { IDLE = 0, RECEIVED = 1, FULL = 2 };
 struct leader {
     int32_t sid;   /* the tree leader's pid: its session's id */
     int32_t tree;  /* Python's token for the tree */
-    int32_t fast;  /* its record lists no more entries: the parent is not read */
+};
+
+/* An open tree's listing: at most how many more of its execs its record lists (an upper bound Python gives after
+ * every batch, counted down here for each exec answered with its parent read). While it is above 0 a listed exec's
+ * parent is read; a tree without one (not told yet) has every parent read. */
+struct listing {
+    int32_t tree;
+    int32_t left;
 };
 
 struct known_path {
     uint32_t length; /* 0: free */
     int32_t token;   /* Python's token for its resolution */
+    int32_t listed;  /* its outcome is listed (not a miss, ENOENT, which is only counted) */
     double expires;  /* CLOCK_MONOTONIC seconds */
     char bytes[PATH_BYTES];
 };
@@ -103,23 +121,27 @@ struct first_exec {
 
 struct answerer {
     pthread_mutex_t lock;
-    int epoll;
     int listener;
     int enabled;
     int starting;
     uint32_t faults;
+    uint64_t parents_read; /* /proc/PID/stat opened for a listed exec's parent (the tests and the breakdown) */
     uint32_t leaders_count;
     struct leader leaders[LEADERS_MAX];
+    uint32_t listings_count;
+    struct listing listings[LEADERS_MAX];
     struct known_path paths[PATHS_MAX];
     struct batch *filling;
     struct batch *taken;
     struct first_exec first;
     struct seccomp_notif received;
-    char scratch[FAST_BYTES + 2 * FIRST_CHUNK];
+    char page[PAGE];                        /* the page the path is in, read whole */
+    char pointers[(FAST_ARGS + 1) * 8];     /* the argv pointers */
+    char arguments[FAST_BYTES];             /* the arguments, each within its first span, packed */
 };
 
 /* What trace/native.py expects (its ABI): a library built from another version of this file is not used. */
-#define ANSWERER_ABI 5
+#define ANSWERER_ABI 6
 int answerer_abi(void) { return ANSWERER_ABI; }
 
 static double monotonic(void) {
@@ -134,7 +156,12 @@ static void *mapped(size_t size) {
     return memory == MAP_FAILED ? NULL : memory;
 }
 
-struct answerer *answerer_new(int epoll, int listener) {
+/* The listener's wake-ups made synchronous (SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP, Linux 6.6): the exec'ing process
+ * wakes this thread on its own CPU and sleeps, the answer wakes it on this thread's, so the two hand the CPU to each
+ * other instead of each waking the other CPU (an inter-processor interrupt, and on an idle virtual CPU an exit to
+ * the host) twice per exec. It needs the waiter woken through poll(), which passes the flag on (epoll does not).
+ * An older kernel refuses the flag: the same answers, woken as before. */
+struct answerer *answerer_new(int listener) {
     struct answerer *self = mapped(sizeof(*self));
     if (self == NULL)
         return NULL;
@@ -149,8 +176,8 @@ struct answerer *answerer_new(int epoll, int listener) {
         return NULL;
     }
     pthread_mutex_init(&self->lock, NULL);
-    self->epoll = epoll;
     self->listener = listener;
+    ioctl(listener, SECCOMP_IOCTL_NOTIF_SET_FLAGS, (unsigned long)SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP);
     return self;
 }
 
@@ -168,28 +195,34 @@ void answerer_starting(struct answerer *self, int starting) {
 
 /* A tree's leader (its session's id), or a change of whether its execs are answered here. 0, or -1 when the table
  * is full (that tree's execs then go to Python). */
-static int add_leader(struct answerer *self, int32_t sid, int32_t tree, int32_t fast) {
+static int add_leader(struct answerer *self, int32_t sid, int32_t tree) {
     int result = -1;
     for (uint32_t index = 0; index < self->leaders_count; index++) {
         if (self->leaders[index].sid == sid) {
             self->leaders[index].tree = tree;
-            self->leaders[index].fast = fast;
             result = 0;
             break;
         }
     }
     if (result != 0 && self->leaders_count < LEADERS_MAX) {
-        self->leaders[self->leaders_count++] = (struct leader){sid, tree, fast};
+        self->leaders[self->leaders_count++] = (struct leader){sid, tree};
         result = 0;
     }
     return result;
 }
 
-int answerer_leader(struct answerer *self, int32_t sid, int32_t tree, int32_t fast) {
+int answerer_leader(struct answerer *self, int32_t sid, int32_t tree) {
     pthread_mutex_lock(&self->lock);
-    int result = add_leader(self, sid, tree, fast);
+    int result = add_leader(self, sid, tree);
     pthread_mutex_unlock(&self->lock);
     return result;
+}
+
+static struct listing *listing_of(struct answerer *self, int32_t tree) {
+    for (uint32_t index = 0; index < self->listings_count; index++)
+        if (self->listings[index].tree == tree)
+            return &self->listings[index];
+    return NULL;
 }
 
 /* The native spawner is about to start a tree's first process (spawner.c): its exec is answered here. */
@@ -215,12 +248,16 @@ int32_t answerer_first_answered(struct answerer *self, int32_t tree) {
     return pid;
 }
 
-/* Whether the tree's execs are answered here (every leader of it). */
-void answerer_fast(struct answerer *self, int32_t tree, int32_t fast) {
+/* At most how many more of the tree's execs its record lists (Python's bound, after a batch or when a window
+ * opens): the parents of that many listed execs answered here are read, no more. A full table: not kept, every
+ * parent is read. */
+void answerer_listed(struct answerer *self, int32_t tree, int32_t left) {
     pthread_mutex_lock(&self->lock);
-    for (uint32_t index = 0; index < self->leaders_count; index++)
-        if (self->leaders[index].tree == tree)
-            self->leaders[index].fast = fast;
+    struct listing *listing = listing_of(self, tree);
+    if (listing != NULL)
+        listing->left = left;
+    else if (self->listings_count < LEADERS_MAX)
+        self->listings[self->listings_count++] = (struct listing){tree, left};
     pthread_mutex_unlock(&self->lock);
 }
 
@@ -232,12 +269,17 @@ void answerer_forget_tree(struct answerer *self, int32_t tree) {
         if (self->leaders[index].tree != tree)
             self->leaders[kept++] = self->leaders[index];
     self->leaders_count = kept;
+    kept = 0;
+    for (uint32_t index = 0; index < self->listings_count; index++)
+        if (self->listings[index].tree != tree)
+            self->listings[kept++] = self->listings[index];
+    self->listings_count = kept;
     pthread_mutex_unlock(&self->lock);
 }
 
 /* A path whose resolution depended on nothing of a process, until `expires`; replaces slot `slot`. */
 void answerer_path(struct answerer *self, uint32_t slot, const char *bytes, uint32_t length, int32_t token,
-                   double expires) {
+                   int32_t listed, double expires) {
     if (slot >= PATHS_MAX || length == 0 || length >= PATH_BYTES)
         return;
     pthread_mutex_lock(&self->lock);
@@ -246,6 +288,7 @@ void answerer_path(struct answerer *self, uint32_t slot, const char *bytes, uint
     known->bytes[length] = 0;
     known->length = length;
     known->token = token;
+    known->listed = listed;
     known->expires = expires;
     pthread_mutex_unlock(&self->lock);
 }
@@ -265,17 +308,21 @@ struct batch *answerer_swap(struct answerer *self, uint32_t *faults) {
     return full;
 }
 
+uint64_t answerer_parents_read(struct answerer *self) {
+    pthread_mutex_lock(&self->lock);
+    uint64_t read = self->parents_read;
+    pthread_mutex_unlock(&self->lock);
+    return read;
+}
+
 struct seccomp_notif *answerer_received(struct answerer *self) {
     return &self->received;
 }
 
-static int32_t tree_of(struct answerer *self, int32_t sid, int32_t *fast) {
-    for (uint32_t index = 0; index < self->leaders_count; index++) {
-        if (self->leaders[index].sid == sid) {
-            *fast = self->leaders[index].fast;
+static int32_t tree_of(struct answerer *self, int32_t sid) {
+    for (uint32_t index = 0; index < self->leaders_count; index++)
+        if (self->leaders[index].sid == sid)
             return self->leaders[index].tree;
-        }
-    }
     return -1;
 }
 
@@ -299,11 +346,13 @@ static int32_t parent_of(pid_t pid) {
     return parent;
 }
 
-static int32_t path_token(struct answerer *self, const char *bytes, size_t length, double now) {
+static int32_t path_token(struct answerer *self, const char *bytes, size_t length, double now, int32_t *listed) {
     for (uint32_t index = 0; index < PATHS_MAX; index++) {
         struct known_path *known = &self->paths[index];
-        if (known->length == length && now < known->expires && memcmp(known->bytes, bytes, length) == 0)
+        if (known->length == length && now < known->expires && memcmp(known->bytes, bytes, length) == 0) {
+            *listed = known->listed;
             return known->token;
+        }
     }
     return -1;
 }
@@ -341,7 +390,7 @@ static int answer_first(struct answerer *self) {
             self->faults++;
     } else {
         self->first.pid = (int32_t)notif->pid;
-        add_leader(self, (int32_t)notif->pid, tree, 0); /* its first entries are listed: their parent is read */
+        add_leader(self, (int32_t)notif->pid, tree);
     }
     pthread_mutex_unlock(&self->lock);
     return 1;
@@ -357,36 +406,41 @@ static int try_answer(struct answerer *self) {
         return 0;
     /* The tables are read under the lock; Python changes them from other threads. */
     pthread_mutex_lock(&self->lock);
-    int32_t fast = 0;
-    int32_t tree = self->enabled && !self->starting ? tree_of(self, sid, &fast) : -1;
+    int32_t tree = self->enabled && !self->starting ? tree_of(self, sid) : -1;
+    struct listing *listing = tree < 0 ? NULL : listing_of(self, tree);
+    int32_t left = listing == NULL ? 1 : listing->left;
     pthread_mutex_unlock(&self->lock);
     if (tree < 0)
         return 0;
     uint64_t path_address = notif->data.args[0], argv_address = notif->data.args[1];
     if (path_address == 0 || argv_address == 0)
         return 0;
-    char *scratch = self->scratch;
-    size_t path_span = first_span(path_address);
+    /* One process_vm_readv for the path's whole page and the argv pointers: an argument in that page (argv[0] is
+     * often the path itself; a shell builds its arguments beside the path it searched) needs no second read. Each
+     * string is taken within its first span (FIRST_CHUNK bytes, and its page), as if read alone. */
+    uint64_t page_address = path_address - path_address % PAGE;
+    size_t path_offset = (size_t)(path_address - page_address), path_span = first_span(path_address);
     size_t pointers_span = PAGE - (argv_address % PAGE);
     if (pointers_span > (FAST_ARGS + 1) * 8)
         pointers_span = (FAST_ARGS + 1) * 8;
     struct iovec local[FAST_ARGS + 1], remote[FAST_ARGS + 1];
-    local[0] = (struct iovec){scratch, path_span};
-    remote[0] = (struct iovec){(void *)path_address, path_span};
-    local[1] = (struct iovec){scratch + FIRST_CHUNK, pointers_span};
+    local[0] = (struct iovec){self->page, PAGE};
+    remote[0] = (struct iovec){(void *)page_address, PAGE};
+    local[1] = (struct iovec){self->pointers, pointers_span};
     remote[1] = (struct iovec){(void *)argv_address, pointers_span};
     ssize_t got = process_vm_readv(notif->pid, local, 2, remote, 2, 0);
-    if (got != (ssize_t)(path_span + pointers_span))
+    if (got != (ssize_t)(PAGE + pointers_span))
         return 0;
-    size_t path_length = strnlen(scratch, path_span);
-    if (path_length == path_span || path_length == 0 || scratch[0] != '/')
+    const char *path_bytes = self->page + path_offset;
+    size_t path_length = strnlen(path_bytes, path_span);
+    if (path_length == path_span || path_length == 0 || path_bytes[0] != '/')
         return 0;
     uint64_t pointers[FAST_ARGS];
     uint32_t argc = 0;
     int ended = 0;
     for (size_t offset = 0; offset + 8 <= pointers_span; offset += 8) {
         uint64_t pointer;
-        memcpy(&pointer, scratch + FIRST_CHUNK + offset, 8);
+        memcpy(&pointer, self->pointers + offset, 8);
         if (pointer == 0) {
             ended = 1;
             break;
@@ -398,42 +452,53 @@ static int try_answer(struct answerer *self) {
     if (!ended)
         return 0;
     double now = monotonic();
+    int32_t listed = 1;
     pthread_mutex_lock(&self->lock);
-    int32_t path = path_token(self, scratch, path_length, now);
+    int32_t path = path_token(self, path_bytes, path_length, now, &listed);
     struct batch *batch = self->filling;
     size_t room = ARENA_BYTES - batch->used;
     pthread_mutex_unlock(&self->lock);
     if (path < 0 || room < FAST_BYTES)
         return 0;
-    /* The arguments, each within its first span, read into the arena (the batch cannot be swapped meanwhile: only
-     * Python swaps it, and then this thread's `filling` is the other one; so read into scratch and copy). */
-    char *arguments = scratch + 2 * FIRST_CHUNK;
-    size_t total = 0;
+    /* The arguments outside the path's page, each within its first span, in a second read (the batch cannot be
+     * swapped meanwhile: only Python swaps it, and then this thread's `filling` is the other one; so read here and
+     * copy). Those in the page are copied from it. */
+    char *arguments = self->arguments;
+    size_t spans[FAST_ARGS], placed[FAST_ARGS], total = 0;
+    int remote_count = 0;
     for (uint32_t index = 0; index < argc; index++) {
-        size_t span = first_span(pointers[index]);
-        local[index] = (struct iovec){arguments + total, span};
-        remote[index] = (struct iovec){(void *)pointers[index], span};
-        total += span;
+        spans[index] = first_span(pointers[index]);
+        placed[index] = total;
+        if (pointers[index] - page_address < PAGE) {
+            memcpy(arguments + total, self->page + (pointers[index] - page_address), spans[index]);
+        } else {
+            local[remote_count] = (struct iovec){arguments + total, spans[index]};
+            remote[remote_count] = (struct iovec){(void *)pointers[index], spans[index]};
+            remote_count++;
+        }
+        total += spans[index];
     }
-    if (argc > 0) {
-        got = process_vm_readv(notif->pid, local, argc, remote, argc, 0);
-        if (got != (ssize_t)total)
+    if (remote_count > 0) {
+        size_t wanted = 0;
+        for (int index = 0; index < remote_count; index++)
+            wanted += local[index].iov_len;
+        got = process_vm_readv(notif->pid, local, (unsigned long)remote_count, remote, (unsigned long)remote_count, 0);
+        if (got != (ssize_t)wanted)
             return 0;
     }
     /* Each argument NUL-terminated within its span, packed: argument\0argument\0... */
-    size_t packed = 0, offset = 0;
+    size_t packed = 0;
     for (uint32_t index = 0; index < argc; index++) {
-        size_t span = local[index].iov_len;
-        size_t length = strnlen(arguments + offset, span);
-        if (length == span)
+        size_t length = strnlen(arguments + placed[index], spans[index]);
+        if (length == spans[index])
             return 0;
-        memmove(arguments + packed, arguments + offset, length + 1);
+        memmove(arguments + packed, arguments + placed[index], length + 1);
         packed += length + 1;
-        offset += span;
     }
-    /* A listed entry names its parent (read while the process waits: after the answer it may be gone). */
-    int32_t parent = 0;
-    if (!fast && (parent = parent_of((pid_t)notif->pid)) < 0)
+    /* A listed entry names its parent (read while the process waits: after the answer it may be gone): read while
+     * the tree's record may list it. A miss (ENOENT) is counted, never listed. */
+    int32_t parent = 0, parent_read = left > 0 && listed;
+    if (parent_read && (parent = parent_of((pid_t)notif->pid)) < 0)
         return 0;
     struct seccomp_notif_resp response = {.id = notif->id, .val = 0, .error = 0,
                                           .flags = SECCOMP_USER_NOTIF_FLAG_CONTINUE};
@@ -448,6 +513,9 @@ static int try_answer(struct answerer *self) {
         pthread_mutex_unlock(&self->lock);
         return 1; /* gone meanwhile (killed): nothing ran, and what was read may not have been its own */
     }
+    self->parents_read += (uint64_t)parent_read;
+    if (parent_read && (listing = listing_of(self, tree)) != NULL && listing->left > 0)
+        listing->left--; /* one entry fewer left to list (the table may have changed meanwhile: found again) */
     batch = self->filling;
     struct done *entry = &batch->entries[batch->count++];
     entry->at = monotonic();
@@ -458,7 +526,7 @@ static int try_answer(struct answerer *self) {
     entry->argc = argc;
     entry->offset = batch->used;
     entry->length = (uint32_t)(path_length + 1 + packed);
-    memcpy(batch->arena + batch->used, scratch, path_length + 1);
+    memcpy(batch->arena + batch->used, path_bytes, path_length + 1);
     memcpy(batch->arena + batch->used + path_length + 1, arguments, packed);
     batch->used += entry->length;
     pthread_mutex_unlock(&self->lock);
@@ -476,8 +544,8 @@ int answerer_wait(struct answerer *self, int timeout_ms, int idle_ms) {
         pthread_mutex_unlock(&self->lock);
         if (count >= QUEUE_MAX || room < FAST_BYTES)
             return FULL;
-        struct epoll_event event;
-        int ready = epoll_wait(self->epoll, &event, 1, count ? idle_ms : timeout_ms);
+        struct pollfd polled = {.fd = self->listener, .events = POLLIN};
+        int ready = poll(&polled, 1, count ? idle_ms : timeout_ms);
         if (ready < 0) {
             if (errno == EINTR)
                 continue;
@@ -485,7 +553,7 @@ int answerer_wait(struct answerer *self, int timeout_ms, int idle_ms) {
         }
         if (ready == 0)
             return IDLE;
-        if (event.events & (EPOLLHUP | EPOLLERR))
+        if (polled.revents & (POLLHUP | POLLERR | POLLNVAL))
             return -EPIPE; /* no task holds the filter any more (the spawner thread ended): nothing will come */
         memset(&self->received, 0, sizeof(self->received)); /* NOTIF_RECV refuses a buffer that is not zeroed */
         if (ioctl(self->listener, SECCOMP_IOCTL_NOTIF_RECV, &self->received) != 0) {

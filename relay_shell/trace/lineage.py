@@ -138,6 +138,7 @@ class Lineage:
         self.token_of[tree] = self._next_token
         self.units[tree] = unit
         self.pids.setdefault(tree, set())
+        self.answer_quickly(tree)
         if unit.marker:
             self.by_marker[unit.marker] = tree
         if unit.cgroup:
@@ -148,7 +149,7 @@ class Lineage:
         self._set_leader(pid, (0, tree, -1))
         token = self.token_of.get(tree)
         if self.answerer is not None and token is not None and not tree.closed:
-            self.answerer.leader(pid, token, fast=False)  # its first entries are listed: their parent is read
+            self.answerer.leader(pid, token)
 
     def learn_first(self) -> None:
         """Under the tracer's lock: the first exec the compiled answerer let go for the native spawner (adr/0036),
@@ -166,11 +167,12 @@ class Lineage:
             tree.first[1] = pid
 
     def answer_quickly(self, tree: ExecTrace) -> None:
-        """Under the tracer's lock, after a batch was recorded: once an open tree's record lists no more entries
-        (nor a session_send window's), the compiled answerer no longer reads its execs' parents."""
+        """Under the tracer's lock, when a tree is registered, after a batch was recorded and when a window opens:
+        how many more entries its record (or a session_send window's) may list, so that the compiled answerer reads
+        the parents of that many of its execs and no more (the parent of an exec that is not listed is not needed)."""
         token = self.token_of.get(tree)
         if self.answerer is not None and token is not None and not tree.closed:
-            self.answerer.fast(token, not tree.wants_entry())
+            self.answerer.listed(token, tree.entries_left())
 
     def session_leader(self, pid: int, start: int, tree: ExecTrace) -> None:
         """A process of the tree that made a session of its own: its session's execs are found the quick way
@@ -183,13 +185,19 @@ class Lineage:
             return
         self._set_leader(pid, (start, tree, descriptor))
 
+    def closing(self, tree: ExecTrace) -> None:
+        """Under the tracer's lock, before the tree's record is taken: the compiled answerer hands its later execs
+        to Python (a closed tree's leader may be reaped; they are late), so every exec it answered for the tree is
+        in the batch the record is built from."""
+        token = self.token_of.get(tree)
+        if self.answerer is not None and token is not None:
+            self.answerer.forget_tree(token)
+
     def close(self, tree: ExecTrace) -> None:
         """The tree's record is written (its leader reaped). It stays known for its late execs, among the most
         recent CLOSED_KEPT closed trees."""
         self.closed[tree] = None
-        token = self.token_of.get(tree)
-        if self.answerer is not None and token is not None:
-            self.answerer.forget_tree(token)  # a closed tree's leader may be reaped: checked the Python way
+        self.closing(tree)
         while len(self.closed) > CLOSED_KEPT:
             oldest, _ = self.closed.popitem(last=False)
             self.forget(oldest)

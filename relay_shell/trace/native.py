@@ -25,7 +25,7 @@ from relay_shell.trace import resolve, seccomp
 # `python`: the compiled answerer is not used (the suite runs both ways). Not a RELAY_SHELL_ setting: a build and
 # test switch, which the tests' servers inherit (they drop RELAY_SHELL_* from their environment).
 FORCE_PYTHON = "RELAY_EXEC_TRACE_ANSWERER"
-ABI = 5  # answerer.c's ANSWERER_ABI: the layout of what it hands over
+ABI = 6  # answerer.c's ANSWERER_ABI: the layout of what it hands over
 SPAWNER_ABI = 2  # spawner.c's spawner_abi: the layout of struct spawn_request
 IDLE, RECEIVED, FULL = 0, 1, 2
 PATH_SLOTS = 64
@@ -61,15 +61,17 @@ def load() -> tuple[ctypes.CDLL | None, str]:
         return None, f"{path.name} was built from another version (pip install -e . rebuilds it)"
     void_p, i32, u32 = ctypes.c_void_p, ctypes.c_int32, ctypes.c_uint32
     library.answerer_new.restype = void_p
-    library.answerer_new.argtypes = [ctypes.c_int, ctypes.c_int]
+    library.answerer_new.argtypes = [ctypes.c_int]
     library.answerer_enable.argtypes = [void_p, ctypes.c_int]
     library.answerer_starting.argtypes = [void_p, ctypes.c_int]
-    library.answerer_leader.argtypes = [void_p, i32, i32, i32]
-    library.answerer_fast.argtypes = [void_p, i32, i32]
+    library.answerer_leader.argtypes = [void_p, i32, i32]
+    library.answerer_listed.argtypes = [void_p, i32, i32]
     library.answerer_forget_tree.argtypes = [void_p, i32]
-    library.answerer_path.argtypes = [void_p, u32, ctypes.c_char_p, u32, i32, ctypes.c_double]
+    library.answerer_path.argtypes = [void_p, u32, ctypes.c_char_p, u32, i32, i32, ctypes.c_double]
     library.answerer_swap.restype = void_p
     library.answerer_swap.argtypes = [void_p, ctypes.POINTER(u32)]
+    library.answerer_parents_read.restype = ctypes.c_uint64
+    library.answerer_parents_read.argtypes = [void_p]
     library.answerer_received.restype = void_p
     library.answerer_received.argtypes = [void_p]
     library.answerer_wait.argtypes = [void_p, ctypes.c_int, ctypes.c_int]
@@ -196,12 +198,12 @@ class Answered:
 
 
 class Answerer:
-    """One answerer over the tracer's epoll set and listener. Its tables change from any thread (its own lock);
+    """One answerer over the tracer's listener. Its tables change from any thread (its own lock);
     `wait` is called by the service thread only, `take` under the tracer's lock only."""
 
-    def __init__(self, library: ctypes.CDLL, epoll_fd: int, listener: int) -> None:
+    def __init__(self, library: ctypes.CDLL, listener: int) -> None:
         self.library = library
-        handle = library.answerer_new(epoll_fd, listener)
+        handle = library.answerer_new(listener)
         if not handle:
             raise MemoryError("the exec trace's answerer")
         self.handle = ctypes.c_void_p(handle)
@@ -222,12 +224,14 @@ class Answerer:
     def starting(self, starting: bool) -> None:
         self.library.answerer_starting(self.handle, int(starting))
 
-    def leader(self, sid: int, tree: int, fast: bool) -> None:
-        """A tree's leader; `fast`: its execs' parents are not read (the tree's record lists no more entries)."""
-        self.library.answerer_leader(self.handle, sid, tree, int(fast))
+    def leader(self, sid: int, tree: int) -> None:
+        """A tree's leader: the execs of its session are the tree's."""
+        self.library.answerer_leader(self.handle, sid, tree)
 
-    def fast(self, tree: int, fast: bool) -> None:
-        self.library.answerer_fast(self.handle, tree, int(fast))
+    def listed(self, tree: int, left: int) -> None:
+        """At most `left` more of the tree's execs are listed (ExecTrace.entries_left): the answerer reads the parent
+        of that many listed execs, then no more until told again."""
+        self.library.answerer_listed(self.handle, tree, min(left, 2**31 - 1))
 
     def forget_tree(self, tree: int) -> None:
         self.library.answerer_forget_tree(self.handle, tree)
@@ -254,7 +258,8 @@ class Answerer:
             if evicted is not None:
                 self.retired.append(self.paths.pop(evicted)[1])
         self.last_token += 1
-        self.library.answerer_path(self.handle, slot, raw, len(raw), self.last_token, expires)
+        listed = int(target.outcome != "ENOENT")  # a miss is counted, never listed: its parent is not needed
+        self.library.answerer_path(self.handle, slot, raw, len(raw), self.last_token, listed, expires)
         self.slot_paths[slot] = raw
         self.paths[raw] = (slot, self.last_token, target)
         self.resolutions[self.last_token] = target
@@ -268,6 +273,10 @@ class Answerer:
         if status < 0:
             raise OSError(-status, os.strerror(-status))
         return status
+
+    def parents_read(self) -> int:
+        """How many listed execs' parents it read (/proc/PID/stat), since it was made."""
+        return int(self.library.answerer_parents_read(self.handle))
 
     def first_answered(self, tree: int) -> int:
         """The pid whose first exec the answerer let go for the native spawner's spawn of tree `tree`; 0: none."""
@@ -300,11 +309,11 @@ class Answerer:
         return found, int(self.faults.value)
 
 
-def create(epoll_fd: int, listener: int) -> tuple[Answerer | None, str]:
+def create(listener: int) -> tuple[Answerer | None, str]:
     """An answerer, or None and why the Python path answers everything."""
     library, why = load()
     if library is None:
         return None, why
     with contextlib.suppress(MemoryError):
-        return Answerer(library, epoll_fd, listener), ""
+        return Answerer(library, listener), ""
     return None, "out of memory"

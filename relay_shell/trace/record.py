@@ -66,6 +66,13 @@ class ExecTrace:
             return True
         return self.window is not None and self.window.wants_entry()
 
+    def entries_left(self) -> int:
+        """At most how many more execs are listed (here or in the window): 0 exactly when wants_entry() is not."""
+        own = 0
+        if self.entry_bytes <= ENTRY_BYTES - COMPACT_ROOM:
+            own = max(0, self.max_entries - len(self.entries))
+        return max(own, self.window.entries_left() if self.window is not None else 0)
+
     def late_trace(self) -> ExecTrace:
         """Where an exec after the record was written goes (the tracer writes it as an `exec:late` record)."""
         if self.late is None:

@@ -140,7 +140,7 @@ class ExecTracer:
         # any other (trace/tree.py then does not record it ahead).
         self.first_unread = shares_memory(os.getpid())
         self.notifications = seccomp.Notifications(spawner.listener)
-        self.answerer, self.answerer_state = native.create(self.epoll.fileno(), spawner.listener)
+        self.answerer, self.answerer_state = native.create(spawner.listener)
         if self.answerer is not None:
             self.answerer.enable(not self.deny)  # with EXEC_DENY every answer depends on what was read: Python's
             self.lineage.answerer = self.answerer
@@ -197,6 +197,7 @@ class ExecTracer:
     def finish(self, trace: ExecTrace) -> dict[str, Any]:
         """The call's `execs` field; later execs of its tree count as late."""
         with self.lock:
+            self.lineage.closing(trace)  # the answerer's execs of it from here on are Python's (late)
             self._settle()
             record = trace.record()
             trace.close()
@@ -214,10 +215,7 @@ class ExecTracer:
         (by the compiled answerer too, until the window's entries are full)."""
         with self.lock:
             trace.window = window
-            if self.answerer is not None:
-                token = self.lineage.token_of.get(trace)
-                if token is not None:
-                    self.answerer.fast(token, False)
+            self.lineage.answer_quickly(trace)
 
     def detach(self, trace: ExecTrace, window: ExecTrace) -> dict[str, Any]:
         """A session_send's window closes: the execs answered until now are in it, later ones are not."""

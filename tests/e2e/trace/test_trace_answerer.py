@@ -12,6 +12,7 @@ import os
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -179,3 +180,114 @@ def test_the_service_thread_ends_when_nothing_holds_the_filter(force_python: boo
         time.sleep(0.05)
     assert closing.state == "unavailable", closing.reason
     assert "EPIPE" in closing.reason or "Broken pipe" in closing.reason or "filter" in closing.reason, closing.reason
+
+
+def test_the_answerer_reads_the_parents_of_listed_execs_only(
+    tracers: tuple[tracer.ExecTracer, tracer.ExecTracer],
+) -> None:
+    """A listed entry names its parent, read from /proc/PID/stat while the process waits (the costliest read of an
+    exec: a new process's /proc entry is made for it). The answerer counts the tree's entries down itself and stops
+    reading once the record lists no more, without waiting for Python's next batch (adr/0032 Round 3); before, it
+    read the parent of every exec until Python had recorded a batch, i.e. of each of a call's first 1,024 execs."""
+    compiled, _ = tracers
+    assert compiled.answerer is not None
+    read_before = compiled.answerer.parents_read()
+    answered_before = compiled.answered_natively
+    record, _ = run_tree(compiled, "for i in $(seq 600); do /bin/true; done")
+    read = compiled.answerer.parents_read() - read_before
+    assert record["count"] == 601 and len(record["entries"]) == 64
+    assert all(entry["ppid"] > 1 for entry in record["entries"]), record["entries"]
+    assert compiled.answered_natively - answered_before >= 590
+    # 64 entries; the execs the Python path answered meanwhile (a path's first in each second) are listed without
+    # the answerer's count knowing, so it may read a few more: never hundreds.
+    assert 32 <= read <= 64 + 8, f"the answerer read {read} parents for 64 listed entries of 601 execs"
+
+
+def test_misses_do_not_use_up_the_listing(tracers: tuple[tracer.ExecTracer, tracer.ExecTracer]) -> None:
+    """A miss (ENOENT: a PATH search, a typo) is counted, never listed: the answerer must not count it against the
+    entries left, or the entries listed after many misses would have no parent."""
+    compiled, python_path = tracers
+    misses = "for i in $(seq 150); do /nonexistent/program 2>/dev/null; done"
+    script = f"{misses}; for i in $(seq 100); do /bin/true; done"  # two seq, 100 true
+    got, _ = run_tree(compiled, script)
+    expected, _ = run_tree(python_path, script)
+    assert got["not_found"] == expected["not_found"] == 150
+    assert got["count"] == expected["count"] == 102 and got["sha256"] == expected["sha256"]
+    assert len(got["entries"]) == 64 and all(entry["ppid"] > 1 for entry in got["entries"]), got["entries"]
+
+
+# A traced python that execs /bin/echo from forked children, its path and arguments placed in memory it mapped: in
+# the path's page, at that page's very end, across it (not ended within the page: the Python path reads it), in
+# another page. The answerer reads the path's whole page and takes the arguments found there from it (adr/0032
+# Round 3): each must be recorded as the Python path records it.
+PLACED = r"""
+import ctypes, mmap, os
+libc = ctypes.CDLL(None, use_errno=True)
+PAGE = mmap.PAGESIZE
+memory = mmap.mmap(-1, 3 * PAGE)
+base = ctypes.addressof(ctypes.c_char.from_buffer(memory))
+def put(offset, text):
+    memory[offset:offset + len(text) + 1] = text + b"\0"
+    return base + offset
+def run(path, args):
+    array = (ctypes.c_void_p * (len(args) + 2))(path, *args, None)
+    pid = os.fork()
+    if pid == 0:
+        libc.execve(ctypes.c_void_p(path), array, None)
+        os._exit(127)
+    os.waitpid(pid, 0)
+for round_ in range(40):
+    path = put(100, b"/bin/echo")
+    in_page = put(300, b"in-the-path-page-%d" % round_)
+    page_end = put(PAGE - 5, b"endz")  # its NUL is the last byte of the page
+    other = put(2 * PAGE + 50, b"another-page")
+    run(path, [path, in_page, page_end, other])
+    across = put(PAGE - 3, b"across-the-page")  # its first span ends unterminated
+    run(path, [path, in_page, across])
+    memory[PAGE - 3:PAGE + 16] = bytes(19)
+"""
+
+
+def test_arguments_in_the_paths_page_are_read_as_alone(tracers: tuple[tracer.ExecTracer, tracer.ExecTracer]) -> None:
+    compiled, python_path = tracers
+    script = f"exec /usr/bin/python3 -c '{PLACED}'"
+    answered_before = compiled.answered_natively
+    got, output = run_tree(compiled, script)
+    expected, expected_output = run_tree(python_path, script)
+    assert output == expected_output and b"in-the-path-page-39 endz another-page" in output, output[-300:]
+    assert b"in-the-path-page-0 across-the-page" in output
+    assert got["count"] == expected["count"] == 81 and got["sha256"] == expected["sha256"], (got, expected)
+    assert without_times_and_pids(got["entries"]) == without_times_and_pids(expected["entries"])
+    assert compiled.answered_natively - answered_before >= 30  # the first kind (the second is the Python path's)
+
+
+def test_a_window_opened_after_the_entries_are_full_names_its_parents(
+    tracers: tuple[tracer.ExecTracer, tracer.ExecTracer], tmp_path: Path
+) -> None:
+    """A session's trace lists its first 64 execs; a session_send's window opened later lists its own, each with its
+    parent: opening the window gives the answerer the window's count (before it counted the tree's down to 0)."""
+    compiled, _ = tracers
+    go = tmp_path / "go"
+    os.mkfifo(go)
+    # The window's execs: a path the answerer knows (within the cache's second), none for the Python path, whose
+    # batch would tell the answerer anyway. The tree waits for the window in `read`, a builtin (no exec).
+    later = "i=0; while [ $i -lt 30 ]; do /bin/true; i=$((i+1)); done"
+    trace, child = start_tree(compiled, f"for i in $(seq 100); do /bin/true; done; read x < {go}; {later}")
+    deadline = time.monotonic() + 20
+    while True:  # seq and 100 × true answered
+        with compiled.lock:
+            compiled._settle()
+            if trace.count >= 101:
+                break
+        assert time.monotonic() < deadline, trace.count
+        time.sleep(0.02)
+    assert trace.count == 101 and not trace.wants_entry()
+    window = ExecTrace(64)
+    compiled.open_window(trace, window)
+    go.write_text("go\n")
+    child.stdout.read()
+    child.wait()
+    listed = compiled.detach(trace, window)
+    compiled.finish(trace)
+    assert listed["count"] == 30, listed
+    assert len(listed["entries"]) == 30 and all(entry["ppid"] > 1 for entry in listed["entries"]), listed["entries"]
