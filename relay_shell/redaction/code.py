@@ -63,7 +63,7 @@ class _Context:
 def mark_code(text: str) -> tuple[str, list[str]] | None:
     """The text with its code regions bracketed by markers, and the original text of each marker in order
     (what `restore_code` puts back); None when the text holds no code."""
-    forged = _MARKER.search(text) is not None
+    forged = not text.isascii() and _MARKER.search(text) is not None
     if forged:
         text = text.translate(_FORGED)
     events = _scan(text) if any(hint in text for hint in _HINTS) else []

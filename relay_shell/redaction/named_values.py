@@ -58,7 +58,7 @@ def redact_named_values(text: str) -> str:
         return text
     # Code in a value (code.py): the literal part before it is masked here, the code is read as any text, and the
     # value's rest after the code (where its region closes) is masked when the scan gets there.
-    closes = pair_regions(text) if any(mark in text for mark in MARKS) else {}
+    closes = pair_regions(text) if not text.isascii() and any(mark in text for mark in MARKS) else {}
     after_code: list[int] = []  # a heap of where a secret value goes on after its code
     pieces: list[str] = []
     copied = 0  # text[:copied] is already in pieces

@@ -111,7 +111,7 @@ def keep_code(secret: str, replacement: str = REDACTED) -> str:
     """`replacement` for a secret a pattern matched; if the match took in code (code.py's markers), only the
     literal parts are replaced and the code stays. A part is literal at the outermost level the match reaches
     (it may start inside code, or end inside it)."""
-    if not any(mark in secret for mark in MARKS):
+    if secret.isascii() or not any(mark in secret for mark in MARKS):  # isascii: O(1), and markers are not
         return replacement
     pieces = _SPLIT_MARKS.split(secret)
     depths: list[int] = []

@@ -26,7 +26,7 @@ def redact_windows(text: str) -> str:
 
 
 def _quoted_mask(value: str) -> str:
-    if any(mark in value for mark in MARKS):
+    if not value.isascii() and any(mark in value for mark in MARKS):
         return keep_code(value)  # code the shell runs is not a secret (code.py)
     for quote in ('"', "'"):
         if len(value) >= 2 and value.startswith(quote) and value.endswith(quote):
