@@ -47,11 +47,14 @@ _LIBRARY_OPTIONS: dict[str, frozenset[str]] = {
     "openssl": words("-engine -keyengine -provider-path"),
 }
 
+LIBRARY_PROGRAMS = frozenset(_LIBRARY_OPTIONS)
+
 
 def option_target_verdict(program: str, words_: list[str]) -> Verdict | None:
-    """The worst thing the command's option values and written operands name, or None."""
-    found: list[Verdict] = []
+    """The worst thing the command's option values and written operands name, or None. Every file it could name is
+    a path with a `/`: the caller skips commands without one (most tier-1 commands), cheaply."""
     libraries = _LIBRARY_OPTIONS.get(program, frozenset())
+    found: list[Verdict] = []
     outputs = _OUTPUT_OPTIONS | _OWN_OUTPUT_OPTIONS.get(program, frozenset())
     for index, word in enumerate(words_[1:], start=1):
         name, equals, attached = word.partition("=")
