@@ -28,6 +28,10 @@ ADVERSARIAL = [
     "ConvertTo-SecureString -Force ",
     "password=password=",
     "a" * 64 + "://",
+    # Code regions (adr/0003 "Code in a secret's place"): nested substitutions never closed, here-documents.
+    "token=$(",
+    '"$(',
+    "<<E\n$(",
 ]
 
 

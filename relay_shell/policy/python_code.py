@@ -41,6 +41,7 @@ _UNPICKLING = words("loads load Unpickler open decode")
 _RUNS_SOURCE = words("code")  # code.InteractiveInterpreter().runsource, code.interact, …
 _NAMESPACES = words("vars globals locals")
 _EXTRACTS = words("extractall unpack_archive")
+_COMPUTED = "(a function of os/subprocess named at run time)"  # what a name bound to one is called
 
 
 def python_verdict(code: str) -> Verdict:
@@ -65,6 +66,8 @@ def python_verdict(code: str) -> Verdict:
                 found = (2, "python code signals processes (psutil)")
             elif name in _AMBIGUOUS and not _bare_or_module(node.func, names, modules):
                 continue
+            elif name == _COMPUTED or (not name and _computed_module_function(node.func, modules)):
+                found = (3, "python code calls a function of os/subprocess named at run time: only known at run time")
             else:
                 found = _call(name, node, shell, argvs) or _module_call(node.func, modules)
         elif isinstance(node, (ast.Attribute, ast.Name)) and id(node) not in called:
@@ -172,8 +175,14 @@ def _bindings(tree: ast.AST) -> tuple[dict[str, str], dict[str, str]]:
                     else [(target, node.value)]
                 )
                 for bound, value in pairs:
-                    if isinstance(bound, ast.Name) and isinstance(value, (ast.Name, ast.Attribute)):
+                    if not isinstance(bound, ast.Name):
+                        continue
+                    if isinstance(value, (ast.Name, ast.Attribute)):
                         names[bound.id] = _called_name(value, names)
+                    elif _computed_module_function(value, modules):  # f = getattr(os, "sys" + "tem")
+                        names[bound.id] = _COMPUTED
+                    elif _looked_up(value) is not None and _called_name(value):  # f = getattr(os, "system")
+                        names[bound.id] = _called_name(value)
     return names, modules
 
 
@@ -182,7 +191,45 @@ def _called_name(func: ast.expr, names: dict[str, str] | None = None) -> str:
         return (names or {}).get(func.id, func.id).rsplit(".", 1)[-1]
     if isinstance(func, ast.Attribute):
         return func.attr
-    return ""
+    looked_up = _looked_up(func)
+    return looked_up[0] if looked_up is not None and isinstance(looked_up[0], str) else ""
+
+
+def _looked_up(func: ast.expr) -> tuple[str | None, ast.expr] | None:
+    """A function reached by its name as data: `getattr(OBJ, "system")`, `vars(os)["system"]`,
+    `os.__dict__["system"]`, `__builtins__["exec"]` — the name (None when it is built at run time) and the object
+    it is taken from. Calling it is calling the named function (attack2 U1)."""
+    if isinstance(func, ast.Call) and isinstance(func.func, ast.Name) and func.func.id == "getattr":
+        if len(func.args) < 2:
+            return None
+        name = func.args[1].value if isinstance(func.args[1], ast.Constant) else None
+        return (name if isinstance(name, str) else None), func.args[0]
+    if isinstance(func, ast.Subscript) and _namespace_subscript(func) is not None:
+        key = func.slice.value if isinstance(func.slice, ast.Constant) else None
+        return (key if isinstance(key, str) else None), func.value
+    return None
+
+
+def _computed_module_function(func: ast.expr, modules: dict[str, str]) -> bool:
+    """`getattr(os, "sys" + "tem")(…)`: a module's function, looked up by a name built at run time, called."""
+    looked_up = _looked_up(func)
+    return looked_up is not None and looked_up[0] is None and _module_object(looked_up[1], modules)
+
+
+def _module_object(node: ast.expr, modules: dict[str, str]) -> bool:
+    """Whether an object is a module whose functions run commands or change files: `os`, `__import__("os")`,
+    `importlib.import_module("os")`, `vars(os)`, `os.__dict__`, `__builtins__`."""
+    if isinstance(node, ast.Name):
+        return modules.get(node.id, node.id).split(".")[0] in _MODULES or node.id == "__builtins__"
+    if isinstance(node, ast.Attribute):
+        return node.attr == "__dict__" and _module_object(node.value, modules)
+    if isinstance(node, ast.Call):
+        called = _called_name(node.func)
+        if called in ("__import__", "import_module", "vars") and node.args:
+            argument = node.args[0]
+            return _literal(argument) in _MODULES or _module_object(argument, modules) or called != "vars"
+        return called in ("globals", "locals")
+    return False
 
 
 def _base_module(func: ast.expr, modules: dict[str, str]) -> str:
@@ -199,6 +246,9 @@ def _base_module(func: ast.expr, modules: dict[str, str]) -> str:
 def _bare_or_module(func: ast.expr, names: dict[str, str], modules: dict[str, str]) -> bool:
     if isinstance(func, ast.Name):
         return True
+    looked_up = _looked_up(func)
+    if looked_up is not None:
+        return _module_object(looked_up[1], modules)
     return isinstance(func, ast.Attribute) and _base_module(func, modules) in _MODULES
 
 

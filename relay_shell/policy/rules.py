@@ -6,6 +6,7 @@ evidence in a sub-command CLI's verb. A program nothing knows is tier 1.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from functools import cache
 
 from relay_shell.policy import (
@@ -27,6 +28,7 @@ from relay_shell.policy import (
     verbs,
 )
 from relay_shell.policy.calls import Call, Context, Verdict, verdict
+from relay_shell.policy.option_targets import LIBRARY_PROGRAMS, option_target_verdict
 from relay_shell.policy.read_only import READ_ONLY
 from relay_shell.policy.vocabulary import (
     ESCALATION,
@@ -70,6 +72,11 @@ def program_verdict(program: str, words: list[str], context: Context) -> Verdict
     found = _program_verdict(program, words, context)
     if found.tier == 0 and ("/" in words[0] or program.endswith(_SCRIPT_EXTENSIONS)) and not known_program(program):
         return verdict(1, f"{program}: a program given by its path, whose effect cannot be known")
+    if found.tier == 1 and (program in LIBRARY_PROGRAMS or "/" in "".join(words[1:])):
+        # what its option values write or load, where its own rule does not read them (every such file is a path)
+        target = option_target_verdict(program, words)
+        if target is not None and target.tier > found.tier:
+            return replace(found, tier=target.tier, reason=target.reason)
     return found
 
 

@@ -39,6 +39,12 @@ SUBCOMMAND_RUNNERS: dict[tuple[str, str], tuple[frozenset[str], int]] = {
     ("mamba", "run"): (_ENVIRONMENTS, 0),
     ("micromamba", "run"): (_ENVIRONMENTS, 0),
     ("npm", "exec"): (word_set("--package -w --workspace"), 0),
+    # Round 6 (attack2 U3): `npm x` is `npm exec`; dlx / `bun x` / `pipx run` fetch a package by name and run it.
+    ("npm", "x"): (word_set("--package -w --workspace"), 0),
+    ("pnpm", "dlx"): (word_set("--package"), 0),
+    ("yarn", "dlx"): (word_set("-p --package"), 0),
+    ("bun", "x"): (word_set("-p --package"), 0),
+    ("pipx", "run"): (word_set("--spec --python --pip-args --index-url --path"), 0),
     ("yarn", "exec"): (frozenset(), 0),
     ("pnpm", "exec"): (word_set("--filter -F"), 0),
     ("bundle", "exec"): (frozenset(), 0),
@@ -55,7 +61,17 @@ SUBCOMMAND_RUNNERS: dict[tuple[str, str], tuple[frozenset[str], int]] = {
     ("perf", "trace"): (_PERF, 0),
 }
 _INSTALLS = word_set("--package --with --with-editable --with-requirements -w")
-_SUBCOMMAND_INLINE = {("npm", "exec"): word_set("-c --call")}
+# Round 6: the options that name the package to fetch where `-p` means it (not conda's prefix).
+_RUNNER_INSTALLS = {
+    ("yarn", "dlx"): word_set("-p --package"),
+    ("bun", "x"): word_set("-p --package"),
+    ("pipx", "run"): word_set("--spec"),
+}
+_SUBCOMMAND_INLINE = {("npm", "exec"): word_set("-c --call"), ("npm", "x"): word_set("-c --call")}
+# npx, pnpx, bunx: `npm exec` in one word (npx runs a program on PATH or in node_modules/.bin as it is, and fetches a
+# package of that name otherwise); `-c TEXT` runs shell text.
+_NPX_VALUES = word_set("-p --package --cache --registry --prefix --userconfig -w --workspace")
+_NPX_TEXT = word_set("-c --call")
 # Runners whose command comes only after `--` or an option (`nix develop -c CMD`, `mise exec node@20 -- CMD`).
 _AFTER_MARK = {
     ("nix", "develop"): word_set("-c --command"),
@@ -114,8 +130,11 @@ def _subcommand(program: str, sub: str, words: list[str], position: int) -> Star
         texts = [value for name, value in options if name in inline and value is not None]
         if texts:
             return len(words), texts, effects
-        if any(name in _INSTALLS for name, _value in options) and not effects:
+        installs = _RUNNER_INSTALLS.get((program, sub), _INSTALLS)
+        if any(name in installs for name, _value in options) and not effects:
             effects.append((1, f"{program} {sub} installs the packages it is told to run with"))
+    if (program, sub) in _ALWAYS_FETCH and not effects:
+        effects.append(_FETCHES)
     return min(len(words), position + operands), [], effects
 
 
@@ -183,7 +202,36 @@ def _ssh_agent(words: list[str], index: int) -> Start | None:
     return position, [], []
 
 
+def _npx(words: list[str], index: int) -> Start | None:
+    position = index + 1
+    effects: list[Effect] = []
+    while position < len(words):
+        word = words[position]
+        if word == "--":
+            position += 1
+            break
+        if not word.startswith("-") or word == "-":
+            break
+        options, position = parse_options(words, position, _NPX_VALUES | _NPX_TEXT)
+        texts = [value for name, value in options if name in _NPX_TEXT and value is not None]
+        if texts:
+            return len(words), texts, effects
+        if any(name in _NPX_VALUES and name in ("-p", "--package") for name, _value in options) and not effects:
+            effects.append((1, f"{words[index]} installs the packages it is told to run with"))
+    if position < len(words) and not effects:
+        effects.append(_FETCHES)
+    return position, [], effects
+
+
+# A program name that is not installed is fetched from the registry and run: code from outside, at least 1.
+_FETCHES: Effect = (1, "the package runner fetches and runs a package of that name when none is installed")
+_ALWAYS_FETCH = frozenset({("pnpm", "dlx"), ("yarn", "dlx"), ("bun", "x"), ("pipx", "run")})
+
+
 _SPECIAL: dict[str, Callable[[list[str], int], Start | None]] = {
+    "npx": _npx,
+    "pnpx": _npx,
+    "bunx": _npx,
     "capsh": _capsh,
     "start-stop-daemon": _start_stop_daemon,
     "pee": _pee,

@@ -216,7 +216,7 @@ def _step(program: str, words: list[str], index: int, result: Unwrapped) -> int 
     if program == "command" and index + 1 < len(words) and words[index + 1] in ("-v", "-V"):
         return None  # `command -v rm` says where rm is; it runs nothing
     result.escalated = result.escalated or program in ESCALATION
-    result.via_xargs = result.via_xargs or program in ("xargs", "parallel")
+    via_xargs_before, result.via_xargs = result.via_xargs, result.via_xargs or program in ("xargs", "parallel")
     inline_options = _INLINE_OPTIONS.get(program, frozenset())
     value_options = WRAPPERS[program] | inline_options
     optional = _OPTIONAL_VALUES.get(program, frozenset())
@@ -251,7 +251,7 @@ def _step(program: str, words: list[str], index: int, result: Unwrapped) -> int 
             if program in ("sudo", "doas") and name in _SUDO_SHELL_OPTIONS:
                 result.shell_session = True
     if program == "parallel":
-        return _parallel(words, position, result)
+        return _parallel(words, position, result, piped=via_xargs_before, options=words[index + 1 : position])
     if program == "nohup":
         result.effects.append((1, "nohup writes nohup.out in the working directory when its output is a terminal"))
     elif program == "systemd-run":
@@ -289,10 +289,14 @@ def _injects(name: str, value: str | None) -> bool:
     return name in ("--inject", "--fault") or (name == "-e" and (value or "").startswith(("inject", "fault")))
 
 
-def _parallel(words: list[str], position: int, result: Unwrapped) -> int:
+def _parallel(words: list[str], position: int, result: Unwrapped, piped: bool, options: list[str]) -> int:
     """GNU parallel runs its command (the words before `:::`/`::::`, joined) through a shell for each argument,
     with `{}` replaced by it: the words are classified as a command run once per argument, and the joined text
-    with the first arguments as shell text. With no command, each argument is a command line."""
+    with the first arguments as shell text. With no command, each argument is a command line. With `--pipe` the
+    input reaches the command's stdin in blocks, not its arguments (adr/0025 Round 6): `piped` is whether the
+    arguments arrived on stdin before parallel (an outer xargs)."""
+    if any(word in ("--pipe", "--pipepart", "--spreadstdin") for word in options):
+        result.via_xargs = piped
     separators = [index for index in range(position, len(words)) if words[index] in (":::", "::::", ":::+", "::::+")]
     end = separators[0] if separators else len(words)
     arguments = [word for word in words[end:] if word not in (":::", "::::", ":::+", "::::+")]

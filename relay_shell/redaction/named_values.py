@@ -5,11 +5,19 @@ its value separated by a space after a config command (`git config --global gith
 
 from __future__ import annotations
 
+import heapq
 import re
 
+from relay_shell.redaction.code import MARKS, OPEN_SECRET, pair_regions
 from relay_shell.redaction.pattern_compiler import compile_pattern
 from relay_shell.redaction.secret_names import NOT_SECRET, WEAK, is_secret_name, secret_name_strength
-from relay_shell.redaction.values import AFTER_CLOSING_QUOTE, REDACTED, VALUE, mask
+from relay_shell.redaction.values import (
+    AFTER_CLOSING_QUOTE,
+    VALUE,
+    keep_code,
+    secret_value_at,
+    value_after_code,
+)
 
 # A candidate is a whole run of name characters (lookbehind: only at the start of a run; possessive: the
 # run is consumed once) that contains a secret stem. The lookahead scans at most the run, and only from
@@ -48,10 +56,26 @@ def _value_start(text: str, name: str, name_end: int) -> tuple[int, str] | None:
 def redact_named_values(text: str) -> str:
     if _ANY_SECRET_STEM.search(text.lower()) is None:
         return text
+    # Code in a value (code.py): the literal part before it is masked here, the code is read as any text, and the
+    # value's rest after the code (where its region closes) is masked when the scan gets there.
+    closes = pair_regions(text) if not text.isascii() and any(mark in text for mark in MARKS) else {}
+    after_code: list[int] = []  # a heap of where a secret value goes on after its code
     pieces: list[str] = []
     copied = 0  # text[:copied] is already in pieces
     position = 0
-    while (candidate := _SECRET_NAME_CANDIDATE.search(text, position)) is not None:
+    while True:
+        candidate = _SECRET_NAME_CANDIDATE.search(text, position)
+        limit = len(text) if candidate is None else candidate.start()
+        while after_code and after_code[0] <= limit:
+            start = heapq.heappop(after_code)
+            rest = value_after_code(text, start) if start >= copied else None
+            if rest is not None:
+                copied = _emit(text, pieces, copied, start, rest, closes, after_code)
+        if candidate is None:
+            break
+        if candidate.start() < copied:
+            position = max(copied, candidate.end())
+            continue
         name = candidate.group()
         position = candidate.end()
         # A name right after '/' or '@' is a path or host (`https://token:x@h`, `registry/token-svc:1.0`).
@@ -67,16 +91,35 @@ def redact_named_values(text: str) -> str:
             continue  # `auth: handle expiry` is prose; `"auth": "…"` and `pwd=…` are not
         if not quoted_name and _CLOSING_QUOTE.match(text, value_start):
             continue  # an unquoted name, then a quote that ends the string around it
-        value = VALUE.match(text, value_start)
-        if value is None:
+        found_value = secret_value_at(text, value_start)
+        if found_value is None:
             continue
-        pieces.append(text[copied:value_start])
-        pieces.append(mask(value.group()))
-        copied = position = value.end()
+        copied = position = _emit(text, pieces, copied, value_start, found_value, closes, after_code)
     if not pieces:
         return text
     pieces.append(text[copied:])
     return "".join(pieces)
+
+
+def _emit(
+    text: str,
+    pieces: list[str],
+    copied: int,
+    start: int,
+    found_value: tuple[int, str],
+    closes: dict[int, int],
+    after_code: list[int],
+) -> int:
+    """Write text[copied:start] and the masked value; when the value reached code, remember where the value goes
+    on after it. Returns the new `copied`."""
+    end, replacement = found_value
+    pieces.append(text[copied:start])
+    pieces.append(replacement)
+    if replacement.endswith(OPEN_SECRET):
+        close = closes.get(end - 1, len(text))
+        if close < len(text):
+            heapq.heappush(after_code, close + 1)
+    return end
 
 
 # `git config --global github.token X`, `npm config set //registry.npmjs.org/:_authToken X`,
@@ -101,11 +144,14 @@ def redact_config_set(text: str) -> str:
         if not is_secret_name(command.group(1)):
             continue
         value = VALUE.match(text, position)
-        if value is None or value.group().startswith("-"):
+        if value is not None and value.group().startswith("-"):
             continue  # `gh secret set NAME --body …`: an option, not the value
+        found_value = secret_value_at(text, position)
+        if found_value is None:
+            continue
         pieces.append(text[copied:position])
-        pieces.append(mask(value.group()))
-        copied = position = value.end()
+        pieces.append(found_value[1])
+        copied = position = found_value[0]
     if not pieces:
         return text
     pieces.append(text[copied:])
@@ -121,19 +167,21 @@ def redact_xml_elements(text: str) -> str:
     if "</" not in text:
         return text
     return _XML_ELEMENT.sub(
-        lambda match: f"<{match.group(1)}>{REDACTED}</" if is_secret_name(match.group(1)) else match.group(),
+        lambda match: (
+            f"<{match.group(1)}>{keep_code(match.group(2))}</" if is_secret_name(match.group(1)) else match.group()
+        ),
         text,
     )
 
 
 # .netrc: `machine h login bob password X` on one line, or a line that is only `password X`. Anchored at
 # `login` / a line start; possessive runs.
-_NETRC_INLINE = compile_pattern(r"(?<![\w-])(login[ \t]++\S++[ \t]++password[ \t]++)\S++")
-_NETRC_LINE = compile_pattern(r"(?m)^([ \t]*+password[ \t]++)\S++([ \t]*+)$")
+_NETRC_INLINE = compile_pattern(r"(?<![\w-])(login[ \t]++\S++[ \t]++password[ \t]++)(\S++)")
+_NETRC_LINE = compile_pattern(r"(?m)^([ \t]*+password[ \t]++)(\S++)([ \t]*+)$")
 
 
 def redact_netrc(text: str) -> str:
     if "password" not in text:
         return text
-    text = _NETRC_INLINE.sub(lambda match: f"{match.group(1)}{REDACTED}", text)
-    return _NETRC_LINE.sub(lambda match: f"{match.group(1)}{REDACTED}{match.group(2)}", text)
+    text = _NETRC_INLINE.sub(lambda match: f"{match.group(1)}{keep_code(match.group(2))}", text)
+    return _NETRC_LINE.sub(lambda match: f"{match.group(1)}{keep_code(match.group(2))}{match.group(3)}", text)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from relay_shell.redaction.pattern_compiler import compile_pattern
+from relay_shell.redaction.values import keep_code
 
 REDACTED_PRIVATE_KEY = "[REDACTED PRIVATE KEY]"
 
@@ -23,15 +24,12 @@ def redact_private_keys(text: str) -> str:
     position = 0
     while (start := _PRIVATE_KEY_START.search(text, position)) is not None:
         pieces.append(text[position : start.start()])
-        pieces.append(REDACTED_PRIVATE_KEY)
+        block_start = start.start()
         label = start.group(1)
         if label is not None:
             end_marker = f"END {label}"
             found = text.find(end_marker, start.end())
-            if found == -1:
-                position = len(text)
-                break
-            position = found + len(end_marker)
+            position = len(text) if found == -1 else found + len(end_marker)
             closing_limit = position + 6  # the " -----" after the label
             while position < min(closing_limit, len(text)) and text[position] in " -":
                 position += 1
@@ -39,5 +37,7 @@ def redact_private_keys(text: str) -> str:
             found = text.find(_PUTTY_LAST_LINE, start.end())
             line_end = -1 if found == -1 else text.find("\n", found)
             position = len(text) if line_end == -1 else line_end
+        # Code the shell runs inside the block's text stays (code.py); a key holds none.
+        pieces.append(keep_code(text[block_start:position], REDACTED_PRIVATE_KEY))
     pieces.append(text[position:])
     return "".join(pieces)

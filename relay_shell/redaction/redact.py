@@ -20,6 +20,7 @@ no pass matches again in a different way, so `redact(redact(x)) == redact(x)`.
 
 from __future__ import annotations
 
+from relay_shell.redaction.code import mark_code, restore_code
 from relay_shell.redaction.named_values import (
     redact_config_set,
     redact_named_values,
@@ -37,7 +38,7 @@ from relay_shell.redaction.tool_options import (
     redact_tool_options,
 )
 from relay_shell.redaction.urls import redact_path_credentials, redact_url_credentials, redact_webhooks
-from relay_shell.redaction.values import REDACTED, mask_user_password
+from relay_shell.redaction.values import REDACTED, mask_user_password, redact_secret_code_data
 from relay_shell.redaction.windows import redact_windows
 
 # Short texts that redaction left as they were (argument names, session ids, `until` patterns: the same few on
@@ -64,6 +65,16 @@ def redact(text: str) -> str:
 
 
 def _redact_all(text: str) -> str:
+    # Code the shell runs is bracketed first, so no pass masks it as a secret (code.py).
+    marked = mark_code(text)
+    if marked is None:
+        return _passes(text)
+    text, originals = marked
+    text = redact_secret_code_data(_passes(text))
+    return restore_code(text, originals)
+
+
+def _passes(text: str) -> str:
     text = redact_private_keys(text)
     text = redact_url_credentials(text)
     text = redact_path_credentials(text)

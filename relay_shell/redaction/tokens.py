@@ -5,7 +5,7 @@ maps), whose scheme is kept so the log says what kind of credential it was."""
 from __future__ import annotations
 
 from relay_shell.redaction.pattern_compiler import compile_pattern
-from relay_shell.redaction.values import REDACTED
+from relay_shell.redaction.values import REDACTED, keep_code
 
 # One alternation, bounded on both sides by "not a token character": an attempt starts only at the start
 # of a run, each alternative is a fixed prefix plus a possessive or fixed-length run (JWT and SendGrid span
@@ -60,11 +60,11 @@ _AUTHORIZATION_HEADER = compile_pattern(
     r"(?i)(?<![\w-])((?:proxy-)?authorization\\?[\"']?[ \t]*+[:=][ \t]*+\\?[\"']?"
     r"(?:(?:bearer|basic|digest|token|negotiate|ntlm|bot|oauth|apikey|aws4-hmac-sha256|sso-key|ssws|jwt|key|hoba"
     r"|mutual|vapid|scram-sha-256|scram-sha-1)[ \t]++)?)"
-    r"(?:" + _AUTHORIZATION_PARAMETERS + r"|[^\s\"'\\]++)"
+    r"(" + _AUTHORIZATION_PARAMETERS + r"|[^\s\"'\\]++)"
 )
 
 
 def redact_authorization_headers(text: str) -> str:
     if "authorization" not in text.lower():  # substring search is far cheaper than a regex scan
         return text
-    return _AUTHORIZATION_HEADER.sub(lambda match: f"{match.group(1)}{REDACTED}", text)
+    return _AUTHORIZATION_HEADER.sub(lambda match: f"{match.group(1)}{keep_code(match.group(2))}", text)

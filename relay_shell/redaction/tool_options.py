@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 
 from relay_shell.redaction.pattern_compiler import compile_pattern
-from relay_shell.redaction.values import VALUE, mask, mask_user_password
+from relay_shell.redaction.values import VALUE, mask_user_password, secret_value_at
 
 WHOLE = "whole"  # the option's value is the secret
 _USER_PASSWORD = "user:password"  # the value is user:password; only the password is secret
@@ -95,15 +95,17 @@ def redact_tool_options(text: str) -> str:
             value_start = found.start() + 2  # -pSECRET
         else:
             continue
-        value = VALUE.match(text, value_start)
-        if value is None:
-            continue
-        replacement = mask(value.group()) if kind == WHOLE else mask_user_password(value.group())
-        if replacement is None:
+        if kind == WHOLE:
+            found_value = secret_value_at(text, value_start)  # code in it (`-p"$(cat F)"`) is not masked
+        else:
+            value = VALUE.match(text, value_start)
+            masked = None if value is None else mask_user_password(value.group())
+            found_value = None if value is None or masked is None else (value.end(), masked)
+        if found_value is None:
             continue
         pieces.append(text[copied:value_start])
-        pieces.append(replacement)
-        copied = position = value.end()  # a quoted value may contain ';': it does not end the command
+        pieces.append(found_value[1])
+        copied = position = found_value[0]  # a quoted value may contain ';': it does not end the command
         if tool_name in WRAPPERS:
             secret_options = {}  # sshpass's -p is done; a -p in the wrapped command is its own (ssh: a port)
     if not pieces:

@@ -9,7 +9,7 @@ consumes runs possessively; the path scan splits each URL once.
 from __future__ import annotations
 
 from relay_shell.redaction.pattern_compiler import compile_pattern
-from relay_shell.redaction.values import REDACTED
+from relay_shell.redaction.values import REDACTED, keep_code
 
 # The scheme may only start where a run of scheme characters starts (lookbehind) and is consumed
 # possessively, so each run is tried once. The user part stops at ':' possessively; the password then
@@ -24,7 +24,7 @@ _URL_CREDENTIALS = compile_pattern(
 def redact_url_credentials(text: str) -> str:
     if "://" not in text:
         return text
-    return _URL_CREDENTIALS.sub(lambda match: f"{match.group(1)}{REDACTED}@", text)
+    return _URL_CREDENTIALS.sub(lambda match: f"{match.group(1)}{keep_code(match.group(2))}@", text)
 
 
 # The part of a webhook URL before its secret, then the secret: everything up to the end of the URL.
@@ -47,7 +47,7 @@ def redact_webhooks(text: str) -> str:
     lowered = text.lower()
     if "hook" not in lowered and "chat.googleapis" not in lowered and "ifttt" not in lowered:
         return text
-    return _WEBHOOK.sub(lambda match: match.group(1) + REDACTED, text)
+    return _WEBHOOK.sub(lambda match: match.group(1) + keep_code(match.group(2)), text)
 
 
 _URL = compile_pattern(r"(?<![\w+.-])[A-Za-z][\w+.-]*+://[^\s\"'<>`\\]++")
@@ -71,8 +71,8 @@ def redact_path_credentials(text: str) -> str:
         for index, segment in enumerate(segments):
             match = _PATH_CREDENTIALS.match(segment)
             if match is not None and match.group(3) != REDACTED:
-                user, colon, _password, at, _first = match.groups()
-                segments[index] = f"{user}{colon}{REDACTED}{at}{segment[match.end(4) :]}"
+                user, colon, password, at, _first = match.groups()
+                segments[index] = f"{user}{colon}{keep_code(password)}{at}{segment[match.end(4) :]}"
         return f"{head}{separator}{authority}/{'/'.join(segments)}"
 
     return _URL.sub(lambda match: one(match.group()), text)

@@ -3,8 +3,9 @@ PASSWORD`. Linear: every pattern starts only at the start of a run and consumes 
 
 from __future__ import annotations
 
+from relay_shell.redaction.code import MARKS
 from relay_shell.redaction.pattern_compiler import compile_pattern
-from relay_shell.redaction.values import REDACTED
+from relay_shell.redaction.values import REDACTED, keep_code
 
 # ConvertTo-SecureString [-AsPlainText] [-Force] [-String] VALUE: the value is the secret (a variable is not).
 _SECURE_STRING = compile_pattern(
@@ -25,6 +26,8 @@ def redact_windows(text: str) -> str:
 
 
 def _quoted_mask(value: str) -> str:
+    if not value.isascii() and any(mark in value for mark in MARKS):
+        return keep_code(value)  # code the shell runs is not a secret (code.py)
     for quote in ('"', "'"):
         if len(value) >= 2 and value.startswith(quote) and value.endswith(quote):
             return f"{quote}{REDACTED}{quote}"

@@ -466,7 +466,8 @@ WRITERS = {
     "sdiff --diff-program='rm notes.txt' a b": 2,
     "feh --action ';[Delete]rm %F' images": 2,
     "sed '1e rm -rf /srv/data' in.txt": 3,
-    "sed 's/.*/rm -rf &/e' in.txt": 2,  # runs its input's lines: cannot classify
+    # adr/0025 Round 6: the s flag e runs a command only known at run time, and this one evidently runs rm -rf (3).
+    "sed 's/.*/rm -rf &/e' in.txt": 3,
     "dc -e '!rm -rf /srv/data'": 3,
     "dc -e '1 2 !<a p'": 0,
     "awk 'BEGIN { system(\"rm -rf /srv/data\") }'": 3,

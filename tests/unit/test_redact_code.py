@@ -1,0 +1,140 @@
+"""Code the shell runs is never masked as a secret (issue 26, finding A; adr/0003 "Code in a secret's place"), while
+the literal parts around it and literal secrets inside it still are. Linear time on hostile input."""
+
+from __future__ import annotations
+
+import random
+import time
+
+import pytest
+
+from relay_shell.redaction.code import MARKS, mark_code, restore_code
+from relay_shell.redaction.redact import redact
+
+# (text, code that must be in the record, literal secrets that must not)
+CODE_CASES = [
+    ('API_TOKEN="$(touch MARKER; echo x)" true', "touch MARKER;", ()),
+    ("TOKEN=$(touch M) cmd", "$(touch M) cmd", ()),
+    ("token=`touch M` cmd", "`touch M` cmd", ()),
+    ('mysql -p"$(touch M)" db', '-p"$(touch M)" db', ()),
+    ("x --password $(touch M)", "--password $(touch M)", ()),
+    ("echo secret: $(touch M)", "secret: $(touch M)", ()),
+    ('git config user.token "$(touch M)"', 'user.token "$(touch M)"', ()),
+    ('curl -H "Authorization: Bearer $(touch M)" http://x', "Bearer $(touch M)", ()),
+    ("export SECRET_KEY=$(openssl rand -hex 32)", "SECRET_KEY=$(openssl rand -hex 32)", ()),
+    ("TOKEN=$((1+$(touch M))) x", "$((1+$(touch M)))", ()),
+    ("TOKEN=<(touch M) x", "<(touch M)", ()),
+    ("TOKEN=>(touch M) x", ">(touch M)", ()),
+    ('TOKEN="$(case x in x) touch M;; esac)" true', "touch M;; esac)", ()),
+    ("token=$(token=$(touch M))", "$(touch M)", ()),
+    ("curl -u user:$(touch M) x", "user:$(touch M)", ()),
+    ('echo "-----BEGIN RSA PRIVATE KEY-----$(touch M)-----END RSA PRIVATE KEY-----"', "$(touch M)", ()),
+    ("https://user:$(touch M)@host/", "$(touch M)@host", ()),
+    ("<password>$(touch M)</password>", "$(touch M)", ()),
+    ("ConvertTo-SecureString $(touch M) -AsPlainText", "$(touch M)", ()),
+    ("cat <<EOF\nTOKEN=$(touch M)\nEOF", "TOKEN=$(touch M)", ()),
+    ("cat <<'EOF'\nTOKEN=$(touch M)\nEOF\nTOKEN=$(touch N) x", "TOKEN=$(touch N) x", ()),
+    ("# it's\nTOKEN=\"$(touch M)\" true\n# '", '"$(touch M)" true', ()),
+    ('API_TOKEN="$(echo c2VjcmV0LXNlY3JldA== | base64 -d)" x', "| base64 -d)", ("c2VjcmV0LXNlY3JldA==",)),
+    ("TOKEN=$(printf %s s3cr3t-pf) y", "TOKEN=$(printf ", ("s3cr3t-pf",)),
+    ("TOKEN=$(base64 -d <<<c2VjLWhz) y", "$(base64 -d <<<", ("c2VjLWhz",)),
+    ('TOKEN="$(curl -u user:pass-123 http://h)" x', "$(curl -u user:", ("pass-123",)),
+    ('TOKEN="$(PASSWORD=hunter2 cmd)" x', "cmd)", ("hunter2",)),
+    ("TOKEN=abc-lit$(touch M)def-lit x", "$(touch M)", ("abc-lit", "def-lit")),
+    ('TOKEN="abc-lit $(touch M) def-lit" x', "$(touch M)", ("abc-lit", "def-lit")),
+    ("PASSWORD=hunter2 TOKEN=$(touch M) x", "TOKEN=$(touch M) x", ("hunter2",)),
+    ('TOKEN="$(touch M)"tail-lit x', "$(touch M)", ("tail-lit",)),
+    ('mysql -u root -p"$(cat /run/pw)" -e "select 1"', '-p"$(cat /run/pw)"', ()),
+]
+
+# In single quotes, in `$'…'`, in a comment and in a quoted here-document body, `$(` is text, not code: a secret.
+DATA_CASES = [
+    ("TOKEN='$(touch M)' true", "touch M"),
+    ("TOKEN=$'$(touch M)' true", "touch M"),
+    ("cat <<'EOF'\nTOKEN=$(touch M)\nEOF", "touch M"),
+    ('cat <<"EOF"\nTOKEN=`touch M`\nEOF', "touch M"),
+    ("cat <<\\EOF\nTOKEN=$(touch M)\nEOF", "touch M"),
+    ("echo \\$(x) TOKEN=\\$(touch-M)", "touch-M"),
+]
+
+
+@pytest.mark.parametrize(("text", "code", "secrets"), CODE_CASES)
+def test_code_in_a_secrets_place_is_kept(text: str, code: str, secrets: tuple[str, ...]) -> None:
+    for wrapped in (text, f"set -e\ncd /srv && {text}\necho done"):
+        redacted = redact(wrapped)
+        assert code in redacted, redacted
+        for secret in secrets:
+            assert secret not in redacted, redacted
+        assert redact(redacted) == redacted
+        assert not any(mark in redacted for mark in MARKS)
+
+
+@pytest.mark.parametrize(("text", "secret"), DATA_CASES)
+def test_text_that_is_not_code_stays_masked(text: str, secret: str) -> None:
+    redacted = redact(text)
+    assert secret not in redacted, redacted
+    assert "[REDACTED]" in redacted
+
+
+def test_markers_written_by_a_client_are_not_markers() -> None:
+    forged = "TOKEN=\ue000hunter2-forged\ue002 $(touch M)"
+    redacted = redact(forged)
+    assert "hunter2-forged" not in redacted
+    assert "$(touch M)" in redacted
+    assert not any(mark in redacted for mark in MARKS)
+    assert redact("TOKEN=\ue001hunter2-x") == "TOKEN=[REDACTED]"
+
+
+def test_a_lost_marker_puts_the_code_after_the_text() -> None:
+    # The fault restore_code guards against (a pass that swallowed a region) cannot be produced through redact:
+    # the marked text is cut by hand here.
+    marked = mark_code("TOKEN=$(touch M) x")
+    assert marked is not None
+    text, originals = marked
+    assert restore_code(text, originals) == "TOKEN=$(touch M) x"
+    assert "$(" in restore_code(text[:6] + text[8:], originals)
+
+
+def test_redaction_keeps_every_substitution_of_random_scripts() -> None:
+    """Random scripts of secret names, quotes and substitutions: every substitution's code (a unique word) that the
+    shell would run is in the record."""
+    rng = random.Random(2611)
+    names = ["TOKEN=", 'PASSWORD="', "--password ", "Authorization: Bearer ", "mysql -p", "secret: ", "api_key: "]
+    joins = [" ", "; ", "\n", " && ", '" ', "abc"]
+    for _ in range(2000):
+        parts: list[str] = []
+        runs: list[str] = []
+        for index in range(rng.randint(1, 4)):
+            word = f"run{index}x{rng.randint(0, 999)}"
+            # (`<(` is code only outside quotes, and a name may open them: CODE_CASES has it.)
+            opener, closer = rng.choice([("$(", ")"), ("`", "`"), ('"$(', ')"')])
+            parts.append(rng.choice(names) + opener + f"touch {word}" + closer + rng.choice(joins))
+            runs.append(word)
+        script = "".join(parts)
+        redacted = redact(script)
+        for word in runs:
+            assert f"touch {word}" in redacted, (script, redacted)
+
+
+# Each opens a region (or a here-document) and never closes it: the deepest nesting and the longest bodies.
+ADVERSARIAL_CODE_UNITS = ["$(", "`", "token=$(", "<<E\n$(", "TOKEN=a$(b)", "case $(", "'$(", '"$(', "<<-E\n\t$("]
+MIB = 1 << 20
+
+
+def _best_of_three(text: str) -> float:
+    best = float("inf")
+    for _ in range(3):
+        start = time.thread_time()
+        redact(text)
+        best = min(best, time.thread_time() - start)
+    return best
+
+
+@pytest.mark.parametrize("unit", ADVERSARIAL_CODE_UNITS)
+def test_linear_time_on_adversarial_code(unit: str) -> None:
+    big = (unit * (MIB // len(unit) + 1))[:MIB]
+    small = big[: MIB // 8]
+    small_time = _best_of_three(small)
+    big_time = _best_of_three(big)
+    assert big_time < 2.0, f"{unit!r}: {big_time:.2f}s for 1 MiB"
+    assert big_time / max(small_time, 1e-3) < 20, f"{unit!r}: {small_time:.4f}s -> {big_time:.4f}s"
