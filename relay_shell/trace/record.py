@@ -31,6 +31,10 @@ COMPACT_ROOM = 512  # room an entry reduced to a digest of its argv needs
 TRACE_LONG = 256  # characters from which an argument is summarised (audited arguments: 1,024)
 TRACE_KEEP = 64  # characters of head and of tail kept of a summarised argument (audited arguments: 256)
 DENIED_KEPT = 16
+# Programs run after the listed entries are full, each named once (path and count), so that a flood of decoys
+# cannot push the program that matters out of the record (attack 3, T1): bounded in number and bytes.
+LATER_PROGRAMS = 256
+LATER_BYTES = 8 * 1024
 _REDACTED_CACHE_MAX = 1024
 
 
@@ -46,6 +50,10 @@ class ExecTrace:
         self.setid_dropped = 0  # set-user-ID programs run without their privilege (no_new_privs)
         self.entries: list[dict[str, Any]] = []
         self.entry_bytes = 0
+        self.listed: set[str] = set()  # the programs the kept entries name
+        self.later: dict[str, int] = {}  # programs run after the entries were full, not listed: how many times
+        self.later_bytes = 0
+        self.later_omitted = 0  # execs of further programs once `later` was full
         self.denied_execs: list[str] = []
         self.digest = hashlib.sha256()
         self.state = "traced"  # or "untraced: <why>" when the filter could not be installed for this tree
@@ -95,9 +103,18 @@ class ExecTrace:
             if setid:
                 entry["setid_dropped"] = True
         denied_text = refusal_shown(path, shown, found.refusal) if outcome == "denied" else None
-        self.add(entry, digest_line(path, shown, outcome, fields), denied_text, setid)
+        self.add(entry, digest_line(path, shown, outcome, fields), denied_text, setid, programs_of(found))
 
-    def add(self, entry: dict[str, Any] | None, digest_line: bytes, denied_text: str | None, setid: bool) -> None:
+    def add(
+        self,
+        entry: dict[str, Any] | None,
+        digest_line: bytes,
+        denied_text: str | None,
+        setid: bool,
+        programs: tuple[str, ...] = (),
+    ) -> None:
+        """One exec: its entry when it is listed, its digest line, its refusal, and the programs it ran (its
+        resolved program, its interpreters), named in `later_programs` when it is not listed."""
         self.flush_first()
         self.count += 1
         self.digest.update(digest_line)
@@ -107,12 +124,13 @@ class ExecTrace:
                 self.denied_execs.append(denied_text)
         if setid:
             self.setid_dropped += 1
-        if entry is not None and len(self.entries) < self.max_entries:
-            self._keep(entry)
+        kept = entry is not None and len(self.entries) < self.max_entries and self._keep(entry, programs)
+        if not kept:
+            self._name_later(programs)
         if self.window is not None:
-            self.window.add(entry, digest_line, denied_text, setid)
+            self.window.add(entry, digest_line, denied_text, setid, programs)
 
-    def _keep(self, entry: dict[str, Any]) -> None:
+    def _keep(self, entry: dict[str, Any], programs: tuple[str, ...]) -> bool:
         """Charge the entry's encoded size before keeping it: too large for what is left, it keeps a digest of
         its argv instead of the argv; still too large, it is left out (counted in entries_omitted)."""
         size = len(orjson.dumps(entry))
@@ -120,9 +138,27 @@ class ExecTrace:
             entry = compact(entry)
             size = len(orjson.dumps(entry))
             if self.entry_bytes + size > ENTRY_BYTES:
-                return
+                return False
         self.entries.append(entry)
         self.entry_bytes += size
+        self.listed.update(programs)
+        return True
+
+    def _name_later(self, programs: tuple[str, ...]) -> None:
+        """An exec that is not listed: each program it ran that no kept entry names is counted under its name,
+        up to LATER_PROGRAMS names and LATER_BYTES; execs of further programs are counted in later_omitted."""
+        for program in programs:
+            if program in self.listed:
+                continue
+            if program in self.later:
+                self.later[program] += 1
+                continue
+            size = len(program) + 16
+            if len(self.later) >= LATER_PROGRAMS or self.later_bytes + size > LATER_BYTES:
+                self.later_omitted += 1
+                continue
+            self.later[program] = 1
+            self.later_bytes += size
 
     def missed(self) -> None:
         self.flush_first()
@@ -134,6 +170,8 @@ class ExecTrace:
         """Its record is written: what later execs of the tree need is kept (counters, call_id), the entries go."""
         self.closed = True
         self.entries = []
+        self.listed = set()
+        self.later = {}
 
     def record(self) -> dict[str, Any]:
         """The `execs` field."""
@@ -145,6 +183,10 @@ class ExecTrace:
             "sha256": self.digest.hexdigest(),
             "not_found": self.not_found,
         }
+        if self.later or self.later_omitted:
+            fields["later_programs"] = [{"program": name, "count": count} for name, count in self.later.items()]
+        if self.later_omitted:
+            fields["later_programs_omitted"] = self.later_omitted
         if self.denied:
             fields["denied"] = self.denied
         if self.setid_dropped:
@@ -218,6 +260,15 @@ def digest_line(path: str | None, shown: list[Any], outcome: str, found: dict[st
     resolved to (`program`, `interpreter`) when that differs from the path."""
     line = [path, shown, outcome] if not found else [path, shown, outcome, found]
     return orjson.dumps(line) + b"\n"
+
+
+def programs_of(target: Target) -> tuple[str, ...]:
+    """The files an exec ran, for later_programs: its program (the path itself when no link, descriptor or
+    /proc path led elsewhere; the path when it could not be determined) and each `#!` interpreter's."""
+    first = target.program if target.program is not None and not target.undetermined else target.path
+    names = [first] if first else []
+    names += [level.program or level.path for level in target.interpreters]
+    return tuple(names)
 
 
 def resolved_fields(target: Target) -> dict[str, Any]:

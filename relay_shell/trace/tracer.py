@@ -39,6 +39,7 @@ from relay_shell.trace.record import (
     ExecTrace,
     digest_line,
     entry_of,
+    programs_of,
     redacted_argv,
     resolved_fields,
     unreadable_entry,
@@ -408,7 +409,7 @@ class ExecTracer:
         shown_denied = None
         if paused.denied:
             shown_denied = refusal_shown(found.path, shown, found.refusal)
-        target.add(entry, digest_line(found.path, shown, outcome, fields), shown_denied, dropped)
+        target.add(entry, digest_line(found.path, shown, outcome, fields), shown_denied, dropped, programs_of(found))
         if answered.tree is None:
             self.unattributed += 1
         return True

@@ -13,6 +13,7 @@ from relay_shell.trace.record import (
     COMPACT_ROOM,
     DENIED_KEPT,
     ENTRY_BYTES,
+    LATER_PROGRAMS,
     ExecTrace,
     digest_line,
     entry_of,
@@ -26,7 +27,8 @@ def add(trace: ExecTrace, argv: list[str], outcome: str = "ok") -> None:
         trace.started, trace.started, 10, 1, "/bin/" + argv[0], shown, len(argv), len(argv), False, outcome
     )
     denied = " ".join(argv) if outcome == "denied" else None
-    trace.add(entry if trace.wants_entry() else None, digest_line("/bin/" + argv[0], shown, outcome), denied, False)
+    line = digest_line("/bin/" + argv[0], shown, outcome)
+    trace.add(entry if trace.wants_entry() else None, line, denied, False, ("/bin/" + argv[0],))
 
 
 def test_a_flood_of_execs_moves_only_the_counters_and_the_digest() -> None:
@@ -97,3 +99,28 @@ def test_a_session_window_gets_the_same_execs_while_it_is_open() -> None:
     add(session, ["after"])
     assert [entry["argv"] for entry in window.record()["entries"]] == [["during"]]
     assert session.record()["count"] == 3
+
+
+def test_decoys_cannot_push_a_program_out_of_the_record() -> None:
+    """Attack 3, T1: 70 `true` then `id` left no trace of `id` but the count and the digest. A program run after
+    the entries are full is named once in later_programs, with how often it ran; a listed one is not repeated."""
+    trace = ExecTrace(64)
+    for _ in range(70):
+        add(trace, ["true"])
+    add(trace, ["id", "-u"])
+    add(trace, ["id", "-u"])
+    fields = trace.record()
+    assert len(fields["entries"]) == 64 and fields["entries_omitted"] == 8
+    assert fields["later_programs"] == [{"program": "/bin/id", "count": 2}]  # /bin/true is listed already
+    assert "later_programs_omitted" not in fields
+
+
+def test_later_programs_are_bounded_and_what_overflows_is_counted() -> None:
+    trace = ExecTrace(4)
+    for number in range(LATER_PROGRAMS + 50):
+        add(trace, [f"decoy{number}"])
+    fields = trace.record()
+    names = [item["program"] for item in fields["later_programs"]]
+    assert len(names) <= LATER_PROGRAMS and len(orjson.dumps(fields["later_programs"])) <= 12 * 1024
+    assert fields["later_programs_omitted"] == LATER_PROGRAMS + 50 - 4 - len(names)
+    assert "later_programs" not in ExecTrace(4).record()  # absent while nothing ran past the entries

@@ -257,3 +257,16 @@ async def test_an_exec_storm_is_ended_at_its_timeout(client: Client, workdir: Pa
 
 def storm_processes(token: str) -> dict[int, list[bytes]]:
     return {pid: argv for pid, argv in live_argvs().items() if any(token.encode() in item for item in argv)}
+
+
+async def test_decoys_cannot_push_a_program_out_of_the_record(client: Client, workdir: Path) -> None:
+    """Attack 3, T1: 70 decoys filled the 64 entries and `whoami` left only the count and the digest. It is now
+    named in later_programs."""
+    result = await client.call_tool(
+        "shell_exec", {"command": "for i in $(seq 70); do /bin/true; done; /usr/bin/whoami"}
+    )
+    assert fields(result)["status"] == "ok", text_of(result)
+    execs = end_record(workdir, result)["execs"]
+    assert len(execs["entries"]) == 64 and execs["entries_omitted"] > 0
+    later = {item["program"]: item["count"] for item in execs["later_programs"]}
+    assert any(name.endswith("/whoami") for name in later), execs["later_programs"]

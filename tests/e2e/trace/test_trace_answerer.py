@@ -291,3 +291,16 @@ def test_a_window_opened_after_the_entries_are_full_names_its_parents(
     compiled.finish(trace)
     assert listed["count"] == 30, listed
     assert len(listed["entries"]) == 30 and all(entry["ppid"] > 1 for entry in listed["entries"]), listed["entries"]
+
+
+@pytest.mark.parametrize("path", ["compiled", "python"])
+def test_a_program_after_the_entries_are_full_is_named_on_both_paths(
+    tracers: tuple[tracer.ExecTracer, tracer.ExecTracer], path: str
+) -> None:
+    """Attack 3, T1: decoys fill the entries; the program run after them is named in later_programs, whether the
+    compiled answerer or Python answered its exec."""
+    exec_tracer = tracers[0] if path == "compiled" else tracers[1]
+    got, _ = run_tree(exec_tracer, "for i in $(seq 100); do /bin/true; done; /usr/bin/whoami >/dev/null")
+    assert len(got["entries"]) == 64
+    later = [item["program"] for item in got.get("later_programs", [])]
+    assert any(name.endswith("/whoami") for name in later), got.get("later_programs")
