@@ -26,6 +26,7 @@ from relay_shell.identity import connected
 from relay_shell.launch import Launcher, start_launcher
 from relay_shell.metrics import Metrics
 from relay_shell.outputs import OutputStore
+from relay_shell.policy import own_files
 from relay_shell.policy.admission import Policy
 from relay_shell.runner.context import ContextPulls
 from relay_shell.runner.pipeline import Runner
@@ -135,6 +136,7 @@ def build_server(
     runbook_access = RunbookAccess(settings, ssh_access)
     tools = tool_registry(session_registry)
     policy = Policy(settings.policy.policy_mode, settings.policy.policy_deny, settings.policy.policy_allow)
+    protect_own_files(settings)
     runner = Runner(settings, recorder, policy, tools.entries, runbook_access.briefing_gate())
     services = Services(
         settings, runner, session_registry, jobs, outputs, ssh_access, launcher, runbook_access, offhost
@@ -298,3 +300,11 @@ async def connection_lifespan(
             await jobs.close_disconnected()
             await forwards.close_disconnected()
             group.cancel_scope.cancel()
+
+
+def protect_own_files(settings: Settings) -> None:
+    """The files no command may write, move or delete in any mode (policy/own_files.py): the audit log and its
+    rotations, the checkpoint signing key, the token file, the OAuth state directory."""
+    files = [str(path) for path in (settings.offhost.audit_signing_key, settings.auth.token_file) if path]
+    directories = [str(settings.auth.oauth_state_dir)] if settings.auth.oauth_state_dir else []
+    own_files.protect(files, rotated=[str(settings.audit.audit_path)], directories=directories)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+from relay_shell.policy import own_files
 from relay_shell.policy.archives import tar_verdict
 from relay_shell.policy.calls import (
     READ,
@@ -56,6 +57,8 @@ def _rmdir(call: Call) -> Verdict:
 
 
 def writes_onto(path: str, what: str) -> Verdict | None:
+    if own_files.own_file(path) is not None:
+        return verdict(3, f"{what} onto the server's own file {path}")
     if is_device(path) or path in CRITICAL_FILES or path.startswith("/boot/"):
         return verdict(3, f"{what} onto {path}")
     if is_protected(path) or USER_CONFIG.match(path):

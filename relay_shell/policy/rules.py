@@ -20,6 +20,7 @@ from relay_shell.policy import (
     inspectors,
     network,
     outputs,
+    own_files,
     packages,
     processes,
     scripts,
@@ -68,8 +69,21 @@ RULES: dict[str, Callable[[Call], Verdict]] = {
 _SCRIPT_EXTENSIONS = (".sh", ".bash", ".py", ".pl", ".rb", ".js", ".php", ".lua", ".tcl", ".awk", ".ps1")
 
 
+# The server's own command line reads its log (`relay-shell audit verify AUDIT`): naming the log is its job.
+_OWN_FILES_READERS = frozenset({"relay-shell"})
+# Copying programs write only their destination (the last operand; cp's -t is read by its own rule): a copy of the
+# log elsewhere is a read of it.
+_COPIERS = frozenset({"cp", "rsync", "scp", "install"})
+
+
 def program_verdict(program: str, words: list[str], context: Context) -> Verdict:
     found = _program_verdict(program, words, context)
+    if found.tier >= 1 and program not in _OWN_FILES_READERS:
+        # Whatever else it does, a command that may write naming the server's own file (policy/own_files.py).
+        named = own_files.named_in(words[-1:] if program in _COPIERS else words[1:])
+        if named is not None:
+            why = f"{program} names the server's own file {named} (audit log, signing key, token or OAuth state)"
+            return replace(found, tier=3, reason=why)
     if found.tier == 0 and ("/" in words[0] or program.endswith(_SCRIPT_EXTENSIONS)) and not known_program(program):
         return verdict(1, f"{program}: a program given by its path, whose effect cannot be known")
     if found.tier == 1 and (program in LIBRARY_PROGRAMS or "/" in "".join(words[1:])):

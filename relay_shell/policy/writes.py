@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 
+from relay_shell.policy import own_files
 from relay_shell.policy.calls import is_device, is_protected
 from relay_shell.policy.env_substitution import Env, substitute
 from relay_shell.policy.field_splitting import positional_words
@@ -36,6 +37,8 @@ def redirect_findings(
         if target.startswith(("/dev/tcp/", "/dev/udp/")):
             tier = 1 if operator == "<>" else 2  # bash's network redirections: `>` sends data to a service
             findings.append(Finding(f"{operator} {shown}", tier, f"bash connects to {shown[5:]}"))
+        elif own_files.own_file(target) is not None:
+            findings.append(Finding(f"{operator} {shown}", 3, f"writes the server's own file {shown}"))
         elif is_device(target):
             findings.append(Finding(f"{operator} {shown}", 3, f"writes onto block device {shown}"))
         elif target in CRITICAL_FILES or target.startswith("/boot/"):
