@@ -16,6 +16,7 @@ from relay_shell.policy.clients import curl_config_words
 from relay_shell.policy.command_languages import client_commands
 from relay_shell.policy.findings import Finding
 from relay_shell.policy.interpreters import is_interpreter
+from relay_shell.policy.rests import PROBE, TOO_LONG, line_rests, runs_something
 from relay_shell.policy.scripts import dc_commands, dc_reads_stdin
 from relay_shell.policy.shell_invocation import parse_shell, script_operand
 from relay_shell.policy.shell_tokens import tokenize
@@ -60,9 +61,12 @@ def strip_reserved(words: list[str]) -> list[str]:
 
 
 def stdin_of_text(text: str, stdin: str, readers: Readers) -> list[Finding]:
-    """stdin reaches every top-level command whose input is not a pipe, a file or a here-document."""
+    """stdin reaches every top-level command whose input is not a pipe, a file or a here-document. Where several
+    do, a later one gets what the ones before left: any rest of a line (`dd bs=1 count=1; sh` given `Xrm -rf D`
+    runs `rm -rf D`; attack 3, J3), so a later reader of code is also given every rest (policy/rests.py)."""
     findings: list[Finding] = []
     seen: set[tuple[str, ...]] = set()
+    receivers = 0
     for command in tokenize(text, []).commands:
         if (
             command.piped_into
@@ -70,12 +74,33 @@ def stdin_of_text(text: str, stdin: str, readers: Readers) -> list[Finding]:
             or any(op in ("<", "<<<", "<>") for op, _ in command.redirects)
         ):
             continue
+        receivers += 1
+        words = strip_reserved(command.words)
+        if receivers > 1:
+            findings += _rest_findings(words, stdin, readers)
         key = tuple(command.words[:4])
         if key in seen:
             continue
         seen.add(key)
-        findings += stdin_findings(strip_reserved(command.words), stdin, readers)
+        findings += stdin_findings(words, stdin, readers)
     return findings
+
+
+def _rest_findings(words: list[str], stdin: str, readers: Readers) -> list[Finding]:
+    """What a command that reads stdin after another did would do with each rest of each line, at tier 2 or above,
+    when it reads its stdin as code (the probe tells); too long to classify at every rest: tier 2."""
+    if not any(finding.tier >= 2 for finding in stdin_findings(words, PROBE, readers)):
+        return []
+    rests = line_rests(stdin)
+    if rests is None:
+        return [Finding(stdin[:200], 2, TOO_LONG)]
+    found: list[Finding] = []
+    for start, rest in rests:
+        for finding in stdin_findings(words, rest + "\n", readers):
+            if finding.tier >= 2 and runs_something(finding.canonical or rest):
+                why = f"if a command before it read {start} characters of the line, the rest runs"
+                found.append(Finding(rest[:200], finding.tier, f"{why}: {finding.reason}"))
+    return found
 
 
 def _shell_reads_stdin(arguments: list[str]) -> bool:

@@ -348,7 +348,7 @@ def rest_findings(job_subject: Subject, text: str) -> list[tuple[str, int, str]]
     (a shell's rests as shell text; Python's as Python). A line too long to classify at every point is tier 2
     when the job's command runs its stdin as shell text."""
     from relay_shell.policy.classify import analyze  # the classifier, loaded on first use (policy/admission.py)
-    from relay_shell.sessions.reading import runs_something
+    from relay_shell.policy.rests import runs_something
 
     def stdin_findings(stdin: str) -> list[Any]:
         # What the stdin adds: the command's own findings (admitted when the job started) are not the rest's.

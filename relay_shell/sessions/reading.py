@@ -11,13 +11,10 @@ is classified as shell text too, and what it would do at tier 2 or above counts 
 
 from __future__ import annotations
 
-import os
-import shutil
-
 from relay_shell.plan import Subject
 from relay_shell.policy.classify import shell_findings
+from relay_shell.policy.rests import runs_something
 from relay_shell.policy.shell_tokens import tokenize
-from relay_shell.policy.vocabulary import words
 from relay_shell.sessions.escapes import commands_start_findings, escape_readings, line_findings
 from relay_shell.sessions.history import HISTORY, expansion_points, expansions
 from relay_shell.sessions.interactive import interactive_findings
@@ -74,32 +71,6 @@ def typed_subject(
         findings += commands_start_findings(commands, nested)
         findings += interactive_findings(text, session.passprompt, commands)
     return Subject(typed="\n".join(texts), session_findings=tuple(findings)), typed
-
-
-# What a shell runs by name without a program file: a rest whose command is one of these runs something.
-SHELL_WORDS = words(
-    "alias bg bind break builtin caller cd command compgen complete compopt continue coproc declare dirs disown echo "
-    "enable eval exec exit export false fc fg getopts hash help history jobs kill let local logout mapfile popd "
-    "printf pushd pwd read readarray readonly return set shift shopt source suspend test times trap true type "
-    "typeset ulimit umask unalias unset wait . : [ [[ (( function time if then else elif fi for while until do done "
-    "case esac select { } !"
-)
-
-
-def runs_something(canonical: str) -> bool:
-    """Whether a finding of a rest names something the shell would run: a builtin or keyword, a program on PATH, a
-    path, or a word only known when it runs (a glob, an expansion). A rest is cut out of a word, and a cut that is
-    no command at all (`cho start` from `echo start`: an unknown verb guess) is the `command not found` it would
-    be, not what the line would do."""
-    words = [word for word in canonical.split() if "=" not in word.split("/")[0] or word.startswith("=")]
-    if not words:
-        return False
-    word = words[0].replace("'", "").replace('"', "").replace("\\", "")
-    if not word:
-        return False
-    if any(char in word for char in "*?[{$`(") or "/" in word:
-        return True
-    return word in SHELL_WORDS or shutil.which(word, path=os.environ.get("PATH", os.defpath)) is not None
 
 
 def split_findings(texts: list[str]) -> list[Finding]:
