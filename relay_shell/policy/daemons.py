@@ -1,7 +1,8 @@
 """Programs that hand work to a server already running outside the call: tmux and screen (their server runs the
 commands and keys it is sent, in a shell that is not the call's), and D-Bus clients (the service acts with its own
 rights). What they send is classified as shell text where it is a command; a D-Bus method call or property change
-is 2 (what it does cannot be classified, and the kernel confinement of readonly does not reach the service).
+is 2 (what it does cannot be classified, and the kernel confinement of readonly does not reach the service). Also
+`stty -F` of another terminal: the terminal belongs to whoever runs in it.
 """
 
 from __future__ import annotations
@@ -80,7 +81,34 @@ def _dbus(call: Call) -> Verdict:
     return READ
 
 
+_STTY_DEVICE = ("-F", "--file", "-f")  # GNU, and BSD's spelling
+_STTY_PRINTS = words("-a --all -g --save size speed")
+
+
+def _stty(call: Call) -> Verdict:
+    """stty prints or changes a terminal's settings. Another terminal (`-F DEV`) is outside the call — a session's,
+    another client's, an operator's login shell: its echo turned off or its line discipline changed under it
+    (attack 3, K1's addendum) is 2; the call's own terminal stays what an unknown program is (1)."""
+    device = call.value(*_STTY_DEVICE)
+    if device is None:
+        device = next((word.split("=", 1)[1] for word in call.words[1:] if word.startswith("--file=")), None)
+    settings = []
+    skip = False
+    for word in call.words[1:]:
+        if skip:
+            skip = False
+        elif word in _STTY_DEVICE:
+            skip = True
+        elif not word.startswith(("--file=", "-F/", "-f/")):
+            settings.append(word)
+    changes = bool(settings) and not all(word in _STTY_PRINTS for word in settings)
+    if device and device not in ("/dev/tty", "/dev/stdin", "-") and changes:
+        return verdict(2, f"stty changes the settings of another terminal ({device})")
+    return verdict(1, "stty prints or changes the call's own terminal settings")
+
+
 RULES: dict[str, Callable[[Call], Verdict]] = {
+    "stty": _stty,
     "tmux": _tmux,
     "screen": _screen,
     "busctl": _dbus,
