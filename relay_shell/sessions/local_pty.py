@@ -150,7 +150,7 @@ class LocalPty:
             group = os.tcgetpgrp(self.fd)
         except OSError:
             return False
-        return shell_reads_commands(group)
+        return shell_reads_commands(group, self.pid)
 
     def reader_waiting(self, whole: int = 0) -> bool:
         """True while a process of the foreground group is blocked reading the terminal (sessions/reader.py); with
@@ -159,7 +159,7 @@ class LocalPty:
             group = os.tcgetpgrp(self.fd)
         except OSError:
             return False
-        return reads_whole_line(group, whole, self.pid) if whole else reads_terminal(group)
+        return reads_whole_line(group, whole, self.pid) if whole else reads_terminal(group, self.pid)
 
     def keeps_lines(self, length: int) -> bool | None:
         """True while input of `length` bytes typed now is read whole by what reads it (reader.keeps_lines): no
@@ -177,7 +177,7 @@ class LocalPty:
             group = os.tcgetpgrp(self.fd)
         except OSError:
             return 0.0
-        return reader_wait(group)
+        return reader_wait(group, self.pid)
 
     def line_settings(self) -> list[object] | None:
         """The terminal's input settings as the line discipline and readline use them now (termios: iflag,

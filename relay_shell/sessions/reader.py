@@ -47,16 +47,17 @@ PASSWORD_PROGRAMS = frozenset({"sudo", "su", "passwd", "chsh", "chfn", "pkexec",
 LINE_PASSWORD_PROGRAMS = PASSWORD_PROGRAMS | {"ssh", "ssh-keygen", "ssh-add", "scp", "sftp"}
 
 
-def shell_reads_commands(process_group: int) -> bool:
-    """Whether a process of `process_group` is a shell reading its commands from the terminal."""
-    for pid in processes_where(2, process_group):
+def shell_reads_commands(process_group: int, leader: int | None = None) -> bool:
+    """Whether a process of `process_group` is a shell reading its commands from the terminal (found below the
+    terminal's `leader` when given: group_members)."""
+    for pid in group_members(process_group, leader):
         arguments = _arguments(pid)
         if _is_shell(pid, arguments) and reads_commands(arguments):
             return True
     return False
 
 
-def reads_terminal(process_group: int) -> bool:
+def reads_terminal(process_group: int, leader: int | None = None) -> bool:
     """Whether a process of `process_group` is blocked reading its terminal now: in read(2) or readv(2) on a
     descriptor that is its controlling terminal (or /dev/tty). A prompt on the screen with echo off is not
     enough (review A1): `stty -echo; printf 'Password: '; sleep 3` shows one while nothing reads, and the line
@@ -64,7 +65,7 @@ def reads_terminal(process_group: int) -> bool:
     set-user-ID program run by a server that is not root) counts as reading when it is one of the programs that
     ask for passwords (adr/0026)."""
     calls = _READ_CALLS.get(os.uname().machine, ())
-    for pid in processes_where(2, process_group):
+    for pid in group_members(process_group, leader):
         try:
             with open(f"/proc/{pid}/syscall") as syscall_file:
                 fields = syscall_file.read().split()
@@ -119,10 +120,10 @@ def keeps_lines(process_group: int, length: int, leader: int | None = None) -> b
     return True
 
 
-def reader_wait(process_group: int) -> float:
+def reader_wait(process_group: int, leader: int | None = None) -> float:
     """How long a program that is about to read the terminal is given to reach its read: longer for the shell
     itself in the foreground (on a loaded machine the moment between its prompt and its read is longer)."""
-    return SHELL_WAIT if shell_reads_commands(process_group) else KEEPS_WAIT
+    return SHELL_WAIT if shell_reads_commands(process_group, leader) else KEEPS_WAIT
 
 
 def group_members(process_group: int, leader: int | None) -> list[int]:

@@ -36,9 +36,9 @@ async def await_terminal_reader(registry: SessionRegistry, owner: str, session_i
         session = registry.get(owner, session_id)
     except ToolError:
         return
-    if session.state != "running":
+    if session.state != "running" or session.terminal.keeps_lines(1) is not None:
         return
-    deadline = time.monotonic() + session.terminal.reader_wait()
+    deadline = time.monotonic() + session.terminal.reader_wait()  # only when nothing reads yet: it looks further
     while session.terminal.keeps_lines(1) is None and time.monotonic() < deadline:
         await asyncio.sleep(0.002)
 
@@ -167,7 +167,10 @@ async def _check_before_typing(
 async def _kept_whole(session: Session, length: int) -> bool:
     """Whether what reads the terminal (or within its reader_wait comes to read it) takes `length` bytes whole;
     waited for without holding the event loop."""
-    deadline = time.monotonic() + session.terminal.reader_wait()
+    kept = session.terminal.keeps_lines(length)
+    if kept is not None:
+        return kept
+    deadline = time.monotonic() + session.terminal.reader_wait()  # only when nothing reads yet: it looks further
     while (kept := session.terminal.keeps_lines(length)) is None and time.monotonic() < deadline:
         await asyncio.sleep(0.002)
     return kept is True

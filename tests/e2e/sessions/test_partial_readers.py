@@ -52,7 +52,7 @@ async def test_a_line_a_one_byte_reader_takes_part_of_is_recorded_as_typed(tmp_p
         await asyncio.sleep(0.5)  # the prompt is printed before dd reads: let it reach its read
         typed = await call(client, "session_send", session_id=session_id, data=line, until=AT_PROMPT, timeout=10)
         assert not typed.is_error, text_of(typed)
-    assert made.exists()  # what ran is what the record must show
+    assert made.exists(), (text_of(shown), text_of(typed))  # what ran is what the record must show
     recorded = [
         record["args"].get("data")
         for record in read_records(audit_path)
