@@ -32,9 +32,6 @@ from relay_shell.sessions.registry import WaitResult
 from relay_shell.settings.model import Settings
 
 JOB_KEYS = {"ctrl-d": "close its stdin (end of input)", "ctrl-c": "SIGINT to its process group"}
-REST_LINE_MAX = 512  # characters of a line whose every rest is classified as the job's stdin
-REST_TOTAL_MAX = 4096  # characters of one send classified at every rest
-REST_PROBE = "rm -rf /relay-shell-probe\n"  # stdin the job's command would run as shell text: tier 3
 
 
 def is_job(session_id: str) -> bool:
@@ -348,35 +345,25 @@ def rest_findings(job_subject: Subject, text: str) -> list[tuple[str, int, str]]
     (a shell's rests as shell text; Python's as Python). A line too long to classify at every point is tier 2
     when the job's command runs its stdin as shell text."""
     from relay_shell.policy.classify import analyze  # the classifier, loaded on first use (policy/admission.py)
-    from relay_shell.policy.rests import runs_something
+    from relay_shell.policy.rests import PROBE, line_rests, runs_something
 
     def stdin_findings(stdin: str) -> list[Any]:
         # What the stdin adds: the command's own findings (admitted when the job started) are not the rest's.
         return [finding for finding in analyze(dataclasses.replace(job_subject, stdin=stdin)) if finding not in own]
 
     own = analyze(dataclasses.replace(job_subject, stdin=None))
-    found: list[tuple[str, int, str]] = []
-    seen: set[str] = set()
-    if len(text) > REST_TOTAL_MAX:
-        if any(finding.tier >= 2 for finding in stdin_findings(REST_PROBE)):
+    rests = line_rests(text)
+    if rests is None:
+        if any(finding.tier >= 2 for finding in stdin_findings(PROBE)):
             why = "input too long to classify at every point where a program of the job may stop reading it"
-            found.append((text[:200], 2, why))
-        return found
-    for line in text.split("\n"):
-        if len(line) > REST_LINE_MAX:
-            if any(finding.tier >= 2 for finding in stdin_findings(REST_PROBE)):
-                why = "a line too long to classify at every point where a program of the job may stop reading it"
-                found.append((line[:200], 2, why))
-            continue
-        for start in range(1, len(line)):
-            rest = line[start:].lstrip()
-            if not rest or rest in seen:
-                continue
-            seen.add(rest)
-            for finding in stdin_findings(rest + "\n"):
-                if finding.tier >= 2 and runs_something(finding.canonical or rest):
-                    why = f"if a program of the job reads {start} characters of the line, the next reader gets the rest"
-                    found.append((rest[:200], finding.tier, f"{why}: {finding.reason}"))
+            return [(text[:200], 2, why)]
+        return []
+    found: list[tuple[str, int, str]] = []
+    for start, rest in rests:
+        for finding in stdin_findings(rest + "\n"):
+            if finding.tier >= 2 and runs_something(finding.canonical or rest):
+                why = f"if a program of the job reads {start} characters of the line, the next reader gets the rest"
+                found.append((rest[:200], finding.tier, f"{why}: {finding.reason}"))
     return found
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from relay_shell.plan import Subject
 from relay_shell.policy.classify import shell_findings
-from relay_shell.policy.rests import runs_something
+from relay_shell.policy.rests import line_rests, runs_something
 from relay_shell.policy.shell_tokens import tokenize
 from relay_shell.sessions.escapes import commands_start_findings, escape_readings, line_findings
 from relay_shell.sessions.history import HISTORY, expansion_points, expansions
@@ -26,8 +26,6 @@ from relay_shell.sessions.typed import Finding, Typed, read_keystrokes
 
 HISTORY_KEPT = 256  # lines of a session's input kept to expand `!…` against
 OPEN_TOO_LONG = "continues input left open (an unclosed quote or string) for too long to follow: cannot classify"
-SPLIT_LINE_MAX = 512  # characters of a line whose every rest is classified; a longer one is tier 2 where it may split
-SPLIT_TOTAL_MAX = 4096  # characters of all readings of a send classified at every rest (each rest is one reading)
 SPLIT_TOO_LONG = (
     "a long line (or input) typed while a program that may read only a part of it reads the terminal: the rest "
     "would run in the shell, and input this long is not classified at every point it may be cut"
@@ -75,25 +73,16 @@ def typed_subject(
 
 def split_findings(texts: list[str]) -> list[Finding]:
     """What the shell would run from each rest of each line, where a rest does more than an unknown program: a
-    program that read the part before it stopped there."""
-    found: list[Finding] = []
-    rests: set[str] = set()
-    if sum(len(text) for text in texts) > SPLIT_TOTAL_MAX:
+    program that read the part before it stopped there (policy/rests.py)."""
+    rests = line_rests("\n".join(texts))
+    if rests is None:
         return [(texts[0][:200], 2, SPLIT_TOO_LONG)]
-    for text in texts:
-        for line in text.split("\n"):
-            if len(line) > SPLIT_LINE_MAX:
-                found.append((line[:200], 2, SPLIT_TOO_LONG))
-                continue
-            for start in range(1, len(line)):
-                rest = line[start:].lstrip()
-                if not rest or rest in rests:
-                    continue
-                rests.add(rest)
-                for finding in shell_findings(rest, 0, {}):
-                    if finding.tier >= 2 and runs_something(finding.canonical or rest):
-                        why = f"if the program reading the line stops after {start} characters, the shell runs the rest"
-                        found.append((rest[:200], finding.tier, f"{why}: {finding.reason}"))
+    found: list[Finding] = []
+    for start, rest in rests:
+        for finding in shell_findings(rest, 0, {}):
+            if finding.tier >= 2 and runs_something(finding.canonical or rest):
+                why = f"if the program reading the line stops after {start} characters, the shell runs the rest"
+                found.append((rest[:200], finding.tier, f"{why}: {finding.reason}"))
     return found
 
 
