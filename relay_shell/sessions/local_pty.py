@@ -74,6 +74,7 @@ class LocalPty:
         self.process = process
         self.pid = process.pid
         self.where = f"pid {self.pid}"
+        self.kernel_confined = bool(tree.confinement.record_fields())  # Unconfined has none
         self.fd = self.process.fd
         self.loop = asyncio.get_running_loop()
         self.on_output: OutputCallback = lambda data: None
