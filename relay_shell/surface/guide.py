@@ -103,7 +103,8 @@ reading it takes the whole line; otherwise nothing is typed (`PromptGone`).
 - A program that reads only part of a line (`head -c`, `dd bs=1`, `read -n1`, a pager's one-key commands) \
 leaves the rest to whatever reads next, usually the shell: that rest is classified as a command too. If the \
 program reading changes between the check and the typing, nothing is typed (`ReaderChanged`): look at the \
-session and send again.
+session and send again. What reads a remote terminal (`ssh_spawn`) cannot be seen, so every line typed there is \
+read this way: run one-shot commands with `ssh_exec`, which is classified as the whole command it is.
 - `session_recv(session_id, until=…, timeout=…)` waits for more output without typing (a log \
 line); without `until` it returns unread output at once. Every result has `cursor`; if a result is lost, \
 `session_recv(since=<old cursor>)` reads it again. `dropped` > 0 means output was overwritten before anyone \
