@@ -321,6 +321,10 @@ async def _wait(
 ) -> None:
     """Until the channel closes; TimeoutError at the deadline, or when `wake` is set (a job's command stopped).
     Reports progress every half second."""
+    if progress is None and wake is None:  # nothing to report on the way (a fan-out's host): one plain wait
+        async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
+            await asyncio.shield(session.done)  # a cancelled wait leaves the session's own future alone
+        return
     waited = [session.done] if wake is None else [session.done, wake]
     while True:
         remaining = deadline - time.monotonic()
