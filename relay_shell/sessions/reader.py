@@ -36,10 +36,12 @@ SHELLS = frozenset(
 )
 _TERMINAL_SCRIPTS = ("/dev/stdin", "/dev/tty", "/dev/fd/0", "/proc/self/fd/0", "/dev/pts/", "-")
 _OPTION_VALUES = frozenset({"-o", "+o", "-O", "+O", "--rcfile", "--init-file"})
-_READ_CALLS = {"x86_64": (0, 19), "aarch64": (63, 65)}  # read(2), readv(2)
-_READ = {"x86_64": 0, "aarch64": 63}  # read(2): its third argument is how many bytes it asks for
+_MACHINE = os.uname().machine
+READ_CALLS = {"x86_64": (0, 19), "aarch64": (63, 65)}.get(_MACHINE, ())  # read(2), readv(2)
+READ = {"x86_64": 0, "aarch64": 63}.get(_MACHINE, -1)  # read(2): its third argument is how many bytes it asks for
 # Waiting for input without reading yet: poll, select, pselect6, ppoll, epoll_wait, epoll_pwait, epoll_pwait2.
-_WAIT_CALLS = {"x86_64": (7, 23, 270, 271, 232, 281, 441), "aarch64": (73, 72, 22, 441)}
+WAIT_CALLS = {"x86_64": (7, 23, 270, 271, 232, 281, 441), "aarch64": (73, 72, 22, 441)}.get(_MACHINE, ())
+_WATCHED_CALLS = frozenset((*READ_CALLS, *WAIT_CALLS))
 _PYTHON = re.compile(r"python[0-9.]*")
 KEEPS_WAIT = 0.05  # seconds a program that is about to read the terminal is given to reach its read
 SHELL_WAIT = 0.5  # the same for the shell itself in the foreground (after its prompt, before its read)
@@ -64,7 +66,6 @@ def reads_terminal(reading: Reading) -> bool:
     typed meanwhile is read by the shell afterwards. A process the server may not look at (another user's: a
     set-user-ID program run by a server that is not root) counts as reading when it is one of the programs that
     ask for passwords (adr/0026)."""
-    calls = _READ_CALLS.get(os.uname().machine, ())
     for member in reading.members:
         main = [fields for task, fields in member.threads if task == member.pid]
         if not main:
@@ -74,7 +75,7 @@ def reads_terminal(reading: Reading) -> bool:
             if member.name in PASSWORD_PROGRAMS:
                 return True
             continue
-        if len(fields) < 2 or not fields[0].isdigit() or int(fields[0]) not in calls:
+        if len(fields) < 2 or not fields[0].isdigit() or int(fields[0]) not in READ_CALLS:
             continue
         try:
             device = _device(member.pid, int(fields[1], 16))
@@ -92,7 +93,7 @@ def reads_whole_line(reading: Reading, length: int) -> bool:
     of fewer bytes that stops (dd bs=1 count=1) would leave the rest to the shell."""
     readers = terminal_waiters(reading)
     return bool(readers) and all(
-        (call == _READ.get(os.uname().machine) and count >= length) or _password_program(reading, pid)
+        (call == READ and count >= length) or _password_program(reading, pid)
         for pid, call, count in readers
     )
 
@@ -106,11 +107,10 @@ def keeps_lines(reading: Reading, length: int) -> bool | None:
     readers = terminal_waiters(reading)
     if not readers:
         return None
-    machine = os.uname().machine
     for pid, call, count in readers:
-        if call == _READ.get(machine) and count >= length:
+        if call == READ and count >= length:
             continue
-        if call in _WAIT_CALLS.get(machine, ()) and _reads_own_commands(reading, pid):
+        if call in WAIT_CALLS and _reads_own_commands(reading, pid):
             continue
         if _password_program(reading, pid):
             continue
@@ -135,7 +135,7 @@ def terminal_waiters(reading: Reading) -> list[tuple[int, int, int]]:
     for member in reading.members:
         for _task, fields in member.threads:
             if fields is None:
-                found.append((member.pid, _READ.get(os.uname().machine, -1), 1))
+                found.append((member.pid, READ, 1))
                 break
             waiting = _waiting_on_terminal(member, fields)
             if waiting is not None:
@@ -146,16 +146,14 @@ def terminal_waiters(reading: Reading) -> list[tuple[int, int, int]]:
 
 def _waiting_on_terminal(member: Member, fields: list[str]) -> tuple[int, int, int] | None:
     """(pid, call, count) when a thread's /proc syscall line is a read or wait on the process's terminal."""
-    machine = os.uname().machine
-    calls = (*_READ_CALLS.get(machine, ()), *_WAIT_CALLS.get(machine, ()))
-    if len(fields) < 4 or not fields[0].isdigit() or int(fields[0]) not in calls:
+    if len(fields) < 4 or not fields[0].isdigit() or int(fields[0]) not in _WATCHED_CALLS:
         return None
     call = int(fields[0])
     try:
         count = int(fields[3], 16)
         # Which descriptors a poll or select watches is in the process's memory: any of its standard
         # descriptors being the terminal is taken as waiting on it.
-        watched = (0, 1, 2) if call in _WAIT_CALLS.get(machine, ()) else (int(fields[1], 16),)
+        watched = (0, 1, 2) if call in WAIT_CALLS else (int(fields[1], 16),)
     except ValueError:
         return None
     for descriptor in watched:
