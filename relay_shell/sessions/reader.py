@@ -93,8 +93,7 @@ def reads_whole_line(reading: Reading, length: int) -> bool:
     of fewer bytes that stops (dd bs=1 count=1) would leave the rest to the shell."""
     readers = terminal_waiters(reading)
     return bool(readers) and all(
-        (call == READ and count >= length) or _password_program(reading, pid)
-        for pid, call, count in readers
+        (call == READ and count >= length) or _password_program(reading, pid) for pid, call, count in readers
     )
 
 
