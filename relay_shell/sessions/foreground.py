@@ -23,7 +23,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-KEPT_FILES = 64  # /proc files a terminal keeps open; beyond this (a large tree), each is opened for each read
+# /proc files a terminal keeps open (5 for a process of one thread: the REPL; 10 for a shell and its job): beyond
+# this (a large tree), each further file is opened for each read. Sessions may be up to 1,024, each with its own.
+KEPT_FILES = 16
 MAX_WALKED = 4096  # processes followed below the terminal's leader
 _READ_SIZE = 65536
 
