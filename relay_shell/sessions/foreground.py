@@ -3,16 +3,17 @@ not changed (adr/0026 Round 6, adr/0030 Round 7). Who waits on the terminal, in 
 decides whether a typed line is kept whole (sessions/reader.py); a send asks before it is prepared, while it is
 prepared and under the input lock just before the write, and each reading of the group took ~70 µs.
 
-A reading holds every process below the terminal's leader (members of the group or not: a fork, an exec or a
-setpgid by any of them changes the group) with each thread's system call (/proc/PID/task/TID/syscall) and, read
-before it, the thread's schedstat: the CPU time it has run, its time waiting to run and how many times it was
-switched in. It is reused while the terminal's foreground group is the same and every thread's schedstat is
-unchanged. A thread that has not been switched in since (the count) and was not on a CPU when it was read (its
-syscall line shows a blocked call, read after the schedstat; a thread switched out in between shows more CPU time)
-has not run since: it has not left its system call, read, forked, exec'd, made a thread, changed a descriptor or
-set a process group, so nothing the reading holds or leads to has changed. Not reused: a reading with a thread
-that was running, a process closed to the server, a group found by scanning every process (its leader was
-re-parented), or a kernel without scheduler statistics (a count of 0).
+A reading holds every process below the terminal's leader (members of the group or not: a fork, an exec or a setpgid
+by any of them changes the group) and every other thread of the session's containment unit (a process that left the
+session with setsid, re-parented, may still read the terminal: attack 4, P1), with each thread's system call
+(/proc/PID/task/TID/syscall) and, read before it, the thread's schedstat: the CPU time it has run, its time waiting
+to run and how many times it was switched in. It is reused while the terminal's foreground group is the same and
+every thread's schedstat is unchanged. A thread that has not been switched in since (the count) and was not on a CPU
+when it was read (its syscall line shows a blocked call, read after the schedstat; a thread switched out in between
+shows more CPU time) has not run since: it has not left its system call, read, forked, exec'd, made a thread,
+changed a descriptor or set a process group, so nothing the reading holds or leads to has changed. Not reused: a
+reading with a thread that was running, a process closed to the server, a group found by scanning every process (its
+leader was re-parented), or a kernel without scheduler statistics (a count of 0).
 
 The files are kept open and read with pread: a few µs less each than opening them again, and an open /proc file of
 a process that ended fails rather than read a new process given the same pid (the file is then opened again).
@@ -110,6 +111,12 @@ class Reading:
     files: ProcFiles
     runs: dict[str, bytes] = field(default_factory=dict)  # each walked thread's schedstat, as read
     reusable: bool = False
+    # Threads of the session's containment unit outside the group and not stopped (attack 4, P1: `setsid head -c1
+    # &` re-parented to init still holds the terminal and reads it, while the shell waits for its line).
+    outsiders: list[Member] = field(default_factory=list)
+    leader: int | None = None
+    terminal: int = 0  # the session's terminal (the leader's tty_nr)
+    tasks: set[int] = field(default_factory=set)  # every thread read
     facts: dict[tuple[str, int], object] = field(default_factory=dict)
 
     def unchanged(self) -> bool:
@@ -128,9 +135,10 @@ class Reading:
 class ForegroundWatch:
     """The reading of one local terminal's foreground group, reused while unchanged (see the module's note)."""
 
-    def __init__(self, terminal_fd: int, leader: int) -> None:
+    def __init__(self, terminal_fd: int, leader: int, unit_threads: str | None = None) -> None:
         self.terminal_fd = terminal_fd
         self.leader = leader
+        self.unit_threads = unit_threads  # the session unit's cgroup.threads (containment on), read at each reading
         self.files = ProcFiles(keep=True)
         self.reading: Reading | None = None
 
@@ -144,7 +152,7 @@ class ForegroundWatch:
         if reading is not None and reading.group == group and reading.unchanged():
             return reading
         self.files.prune()  # what the last reading's period did not read (processes that left the tree)
-        self.reading = reading = read_group(group, self.leader, self.files)
+        self.reading = reading = read_group(group, self.leader, self.files, self.unit_threads)
         return reading
 
     def close(self) -> None:
@@ -154,13 +162,15 @@ class ForegroundWatch:
         self.files = ProcFiles(keep=False)
 
 
-def read_group(group: int, leader: int | None, files: ProcFiles) -> Reading:
+def read_group(group: int, leader: int | None, files: ProcFiles, unit_threads: str | None = None) -> Reading:
     """Process group `group` found below the terminal's `leader` (following /proc/PID/task/TID/children), or,
     when the group's own leader is not among them (it left the tree: re-parented) or no leader is known, by
-    scanning every process (that reading is not reused)."""
+    scanning every process (that reading is not reused). With `unit_threads` (the session's cgroup.threads), every
+    thread of the unit not found below the leader is read too: one of the group's joins its members, any other
+    that is not stopped its outsiders."""
     if leader is None:
         return _scanned(group, files)
-    reading = Reading(group, [], files, reusable=True)
+    reading = Reading(group, [], files, reusable=True, leader=leader)
     pending = [leader]
     seen: set[int] = set()
     while pending and len(seen) < MAX_WALKED:
@@ -171,7 +181,42 @@ def read_group(group: int, leader: int | None, files: ProcFiles) -> Reading:
         pending.extend(_walk_process(reading, pid))
     if not any(member.pid == group for member in reading.members):
         return _scanned(group, files)
+    if unit_threads is not None:
+        _read_unit(reading, unit_threads)
     return reading
+
+
+def _read_unit(reading: Reading, unit_threads: str) -> None:
+    """The unit's threads that the walk below the leader did not find (it lists them all: nothing leaves it)."""
+    try:
+        listed = reading.files.read(unit_threads)
+    except OSError:
+        reading.reusable = False
+        return
+    reading.runs[unit_threads] = listed  # a thread that enters the unit later changes the reading
+    for task in {int(tid) for tid in listed.split()} - reading.tasks:
+        path = f"/proc/{task}/schedstat"
+        try:
+            run = reading.files.read(path)
+            named = _stat(reading.files, task)
+            fields = reading.files.read(f"/proc/{task}/syscall").decode().split()
+        except PermissionError:
+            reading.reusable = False
+            reading.outsiders.append(Member(task, reading.terminal, "", [(task, None)]))
+            continue
+        except OSError:
+            reading.reusable = False
+            continue
+        reading.runs[path] = run
+        if fields[:1] == ["running"] or named is None:
+            reading.reusable = False
+            continue
+        name, stat = named
+        thread = Member(task, reading.terminal, name, [(task, fields)])
+        if int(stat[2]) == reading.group:
+            reading.members.append(Member(task, int(stat[4]), name, [(task, fields)]))
+        elif stat[0] not in (b"T", b"t", b"Z"):  # a background job that reads is stopped (SIGTTIN)
+            reading.outsiders.append(thread)
 
 
 def _walk_process(reading: Reading, pid: int) -> list[int]:
@@ -216,6 +261,9 @@ def _walk_process(reading: Reading, pid: int) -> list[int]:
         if fields is not None and fields[:1] == ["running"]:
             reading.reusable = False
         threads.append((int(task), fields))
+        reading.tasks.add(int(task))
+    if pid == reading.leader:
+        reading.terminal = int(stat[4])
     if member:
         reading.members.append(Member(pid, int(stat[4]), name, threads))
     return children

@@ -82,7 +82,8 @@ class LocalPty:
         os.set_blocking(self.fd, False)
         self.pidfd = os.pidfd_open(self.pid)
         # Who reads the terminal, read from /proc and reused while nothing in the terminal's tree has run.
-        self.foreground = ForegroundWatch(self.fd, self.pid)
+        cgroup = getattr(tree.unit, "cgroup", None)  # containment's unit: every process the session started
+        self.foreground = ForegroundWatch(self.fd, self.pid, None if cgroup is None else f"{cgroup}/cgroup.threads")
 
     def start(self, on_output: OutputCallback, on_exit: ExitCallback) -> None:
         self.on_output = on_output

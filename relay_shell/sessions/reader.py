@@ -131,7 +131,7 @@ def terminal_waiters(reading: Reading) -> list[tuple[int, int, int]]:
     if known is not None:
         return known  # type: ignore[return-value]
     found = []
-    for member in reading.members:
+    for member in [*reading.members, *reading.outsiders]:
         for _task, fields in member.threads:
             if fields is None:
                 found.append((member.pid, READ, 1))
@@ -283,7 +283,7 @@ def _executable(reading: Reading, pid: int) -> tuple[str, tuple[int, int]] | OSE
 
 
 def _name(reading: Reading, pid: int) -> str:
-    return next((member.name for member in reading.members if member.pid == pid), "")
+    return next((member.name for member in [*reading.members, *reading.outsiders] if member.pid == pid), "")
 
 
 def _arguments(reading: Reading, pid: int) -> list[str]:
