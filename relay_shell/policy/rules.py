@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 from functools import cache
+from itertools import pairwise
 
 from relay_shell.policy import (
     builtins,
@@ -44,6 +45,7 @@ from relay_shell.policy.vocabulary import (
     WRAPPERS,
 )
 from relay_shell.policy.windows import is_windows_style, windows_verdict
+from relay_shell.policy.writes import opens_terminal
 
 RULES: dict[str, Callable[[Call], Verdict]] = {
     **packages.RULES,
@@ -74,6 +76,23 @@ _OWN_FILES_READERS = frozenset({"relay-shell"})
 # Copying programs write only their destination (the last operand; cp's -t is read by its own rule): a copy of the
 # log elsewhere is a read of it.
 _COPIERS = frozenset({"cp", "rsync", "scp", "install"})
+# Programs that put a file under its source's name into a target directory (`mv forged/audit.jsonl LOGDIR/`).
+_MOVERS = frozenset({"mv", "cp", "ln", "install", "rsync", "scp"})
+# Programs that move, delete or change a directory: one above an own file frees or closes the file's path.
+_DIRECTORY_CHANGERS = frozenset(
+    {"mv", "rm", "rmdir", "unlink", "chmod", "chown", "chgrp", "chattr", "setfacl", "mount", "umount", "shred"}
+)
+
+
+def _moved_into(words: list[str]) -> str | None:
+    """The own file a move, copy or link into a directory would replace: `-t DIR` / `--target-directory=DIR`, or
+    the last operand, joined with each source's name."""
+    operands = [word for word in words[1:] if not word.startswith("-")]
+    target = next((value for flag, value in pairwise(words) if flag in ("-t", "--target-directory")), None)
+    target = target or next((word.split("=", 1)[1] for word in words if word.startswith("--target-directory=")), None)
+    if target is None:
+        target, operands = (operands[-1], operands[:-1]) if len(operands) > 1 else ("", [])
+    return own_files.into_directory(target, [word for word in operands if word != target])
 
 
 def program_verdict(program: str, words: list[str], context: Context) -> Verdict:
@@ -81,9 +100,19 @@ def program_verdict(program: str, words: list[str], context: Context) -> Verdict
     if found.tier >= 1 and program not in _OWN_FILES_READERS:
         # Whatever else it does, a command that may write naming the server's own file (policy/own_files.py).
         named = own_files.named_in(words[-1:] if program in _COPIERS else words[1:])
+        if named is None and program in _MOVERS:
+            named = _moved_into(words)
         if named is not None:
             why = f"{program} names the server's own file {named} (audit log, signing key, token or OAuth state)"
             return replace(found, tier=3, reason=why)
+        changed = words[1:-1] if program == "mv" else words[1:]
+        if program in _DIRECTORY_CHANGERS and any(map(own_files.holds_own_file, changed)):
+            why = f"{program} moves, deletes or changes a directory holding the server's own files"
+            return replace(found, tier=3, reason=why)
+    if found.tier == 1 and program != "stty" and any(map(opens_terminal, words[1:])):
+        # another terminal named to a program that may change it (`python3 -c 'termios.tcsetattr…' /dev/pts/N`);
+        # stty's own rule reads its -F
+        return replace(found, tier=2, reason=f"{program} is given another terminal (a session's, a user's)")
     if found.tier == 0 and ("/" in words[0] or program.endswith(_SCRIPT_EXTENSIONS)) and not known_program(program):
         return verdict(1, f"{program}: a program given by its path, whose effect cannot be known")
     if found.tier == 1 and (program in LIBRARY_PROGRAMS or "/" in "".join(words[1:])):

@@ -14,6 +14,16 @@ from relay_shell.policy.simple_commands import Command
 from relay_shell.policy.vocabulary import CRITICAL_FILES, REDIRECT_WRITE, USER_CONFIG
 
 _POSITIONAL = re.compile(r"\$(?:[1-9]|\{[1-9]\})")
+# Terminal devices other than the call's own: pseudo-terminals, virtual consoles, serial lines, the console, and
+# another process's descriptors (`/proc/PID/fd/0` of a session's shell is its terminal).
+_TERMINAL = re.compile(
+    r"/dev/(?:pts/|tty[0-9S]|ttyUSB|ttyACM|console$|vcsa?[0-9]*$)|/proc/(?!self/|thread-self/)[^/]*/(?:task/[^/]*/)?fd/"
+)
+
+
+def opens_terminal(word: str) -> bool:
+    """Whether a word names a terminal other than the call's own."""
+    return ("/dev/" in word or "/proc/" in word) and _TERMINAL.search(word) is not None
 
 
 def redirect_findings(
@@ -24,6 +34,12 @@ def redirect_findings(
     /etc/passwd. What is shown is the target as written (an overlay value may be a secret)."""
     findings = []
     for operator, written in redirects:
+        if opens_terminal(written) and (operator not in REDIRECT_WRITE or own_files.own_file(written) is None):
+            # Another terminal opened, to read or to write (`stty -echo < /dev/pts/N`, `exec 0</dev/pts/N`, `exec
+            # 3<>/dev/pts/N; stty <&3`): its settings changed or its typed keys read, under a session, another
+            # client's or an operator's shell (attack 4, K2; adr/0025 Round 8). The call's own is /dev/tty.
+            findings.append(Finding(f"{operator} {written}", 2, f"opens another terminal {written}"))
+            continue
         if operator not in REDIRECT_WRITE:
             continue
         target = written

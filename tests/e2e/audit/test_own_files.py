@@ -29,3 +29,26 @@ async def test_the_audit_log_cannot_be_replaced_or_forged_in_guarded_mode(tmp_pa
     sequence = [record["seq"] for record in records]
     assert sequence == list(range(sequence[0], sequence[0] + len(sequence)))  # the server's own, unbroken
     assert len(records) == 6  # the server start, three refusals, the copy's start and end
+
+
+async def test_other_spellings_of_the_log_are_refused_in_guarded_mode(tmp_path: Path) -> None:
+    """Attack 4, O1–O5: each spelling moved the log aside or forged a line on main (a real guarded server)."""
+    log = tmp_path / "audit.jsonl"
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "audit.jsonl").write_text('{"seq": 0}\n')
+    async with connect(log, policy_mode="guarded") as client:
+        for arguments in (
+            {"command": f"mv /proc/self/root{log} {tmp_path}/p1.old"},
+            {"command": f"cd {tmp_path} && mv audit.jsonl p2.old"},
+            {"command": "mv audit.jsonl p3.old", "cwd": str(tmp_path)},
+            {"command": f"mv {source}/audit.jsonl {tmp_path}/"},
+            {"command": f"mv {tmp_path}/audit.js?n* {tmp_path}/p4.old"},
+            {"command": "echo '{\"seq\": 99}' >> /proc/$PPID/fd/3"},
+        ):
+            result = await client.call_tool("shell_exec", arguments)
+            assert "DENIED tier 3" in text_of(result) and "own file" in text_of(result), (arguments, text_of(result))
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["audit.jsonl", "src"]
+    records = read_records(log)
+    assert [record["seq"] for record in records] == list(range(len(records)))
+    assert len(records) == 7  # the server start and six refusals
