@@ -9,8 +9,8 @@ Set once at startup from the settings (server.py); empty (nothing protected) unt
 tests and benchmarks see the tables alone. A word names an own file (attack 4, O1–O5; adr/0025 Round 8):
 - as an absolute path, normalised (`//`, `/./`, `..`), or as the files' real paths;
 - through a process's root or working directory (`/proc/self/root/…`, `/proc/PID/cwd/…`);
-- through another process's descriptors (`/proc/PID/fd/N`, `/proc/$PPID/fd/*`: the server holds the log open, so
-  any such path may be it);
+- through another process's descriptors or memory (`/proc/PID/fd/N`, `/proc/$PPID/fd/*`, `/proc/$PPID/mem`: the
+  server holds the log open, and its memory holds the policy, so any such path may be it);
 - relative to a working directory the classifier does not know (`cd DIR; mv audit.jsonl x`, the call's `cwd`): a
   relative path is the own file when it is a tail of its path (`audit.jsonl`, `relay/audit.jsonl`, `../audit.jsonl`);
 - through a symbolic link to its directory made before (its real path, read when the last name is an own file's);
@@ -35,7 +35,7 @@ _GLOB = frozenset("*?[")
 # What a rotation's glob may match beside the log's own name.
 _ROTATIONS = ("", ".1", ".1.gz", ".0", "-20000101", "-20000101.gz")
 _PROC_BASE = re.compile(r"/proc/(?:self|thread-self|[0-9]+)(?:/task/[0-9]+)?/(root|cwd)(?=/|$)")
-_PROC_OTHER = re.compile(r"/proc/(?!self/|thread-self/)[^/]*/(?:task/[^/]*/)?(?:fd|map_files)(?:/|$)")
+_PROC_OTHER = re.compile(r"/proc/(?!self/|thread-self/)[^/]*/(?:task/[^/]*/)?(?:fd/|map_files/|mem$)")
 
 
 def protect(files: Iterable[str], rotated: Iterable[str] = (), directories: Iterable[str] = ()) -> None:
@@ -61,10 +61,19 @@ def _parents(path: str) -> Iterable[str]:
         path = parent
 
 
-def own_file(word: str) -> str | None:
+def secret_file(word: str) -> str | None:
+    """An own file whose content is a secret, named by a word: the signing key, the token file, the OAuth state,
+    another process's memory (the server's holds the key). Reading one is tier 3 as writing is: with the key an
+    agent signs checkpoints for a log it rewrote (attack 4, O6); the log itself is for reading."""
+    if word.startswith("/proc/") and _PROC_OTHER.match(word):
+        return word if word.endswith("/mem") and (_files or _directories) else None
+    return own_file(word, log=False)
+
+
+def own_file(word: str, log: bool = True) -> str | None:
     """The server's own file a word names (the word itself, or the value after its last `=`: `of=PATH`,
-    `--file=PATH`), normalised; None when it names none."""
-    if not _files and not _prefixes and not _directories:
+    `--file=PATH`), normalised; None when it names none. `log=False`: not the log and its rotations."""
+    if not _files and not (log and _prefixes) and not _directories:
         return None
     path = word.rsplit("=", 1)[-1]
     if not path:
@@ -75,50 +84,51 @@ def own_file(word: str) -> str | None:
             rest = path[base.end() :]
             path = ("/" + rest.lstrip("/")) if base.group(1) == "root" else (rest.lstrip("/") or ".")
         elif _PROC_OTHER.match(path):
-            return path  # another process's open file: the server's log is one of its descriptors
+            return path  # another process's open file or memory: the server's log is one of its descriptors
     if path.startswith("/"):
-        return _absolute(os.path.normpath("/" + path.lstrip("/")))  # normpath keeps a leading `//`; the kernel not
-    return _relative(path)
+        return _absolute(os.path.normpath("/" + path.lstrip("/")), log)  # normpath keeps a leading `//`
+    return _relative(path, log)
 
 
-def _absolute(path: str) -> str | None:
-    if _owned(path):
+def _absolute(path: str, log: bool) -> str | None:
+    if _owned(path, log):
         return path
     if not _GLOB.isdisjoint(path):
-        return path if any(map(lambda own: fnmatchcase(own, path), _candidates())) else None
-    if os.path.basename(path) in _names and _owned(os.path.realpath(path)):
+        return path if any(fnmatchcase(own, path) for own in _candidates(log)) else None
+    if os.path.basename(path) in _names and _owned(os.path.realpath(path), log):
         return path  # through a link to the file or its directory
     return None
 
 
-def _owned(path: str) -> bool:
-    if path in _files or any(path.startswith(prefix) for prefix in _prefixes):
+def _owned(path: str, log: bool) -> bool:
+    if path in _files or (log and any(path.startswith(prefix) for prefix in _prefixes)):
         return True
     return any(path == directory or path.startswith(directory + "/") for directory in _directories)
 
 
-def _candidates() -> Iterable[str]:
+def _candidates(log: bool) -> Iterable[str]:
     """Own paths a glob is tried against: the files, the log's rotation names, a file in each own directory."""
     yield from _files
-    yield from (prefix + suffix for prefix in _prefixes for suffix in _ROTATIONS)
+    yield from (prefix + suffix for prefix in (_prefixes if log else ()) for suffix in _ROTATIONS)
     yield from _directories
     yield from (directory + "/x" for directory in _directories)
 
 
-def _relative(word: str) -> str | None:
+def _relative(word: str, log: bool) -> str | None:
     """A relative path is an own file when it is a tail of one (the working directory being the rest of it), or
     when it goes into an own directory through a tail of that directory's path."""
     parts = [part for part in os.path.normpath(word).split("/") if part not in ("", ".", "..")]
     if not parts:
         return None
     globbed = not _GLOB.isdisjoint(word)
-    rotation = any(parts[-1].startswith(os.path.basename(prefix)) for prefix in _prefixes)
+    prefixes = _prefixes if log else ()
+    rotation = any(parts[-1].startswith(os.path.basename(prefix)) for prefix in prefixes)
     if not globbed and not rotation and _names.isdisjoint(parts):
         return None
-    for own in _candidates():
+    for own in _candidates(log):
         if _is_tail(own, parts, globbed):
             return word
-    for prefix in _prefixes:
+    for prefix in prefixes:
         prefix_parts = prefix.split("/")
         beside = len(parts) < len(prefix_parts) and prefix_parts[len(prefix_parts) - len(parts) : -1] == parts[:-1]
         if beside and parts[-1].startswith(prefix_parts[-1]):
@@ -170,6 +180,17 @@ def named_in(words: Iterable[str]) -> str | None:
     """The first of the server's own files the words name."""
     for word in words:
         found = own_file(word)
+        if found is not None:
+            return found
+    return None
+
+
+def named_secret(words: Iterable[str]) -> str | None:
+    """The first of the server's secrets the words name."""
+    if not _files and not _directories:
+        return None
+    for word in words:
+        found = secret_file(word)
         if found is not None:
             return found
     return None

@@ -97,6 +97,11 @@ def _moved_into(words: list[str]) -> str | None:
 
 def program_verdict(program: str, words: list[str], context: Context) -> Verdict:
     found = _program_verdict(program, words, context)
+    if program not in _OWN_FILES_READERS:
+        secret = own_files.named_secret(words[1:])
+        if secret is not None:
+            why = f"{program} names the server's secret {secret} (signing key, token file, OAuth state, its memory)"
+            return replace(found, tier=3, reason=why)
     if found.tier >= 1 and program not in _OWN_FILES_READERS:
         # Whatever else it does, a command that may write naming the server's own file (policy/own_files.py).
         named = own_files.named_in(words[-1:] if program in _COPIERS else words[1:])

@@ -41,6 +41,8 @@ def redirect_findings(
             findings.append(Finding(f"{operator} {written}", 2, f"opens another terminal {written}"))
             continue
         if operator not in REDIRECT_WRITE:
+            if operator in ("<", "<>") and own_files.secret_file(written) is not None:
+                findings.append(Finding(f"{operator} {written}", 3, f"reads the server's secret {written}"))
             continue
         target = written
         if "$" in written and (env or positional):

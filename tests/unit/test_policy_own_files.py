@@ -109,6 +109,8 @@ def test_nothing_is_protected_until_the_server_says_what() -> None:
         "echo forged >> /proc/$PPID/fd/3",
         "echo x > /proc/1234/fd/3",
         "cat x | tee -a /proc/1234/fd/3",
+        "printf x | dd of=/proc/$PPID/mem bs=1 seek=4194304 conv=notrunc",
+        "echo x > /proc/$PPID/task/1/mem",
     ],
 )
 def test_other_spellings_of_the_servers_own_files_are_tier_3(command: str) -> None:
@@ -138,3 +140,37 @@ def test_a_link_to_the_logs_directory_is_followed(tmp_path: Path) -> None:
     (tmp_path / "link").symlink_to(log.parent)
     own_files.protect([], [str(log)], [])
     assert tier(f"mv {tmp_path}/link/audit.jsonl /tmp/x") == (3, True)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        # attack 4, O6: the server's secrets read (readonly admitted `cat KEY`: the key signs checkpoints)
+        "cat /etc/relay-test/signing.key",
+        "base64 /etc/relay-test/signing.key",
+        "cd /etc/relay-test; cat signing.key",
+        "cat < /etc/relay-test/signing.key",
+        "cp /etc/relay-test/signing.key /tmp/k",
+        "sed -n p /etc/relay-test/sign*",
+        "k=/etc/relay-test/signing.key; cat $k",
+        "cat /var/lib/relay-test/oauth/oauth.json",
+        "dd if=/proc/$PPID/mem bs=1 skip=4096 count=64",
+    ],
+)
+def test_reading_the_servers_secrets_is_tier_3(command: str) -> None:
+    assert tier(command, "readonly") == (3, True), command
+    assert tier(command, "open")[0] == 3
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        f"cat {LOG}",
+        f"tail -f {LOG}",
+        "cat /etc/relay-test/signing.key.pub",
+        "ls -l /etc/relay-test",
+        f"relay-shell audit verify {LOG} --public-key /etc/relay-test/signing.key.pub",
+    ],
+)
+def test_the_log_and_the_public_key_stay_readable(command: str) -> None:
+    assert tier(command, "readonly") == (0, False), command

@@ -6,6 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
 
 from tests.conftest import connect, fields, read_records, text_of
 
@@ -52,3 +54,25 @@ async def test_other_spellings_of_the_log_are_refused_in_guarded_mode(tmp_path: 
     records = read_records(log)
     assert [record["seq"] for record in records] == list(range(len(records)))
     assert len(records) == 7  # the server start and six refusals
+
+
+async def test_the_signing_key_cannot_be_read_in_readonly_mode(tmp_path: Path) -> None:
+    """Attack 4, O6: readonly admitted `cat KEY` and the model got the Ed25519 key that signs the log's checkpoints."""
+    log = tmp_path / "audit.jsonl"
+    keys = tmp_path / "keys"
+    keys.mkdir(mode=0o700)
+    key = keys / "signing.key"
+    private = Ed25519PrivateKey.generate().private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption())
+    key.write_bytes(private)
+    key.chmod(0o600)
+    async with connect(log, policy_mode="readonly", audit_signing_key=str(key)) as client:
+        for arguments in (
+            {"command": f"cat {key}"},
+            {"command": "cat signing.key", "cwd": str(keys)},
+            {"command": f"base64 < {key}"},
+        ):
+            result = await client.call_tool("shell_exec", arguments)
+            assert "DENIED tier 3" in text_of(result) and "secret" in text_of(result), (arguments, text_of(result))
+            assert "PRIVATE KEY" not in text_of(result)
+        read = await client.call_tool("shell_exec", {"command": f"cat {log}"})
+        assert fields(read)["status"] == "ok", text_of(read)
