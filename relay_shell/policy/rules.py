@@ -45,7 +45,6 @@ from relay_shell.policy.vocabulary import (
     WRAPPERS,
 )
 from relay_shell.policy.windows import is_windows_style, windows_verdict
-from relay_shell.policy.writes import opens_terminal
 
 RULES: dict[str, Callable[[Call], Verdict]] = {
     **packages.RULES,
@@ -114,10 +113,6 @@ def program_verdict(program: str, words: list[str], context: Context) -> Verdict
         if program in _DIRECTORY_CHANGERS and any(map(own_files.holds_own_file, changed)):
             why = f"{program} moves, deletes or changes a directory holding the server's own files"
             return replace(found, tier=3, reason=why)
-    if found.tier == 1 and program != "stty" and any(map(opens_terminal, words[1:])):
-        # another terminal named to a program that may change it (`python3 -c 'termios.tcsetattr…' /dev/pts/N`);
-        # stty's own rule reads its -F
-        return replace(found, tier=2, reason=f"{program} is given another terminal (a session's, a user's)")
     if found.tier == 0 and ("/" in words[0] or program.endswith(_SCRIPT_EXTENSIONS)) and not known_program(program):
         return verdict(1, f"{program}: a program given by its path, whose effect cannot be known")
     if found.tier == 1 and (program in LIBRARY_PROGRAMS or "/" in "".join(words[1:])):
