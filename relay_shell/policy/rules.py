@@ -5,6 +5,7 @@ evidence in a sub-command CLI's verb. A program nothing knows is tier 1.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import replace
 from functools import cache
@@ -83,6 +84,27 @@ _DIRECTORY_CHANGERS = frozenset(
 )
 
 
+# Programs that write a tree of files into a directory (`rsync -a src/ LOGDIR/`, `tar -xf f.tar -C LOGDIR`): a
+# file of the tree named like an own file replaces it (attack 4, O7).
+_TREE_WRITERS = frozenset({"cp", "rsync", "scp", "mv", "tar", "bsdtar", "unzip", "cpio", "7z", "git", "rclone"})
+_RECURSIVE = re.compile(r"-[A-Za-z]*[rRaT][A-Za-z]*|--(?:recursive|archive|no-target-directory)")
+
+
+def _tree_targets(program: str, words: list[str]) -> list[str]:
+    """The directories a tree may be written into: a recursive copy's or a `mv -T`'s destination, an extraction's
+    -C/--directory, any operand of an unpacker (`unzip -d DIR`, `cpio -D DIR`, `git clone URL DIR`)."""
+    if program in ("cp", "rsync", "scp", "mv"):
+        return words[-1:] if any(map(_RECURSIVE.fullmatch, words[1:-1])) else []
+    if program in ("tar", "bsdtar"):
+        first = words[1] if len(words) > 1 else ""
+        extracts = "--extract" in words or "--get" in words or ("x" in first and not first.startswith("--"))
+        if not extracts:
+            return []
+        found = [value for flag, value in pairwise(words) if flag in ("-C", "--directory")]
+        return found + [word.split("=", 1)[1] for word in words if word.startswith("--directory=")]
+    return [word.split("=", 1)[-1] for word in words[1:]]
+
+
 def _moved_into(words: list[str]) -> str | None:
     """The own file a move, copy or link into a directory would replace: `-t DIR` / `--target-directory=DIR`, or
     the last operand, joined with each source's name."""
@@ -112,6 +134,9 @@ def program_verdict(program: str, words: list[str], context: Context) -> Verdict
         changed = words[1:-1] if program == "mv" else words[1:]
         if program in _DIRECTORY_CHANGERS and any(map(own_files.holds_own_file, changed)):
             why = f"{program} moves, deletes or changes a directory holding the server's own files"
+            return replace(found, tier=3, reason=why)
+        if program in _TREE_WRITERS and any(map(own_files.holds_own_file, _tree_targets(program, words))):
+            why = f"{program} merges a tree into a directory holding the server's own files (any file there replaced)"
             return replace(found, tier=3, reason=why)
     if found.tier == 0 and ("/" in words[0] or program.endswith(_SCRIPT_EXTENSIONS)) and not known_program(program):
         return verdict(1, f"{program}: a program given by its path, whose effect cannot be known")

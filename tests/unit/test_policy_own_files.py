@@ -110,6 +110,14 @@ def test_nothing_is_protected_until_the_server_says_what() -> None:
         "echo x > /proc/1234/fd/3",
         "cat x | tee -a /proc/1234/fd/3",
         "printf x | dd of=/proc/$PPID/mem bs=1 seek=4194304 conv=notrunc",
+        # O7: a tree merged into the log's directory (a file of it named like the log replaces it)
+        "tar -xf /tmp/f.tar -C /var/lib/relay-test",
+        "tar --extract --file=/tmp/f.tar --directory=/var/lib/relay-test",
+        "cp -rT /tmp/src /var/lib/relay-test",
+        "cp -a /tmp/src/. /var/lib/relay-test/",
+        "rsync -a /tmp/src/ /var/lib/relay-test/",
+        "unzip -o /tmp/f.zip -d /var/lib/relay-test",
+        "mv -T /tmp/src /var/lib/relay-test",
         "echo x > /proc/$PPID/task/1/mem",
     ],
 )
@@ -124,6 +132,8 @@ def test_other_spellings_of_the_servers_own_files_are_tier_3(command: str) -> No
         "echo x > notes.txt",
         "mv a b",
         "tar -czf /tmp/b.tgz /var/lib/relay-test",
+        "cp -r /var/lib/relay-test /tmp/backup",
+        "tar -tf /tmp/x.tar",
         "ls /var/lib/relay-test",
         "cat /proc/self/root/var/lib/relay-test/audit.jsonl",
         "echo x > /proc/self/fd/2",

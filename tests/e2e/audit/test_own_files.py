@@ -3,6 +3,7 @@ by a forged one, nor appended to; a real relay-shell over stdio, the log checked
 
 from __future__ import annotations
 
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -39,6 +40,8 @@ async def test_other_spellings_of_the_log_are_refused_in_guarded_mode(tmp_path: 
     source = tmp_path / "src"
     source.mkdir()
     (source / "audit.jsonl").write_text('{"seq": 0}\n')
+    with tarfile.open(tmp_path / "f.tar", "w") as archive:
+        archive.add(source / "audit.jsonl", arcname="audit.jsonl")
     async with connect(log, policy_mode="guarded") as client:
         for arguments in (
             {"command": f"mv /proc/self/root{log} {tmp_path}/p1.old"},
@@ -47,13 +50,15 @@ async def test_other_spellings_of_the_log_are_refused_in_guarded_mode(tmp_path: 
             {"command": f"mv {source}/audit.jsonl {tmp_path}/"},
             {"command": f"mv {tmp_path}/audit.js?n* {tmp_path}/p4.old"},
             {"command": "echo '{\"seq\": 99}' >> /proc/$PPID/fd/3"},
+            {"command": f"tar -xf {tmp_path}/f.tar -C {tmp_path}"},
+            {"command": f"cp -rT {source} {tmp_path}"},
         ):
             result = await client.call_tool("shell_exec", arguments)
             assert "DENIED tier 3" in text_of(result) and "own file" in text_of(result), (arguments, text_of(result))
-    assert sorted(path.name for path in tmp_path.iterdir()) == ["audit.jsonl", "src"]
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["audit.jsonl", "f.tar", "src"]
     records = read_records(log)
     assert [record["seq"] for record in records] == list(range(len(records)))
-    assert len(records) == 7  # the server start and six refusals
+    assert len(records) == 9  # the server start and eight refusals
 
 
 async def test_the_signing_key_cannot_be_read_in_readonly_mode(tmp_path: Path) -> None:
