@@ -38,6 +38,11 @@ _RUN_NAME = compile_pattern(
     r"[\"']?\$\{?([A-Za-z_]\w*+)",
     re.MULTILINE,
 )
+# eval's words up to the end of its command, or a shell's -c text (one word, quoted or not); possessive: linear.
+_RUN_TEXT = compile_pattern(
+    r"(?<![\w.-])(?:eval[ \t]++([^;&|\n]++)|(?:ba|da|k|z)?sh[ \t]++-c[ \t]++(\"[^\"]*+\"|'[^']*+'|[^\s;&|]++))"
+)
+_NAME_IN_TEXT = compile_pattern(r"\$\{?([A-Za-z_]\w*+)")
 
 # The next character that can open or close something, per context.
 _IN_SHELL = compile_pattern(r"[\\'\"`$<>()#\n]|(?<![\w.-])(?:case|esac)(?![\w.-])")
@@ -73,7 +78,10 @@ def names_run_as_code(text: str) -> frozenset[str]:
     "Code in a secret's place")."""
     if "$" not in text:
         return frozenset()
-    return frozenset(match.group(1) for match in _RUN_NAME.finditer(text))
+    names = {match.group(1) for match in _RUN_NAME.finditer(text)}
+    for match in _RUN_TEXT.finditer(text):  # anywhere in eval's words or a shell's -c text: `eval "true; $KEY"`
+        names.update(_NAME_IN_TEXT.findall(match.group(1) or match.group(2)))
+    return frozenset(names)
 
 
 def mark_code(text: str) -> tuple[str, list[str]] | None:

@@ -137,6 +137,8 @@ RUN_CASES = [
     ("API_TOKEN=touch; $API_TOKEN M", "API_TOKEN=touch;"),
     ('SECRET_KEY="rm -rf D"; sh -c "$SECRET_KEY"', "rm -rf D"),
     ("TOKEN='touch M'; if true; then ${TOKEN}; fi", "touch M"),
+    ("DB_PASSWORD='touch M'; eval \"true; $DB_PASSWORD\"", "touch M"),
+    ("KEY='touch M'; bash -c \"cd /; $KEY\"", "touch M"),
 ]
 
 
