@@ -380,7 +380,12 @@ def _program_findings(
     elif is_interpreter(program):
         found = interpreter_verdict(program, words, found)
         tier, reason = found.tier, found.reason
-    if tier < 2 and program not in _TERMINAL_LOOKERS and any(map(opens_terminal, words[1:])):
+    if (
+        ("/dev/" in canonical or "/proc/" in canonical)
+        and tier < 2
+        and program not in _TERMINAL_LOOKERS
+        and any(map(opens_terminal, words[1:]))
+    ):
         # another terminal given to a program that reads or changes it: its typed keys (a password), its settings
         # (`python3 -c '…tcsetattr…' /dev/pts/N`); stty's own rule reads its -F (attack 4, K2)
         tier, reason = 2, f"{program} is given another terminal (a session's, another client's, a user's)"

@@ -55,6 +55,11 @@ def protect(files: Iterable[str], rotated: Iterable[str] = (), directories: Iter
     _names = frozenset(part for path in every for part in path.split("/") if part)
 
 
+def protecting() -> bool:
+    """Whether the server said what its own files are (nothing is protected before: the tables alone)."""
+    return bool(_files or _prefixes or _directories)
+
+
 def _parents(path: str) -> Iterable[str]:
     while (parent := os.path.dirname(path)) != path:
         yield parent

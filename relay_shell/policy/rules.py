@@ -118,26 +118,10 @@ def _moved_into(words: list[str]) -> str | None:
 
 def program_verdict(program: str, words: list[str], context: Context) -> Verdict:
     found = _program_verdict(program, words, context)
-    if program not in _OWN_FILES_READERS:
-        secret = own_files.named_secret(words[1:])
-        if secret is not None:
-            why = f"{program} names the server's secret {secret} (signing key, token file, OAuth state, its memory)"
-            return replace(found, tier=3, reason=why)
-    if found.tier >= 1 and program not in _OWN_FILES_READERS:
-        # Whatever else it does, a command that may write naming the server's own file (policy/own_files.py).
-        named = own_files.named_in(words[-1:] if program in _COPIERS else words[1:])
-        if named is None and program in _MOVERS:
-            named = _moved_into(words)
-        if named is not None:
-            why = f"{program} names the server's own file {named} (audit log, signing key, token or OAuth state)"
-            return replace(found, tier=3, reason=why)
-        changed = words[1:-1] if program == "mv" else words[1:]
-        if program in _DIRECTORY_CHANGERS and any(map(own_files.holds_own_file, changed)):
-            why = f"{program} moves, deletes or changes a directory holding the server's own files"
-            return replace(found, tier=3, reason=why)
-        if program in _TREE_WRITERS and any(map(own_files.holds_own_file, _tree_targets(program, words))):
-            why = f"{program} merges a tree into a directory holding the server's own files (any file there replaced)"
-            return replace(found, tier=3, reason=why)
+    if own_files.protecting() and program not in _OWN_FILES_READERS:
+        guarded = _own_files_verdict(program, words, found)
+        if guarded is not None:
+            return guarded
     if found.tier == 0 and ("/" in words[0] or program.endswith(_SCRIPT_EXTENSIONS)) and not known_program(program):
         return verdict(1, f"{program}: a program given by its path, whose effect cannot be known")
     if found.tier == 1 and (program in LIBRARY_PROGRAMS or "/" in "".join(words[1:])):
@@ -146,6 +130,31 @@ def program_verdict(program: str, words: list[str], context: Context) -> Verdict
         if target is not None and target.tier > found.tier:
             return replace(found, tier=target.tier, reason=target.reason)
     return found
+
+
+def _own_files_verdict(program: str, words: list[str], found: Verdict) -> Verdict | None:
+    """Tier 3 for a command naming the server's secrets (any command), or, when it may write (1 or more), its own
+    files, a directory above them or a tree merged into one (policy/own_files.py; adr/0025 Rounds 7, 8)."""
+    secret = own_files.named_secret(words[1:])
+    if secret is not None:
+        why = f"{program} names the server's secret {secret} (signing key, token file, OAuth state, its memory)"
+        return replace(found, tier=3, reason=why)
+    if found.tier < 1:
+        return None
+    named = own_files.named_in(words[-1:] if program in _COPIERS else words[1:])
+    if named is None and program in _MOVERS:
+        named = _moved_into(words)
+    if named is not None:
+        why = f"{program} names the server's own file {named} (audit log, signing key, token or OAuth state)"
+        return replace(found, tier=3, reason=why)
+    changed = words[1:-1] if program == "mv" else words[1:]
+    if program in _DIRECTORY_CHANGERS and any(map(own_files.holds_own_file, changed)):
+        why = f"{program} moves, deletes or changes a directory holding the server's own files"
+        return replace(found, tier=3, reason=why)
+    if program in _TREE_WRITERS and any(map(own_files.holds_own_file, _tree_targets(program, words))):
+        why = f"{program} merges a tree into a directory holding the server's own files (any file there replaced)"
+        return replace(found, tier=3, reason=why)
+    return None
 
 
 def _program_verdict(program: str, words: list[str], context: Context) -> Verdict:
