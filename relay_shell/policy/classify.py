@@ -58,7 +58,7 @@ from relay_shell.policy.stdin import (
 )
 from relay_shell.policy.vocabulary import DB_CLIENTS, SHELLS, STDIN_SHELLS
 from relay_shell.policy.wrappers import Unwrapped, basename, init_script_words, replaced, unwrap
-from relay_shell.policy.writes import no_command_findings, opens_terminal, redirect_findings, tree_findings
+from relay_shell.policy.writes import given_terminal, no_command_findings, redirect_findings, tree_findings
 
 MAX_DEPTH = 6
 _TOO_DEEP = "nested too deeply to classify: treated as irreversible"
@@ -69,10 +69,6 @@ _PIPED_SCRIPT = ("/dev/fd/", "/proc/self/fd/", "/proc/thread-self/fd/", "/dev/st
 _NO_ENV: Env = {}
 _NO_STATE = TextState()
 _NO_CONTEXT = Context()
-# Programs that look at a terminal's name or metadata, not its input or settings (stty reads its own -F).
-_TERMINAL_LOOKERS = frozenset(
-    {"stty", "ls", "stat", "readlink", "realpath", "test", "[", "dirname", "basename", "lsof", "fuser", "ps", "who"}
-)
 
 
 def classify(subject: Subject) -> Classification:
@@ -380,14 +376,7 @@ def _program_findings(
     elif is_interpreter(program):
         found = interpreter_verdict(program, words, found)
         tier, reason = found.tier, found.reason
-    if (
-        ("/dev/" in canonical or "/proc/" in canonical)
-        and tier < 2
-        and program not in _TERMINAL_LOOKERS
-        and any(map(opens_terminal, words[1:]))
-    ):
-        # another terminal given to a program that reads or changes it: its typed keys (a password), its settings
-        # (`python3 -c '…tcsetattr…' /dev/pts/N`); stty's own rule reads its -F (attack 4, K2)
+    if tier < 2 and given_terminal(program, words, canonical):  # its keys, its settings (attack 4, K2)
         tier, reason = 2, f"{program} is given another terminal (a session's, another client's, a user's)"
     if command.heredoc is not None or command.redirects:
         findings += _heredoc_findings(program, command, depth, env)

@@ -26,6 +26,20 @@ def opens_terminal(word: str) -> bool:
     return ("/dev/" in word or "/proc/" in word) and _TERMINAL.search(word) is not None
 
 
+# Programs that look at a terminal's name or metadata, not its input or settings (stty reads its own -F).
+_TERMINAL_LOOKERS = frozenset(
+    {"stty", "ls", "stat", "readlink", "realpath", "test", "[", "dirname", "basename", "lsof", "fuser", "ps", "who"}
+)
+
+
+def given_terminal(program: str, words: list[str], canonical: str) -> bool:
+    """Whether a program that reads or changes what it is given is given another terminal as a word: `cat
+    /dev/pts/N` takes the keys typed there (a password), `python3 -c '…tcsetattr…' /dev/pts/N` its settings."""
+    if "/dev/" not in canonical and "/proc/" not in canonical:
+        return False
+    return program not in _TERMINAL_LOOKERS and any(map(opens_terminal, words[1:]))
+
+
 def redirect_findings(
     redirects: list[tuple[str, str]], env: Env | None = None, positional: list[str] | None = None
 ) -> list[Finding]:
