@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from relay_shell.plan import Subject
-from relay_shell.policy import code_env
+from relay_shell.policy import code_env, own_files
 from relay_shell.policy.calls import Context, Verdict
 from relay_shell.policy.command_words import MAX_CANDIDATES, candidates, expand_words
 from relay_shell.policy.env_substitution import Env, substitute, substituted_values, unsubstituted
@@ -203,7 +203,7 @@ def shell_findings(text: str, depth: int, env: Env = _NO_ENV, outer: TextState |
     state = read_state(tokens, outer, text)
     here = state.env(env) if state.values else env
     for reading in readings:
-        findings += _commands_findings(reading.commands, depth, here, state)
+        findings += _commands_findings(reading.commands, depth, here, state) + own_files.loop_writes(reading.commands)
         if "<<" in text:
             findings += group_stdin_findings(text, reading.commands, _readers(here))
         if reading.arithmetic:

@@ -26,6 +26,10 @@ import re
 from collections.abc import Iterable
 from fnmatch import fnmatchcase
 
+from relay_shell.policy.findings import Finding
+from relay_shell.policy.simple_commands import Command
+from relay_shell.policy.vocabulary import REDIRECT_WRITE
+
 _files: frozenset[str] = frozenset()
 _prefixes: tuple[str, ...] = ()  # rotation names: the log's path and anything after it (`.1`, `-20261129.gz`)
 _directories: tuple[str, ...] = ()  # every file below is the server's
@@ -199,3 +203,22 @@ def named_secret(words: Iterable[str]) -> str | None:
         if found is not None:
             return found
     return None
+
+
+def loop_writes(commands: list[Command]) -> list[Finding]:
+    """A loop variable over the server's own files written through (`for f in /proc/$PPID/fd/*; do … >> $f; done`:
+    the server's open log, attack 4 O5): the variable's value is only known at run time, but every value it can
+    take is an own file or may be one."""
+    if not protecting():
+        return []
+    names = {
+        command.words[1]
+        for command in commands
+        if len(command.words) > 3 and command.words[0] in ("for", "select") and any(map(own_file, command.words[3:]))
+    }
+    found = []
+    for command in commands if names else ():
+        for operator, target in command.redirects:
+            if operator in REDIRECT_WRITE and target.strip('"').lstrip("$").strip("{}") in names:
+                found.append(Finding(f"{operator} {target}", 3, f"writes the server's own files through {target}"))
+    return found

@@ -109,6 +109,8 @@ def test_nothing_is_protected_until_the_server_says_what() -> None:
         "echo forged >> /proc/$PPID/fd/3",
         "echo x > /proc/1234/fd/3",
         "cat x | tee -a /proc/1234/fd/3",
+        "for f in /proc/$PPID/fd/*; do case $(readlink $f) in *audit.jsonl) echo x >> $f;; esac; done",
+        'for f in /var/lib/relay-test/audit.jsonl*; do echo x > "$f"; done',
         "printf x | dd of=/proc/$PPID/mem bs=1 seek=4194304 conv=notrunc",
         # O7: a tree merged into the log's directory (a file of it named like the log replaces it)
         "tar -xf /tmp/f.tar -C /var/lib/relay-test",
@@ -135,6 +137,7 @@ def test_other_spellings_of_the_servers_own_files_are_tier_3(command: str) -> No
         "cp -r /var/lib/relay-test /tmp/backup",
         "tar -tf /tmp/x.tar",
         "ls /var/lib/relay-test",
+        "for f in /var/lib/relay-test/audit.jsonl*; do wc -l $f; done",
         "cat /proc/self/root/var/lib/relay-test/audit.jsonl",
         "echo x > /proc/self/fd/2",
     ],
