@@ -187,3 +187,28 @@ def test_reading_the_servers_secrets_is_tier_3(command: str) -> None:
 )
 def test_the_log_and_the_public_key_stay_readable(command: str) -> None:
     assert tier(command, "readonly") == (0, False), command
+
+
+def test_the_server_names_its_syslog_tls_files(tmp_path: Path) -> None:
+    """Attack 4, S1: the syslog client key, certificate and CAs were missing from the server's own files: a
+    replaced CA file sends the shipped log to another collector; the key is a secret."""
+    from relay_shell.server import protect_own_files
+    from relay_shell.settings.model import Settings, by_area
+
+    names = {"audit_syslog_key": "client.key", "audit_syslog_cert": "client.pem", "audit_syslog_ca": "ca.pem"}
+    for name in names.values():
+        (tmp_path / name).write_text("PEM")
+        (tmp_path / name).chmod(0o600)
+    settings = Settings(
+        **by_area(
+            {
+                "audit_path": str(tmp_path / "audit.jsonl"),
+                "audit_syslog": "tls://127.0.0.1:6514",
+                **{setting: str(tmp_path / name) for setting, name in names.items()},
+            }
+        )
+    )
+    protect_own_files(settings)
+    for name in names.values():
+        assert tier(f"cp /tmp/forged {tmp_path / name}") == (3, True), name
+    assert tier(f"cat {tmp_path / 'client.key'}", "readonly") == (3, True)
