@@ -388,7 +388,7 @@ def _program_findings(
         if not operands or (program in SHELLS and "-s" in words) or program in STDIN_SHELLS or piped_script:
             tier, reason = max(tier, 2), f"pipes into {program}: runs code that cannot be classified"
     truncates = program in (":", "true") or (program == "cat" and words[1:] == ["/dev/null"])
-    if truncates and any(op in (">", ">|") for op, _ in command.redirects):
+    if truncates and any(op in (">", ">|") and target != "/dev/null" for op, target in command.redirects):
         tier, reason = max(tier, 2), "empties a file"
     if escalated:
         tier, reason = max(tier, 2), reason if tier >= 2 else "privilege escalation"

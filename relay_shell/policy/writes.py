@@ -98,6 +98,11 @@ def no_command_findings(command: Command, escalated: bool, shell_session: bool) 
         findings.append(Finding(" ".join(command.words[:3]), 2, "privilege escalation"))
     if shell_session and not escalated:
         findings.append(Finding(" ".join(command.words[:3]), 1, "starts a shell that reads its commands from stdin"))
-    if not command.words and any(op in (">", ">|") for op, _ in command.redirects):
-        findings.append(Finding(command.redirects[0][1], 2, "empties a file"))
-    return findings or ([Finding("", 1, "redirection only")] if command.redirects else [])
+    emptied = [target for op, target in command.redirects if op in (">", ">|") and target != "/dev/null"]
+    if not command.words and emptied:  # `> /dev/null` alone empties nothing
+        findings.append(Finding(emptied[0], 2, "empties a file"))
+    if findings or not command.redirects:
+        return findings
+    # Opening a file to read, or /dev/null, changes nothing; `>> f` or `<> f` creates f.
+    harmless = all(op == "<" or target == "/dev/null" for op, target in command.redirects)
+    return [Finding("", 0 if harmless else 1, "redirection only")]
