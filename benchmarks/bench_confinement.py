@@ -2,7 +2,7 @@
 same run, batches interleaved so that machine noise hits both alike:
 
 - `shell_exec true` in readonly mode with Landlock vs the same server on a kernel without it (started through
-  tests/e2e/confinement/no_landlock.py, so readonly runs classifier-only): target ≤ 1.05×. That launcher's filter
+  tests/refuse_syscall.py, so readonly runs classifier-only): target ≤ 1.05×. That launcher's filter
   costs the server something on every system call, so the Landlock side runs under the same filter matching
   nothing. With the exec trace on (the readonly default, adr/0027) and off: either way the command spawns on a
   spare thread confined ahead (confine/spares.py; traced, one the trace's spawner thread made, adr/0031). Each
@@ -36,7 +36,7 @@ STEPS = 200
 BATCH = 25
 LIMIT_EXEC = 1.05
 LIMIT_STEP = 1.05
-NO_LANDLOCK = Path(__file__).resolve().parents[1] / "tests" / "e2e" / "confinement" / "no_landlock.py"
+REFUSE_SYSCALL = Path(__file__).resolve().parents[1] / "tests" / "refuse_syscall.py"
 
 
 @asynccontextmanager
@@ -50,7 +50,11 @@ async def readonly_client(
         env["RELAY_SHELL_AUDIT_PATH"] = str(Path(audit_dir) / "audit.jsonl")
         env["RELAY_SHELL_POLICY_MODE"] = "readonly"
         env["RELAY_SHELL_EXEC_TRACE"] = exec_trace
-        launcher = [str(NO_LANDLOCK), "none" if landlock else "EOPNOTSUPP", sys.executable]
+        launcher = [
+            str(REFUSE_SYSCALL),
+            *(["none", "-"] if landlock else ["landlock_create_ruleset", "EOPNOTSUPP"]),
+            sys.executable,
+        ]
         params = StdioServerParameters(command=sys.executable, args=[*launcher, "-m", "relay_shell"], env=env)
         async with contextlib.AsyncExitStack() as stack:
             with new_children() as started:

@@ -31,7 +31,18 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
-from benchmarks.common import HERE, HTTP_THROUGHPUT, Options, Row, cpu_seconds, median, ratio_row, run_alone, this_code
+from benchmarks.common import (
+    HERE,
+    HTTP_THROUGHPUT,
+    Options,
+    Row,
+    ServerCode,
+    cpu_seconds,
+    median,
+    ratio_row,
+    run_alone,
+    this_code,
+)
 
 CALLS = 300
 WARMUP = 20
@@ -49,7 +60,7 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def start_relay(directory: Path, **settings: str) -> tuple[subprocess.Popen[str], str]:
+def start_relay(directory: Path, code: ServerCode | None = None, **settings: str) -> tuple[subprocess.Popen[str], str]:
     directory.mkdir(exist_ok=True)
     tokens = directory / "tokens"
     tokens.write_text(f"bench {hashlib.sha256(TOKEN.encode()).hexdigest()}\n")
@@ -63,7 +74,7 @@ def start_relay(directory: Path, **settings: str) -> tuple[subprocess.Popen[str]
         RELAY_SHELL_MAX_CONCURRENT_CALLS="1000",
     )
     env.update({f"RELAY_SHELL_{name.upper()}": value for name, value in settings.items()})
-    code = this_code()
+    code = code or this_code()
     process = subprocess.Popen(
         code.argv(),
         env=code.environment(env),

@@ -16,6 +16,8 @@ time of a step is about the sum of its processes' CPU, the rest the scheduler's 
 delay is in a step), and the REPL answering
 relay-shell spends 2-3x the CPU of the floor's for the same system calls, since the server and the client run
 between its steps while the floor's runs fifty steps in a row hot (adr/0030, round 4).
+With `--before REV` the relay-shell of that commit runs the same steps in the same batches, beside this checkout's
+(its ratios and CPU printed; the rows are this checkout's).
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from benchmarks.common import (
     Options,
     Row,
     bare_client,
-    cpu_seconds,
+    code_at,
     median,
     new_children,
     ratio_row,
@@ -119,6 +121,19 @@ async def measure(step: Callable[[int], Awaitable[None]], values: range) -> list
     return samples
 
 
+def cpu_seconds(pid: int) -> float:
+    """The CPU time of every live thread of `pid` to the nanosecond (/proc/PID/task/*/schedstat): a step is under
+    a millisecond, and /proc/PID/stat counts in 10 ms ticks."""
+    total = 0
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/schedstat") as schedstat:
+                total += int(schedstat.read().split()[0])
+        except (OSError, IndexError, ValueError):
+            continue
+    return total / 1e9
+
+
 class Meter:
     """A server's CPU over the steps of one kind."""
 
@@ -164,54 +179,91 @@ class BatchCpu:
         return f"{name} {self.here / steps * 1000:.3f} ms{repl}"
 
 
-async def measure_all() -> list[Row]:
+class RelaySubject:
+    """A relay-shell under test (this checkout, or `--before REV` beside it) with its python3 session."""
+
+    def __init__(self, label: str, client: Client, pid: int) -> None:
+        self.label = label
+        self.client = client
+        self.pid = pid
+        self.session_id = ""
+        self.repl_pid = 0
+        self.one_call = 0
+        self.failures: list[str] = []
+        self.last: CallToolResult | None = None
+
+    async def spawn(self) -> None:
+        spawned = await self.client.call_tool("shell_spawn", {"command": "python3 -q", "until": PROMPT, "timeout": 10})
+        assert not spawned.is_error and spawned.structured_content is not None, spawned
+        assert spawned.structured_content["wait"] == "match", spawned.structured_content
+        self.session_id = spawned.structured_content["session_id"]
+        self.repl_pid = spawned.structured_content["pid"]  # the relay-shell session's python3
+
+    async def step(self, i: int) -> None:
+        result = await self.client.call_tool(
+            "session_send", {"session_id": self.session_id, "data": f"{i}*{i}", "until": PROMPT}
+        )
+        self.last = result
+        content = result.structured_content or {}
+        text = result.content[0].text if result.content else ""  # type: ignore[union-attr]
+        if not result.is_error and content.get("wait") == "match" and answered(text, i):
+            self.one_call += 1
+        elif len(self.failures) < 5:
+            self.failures.append(f"step {i}: wait={content.get('wait')!r} error={result.is_error} text={text!r}")
+
+
+async def before_subject(stack: contextlib.AsyncExitStack, before: str) -> list[RelaySubject]:
+    """The relay-shell of commit `before`, measured in the same batches as this checkout's (A/B in one run); none
+    when it cannot be started or cannot run the steps (printed: the rows are this checkout's either way)."""
+    try:
+        code = stack.enter_context(code_at(before))
+        with new_children() as started:
+            client = await stack.enter_async_context(relay_client(code))
+        subject = RelaySubject(f"before ({before})", client, started[0])
+        await subject.spawn()
+    except Exception as error:  # any failure of the earlier code only drops its lines
+        print(f"session REPL: {before} not measured beside this checkout: {error!r}"[:300])
+        return []
+    return [subject]
+
+
+async def measure_all(before: str | None) -> list[Row]:
     direct = DirectRepl()
     try:
         async with contextlib.AsyncExitStack() as stack:
             with new_children() as started:
-                relay = await stack.enter_async_context(relay_client())
-            relay_pid = started[0]
+                relay = RelaySubject("relay-shell", await stack.enter_async_context(relay_client()), 0)
+            relay.pid = started[0]
+            subjects = [relay]
+            if before is not None:
+                subjects += await before_subject(stack, before)
             with new_children() as started:
                 bare = await stack.enter_async_context(bare_client())
             bare_pid = started[0]
-            spawned = await relay.call_tool("shell_spawn", {"command": "python3 -q", "until": PROMPT, "timeout": 10})
-            assert not spawned.is_error and spawned.structured_content is not None, spawned
-            assert spawned.structured_content["wait"] == "match", spawned.structured_content
-            session_id = spawned.structured_content["session_id"]
-            repl_pid = spawned.structured_content["pid"]  # the relay-shell session's python3
-            failures: list[str] = []
-            one_call = 0
-            last: dict[str, CallToolResult] = {}  # the latest result of each server, for the validation cost
-
-            async def relay_step(i: int) -> None:
-                nonlocal one_call
-                result = await relay.call_tool(
-                    "session_send", {"session_id": session_id, "data": f"{i}*{i}", "until": PROMPT}
-                )
-                last["relay"] = result
-                content = result.structured_content or {}
-                text = result.content[0].text if result.content else ""  # type: ignore[union-attr]
-                if not result.is_error and content.get("wait") == "match" and answered(text, i):
-                    one_call += 1
-                elif len(failures) < 5:
-                    failures.append(f"step {i}: wait={content.get('wait')!r} error={result.is_error} text={text!r}")
+            await relay.spawn()
+            last_bare: list[CallToolResult] = []
 
             async def bare_step(i: int) -> None:
-                last["bare"] = await bare.call_tool("noop", {})
+                last_bare[:] = [await bare.call_tool("noop", {})]
 
             async def direct_step(i: int) -> None:
                 direct.step(i)
 
-            for k in range(WARMUP):  # warm all three; the warm-up answers are checked but not counted
-                await relay_step(1000 + k)
+            for k in range(WARMUP):  # warm all of them; the warm-up answers are checked but not counted
+                for subject in subjects:
+                    await subject.step(1000 + k)
                 await bare_step(k)
                 await direct_step(1000 + k)
-            warm_ok = one_call == WARMUP and not failures
-            one_call = 0
-            meters = {"relay interleaved": Meter(relay_pid), "bare interleaved": Meter(bare_pid)}
+            warm_ok = relay.one_call == WARMUP and not relay.failures
+            for subject in subjects:
+                subject.one_call = 0
+            meters = {"bare interleaved": Meter(bare_pid), "bare back to back": Meter(bare_pid)}
+            for subject in subjects:
+                meters[f"{subject.label} interleaved"] = Meter(subject.pid)
+                meters[f"{subject.label} back to back"] = Meter(subject.pid)
             parts: dict[str, list[float]] = {"round trip": [], "pty step": []}
             floor_samples: list[float] = []
-            relay_samples: list[float] = []
+            interleaved: dict[str, list[float]] = {subject.label: [] for subject in subjects}
             for i in range(STEPS):
                 started_at = time.perf_counter()
                 await meters["bare interleaved"].around(bare_step, i)
@@ -221,64 +273,73 @@ async def measure_all() -> list[Row]:
                 parts["round trip"].append(between - started_at)
                 parts["pty step"].append(ended - between)
                 floor_samples.append(ended - started_at)
-                relay_samples += await measure(partial(meters["relay interleaved"].around, relay_step), range(i, i + 1))
-            meters.update({"relay back to back": Meter(relay_pid), "bare back to back": Meter(bare_pid)})
-            others = {"bare": BatchCpu(), "direct": BatchCpu(direct.process.pid), "relay": BatchCpu(repl_pid)}
-            batched: tuple[list[float], list[float], list[float]] = ([], [], [])
+                for subject in subjects:
+                    meter = meters[f"{subject.label} interleaved"]
+                    interleaved[subject.label] += await measure(partial(meter.around, subject.step), range(i, i + 1))
+            others = {"bare": BatchCpu(), "direct": BatchCpu(direct.process.pid)}
+            others |= {subject.label: BatchCpu(subject.repl_pid) for subject in subjects}
+            batched: dict[str, list[float]] = {"bare": [], "direct": []} | {subject.label: [] for subject in subjects}
             for first in range(STEPS, 2 * STEPS, BATCH):
                 values = range(first, first + BATCH)
                 bare_batch = measure(partial(meters["bare back to back"].around, bare_step), values)
-                batched[0].extend(await others["bare"].batch(bare_batch))
-                batched[1].extend(await others["direct"].batch(measure(direct_step, values)))
-                relay_batch = measure(partial(meters["relay back to back"].around, relay_step), values)
-                batched[2].extend(await others["relay"].batch(relay_batch))
-            check_relay = await validation_cost(relay, "session_send", last["relay"])
-            check_bare = await validation_cost(bare, "noop", last["bare"])
-            fields_relay = len(last["relay"].structured_content or {})
-            fields_bare = len(last["bare"].structured_content or {})
-            await relay.call_tool("session_kill", {"session_id": session_id})
+                batched["bare"].extend(await others["bare"].batch(bare_batch))
+                batched["direct"].extend(await others["direct"].batch(measure(direct_step, values)))
+                for subject in subjects:
+                    meter = meters[f"{subject.label} back to back"]
+                    subject_batch = measure(partial(meter.around, subject.step), values)
+                    batched[subject.label].extend(await others[subject.label].batch(subject_batch))
+            assert relay.last is not None and last_bare
+            check_relay = await validation_cost(relay.client, "session_send", relay.last)
+            check_bare = await validation_cost(bare, "noop", last_bare[0])
+            fields_relay = len(relay.last.structured_content or {})
+            fields_bare = len(last_bare[0].structured_content or {})
+            for subject in subjects:
+                await subject.client.call_tool("session_kill", {"session_id": subject.session_id})
     finally:
         direct.close()
     floor = median(floor_samples)
-    ours = median(relay_samples)
-    batched_floor = median(batched[0]) + median(batched[1])
-    batched_ours = median(batched[2])
+    batched_floor = median(batched["bare"]) + median(batched["direct"])
     print(
-        f"session REPL, interleaved: relay-shell step {ours * 1000:.3f} ms (middle half "
-        f"{spread([value * 1000 for value in relay_samples])}), floor {floor * 1000:.3f} ms (MCP round trip "
+        f"session REPL, interleaved: floor {floor * 1000:.3f} ms (MCP round trip "
         f"{median(parts['round trip']) * 1000:.3f} ms + direct PTY step {median(parts['pty step']) * 1000:.3f} ms), "
-        f"ratio {ours / floor:.3f}; server CPU per step: relay-shell {meters['relay interleaved'].per_step()}, "
-        f"bare {meters['bare interleaved'].per_step()}"
+        f"bare server CPU per step {meters['bare interleaved'].per_step()}"
     )
     print(
-        f"session REPL, back to back: relay-shell step {batched_ours * 1000:.3f} ms (middle half "
-        f"{spread([value * 1000 for value in batched[2]])}), floor {batched_floor * 1000:.3f} ms (MCP round trip "
-        f"{median(batched[0]) * 1000:.3f} ms + direct PTY step {median(batched[1]) * 1000:.3f} ms), ratio "
-        f"{batched_ours / batched_floor:.3f}; server CPU per step: relay-shell "
-        f"{meters['relay back to back'].per_step()}, bare {meters['bare back to back'].per_step()}"
+        f"session REPL, back to back: floor {batched_floor * 1000:.3f} ms (MCP round trip "
+        f"{median(batched['bare']) * 1000:.3f} ms + direct PTY step {median(batched['direct']) * 1000:.3f} ms), "
+        f"bare server CPU per step {meters['bare back to back'].per_step()}; the other processes' CPU per step: "
+        f"bare round trip: {others['bare'].per_step()}; direct PTY step: {others['direct'].per_step('this process')}"
     )
-    print(
-        "session REPL, back to back, the other processes' CPU per step: relay-shell step: "
-        f"{others['relay'].per_step()}; bare round trip: {others['bare'].per_step()}; direct PTY step: "
-        f"{others['direct'].per_step('this process')}"
-    )
+    for subject in subjects:
+        ours, batched_ours = median(interleaved[subject.label]), median(batched[subject.label])
+        print(
+            f"  {subject.label}: interleaved step {ours * 1000:.3f} ms (middle half "
+            f"{spread([value * 1000 for value in interleaved[subject.label]])}), ratio {ours / floor:.3f}, server "
+            f"CPU {meters[f'{subject.label} interleaved'].per_step()}; back to back step {batched_ours * 1000:.3f} ms "
+            f"(middle half {spread([value * 1000 for value in batched[subject.label]])}), ratio "
+            f"{batched_ours / batched_floor:.3f}, server CPU {meters[f'{subject.label} back to back'].per_step()}, "
+            f"{others[subject.label].per_step()}"
+        )
     print(
         f"session REPL: the client's check of each result against the outputSchema, inside every step: relay-shell "
         f"{check_relay * 1e6:.0f} µs ({fields_relay} fields), bare {check_bare * 1e6:.0f} µs ({fields_bare} field"
         f"{'s' if fields_bare != 1 else ''})"
     )
-    for failure in failures:
-        print("  " + failure)
+    for subject in subjects:
+        for failure in subject.failures:
+            print(f"  {subject.label}: {failure}")
     total = 2 * STEPS
+    answered_all = relay.one_call == total and warm_ok
+    ours, batched_ours = median(interleaved[relay.label]), median(batched[relay.label])
     return [
         ratio_row(REPL_BACK_TO_BACK, batched_ours / batched_floor, LIMIT),
         ratio_row("REPL step, interleaved with the floor's", ours / floor, LIMIT),
-        Row("REPL steps answered in one call", f"{one_call}/{total}", "100%", one_call == total and warm_ok),
+        Row("REPL steps answered in one call", f"{relay.one_call}/{total}", "100%", answered_all),
     ]
 
 
 def rows(options: Options) -> list[Row]:
-    return anyio.run(measure_all)
+    return anyio.run(measure_all, options.before)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -304,7 +304,16 @@ async def connection_lifespan(
 
 def protect_own_files(settings: Settings) -> None:
     """The files no command may write, move or delete in any mode (policy/own_files.py): the audit log and its
-    rotations, the checkpoint signing key, the token file, the OAuth state directory."""
-    files = [str(path) for path in (settings.offhost.audit_signing_key, settings.auth.token_file) if path]
+    rotations, the checkpoint signing key, the token file, the syslog TLS client key, certificate and CAs (a
+    replaced CA file sends the log to another collector), the OAuth state directory."""
+    offhost = settings.offhost
+    own = (
+        offhost.audit_signing_key,
+        settings.auth.token_file,
+        offhost.audit_syslog_key,
+        offhost.audit_syslog_cert,
+        offhost.audit_syslog_ca,
+    )
+    files = [str(path) for path in own if path]
     directories = [str(settings.auth.oauth_state_dir)] if settings.auth.oauth_state_dir else []
     own_files.protect(files, rotated=[str(settings.audit.audit_path)], directories=directories)

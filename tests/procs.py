@@ -84,3 +84,11 @@ async def gone(watched: list[int], within: float) -> list[int]:
             return []
         await asyncio.sleep(0.05)
     return left
+
+
+def status_kib(field: str) -> int:
+    """A KiB field of this process's /proc/self/status (VmRSS, VmHWM, ...)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise KeyError(field)

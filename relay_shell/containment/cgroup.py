@@ -112,7 +112,6 @@ class CgroupTree:
         self.can_freeze = False
         # Shared with the filler thread: list append and pop are atomic, and so is next() on a count.
         self.spares: list[tuple[Path, int]] = []  # empty threaded cgroups (and their cgroup.threads) to use next
-        self.labels: list[tuple[Path, bytes]] = []  # unit cgroups to label with their unit's name
         self.ended: list[Path] = []  # ended, empty unit cgroups: spares again, or removed
         self.names = itertools.count(1)  # unit-1, unit-2, …
         self.wanted = threading.Event()  # wakes the filler thread
@@ -173,27 +172,39 @@ class CgroupTree:
             raise
 
     def take(self, unit_name: str) -> tuple[Path, int]:
-        """A cgroup for a new unit — a spare if there is one, else a new one — and its open cgroup.threads.
-        The filler thread labels it with the unit's name once woken (`wanted`): after the spawn, when the event
-        loop waits for the command, not during it (the two threads would contend for the GIL)."""
+        """A cgroup for a new unit — a spare if there is one, else a new one — and its open cgroup.threads,
+        labelled with the unit's name (one setxattr, here: handed to the filler thread, each of its system calls
+        waited for the GIL the event loop holds under load, adr/0030 "Round 7")."""
         try:
             path, threads = self.spares.pop()
         except IndexError:
             path, threads = self.create(f"unit-{next(self.names)}")
-        self.labels.append((path, unit_name.encode()))
+        with contextlib.suppress(OSError):  # before 5.7 cgroupfs has no user xattrs: the marker names the unit
+            os.setxattr(path, UNIT_ATTRIBUTE, unit_name.encode())
         return path, threads
 
+    def started(self) -> None:
+        """A unit's first process started: the filler thread makes spares once fewer than half are left (every
+        ended unit gives its cgroup back, `discard`, so under a steady load none is made or removed)."""
+        if len(self.spares) < self.spare_target // 2:
+            self.wanted.set()
+
     def discard(self, path: Path) -> None:
-        """An ended unit's cgroup, empty: the filler thread makes it a spare again, or removes it."""
+        """An ended unit's cgroup, just seen empty: a spare again at once where it can be (three system calls on
+        the event loop; left to the filler thread, each waited for the GIL), else the filler thread removes it."""
+        with contextlib.suppress(OSError):
+            if len(self.spares) < self.spare_target and self.inside and reusable(path, known_empty=True):
+                self.spares.append((path, os.open(path / "cgroup.threads", os.O_WRONLY | os.O_CLOEXEC)))
+                return
         self.ended.append(path)
         self.wanted.set()
 
     def start_filler(self, target: int) -> None:
-        """Keep `target` spares, made by a daemon thread woken by `wanted`, which also labels the units' cgroups
-        and removes ended ones: after a pause each of these syscalls costs 0.03-0.2 ms that would otherwise
-        delay the event loop. It works TIDY_DELAY after it was woken, once the call is over (more calls than
-        spares within that time make their own). The thread never enters a unit, and it is created outside one
-        (threads start in their creator's cgroup)."""
+        """Keep `target` spares, made by a daemon thread woken by `wanted` (`started`, `discard`), which also
+        removes the ended units' cgroups that are not spares again: after a pause each of these syscalls costs
+        0.03-0.2 ms that would otherwise delay the event loop. It works TIDY_DELAY after it was woken, once the
+        call is over (more calls than spares within that time make their own). The thread never enters a unit,
+        and it is created outside one (threads start in their creator's cgroup)."""
         self.spare_target = target
 
         def filler() -> None:
@@ -207,13 +218,8 @@ class CgroupTree:
         threading.Thread(target=filler, name="relay-shell-cgroups", daemon=True).start()
 
     def tidy(self) -> None:
-        """Label the units' cgroups, take the ended ones back as spares (or remove them), make spares (errors
-        only mean the next unit makes its own, or the label is missing: the processes' marker still names the
-        unit)."""
-        while self.labels:
-            path, label = self.labels.pop()
-            with contextlib.suppress(OSError):  # before 5.7 cgroupfs has no user xattrs
-                os.setxattr(path, UNIT_ATTRIBUTE, label)
+        """Take the ended units' cgroups back as spares (or remove them), make spares (errors only mean the next
+        unit makes its own)."""
         while self.ended:
             path = self.ended.pop()
             with contextlib.suppress(OSError):
@@ -366,17 +372,17 @@ def adopted_of(path: Path) -> dict[int, int]:
     return adopted
 
 
-def reusable(path: Path) -> bool:
-    """An ended unit's cgroup can hold the next unit as it is: empty, not frozen (kill() froze the units it
-    ended), and no cgroup below it (a command of the unit may have made one). Its old label stays until the next
-    unit's replaces it: an empty cgroup is no leftover, whatever its label (containment/leftovers.py)."""
-    if populated(path):
+def reusable(path: Path, known_empty: bool = False) -> bool:
+    """An ended unit's cgroup can hold the next unit as it is: empty (`known_empty`: the caller has just seen it
+    so), not frozen (kill() froze the units it ended), and no cgroup below it (a command of the unit may have made
+    one). Its old label stays until the next unit's replaces it: an empty cgroup is no leftover, whatever its label
+    (containment/leftovers.py)."""
+    if not known_empty and populated(path):
         return False
-    with os.scandir(path) as entries:  # the directory entries say which are directories: no stat per file
-        if any(entry.is_dir(follow_symlinks=False) for entry in entries):
-            return False
+    if os.stat(path).st_nlink != 2:  # kernfs counts a directory's subdirectories in its links (2 + n)
+        return False
     try:
-        return (path / "cgroup.freeze").read_bytes().strip() == b"0"
+        return _read(path, "cgroup.freeze").strip() == b"0"
     except FileNotFoundError:  # no freezer (before 5.2): nothing froze it
         return True
 
@@ -384,7 +390,15 @@ def reusable(path: Path) -> bool:
 def populated(path: Path) -> bool:
     """Processes remain in the cgroup or below (zombies do not count: they left the cgroup when they died)."""
     try:
-        events = (path / "cgroup.events").read_text()
+        return b"populated 1" in _read(path, "cgroup.events")
     except FileNotFoundError:
         return False
-    return "populated 1" in events
+
+
+def _read(path: Path, name: str) -> bytes:
+    """A cgroup file's few bytes: os-level, as it is read on the event loop for every call's unit."""
+    descriptor = os.open(f"{path}/{name}", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        return os.read(descriptor, 256)
+    finally:
+        os.close(descriptor)

@@ -78,6 +78,7 @@ class Unit:
     threads_fd: int | None = None  # the unit's cgroup.threads, open until its first process started
     leader: int | None = None  # the process the unit started, until it is reaped (its pid cannot be reused)
     released: bool = False
+    given_back: bool = False  # its cgroup, empty, went back to the spares: another unit's from then on
 
     def __post_init__(self) -> None:
         self.name = f"{self.kind}-{self.unit_id}"
@@ -131,7 +132,7 @@ class Unit:
         self.leader = pid
         self.containment.leaders.add(pid)
         if self.containment.tree is not None:
-            self.containment.tree.wanted.set()  # label this unit's cgroup, make the next one
+            self.containment.tree.started()
 
     # -- ending ------------------------------------------------------------------------------------------
 
@@ -143,7 +144,7 @@ class Unit:
         if self.leader is not None:
             roots.add(self.leader)
         roots.update(pid for pid, start in self.seen.items() if pid in table and table[pid].starttime == start)
-        if self.cgroup is not None:
+        if self.cgroup is not None and not self.given_back:
             roots.update(pids_in(self.cgroup))
         found = proc.descendants(table, roots)
         found.discard(os.getpid())
@@ -165,16 +166,17 @@ class Unit:
         mode the processes that moved themselves out of every unit into the instance directory go too."""
         deadline = time.monotonic() + grace
         tree = self.containment.tree
-        if tree is not None and self.cgroup is not None and self.containment.can_freeze:
-            tree.kill(self.cgroup)
-            while populated(self.cgroup) and time.monotonic() < deadline:
+        cgroup = None if self.given_back else self.cgroup
+        if tree is not None and cgroup is not None and self.containment.can_freeze:
+            tree.kill(cgroup)
+            while populated(cgroup) and time.monotonic() < deadline:
                 await asyncio.sleep(POLL / 2)
-                tree.kill(self.cgroup)  # what was still starting: frozen or not, it goes now
+                tree.kill(cgroup)  # what was still starting: frozen or not, it goes now
         # Every mode: processes outside the cgroup (moved out by their owner) or outside any cgroup
         # (subreaper mode), and without a freezer the cgroup's own. Stopped first, so that nothing forks while
         # the SIGKILL sweeps run (without a freezer, a fork loop in the cgroup could otherwise keep it populated
         # until the deadline).
-        frozen = [self.cgroup] if self.cgroup is not None and self.containment.can_freeze else []
+        frozen = [cgroup] if cgroup is not None and self.containment.can_freeze else []
         await stop_all(lambda: self.members() | self.containment.strays(), frozen, deadline)
         while True:
             members = self.members() | self.containment.strays()
@@ -188,9 +190,11 @@ class Unit:
         self.containment.reap(set(self.seen))
 
     def release(self) -> None:
-        """The leader ended and was reaped. The unit's cgroup is removed by the next maintenance tick once
-        empty (not here: an rmdir is a tenth of the containment's cost per call); one whose background jobs still
-        run stays until they end or the server stops. Without a cgroup the marker alone keeps finding them."""
+        """The leader ended and was reaped. An empty unit's cgroup goes back to the filler thread now, which
+        makes it a spare again (adr/0030 "Round 7": left to the next maintenance tick, a second's calls beyond the
+        spares each made a new cgroup and removed one, a mkdir and an rmdir holding the kernel's cgroup mutex);
+        one whose background jobs still run stays until they end (the tick looks again) or the server stops.
+        Without a cgroup the marker alone keeps finding them."""
         if self.leader is not None:
             self.containment.leaders.discard(self.leader)
             self.leader = None
@@ -199,6 +203,10 @@ class Unit:
         self.released = True
         if self.cgroup is None:
             self.containment.units.pop(self.name, None)
+        elif self.containment.tree is not None and not populated(self.cgroup):
+            self.containment.units.pop(self.name, None)
+            self.given_back = True
+            self.containment.tree.discard(self.cgroup)
 
 
 class NoUnit:
@@ -290,6 +298,7 @@ class Containment:
                 if unit.cgroup is None or not populated(unit.cgroup):
                     self.units.pop(unit.name, None)
                     if unit.cgroup is not None:
+                        unit.given_back = True
                         self.tree.discard(unit.cgroup)
         if self.subreaper or os.getpid() == 1:  # only then do orphans come to the server
             self.reap(set())

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from relay_shell.plan import Subject
-from relay_shell.policy import code_env
+from relay_shell.policy import code_env, own_files
 from relay_shell.policy.calls import Context, Verdict
 from relay_shell.policy.command_words import MAX_CANDIDATES, candidates, expand_words
 from relay_shell.policy.env_substitution import Env, substitute, substituted_values, unsubstituted
@@ -58,7 +58,7 @@ from relay_shell.policy.stdin import (
 )
 from relay_shell.policy.vocabulary import DB_CLIENTS, SHELLS, STDIN_SHELLS
 from relay_shell.policy.wrappers import Unwrapped, basename, init_script_words, replaced, unwrap
-from relay_shell.policy.writes import no_command_findings, redirect_findings, tree_findings
+from relay_shell.policy.writes import given_terminal, no_command_findings, redirect_findings, tree_findings
 
 MAX_DEPTH = 6
 _TOO_DEEP = "nested too deeply to classify: treated as irreversible"
@@ -203,7 +203,7 @@ def shell_findings(text: str, depth: int, env: Env = _NO_ENV, outer: TextState |
     state = read_state(tokens, outer, text)
     here = state.env(env) if state.values else env
     for reading in readings:
-        findings += _commands_findings(reading.commands, depth, here, state)
+        findings += _commands_findings(reading.commands, depth, here, state) + own_files.loop_writes(reading.commands)
         if "<<" in text:
             findings += group_stdin_findings(text, reading.commands, _readers(here))
         if reading.arithmetic:
@@ -376,6 +376,8 @@ def _program_findings(
     elif is_interpreter(program):
         found = interpreter_verdict(program, words, found)
         tier, reason = found.tier, found.reason
+    if tier < 2 and given_terminal(program, words, canonical):  # its keys, its settings (attack 4, K2)
+        tier, reason = 2, f"{program} is given another terminal (a session's, another client's, a user's)"
     if command.heredoc is not None or command.redirects:
         findings += _heredoc_findings(program, command, depth, env)
     if program in SHELLS or program in (".", "source") or "/fd/" in canonical:
@@ -386,7 +388,7 @@ def _program_findings(
         if not operands or (program in SHELLS and "-s" in words) or program in STDIN_SHELLS or piped_script:
             tier, reason = max(tier, 2), f"pipes into {program}: runs code that cannot be classified"
     truncates = program in (":", "true") or (program == "cat" and words[1:] == ["/dev/null"])
-    if truncates and any(op in (">", ">|") for op, _ in command.redirects):
+    if truncates and any(op in (">", ">|") and target != "/dev/null" for op, target in command.redirects):
         tier, reason = max(tier, 2), "empties a file"
     if escalated:
         tier, reason = max(tier, 2), reason if tier >= 2 else "privilege escalation"

@@ -5,9 +5,11 @@ evidence in a sub-command CLI's verb. A program nothing knows is tier 1.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import replace
 from functools import cache
+from itertools import pairwise
 
 from relay_shell.policy import (
     builtins,
@@ -74,16 +76,52 @@ _OWN_FILES_READERS = frozenset({"relay-shell"})
 # Copying programs write only their destination (the last operand; cp's -t is read by its own rule): a copy of the
 # log elsewhere is a read of it.
 _COPIERS = frozenset({"cp", "rsync", "scp", "install"})
+# Programs that put a file under its source's name into a target directory (`mv forged/audit.jsonl LOGDIR/`).
+_MOVERS = frozenset({"mv", "cp", "ln", "install", "rsync", "scp"})
+# Programs that move, delete or change a directory: one above an own file frees or closes the file's path.
+_DIRECTORY_CHANGERS = frozenset(
+    {"mv", "rm", "rmdir", "unlink", "chmod", "chown", "chgrp", "chattr", "setfacl", "mount", "umount", "shred"}
+)
+
+
+# Programs that write a tree of files into a directory (`rsync -a src/ LOGDIR/`, `tar -xf f.tar -C LOGDIR`): a
+# file of the tree named like an own file replaces it (attack 4, O7).
+_TREE_WRITERS = frozenset({"cp", "rsync", "scp", "mv", "tar", "bsdtar", "unzip", "cpio", "7z", "git", "rclone"})
+_RECURSIVE = re.compile(r"-[A-Za-z]*[rRaT][A-Za-z]*|--(?:recursive|archive|no-target-directory)")
+
+
+def _tree_targets(program: str, words: list[str]) -> list[str]:
+    """The directories a tree may be written into: a recursive copy's or a `mv -T`'s destination, an extraction's
+    -C/--directory, any operand of an unpacker (`unzip -d DIR`, `cpio -D DIR`, `git clone URL DIR`)."""
+    if program in ("cp", "rsync", "scp", "mv"):
+        return words[-1:] if any(map(_RECURSIVE.fullmatch, words[1:-1])) else []
+    if program in ("tar", "bsdtar"):
+        first = words[1] if len(words) > 1 else ""
+        extracts = "--extract" in words or "--get" in words or ("x" in first and not first.startswith("--"))
+        if not extracts:
+            return []
+        found = [value for flag, value in pairwise(words) if flag in ("-C", "--directory")]
+        return found + [word.split("=", 1)[1] for word in words if word.startswith("--directory=")]
+    return [word.split("=", 1)[-1] for word in words[1:]]
+
+
+def _moved_into(words: list[str]) -> str | None:
+    """The own file a move, copy or link into a directory would replace: `-t DIR` / `--target-directory=DIR`, or
+    the last operand, joined with each source's name."""
+    operands = [word for word in words[1:] if not word.startswith("-")]
+    target = next((value for flag, value in pairwise(words) if flag in ("-t", "--target-directory")), None)
+    target = target or next((word.split("=", 1)[1] for word in words if word.startswith("--target-directory=")), None)
+    if target is None:
+        target, operands = (operands[-1], operands[:-1]) if len(operands) > 1 else ("", [])
+    return own_files.into_directory(target, [word for word in operands if word != target])
 
 
 def program_verdict(program: str, words: list[str], context: Context) -> Verdict:
     found = _program_verdict(program, words, context)
-    if found.tier >= 1 and program not in _OWN_FILES_READERS:
-        # Whatever else it does, a command that may write naming the server's own file (policy/own_files.py).
-        named = own_files.named_in(words[-1:] if program in _COPIERS else words[1:])
-        if named is not None:
-            why = f"{program} names the server's own file {named} (audit log, signing key, token or OAuth state)"
-            return replace(found, tier=3, reason=why)
+    if own_files.protecting() and program not in _OWN_FILES_READERS:
+        guarded = _own_files_verdict(program, words, found)
+        if guarded is not None:
+            return guarded
     if found.tier == 0 and ("/" in words[0] or program.endswith(_SCRIPT_EXTENSIONS)) and not known_program(program):
         return verdict(1, f"{program}: a program given by its path, whose effect cannot be known")
     if found.tier == 1 and (program in LIBRARY_PROGRAMS or "/" in "".join(words[1:])):
@@ -92,6 +130,31 @@ def program_verdict(program: str, words: list[str], context: Context) -> Verdict
         if target is not None and target.tier > found.tier:
             return replace(found, tier=target.tier, reason=target.reason)
     return found
+
+
+def _own_files_verdict(program: str, words: list[str], found: Verdict) -> Verdict | None:
+    """Tier 3 for a command naming the server's secrets (any command), or, when it may write (1 or more), its own
+    files, a directory above them or a tree merged into one (policy/own_files.py; adr/0025 Rounds 7, 8)."""
+    secret = own_files.named_secret(words[1:])
+    if secret is not None:
+        why = f"{program} names the server's secret {secret} (signing key, token file, OAuth state, its memory)"
+        return replace(found, tier=3, reason=why)
+    if found.tier < 1:
+        return None
+    named = own_files.named_in(words[-1:] if program in _COPIERS else words[1:])
+    if named is None and program in _MOVERS:
+        named = _moved_into(words)
+    if named is not None:
+        why = f"{program} names the server's own file {named} (audit log, signing key, token or OAuth state)"
+        return replace(found, tier=3, reason=why)
+    changed = words[1:-1] if program == "mv" else words[1:]
+    if program in _DIRECTORY_CHANGERS and any(map(own_files.holds_own_file, changed)):
+        why = f"{program} moves, deletes or changes a directory holding the server's own files"
+        return replace(found, tier=3, reason=why)
+    if program in _TREE_WRITERS and any(map(own_files.holds_own_file, _tree_targets(program, words))):
+        why = f"{program} merges a tree into a directory holding the server's own files (any file there replaced)"
+        return replace(found, tier=3, reason=why)
+    return None
 
 
 def _program_verdict(program: str, words: list[str], context: Context) -> Verdict:

@@ -60,14 +60,18 @@ def strip_reserved(words: list[str]) -> list[str]:
     return words[index:]
 
 
-def stdin_of_text(text: str, stdin: str, readers: Readers) -> list[Finding]:
+def stdin_of_text(text: str, stdin: str, readers: Readers, depth: int = 0) -> list[Finding]:
     """stdin reaches every top-level command whose input is not a pipe, a file or a here-document. Where several
     do, a later one gets what the ones before left: any rest of a line (`dd bs=1 count=1; sh` given `Xrm -rf D`
-    runs `rm -rf D`; attack 3, J3), so a later reader of code is also given every rest (policy/rests.py)."""
+    runs `rm -rf D`; attack 3, J3), so a later reader of code is also given every rest (policy/rests.py). A shell's
+    inline text (`sh -c TEXT`) is read the same way, with the stdin it inherits (`inline_text`)."""
+    if depth > _MAX_DEPTH:
+        return [Finding(text[:200], 3, "shell text nested too deep to classify")]
     findings: list[Finding] = []
     seen: set[tuple[str, ...]] = set()
     receivers = 0
-    for command in tokenize(text, []).commands:
+    commands = tokenize(text, []).commands
+    for index, command in enumerate(commands):
         if (
             command.piped_into
             or command.heredoc is not None
@@ -76,27 +80,64 @@ def stdin_of_text(text: str, stdin: str, readers: Readers) -> list[Finding]:
             continue
         receivers += 1
         words = strip_reserved(command.words)
+        findings += _relayed_findings(commands, index, stdin, readers, depth, receivers > 1)
         if receivers > 1:
-            findings += _rest_findings(words, stdin, readers)
+            findings += _rest_findings(words, stdin, readers, depth)
         key = tuple(command.words[:4])
         if key in seen:
             continue
         seen.add(key)
-        findings += stdin_findings(words, stdin, readers)
+        findings += stdin_findings(words, stdin, readers, depth)
     return findings
 
 
-def _rest_findings(words: list[str], stdin: str, readers: Readers) -> list[Finding]:
+_MAX_DEPTH = 8
+
+
+def _relayed_findings(
+    commands: list[Command], index: int, stdin: str, readers: Readers, depth: int, after_others: bool
+) -> list[Finding]:
+    """stdin passed on unchanged down a pipeline (`cat | sh`, `cat - | tee F | bash`): the stage after the relays
+    reads the stdin itself, as literal as a here-string (attack 4, I2: `cat | sh` given `rm -rf D` was the 2 of a
+    pipe the classifier cannot see, which open mode runs without asking)."""
+    findings: list[Finding] = []
+    while index + 1 < len(commands) and commands[index + 1].piped_into:
+        if relayed_text(commands[index], stdin) is not stdin:
+            break
+        index += 1
+        words = strip_reserved(commands[index].words)
+        findings += stdin_findings(words, stdin, readers, depth)
+        if after_others:
+            findings += _rest_findings(words, stdin, readers, depth)
+    return findings
+
+
+def inline_text(words: list[str]) -> str | None:
+    """The text a shell runs with `-c TEXT` (through wrappers: `env`, `timeout`, `sudo`), when its commands, not
+    the shell, read the stdin it inherits: `sh -c 'source /dev/stdin'`, `sh -c 'head -c1 >/dev/null; sh'`,
+    `sh -c 'sed -f /dev/stdin F'` (attack 4, I1). None for `-s` (the shell reads stdin itself) and for xargs
+    (the input's first word is the script)."""
+    unwrapped = unwrap(words, [False] * len(words))
+    stripped = unwrapped.words
+    if unwrapped.via_xargs or not stripped or basename(stripped[0]) not in SHELLS:
+        return None
+    invocation = parse_shell(stripped[1:])
+    if not invocation.inline or invocation.operand is None or invocation.stdin_script:
+        return None
+    return invocation.operand
+
+
+def _rest_findings(words: list[str], stdin: str, readers: Readers, depth: int) -> list[Finding]:
     """What a command that reads stdin after another did would do with each rest of each line, at tier 2 or above,
     when it reads its stdin as code (the probe tells); too long to classify at every rest: tier 2."""
-    if not any(finding.tier >= 2 for finding in stdin_findings(words, PROBE, readers)):
+    if not any(finding.tier >= 2 for finding in stdin_findings(words, PROBE, readers, depth)):
         return []
     rests = line_rests(stdin)
     if rests is None:
         return [Finding(stdin[:200], 2, TOO_LONG)]
     found: list[Finding] = []
     for start, rest in rests:
-        for finding in stdin_findings(words, rest + "\n", readers):
+        for finding in stdin_findings(words, rest + "\n", readers, depth):
             if finding.tier >= 2 and runs_something(finding.canonical or rest):
                 why = f"if a command before it read {start} characters of the line, the rest runs"
                 found.append(Finding(rest[:200], finding.tier, f"{why}: {finding.reason}"))
@@ -137,9 +178,13 @@ def stdin_findings(words: list[str], stdin: str, readers: Readers, depth: int = 
     """stdin is code for programs that read their commands from it: shells and `at` without a script, `ssh HOST`
     without a command, wrappers given no command that start a shell (`su`, `runuser -u USER`, `sudo -i`,
     `script FILE`, `chroot DIR`, `nsenter …`, `unshare`), `source /dev/stdin`, interpreters without a script,
-    database clients (SQL), redis-cli, mongosh."""
+    database clients (SQL), redis-cli, mongosh. A shell's inline text gives the stdin to its own commands."""
+    inline = inline_text(words)
+    nested = stdin_of_text(inline, stdin, readers, depth + 1) if inline is not None else []
     if reads_shell_text(words):
-        return readers.shell(stdin, depth + 1)
+        return nested + readers.shell(stdin, depth + 1)
+    if inline is not None:
+        return nested
     unwrapped = unwrap(words, [False] * len(words))
     stripped = unwrapped.words
     if not stripped:

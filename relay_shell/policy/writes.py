@@ -14,6 +14,30 @@ from relay_shell.policy.simple_commands import Command
 from relay_shell.policy.vocabulary import CRITICAL_FILES, REDIRECT_WRITE, USER_CONFIG
 
 _POSITIONAL = re.compile(r"\$(?:[1-9]|\{[1-9]\})")
+# Terminal devices other than the call's own: pseudo-terminals, virtual consoles, serial lines, the console, and
+# another process's descriptors (`/proc/PID/fd/0` of a session's shell is its terminal).
+_TERMINAL = re.compile(
+    r"/dev/(?:pts/|tty[0-9S]|ttyUSB|ttyACM|console$|vcsa?[0-9]*$)|/proc/(?!self/|thread-self/)[^/]*/(?:task/[^/]*/)?fd/"
+)
+
+
+def opens_terminal(word: str) -> bool:
+    """Whether a word names a terminal other than the call's own."""
+    return ("/dev/" in word or "/proc/" in word) and _TERMINAL.search(word) is not None
+
+
+# Programs that look at a terminal's name or metadata, not its input or settings (stty reads its own -F).
+_TERMINAL_LOOKERS = frozenset(
+    {"stty", "ls", "stat", "readlink", "realpath", "test", "[", "dirname", "basename", "lsof", "fuser", "ps", "who"}
+)
+
+
+def given_terminal(program: str, words: list[str], canonical: str) -> bool:
+    """Whether a program that reads or changes what it is given is given another terminal as a word: `cat
+    /dev/pts/N` takes the keys typed there (a password), `python3 -c '…tcsetattr…' /dev/pts/N` its settings."""
+    if "/dev/" not in canonical and "/proc/" not in canonical:
+        return False
+    return program not in _TERMINAL_LOOKERS and any(map(opens_terminal, words[1:]))
 
 
 def redirect_findings(
@@ -24,7 +48,15 @@ def redirect_findings(
     /etc/passwd. What is shown is the target as written (an overlay value may be a secret)."""
     findings = []
     for operator, written in redirects:
+        if opens_terminal(written) and (operator not in REDIRECT_WRITE or own_files.own_file(written) is None):
+            # Another terminal opened, to read or to write (`stty -echo < /dev/pts/N`, `exec 0</dev/pts/N`, `exec
+            # 3<>/dev/pts/N; stty <&3`): its settings changed or its typed keys read, under a session, another
+            # client's or an operator's shell (attack 4, K2; adr/0025 Round 8). The call's own is /dev/tty.
+            findings.append(Finding(f"{operator} {written}", 2, f"opens another terminal {written}"))
+            continue
         if operator not in REDIRECT_WRITE:
+            if operator in ("<", "<>") and own_files.secret_file(written) is not None:
+                findings.append(Finding(f"{operator} {written}", 3, f"reads the server's secret {written}"))
             continue
         target = written
         if "$" in written and (env or positional):
@@ -66,6 +98,11 @@ def no_command_findings(command: Command, escalated: bool, shell_session: bool) 
         findings.append(Finding(" ".join(command.words[:3]), 2, "privilege escalation"))
     if shell_session and not escalated:
         findings.append(Finding(" ".join(command.words[:3]), 1, "starts a shell that reads its commands from stdin"))
-    if not command.words and any(op in (">", ">|") for op, _ in command.redirects):
-        findings.append(Finding(command.redirects[0][1], 2, "empties a file"))
-    return findings or ([Finding("", 1, "redirection only")] if command.redirects else [])
+    emptied = [target for op, target in command.redirects if op in (">", ">|") and target != "/dev/null"]
+    if not command.words and emptied:  # `> /dev/null` alone empties nothing
+        findings.append(Finding(emptied[0], 2, "empties a file"))
+    if findings or not command.redirects:
+        return findings
+    # Opening a file to read, or /dev/null, changes nothing; `>> f` or `<> f` creates f.
+    harmless = all(op == "<" or target == "/dev/null" for op, target in command.redirects)
+    return [Finding("", 0 if harmless else 1, "redirection only")]

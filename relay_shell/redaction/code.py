@@ -31,6 +31,18 @@ _OPENS = OPEN + OPEN_SECRET
 # Markers written by the client are not markers: they become U+FFFD before the scan (the log shows that).
 _FORGED = str.maketrans(dict.fromkeys(MARKS, "\ufffd"))
 _HINTS = ("$(", "`", "<(", ">(")
+# A variable the shell runs (attack 4, A4): `$NAME` as a command word, after `eval`/`exec`/`command`, or as a
+# shell's `-c` text. Each attempt starts at a separator or a word and consumes bounded runs possessively: linear.
+_RUN_NAME = compile_pattern(
+    r"(?:(?:^|[;&|(`{\n])[ \t]*+|(?<![\w.-])(?:eval|exec|command|then|do|else|(?:ba|da|k|z)?sh[ \t]++-c)[ \t]++)"
+    r"[\"']?\$\{?([A-Za-z_]\w*+)",
+    re.MULTILINE,
+)
+# eval's words up to the end of its command, or a shell's -c text (one word, quoted or not); possessive: linear.
+_RUN_TEXT = compile_pattern(
+    r"(?<![\w.-])(?:eval[ \t]++([^;&|\n]++)|(?:ba|da|k|z)?sh[ \t]++-c[ \t]++(\"[^\"]*+\"|'[^']*+'|[^\s;&|]++))"
+)
+_NAME_IN_TEXT = compile_pattern(r"\$\{?([A-Za-z_]\w*+)")
 
 # The next character that can open or close something, per context.
 _IN_SHELL = compile_pattern(r"[\\'\"`$<>()#\n]|(?<![\w.-])(?:case|esac)(?![\w.-])")
@@ -58,6 +70,18 @@ class _Context:
         # the same line), set when it starts: most contexts are substitutions, made by the thousand.
         self.after: int
         self.queue: list[tuple[str, bool, bool]]
+
+
+def names_run_as_code(text: str) -> frozenset[str]:
+    """The variables whose values the text runs as shell code (`eval "$DB_PASSWORD"`, `$TOKEN -rf D`, `sh -c
+    "$KEY"`): a value given to such a name is code, not a secret, and is kept in the record (attack 4, A4; adr/0003
+    "Code in a secret's place")."""
+    if "$" not in text:
+        return frozenset()
+    names = {match.group(1) for match in _RUN_NAME.finditer(text)}
+    for match in _RUN_TEXT.finditer(text):  # anywhere in eval's words or a shell's -c text: `eval "true; $KEY"`
+        names.update(_NAME_IN_TEXT.findall(match.group(1) or match.group(2)))
+    return frozenset(names)
 
 
 def mark_code(text: str) -> tuple[str, list[str]] | None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import heapq
 import re
 
-from relay_shell.redaction.code import MARKS, OPEN_SECRET, pair_regions
+from relay_shell.redaction.code import MARKS, OPEN_SECRET, names_run_as_code, pair_regions
 from relay_shell.redaction.pattern_compiler import compile_pattern
 from relay_shell.redaction.secret_names import NOT_SECRET, WEAK, is_secret_name, secret_name_strength
 from relay_shell.redaction.values import (
@@ -59,6 +59,7 @@ def redact_named_values(text: str) -> str:
     # Code in a value (code.py): the literal part before it is masked here, the code is read as any text, and the
     # value's rest after the code (where its region closes) is masked when the scan gets there.
     closes = pair_regions(text) if not text.isascii() and any(mark in text for mark in MARKS) else {}
+    run = names_run_as_code(text)  # `DB_PASSWORD='…'; eval "$DB_PASSWORD"`: the value is code, kept (attack 4, A4)
     after_code: list[int] = []  # a heap of where a secret value goes on after its code
     pieces: list[str] = []
     copied = 0  # text[:copied] is already in pieces
@@ -85,6 +86,8 @@ def redact_named_values(text: str) -> str:
         if found is None:
             continue
         value_start, operator = found
+        if operator == "=" and name in run:
+            continue
         strength = secret_name_strength(name)
         quoted_name = text.startswith(('"', "'", "\\"), position)
         if strength == NOT_SECRET or (strength == WEAK and operator == ":" and not quoted_name):

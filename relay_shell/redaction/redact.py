@@ -20,7 +20,7 @@ no pass matches again in a different way, so `redact(redact(x)) == redact(x)`.
 
 from __future__ import annotations
 
-from relay_shell.redaction.code import mark_code, restore_code
+from relay_shell.redaction.code import mark_code, names_run_as_code, restore_code
 from relay_shell.redaction.named_values import (
     redact_config_set,
     redact_named_values,
@@ -98,7 +98,16 @@ def redact_value(value: object) -> object:
     if isinstance(value, str):
         return redact(value)
     if isinstance(value, dict):
-        return {_redact_key(key, value): _redact_entry(key, item) for key, item in value.items()}
+        redacted = {_redact_key(key, value): _redact_entry(key, item) for key, item in value.items()}
+        overlay, masked = value.get("env"), redacted.get("env")
+        if isinstance(overlay, dict) and isinstance(masked, dict):
+            # An overlay variable the call's text runs as code (`eval "$SECRET_KEY"`) is code, not a secret.
+            texts = [text for text in (value.get("command"), value.get("script")) if isinstance(text, str)]
+            run: frozenset[str] = frozenset().union(*map(names_run_as_code, texts)) if texts else frozenset()
+            for key in run.intersection(overlay):
+                if isinstance(overlay[key], str):
+                    masked[_redact_key(key, overlay)] = redact(overlay[key])
+        return redacted
     if isinstance(value, list):
         return _redact_argv(value)
     if isinstance(value, tuple):

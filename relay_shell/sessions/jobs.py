@@ -91,6 +91,7 @@ class JobTerminal:
     """The session face of a job's command: a byte stream without a screen."""
 
     exec_trace: TreeRecords = UNTRACED  # the call's exec trace goes into its end record, not into session reads
+    kernel_confined = False  # not read: a job's stdin is classified by job_plans.py, not as typed lines
 
     def __init__(self, kind: str, command: JobCommand) -> None:
         self.kind = kind

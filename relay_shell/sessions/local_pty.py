@@ -19,14 +19,8 @@ from collections.abc import Callable
 from ptyprocess import PtyProcess
 
 from relay_shell.launch import ProcessTree
-from relay_shell.sessions.reader import (
-    keeps_lines,
-    processes_where,
-    reader_wait,
-    reads_terminal,
-    reads_whole_line,
-    shell_reads_commands,
-)
+from relay_shell.sessions.foreground import ForegroundWatch, processes_where
+from relay_shell.sessions.reader import keeps_lines, reader_wait, reads_terminal, reads_whole_line, shell_reads_commands
 
 READ_CHUNK = 64 * 1024
 DRAIN_QUIET = 0.05  # after the leader exits, output still arriving within this window belongs to it
@@ -74,6 +68,7 @@ class LocalPty:
         self.process = process
         self.pid = process.pid
         self.where = f"pid {self.pid}"
+        self.kernel_confined = bool(tree.confinement.record_fields())  # Unconfined has none
         self.fd = self.process.fd
         self.loop = asyncio.get_running_loop()
         self.on_output: OutputCallback = lambda data: None
@@ -87,6 +82,9 @@ class LocalPty:
         self.exited_at = 0.0
         os.set_blocking(self.fd, False)
         self.pidfd = os.pidfd_open(self.pid)
+        # Who reads the terminal, read from /proc and reused while nothing in the terminal's tree has run.
+        cgroup = getattr(tree.unit, "cgroup", None)  # containment's unit: every process the session started
+        self.foreground = ForegroundWatch(self.fd, self.pid, None if cgroup is None else f"{cgroup}/cgroup.threads")
 
     def start(self, on_output: OutputCallback, on_exit: ExitCallback) -> None:
         self.on_output = on_output
@@ -146,38 +144,28 @@ class LocalPty:
     def shell_reads_line(self) -> bool:
         """True while the foreground process group holds a shell reading its commands (sessions/reader.py): what
         is typed is a command, whatever the echo and the prompt say."""
-        try:
-            group = os.tcgetpgrp(self.fd)
-        except OSError:
-            return False
-        return shell_reads_commands(group, self.pid)
+        reading = self.foreground.current()
+        return reading is not None and shell_reads_commands(reading)
 
     def reader_waiting(self, whole: int = 0) -> bool:
         """True while a process of the foreground group is blocked reading the terminal (sessions/reader.py); with
         `whole`, only while what reads would take all of `whole` bytes typed now (reader.reads_whole_line)."""
-        try:
-            group = os.tcgetpgrp(self.fd)
-        except OSError:
+        reading = self.foreground.current()
+        if reading is None:
             return False
-        return reads_whole_line(group, whole, self.pid) if whole else reads_terminal(group, self.pid)
+        return reads_whole_line(reading, whole) if whole else reads_terminal(reading)
 
     def keeps_lines(self, length: int) -> bool | None:
         """True while input of `length` bytes typed now is read whole by what reads it (reader.keeps_lines): no
         program in the foreground can take a part of it and leave the rest to the shell; None while nothing waits
         on the terminal."""
-        try:
-            group = os.tcgetpgrp(self.fd)
-        except OSError:
-            return False
-        return keeps_lines(group, length, self.pid)
+        reading = self.foreground.current()
+        return False if reading is None else keeps_lines(reading, length)
 
     def reader_wait(self) -> float:
         """Seconds to give the foreground program to reach its read of the terminal (reader.reader_wait)."""
-        try:
-            group = os.tcgetpgrp(self.fd)
-        except OSError:
-            return 0.0
-        return reader_wait(group, self.pid)
+        reading = self.foreground.current()
+        return 0.0 if reading is None else reader_wait(reading)
 
     def line_settings(self) -> list[object] | None:
         """The terminal's input settings as the line discipline and readline use them now (termios: iflag,
@@ -279,6 +267,7 @@ class LocalPty:
         quiet = now - max(self.last_output, self.exited_at) >= DRAIN_QUIET
         if self.output_closed or quiet or now - self.exited_at >= DRAIN_MAX:
             self.ended = True
+            self.foreground.close()
             self.on_exit(self.exit_code, self.signal_name)
             return
         self.loop.call_later(DRAIN_QUIET, self._maybe_end)
@@ -294,6 +283,7 @@ class LocalPty:
             self.process.closed = True
         with contextlib.suppress(OSError):
             os.close(self.pidfd)
+        self.foreground.close()
         if not self.ended:
             self.ended = True
             self.on_exit(self.exit_code, self.signal_name)

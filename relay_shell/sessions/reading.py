@@ -6,7 +6,9 @@ A line may also be read in two parts (review W2, adr/0026 Round 5): a program in
 of it and stops (less quitting on `q`, `dd bs=1 count=1`, `read -n1`) leaves the rest to the shell, which runs
 it. Unless the terminal's reader is known to keep the line whole (reader.keeps_lines), every rest of each line
 is classified as shell text too, and what it would do at tier 2 or above counts (`qrm -rf D` to less is
-`rm -rf D`); a rest read at tier 1 is an unknown program, as the line was.
+`rm -rf D`); tier 1 counts too where no kernel confines what the terminal runs (a remote terminal, whose reader
+cannot be seen, so every rest of its every line is read; readonly classifier-only): `mv A B` left by `dd bs=6
+count=1` to a remote shell is a write readonly must refuse (review W3, adr/0026 Round 7).
 """
 
 from __future__ import annotations
@@ -26,6 +28,10 @@ from relay_shell.sessions.typed import Finding, Typed, read_keystrokes
 
 HISTORY_KEPT = 256  # lines of a session's input kept to expand `!…` against
 OPEN_TOO_LONG = "continues input left open (an unclosed quote or string) for too long to follow: cannot classify"
+REMOTE_SPLIT = (
+    "what reads a remote terminal cannot be seen, so every rest of a line is read as what the shell may run (a "
+    "one-shot command is classified whole: ssh_exec)"
+)
 SPLIT_TOO_LONG = (
     "a long line (or input) typed while a program that may read only a part of it reads the terminal: the rest "
     "would run in the shell, and input this long is not classified at every point it may be cut"
@@ -59,7 +65,7 @@ def typed_subject(
         texts += escape_readings(line)
     texts = list(dict.fromkeys(texts))
     if split or len(typed.submitted) > 1:  # a line's program may stop early; a later line's may read part of it
-        findings += split_findings(texts)
+        findings += split_findings(texts, 2 if session.terminal.kernel_confined else 1, session.terminal.kind)
     for text in texts:
         nested: list[str] = []
         tokens = tokenize(text, nested)
@@ -71,17 +77,21 @@ def typed_subject(
     return Subject(typed="\n".join(texts), session_findings=tuple(findings)), typed
 
 
-def split_findings(texts: list[str]) -> list[Finding]:
-    """What the shell would run from each rest of each line, where a rest does more than an unknown program: a
-    program that read the part before it stopped there (policy/rests.py)."""
+def split_findings(texts: list[str], least_tier: int, kind: str) -> list[Finding]:
+    """What the shell would run from each rest of each line, at `least_tier` or above, where a rest does more than
+    an unknown program: a program that read the part before it stopped there (policy/rests.py). Tier 1 counts
+    where no kernel refuses the terminal's writes (a remote host, readonly classifier-only): readonly's own
+    promise then rests on reading (review W3)."""
     rests = line_rests("\n".join(texts))
     if rests is None:
         return [(texts[0][:200], 2, SPLIT_TOO_LONG)]
     found: list[Finding] = []
     for start, rest in rests:
         for finding in shell_findings(rest, 0, {}):
-            if finding.tier >= 2 and runs_something(finding.canonical or rest):
+            if finding.tier >= least_tier and runs_something(finding.canonical or rest):
                 why = f"if the program reading the line stops after {start} characters, the shell runs the rest"
+                if kind == "ssh":
+                    why = f"{REMOTE_SPLIT}; {why}"
                 found.append((rest[:200], finding.tier, f"{why}: {finding.reason}"))
     return found
 

@@ -38,6 +38,10 @@ class Terminal(Protocol):
     kind: str  # "local" or "ssh"
     pid: int | None  # the local program's pid; None for a remote one
     where: str  # for the spawn result: "pid 1234", "on root@db1:22"
+    # The kernel refuses writes by what it runs (readonly's Landlock): a rest of a line that would only write
+    # need not be refused by reading (sessions/reading.py). False on a remote host and where readonly is
+    # classifier-only.
+    kernel_confined: bool
     exec_trace: TreeRecords  # every exec of a local terminal's tree (launch.py); UNTRACED for a remote one
 
     def start(self, on_output: Callable[[bytes], None], on_exit: Callable[[int | None, str | None], None]) -> None: ...
@@ -56,7 +60,7 @@ class Terminal(Protocol):
     # `whole` bytes typed now.
     def reader_waiting(self, whole: int = 0) -> bool: ...
 
-    # `length` bytes typed now are read whole (remote: True, unknown); None: nothing waits on the terminal now.
+    # `length` bytes typed now are read whole (remote: False, unknown); None: nothing waits on the terminal now.
     def keeps_lines(self, length: int) -> bool | None: ...
 
     def reader_wait(self) -> float: ...  # seconds a program about to read the terminal is given to reach its read

@@ -29,7 +29,7 @@ def prepare_keyscan(
     types = _checked_key_types(key_types)
     timeout_value, _ = call_limits(ssh.settings, timeout, None, notes)
     connection = ConnectionArgs(port=port)
-    routes = {name: ssh.route(name, connection, argument="hosts") for name in names}
+    routes = ssh.routes_of(names, connection)
     host_subjects = {name: host_subject(route, connection, fixed_tier=0) for name, route in routes.items()}
 
     gate = asyncio.Semaphore(ssh.settings.ssh.fanout_max_concurrency)

@@ -106,11 +106,18 @@ class PooledConnection:
     tunnel: PooledConnection | None = None  # the jump connection this one runs through
     forwards: int = 0  # port forwards riding on it: while > 0 it is never reaped, evicted or retired
     streams_files: bool = True  # False once its host would not run `scp -f` (transfers/scp_stream.py)
+    # The fingerprint of the host key it was computed from: a warm fan-out asks once per host per call, and
+    # hashing and encoding the key each time cost ~1 % of the server's CPU there (ADR 0029 Round 6).
+    fingerprinted: tuple[asyncssh.SSHKey, str] | None = None
 
     @property
     def host_key(self) -> str | None:
         key = self.connection.get_server_host_key()
-        return key.get_fingerprint("sha256") if key is not None else self.decision.host_key
+        if key is None:
+            return self.decision.host_key
+        if self.fingerprinted is None or self.fingerprinted[0] is not key:  # a key exchange may bring another
+            self.fingerprinted = (key, key.get_fingerprint("sha256"))
+        return self.fingerprinted[1]
 
 
 class SshPool:
@@ -141,7 +148,12 @@ class SshPool:
 
     async def acquire(self, route: Route, timeout: float) -> PooledConnection:
         """A connection for the route with one channel reserved for the caller; `release` gives it back."""
-        return await asyncio.wait_for(self._acquire((*route.jumps, route.target)), timeout)
+        identity = (*route.jumps, route.target)
+        # A free channel is taken at once: no task and no timer for the wait that a warm call never has.
+        connection = self._take_free(identity)
+        if connection is not None:
+            return connection
+        return await asyncio.wait_for(self._acquire(identity), timeout)
 
     def release(self, connection: PooledConnection) -> None:
         connection.in_use -= 1
@@ -182,13 +194,10 @@ class SshPool:
         """`for_tunnel`: the jump connection a dial in progress needs. It may exceed the cap (by the length of
         the chain): that dial already holds a slot, and waiting for another would deadlock a full pool."""
         while True:
-            live = self._live(identity)
-            free = [connection for connection in live if connection.in_use < connection.limit]
-            if free:
-                connection = max(free, key=lambda item: item.in_use)  # fill one connection before the next
-                connection.in_use += 1
-                connection.last_used = time.monotonic()
+            connection = self._take_free(identity)
+            if connection is not None:
                 return connection
+            live = self._live(identity)
             dial = self.dialing.get(identity)
             if dial is None:
                 full = self.count() + len(self.dialing) >= self.max_connections
@@ -206,6 +215,16 @@ class SshPool:
                 if not live:
                     raise  # one attempt, one answer for everyone waiting on it
                 await self.released.wait()  # an extra connection failed: wait for a channel on the others
+
+    def _take_free(self, identity: Identity) -> PooledConnection | None:
+        """A live connection for the identity with a channel free, that channel reserved; None if there is none."""
+        free = [connection for connection in self._live(identity) if connection.in_use < connection.limit]
+        if not free:
+            return None
+        connection = max(free, key=lambda item: item.in_use)  # fill one connection before the next
+        connection.in_use += 1
+        connection.last_used = time.monotonic()
+        return connection
 
     async def _dial_into_pool(self, identity: Identity) -> None:
         try:

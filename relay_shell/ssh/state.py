@@ -28,16 +28,27 @@ class Ssh:
     routes_for: object = None
 
     def route(self, host: str, connection: ConnectionArgs, argument: str = "host") -> Route:
-        hosts = self.inventory.hosts()  # the same object until the inventory reloads
-        if hosts is not self.routes_for or len(self.routes) >= MAX_CACHED_ROUTES:
+        return self.routes_of([host], connection, argument)[host]
+
+    def routes_of(self, hosts: list[str], connection: ConnectionArgs, argument: str = "hosts") -> dict[str, Route]:
+        """Each host's route, in order. The inventory is looked at once and each key file once per call, not
+        once per host: a 256-host fan-out spent ~1.5 ms of its start on the same checks (ADR 0029 Round 6)."""
+        current = self.inventory.hosts()  # the same object until the inventory reloads
+        if current is not self.routes_for:
             self.routes.clear()
-            self.routes_for = hosts
-        key = (host, connection, argument)
-        route = self.routes.get(key)
-        hops = (*route.jumps, route.target) if route is not None else ()
-        if route is None or any(hop.key_path and not os.path.isfile(hop.key_path) for hop in hops):
-            route = self.routes[key] = self._resolve(host, connection, argument)  # a key gone: say so again
-        return route
+            self.routes_for = current
+        present: dict[str, bool] = {}  # key file -> whether it is there, in this call
+        found: dict[str, Route] = {}
+        for host in hosts:
+            if len(self.routes) >= MAX_CACHED_ROUTES:
+                self.routes.clear()
+            key = (host, connection, argument)
+            route = self.routes.get(key)
+            hops = (*route.jumps, route.target) if route is not None else ()
+            if route is None or not all(_key_present(hop.key_path, present) for hop in hops):
+                route = self.routes[key] = self._resolve(host, connection, argument)  # a key gone: say so again
+            found[host] = route
+        return found
 
     def _resolve(self, host: str, connection: ConnectionArgs, argument: str) -> Route:
         if argument == "host" and host.strip().startswith("@"):
@@ -66,3 +77,12 @@ class Ssh:
             )
             route = replace(route, jumps=hops[:-1], target=hops[-1])
         return route
+
+
+def _key_present(path: str | None, present: dict[str, bool]) -> bool:
+    """No key file named, or the named one is a file (looked at once per call)."""
+    if not path:
+        return True
+    if path not in present:
+        present[path] = os.path.isfile(path)
+    return present[path]

@@ -396,15 +396,22 @@ def _local_user() -> str:
         return os.environ.get("USER", "root")
 
 
-def target_record(route: Route) -> dict[str, Any]:
-    """The SSH identity for the audit record: where, as whom, with which key, through which hops, how trusted."""
+def target_record(route: Route, fingerprints: dict[str, str] | None = None) -> dict[str, Any]:
+    """The SSH identity for the audit record: where, as whom, with which key, through which hops, how trusted.
+    `fingerprints`: key fingerprints already read in this call, by path (a call naming many hosts)."""
     target = route.target
+    key = "default (agent and ~/.ssh keys)"
+    if target.key_path:
+        fingerprints = {} if fingerprints is None else fingerprints
+        if target.key_path not in fingerprints:
+            fingerprints[target.key_path] = key_fingerprint(target.key_path)
+        key = fingerprints[target.key_path]
     record: dict[str, Any] = {
         "host": target.name,
         "address": target.address,
         "port": target.port,
         "user": target.user,
-        "key": key_fingerprint(target.key_path) if target.key_path else "default (agent and ~/.ssh keys)",
+        "key": key,
         "host_key_mode": target.known_hosts_mode,
     }
     if route.jumps:

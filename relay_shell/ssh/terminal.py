@@ -47,6 +47,7 @@ class SshTerminal:
     kind = "ssh"
     pid: int | None = None
     exec_trace: TreeRecords = UNTRACED  # the programs run on the remote host: not traced (adr/0019)
+    kernel_confined = False  # no Landlock of ours on the remote host
 
     def __init__(self, pool: SshPool, connection: PooledConnection, where: str) -> None:
         self.pool = pool
@@ -156,7 +157,9 @@ class SshTerminal:
         return True  # the remote process table is not visible: the prompt decides (adr/0026 says what is left)
 
     def keeps_lines(self, length: int) -> bool:
-        return True  # the remote process table is not visible (adr/0026 Round 5 says what is left)
+        # The remote process table is not visible: a program there may read a part of the line and leave the rest
+        # to the remote shell (review W3), so every rest of every line is classified (adr/0026 Round 7).
+        return False
 
     def reader_wait(self) -> float:
         return 0.0  # the remote process table is not visible

@@ -98,7 +98,13 @@ ended).
 - Passwords: never put one in `data` if you can avoid it. The operator can allow variables for \
 `secret_env="NAME"` (RELAY_SHELL_SECRET_ENV_ALLOW): wait \
 for the prompt, then `session_send(session_id, secret_env="NAME", until=…)`; the value is typed, never shown \
-or logged. Input typed at a no-echo prompt is withheld from the audit log.
+or logged. Input typed at a no-echo prompt is withheld from the audit log, but only while the program \
+reading it takes the whole line; otherwise nothing is typed (`PromptGone`).
+- A program that reads only part of a line (`head -c`, `dd bs=1`, `read -n1`, a pager's one-key commands) \
+leaves the rest to whatever reads next, usually the shell: that rest is classified as a command too. If the \
+program reading changes between the check and the typing, nothing is typed (`ReaderChanged`): look at the \
+session and send again. What reads a remote terminal (`ssh_spawn`) cannot be seen, so every line typed there is \
+read this way: run one-shot commands with `ssh_exec`, which is classified as the whole command it is.
 - `session_recv(session_id, until=…, timeout=…)` waits for more output without typing (a log \
 line); without `until` it returns unread output at once. Every result has `cursor`; if a result is lost, \
 `session_recv(since=<old cursor>)` reads it again. `dropped` > 0 means output was overwritten before anyone \
@@ -219,7 +225,9 @@ DROP, cloud and VM deletion, also inside loops, `bash -c`, `xargs`, `ssh HOST CM
 database client, and the env overlay. Measured on 2,056 real commands: 93% get the exact tier, 0.8% of \
 stateful ones are rated admissible (none irreversible); on commands not seen while tuning 15% of stateful ones \
 are, mostly of programs it has no rule for. Classification is a speed bump, not a boundary: the audit log is \
-what makes the work accountable.
+what makes the work accountable. Writing, moving, linking or deleting this server's own files (its audit log \
+and rotations, signing key, token file, OAuth state) is tier 3 in every mode; reading and copying them \
+elsewhere is not.
 
 `readonly` is also enforced by the kernel where the host allows it (`server_info` → `enforcement.readonly`: \
 `landlock ABI N`, or `classifier-only` and why). Then every process a call or session starts is confined: \

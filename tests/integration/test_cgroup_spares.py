@@ -1,7 +1,8 @@
-"""An ended unit's cgroup is a spare again (containment/cgroup.py): the next unit takes it without a mkdir, and the
-filler thread has no rmdir to make; one that a kill froze, or below which a command made a cgroup, is removed
-instead. Run in a subprocess started in a fresh cgroup2 subtree (as a service with a delegated cgroup), which the
-CgroupTree moves into its instance directory."""
+"""An ended unit's cgroup is a spare again (containment/cgroup.py) the moment it is given back, on the calling thread
+(no wait for the filler thread, nor for the maintenance tick when a call's unit is released): the next unit takes it
+without a mkdir, labelled with the new unit's name, and the filler thread has no rmdir to make; one that a kill
+froze, or below which a command made a cgroup, is removed instead. Run in a subprocess started in a fresh cgroup2
+subtree (as a service with a delegated cgroup), which the CgroupTree moves into its instance directory."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from tests.e2e.containment.test_containment import cgroup_subtree
 
 SCRIPT = """
 import json, os, subprocess, sys
-from relay_shell.containment.cgroup import CgroupTree, locate, reusable
+from relay_shell.containment.cgroup import UNIT_ATTRIBUTE, CgroupTree, locate, reusable
+from relay_shell.containment.units import Containment
 tree = CgroupTree(locate(), "relay-shell-000000000000-spares")
 tree.setup()
 found = {}
@@ -34,12 +36,13 @@ try:
         return path
 
     first = unit_that_ran("call-1")
+    found["labelled"] = os.getxattr(first, UNIT_ATTRIBUTE).decode()
     tree.discard(first)
-    tree.tidy()
     found["ended unit is a spare"] = [path == first for path, _ in tree.spares]
     again, threads = tree.take("call-2")
     os.close(threads)
     found["next unit takes it"] = again == first
+    found["relabelled"] = os.getxattr(again, UNIT_ATTRIBUTE).decode()
     (again / "cgroup.freeze").write_bytes(b"1")  # what kill() does to the units it ends
     tree.discard(again)
     tree.tidy()
@@ -50,6 +53,17 @@ try:
     tree.discard(third)
     tree.tidy()
     found["with a cgroup below it removed"] = not third.exists()
+    # A call's unit, released once its leader was reaped: its cgroup is a spare before any tick or tidy.
+    containment = Containment("cgroup", "spares", "000000000000", tree)
+    tree.spare_target = 2
+    unit = containment.open_unit("call", "released")
+    with unit.spawning(None):
+        process = subprocess.Popen(["/bin/true"])
+    unit.started(process.pid)
+    process.wait()
+    unit.release()
+    found["released unit's cgroup a spare at once"] = [path == unit.cgroup for path, _ in tree.spares]
+    found["released unit no longer held"] = unit.name not in containment.units
 finally:
     tree.stop_filling()
     tree.step_out()
@@ -58,7 +72,7 @@ print(json.dumps(found))
 """
 
 
-def test_an_ended_units_cgroup_is_a_spare_again_unless_frozen_or_holding_a_cgroup(tmp_path: Path) -> None:
+def test_an_ended_units_cgroup_is_a_spare_again_at_once_unless_frozen_or_holding_a_cgroup(tmp_path: Path) -> None:
     subtrees = cgroup_subtree()
     subtree = next(subtrees)
     try:
@@ -74,9 +88,13 @@ def test_an_ended_units_cgroup_is_a_spare_again_unless_frozen_or_holding_a_cgrou
         next(subtrees, None)  # removes the subtree, and fails if a process was left in it
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout) == {
+        "labelled": "call-1",
         "ended unit is a spare": [True],
         "next unit takes it": True,
+        "relabelled": "call-2",
         "frozen one removed": True,
         "with a cgroup below it reusable": False,
         "with a cgroup below it removed": True,
+        "released unit's cgroup a spare at once": [True],
+        "released unit no longer held": True,
     }

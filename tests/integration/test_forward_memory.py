@@ -36,6 +36,7 @@ from relay_shell.ssh.forwards.tunnel import Tunnel, open_tunnel
 from relay_shell.ssh.inventory.load import Inventory
 from relay_shell.ssh.pool import SshPool
 from relay_shell.ssh.target import resolve_route
+from tests.procs import status_kib
 from tests.sshd import SshFleet
 
 pytestmark = [pytest.mark.anyio, pytest.mark.fleet(hosts=1)]  # `fleet`: tests/conftest.py
@@ -71,13 +72,6 @@ with connection:
     while connection.recv(65536):
         pass
 """
-
-
-def _status_kib(field: str) -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    raise KeyError(field)
 
 
 def _read_slowly(connection: socket.socket) -> int:
@@ -160,7 +154,7 @@ async def _measured(tunnel: Tunnel, read: Callable[[], int]) -> tuple[int, float
             await asyncio.sleep(0.001)
 
     ctypes.CDLL("libc.so.6").malloc_trim(0)
-    baseline = _status_kib("VmRSS")
+    baseline = status_kib("VmRSS")
     Path("/proc/self/clear_refs").write_text("5")  # VmHWM starts again from VmRSS
     sampler = asyncio.create_task(sample())
     started = time.monotonic()
@@ -169,7 +163,7 @@ async def _measured(tunnel: Tunnel, read: Callable[[], int]) -> tuple[int, float
     finally:
         sampler.cancel()
     elapsed = time.monotonic() - started
-    return received, elapsed, peak, _status_kib("VmHWM") - baseline
+    return received, elapsed, peak, status_kib("VmHWM") - baseline
 
 
 def _check(kind: str, tunnel: Tunnel, measured: tuple[int, float, int, int]) -> None:

@@ -24,6 +24,7 @@ from relay_shell.ssh.pool import SshPool
 from relay_shell.ssh.target import resolve_route
 from relay_shell.ssh.transfers.local_io import Sink
 from relay_shell.ssh.transfers.scp_stream import stream_file
+from tests.procs import status_kib
 from tests.sshd import SshFleet
 
 pytestmark = [pytest.mark.anyio, pytest.mark.fleet(hosts=1)]  # `fleet`: tests/conftest.py
@@ -32,13 +33,6 @@ MIB = 1024 * 1024
 SIZE = 96 * MIB
 DRAIN_RATE = 32 * MIB  # bytes a second: the "disk"; loopback sshd sends ten times that
 GROWTH_LIMIT_KIB = 16 * 1024  # the stream holds ~8 MiB (ADR 0029, Round 4): 9–12 measured; 51–59 before
-
-
-def _status_kib(field: str) -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    raise KeyError(field)
 
 
 def _drain(descriptor: int, digest: Any) -> None:
@@ -87,7 +81,7 @@ async def test_a_slow_destination_holds_the_network_back(fleet: SshFleet, tmp_pa
     try:
         drainer.start()
         sink = Sink(writing, SIZE)
-        baseline = _status_kib("VmRSS")
+        baseline = status_kib("VmRSS")
         Path("/proc/self/clear_refs").write_text("5")  # VmHWM starts again from VmRSS
         started = time.monotonic()
         try:
@@ -96,7 +90,7 @@ async def test_a_slow_destination_holds_the_network_back(fleet: SshFleet, tmp_pa
         finally:
             await sink.stop()
         elapsed = time.monotonic() - started
-        growth = _status_kib("VmHWM") - baseline
+        growth = status_kib("VmHWM") - baseline
     finally:
         os.close(writing)
         await asyncio.to_thread(drainer.join)

@@ -44,12 +44,16 @@ class _LocalTerminal:
     """The in-process stand-in for a local terminal (the dialogues run for real in the e2e test): a new
     terminal's settings, changed by a step's `terminal` field as the step's program would change them."""
 
-    def __init__(self) -> None:
+    def __init__(self, mode: str) -> None:
         characters = [bytes([default]) for default, _ in DEFAULT_CHARACTERS.values()]
         self.characters = dict(zip(DEFAULT_CHARACTERS, characters, strict=True))
         self.input_flags = termios.ICRNL
         self.local_flags = termios.ICANON | termios.ISIG | termios.IEXTEN | termios.ECHO
         self.keeps = True  # what reads the terminal takes a line whole (a shell at its prompt)
+        # Readonly as a host with Landlock confines it, nothing confined in the other modes (the dialogues decide
+        # the same with readonly classifier-only: no rest of theirs is tier 1 alone).
+        self.kernel_confined = mode == "readonly"
+        self.kind = "local"
 
     def interrupt_clears_line(self) -> bool:
         return True  # the server's terminals start with ISIG on
@@ -94,7 +98,7 @@ def test_the_session_classifier_decides_every_step(case: dict[str, Any]) -> None
     spawned = outcome(policy.decide(plan.subject))
     assert spawned == case.get("spawn_expect", "admitted"), (spawned, plan.subject)
     session: Any = SimpleNamespace(
-        typing=Typing(), history=[], open_input="", passprompt=DEFAULT_PASSPROMPT, terminal=_LocalTerminal()
+        typing=Typing(), history=[], open_input="", passprompt=DEFAULT_PASSPROMPT, terminal=_LocalTerminal(mode)
     )
     decided = []
     for step in case["steps"]:
@@ -108,3 +112,34 @@ def test_the_session_classifier_decides_every_step(case: dict[str, Any]) -> None
             session.terminal.set(step.get("terminal", {}))
     assert [item[1] for item in decided] == [step["expect"] for step in case["steps"]], decided
     assert (decided[-1][1] if decided else spawned) == case["expect"]
+
+
+# Review W3 (adr/0026 Round 7): where no kernel confines what the terminal runs, a rest of a line that a partial
+# reader leaves to the shell is refused in readonly when it writes (tier 1), not only when it is tier 2 or more.
+# A remote terminal's reader cannot be seen, so its every line is read at every rest (SshTerminal.keeps_lines).
+# (mode, kernel confined, the line typed after `dd bs=6 count=1` took the terminal, expected outcome)
+RESTS = [
+    ("readonly", False, "echo xmv /etc/important /tmp/", "refused"),  # the remote shell (or classifier-only) runs mv
+    ("readonly", False, "echo xtouch /etc/flag", "refused"),
+    ("readonly", True, "echo xmv /etc/important /tmp/", "admitted"),  # Landlock refuses the rename itself
+    ("readonly", False, "echo hello", "admitted"),  # no rest of it runs anything
+    ("guarded", False, "qrm -rf /srv/data", "refused"),  # to a remote less: the rest is rm -rf (tier 3)
+    ("guarded", False, "echo xsudo reboot", "refused"),
+    ("guarded", False, "echo xmv /etc/important /tmp/", "admitted"),  # tier 1: guarded admits it anyway
+]
+
+
+@pytest.mark.parametrize(("mode", "confined", "line", "expected"), RESTS)
+def test_a_rest_that_writes_is_refused_where_no_kernel_confines_it(
+    mode: str, confined: bool, line: str, expected: str
+) -> None:
+    terminal = _LocalTerminal(mode)
+    terminal.kernel_confined = confined
+    terminal.keeps = False  # a program that may read a part of the line has the terminal (or it cannot be seen)
+    session: Any = SimpleNamespace(
+        typing=Typing(), history=[], open_input="", passprompt=DEFAULT_PASSPROMPT, terminal=terminal
+    )
+    policy = Policy(mode)
+    subject, _ = typed_subject(session, line, True, [], terminal.keeps)
+    decision = policy.decide(subject)
+    assert outcome(decision) == expected, (line, decision.tier, decision.reason)

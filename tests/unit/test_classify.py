@@ -150,9 +150,9 @@ def test_fixed_tier() -> None:
 )
 def test_megabyte_inputs_stay_linear(pathological: str) -> None:
     # A correctness guard against quadratic behaviour (which would take minutes), with a wide margin.
-    started = time.perf_counter()
+    started = time.process_time()  # CPU, not wall: a loaded machine does not count
     classify(Subject(command=pathological))
-    assert time.perf_counter() - started < 10
+    assert time.process_time() - started < 10
 
 
 def test_a_transfer_onto_a_critical_file_is_tier_3() -> None:

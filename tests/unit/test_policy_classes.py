@@ -565,13 +565,13 @@ def test_unknown_programs_stay_tier_1_unless_evidence_says_more() -> None:
 )
 def test_megabyte_inputs_stay_linear(pathological: str) -> None:
     # A correctness guard against quadratic behaviour (which would take minutes), with a wide margin.
-    started = time.perf_counter()
+    started = time.process_time()  # CPU, not wall: other processes on a loaded machine do not count
     classify(Subject(command=pathological, stdin=pathological[:1_000_000], env=(("X", "rm -rf /"),)))
-    assert time.perf_counter() - started < 20
+    assert time.process_time() - started < 20
 
 
 def test_megabyte_sql_and_env_values_stay_linear() -> None:
-    started = time.perf_counter()
+    started = time.process_time()
     sql = "SELECT 1; /* x */ -- y\n" * 40_000
     classify(Subject(command="psql appdb", stdin=sql))
     classify(
@@ -580,7 +580,7 @@ def test_megabyte_sql_and_env_values_stay_linear() -> None:
             env=(*((f"V{index}", "x" * 1000) for index in range(1000)), ("A", "rm " * 20_000)),
         )
     )
-    assert time.perf_counter() - started < 20
+    assert time.process_time() - started < 20
 
 
 def test_an_env_value_classified_in_place_is_not_shown_in_the_reason() -> None:

@@ -39,9 +39,9 @@ def test_search_anywhere_and_case_as_written() -> None:
 
 def test_a_backtracking_pattern_is_linear() -> None:
     (pattern,) = compile_re2([r"(a+)+$"])
-    started = time.perf_counter()
+    started = time.process_time()
     assert not matches(pattern, "a" * 100_000 + "!")
-    assert time.perf_counter() - started < 1.0  # `re` would not finish in the lifetime of the machine
+    assert time.process_time() - started < 1.0  # `re` would not finish in the lifetime of the machine
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ import random
 import pytest
 
 from relay_shell.redaction.code import MARKS, mark_code, restore_code
-from relay_shell.redaction.redact import redact
+from relay_shell.redaction.redact import redact, redact_value
 
 # (text, code that must be in the record, literal secrets that must not)
 CODE_CASES = [
@@ -129,3 +129,45 @@ def test_adversarial_code_is_read_to_its_end(unit: str) -> None:
     redacted = redact(text)
     assert not any(mark in redacted for mark in MARKS)
     assert len(redacted) <= len(text) + len(text) // 2
+
+
+# Attack 4, A4: a secret-named variable whose value the same text runs as code: the value is code, kept.
+RUN_CASES = [
+    ("DB_PASSWORD='echo forged >> /var/log/x'; eval \"$DB_PASSWORD\"", "echo forged >> /var/log/x"),
+    ("API_TOKEN=touch; $API_TOKEN M", "API_TOKEN=touch;"),
+    ('SECRET_KEY="rm -rf D"; sh -c "$SECRET_KEY"', "rm -rf D"),
+    ("TOKEN='touch M'; if true; then ${TOKEN}; fi", "touch M"),
+    ("DB_PASSWORD='touch M'; eval \"true; $DB_PASSWORD\"", "touch M"),
+    ("KEY='touch M'; bash -c \"cd /; $KEY\"", "touch M"),
+]
+
+
+@pytest.mark.parametrize(("text", "code"), RUN_CASES)
+def test_a_secret_named_value_the_text_runs_is_kept(text: str, code: str) -> None:
+    redacted = redact(text)
+    assert code in redacted, redacted
+    assert redact(redacted) == redacted
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "DB_PASSWORD=hunter2 mysql -u root",
+        "export DB_PASSWORD=hunter2; echo $DB_PASSWORD",
+        'curl -H "$TOKEN" x; TOKEN=hunter2',
+    ],
+)
+def test_a_secret_value_only_passed_on_stays_masked(text: str) -> None:
+    assert "hunter2" not in redact(text)
+
+
+def test_an_overlay_value_the_command_runs_is_kept() -> None:
+    arguments = {"command": 'eval "$SECRET_KEY"', "env": {"SECRET_KEY": "echo forged >> /x", "DB_PASSWORD": "hunter2"}}
+    redacted = redact_value(arguments)
+    assert redacted == {
+        "command": 'eval "$SECRET_KEY"',
+        "env": {"SECRET_KEY": "echo forged >> /x", "DB_PASSWORD": "[REDACTED]"},
+    }
+    assert redact_value({"command": "echo $SECRET_KEY", "env": {"SECRET_KEY": "hunter2"}})["env"] == {
+        "SECRET_KEY": "[REDACTED]"
+    }  # type: ignore[index]

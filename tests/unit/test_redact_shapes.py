@@ -225,7 +225,7 @@ def test_the_names_around_the_secret_stay() -> None:
 def test_megabyte_inputs_stay_linear(unit: str) -> None:
     # A guard against quadratic behaviour (minutes), with a wide margin; the real speed is in the benchmark.
     text = unit * (2**20 // len(unit))
-    started = time.perf_counter()
+    started = time.process_time()
     redact(text)
     redact_value({"env": {text[:4096]: text}})
-    assert time.perf_counter() - started < 20
+    assert time.process_time() - started < 20

@@ -91,9 +91,9 @@ def test_strip_ansi_removes_csi_osc_and_charset_sequences() -> None:
 
 def test_strip_ansi_is_linear_on_adversarial_input() -> None:
     hostile = (b"\x1b[" + b"1;" * 50) * 20000  # unterminated CSI sequences, 1 MB
-    started = time.monotonic()
+    started = time.process_time()
     strip_ansi(hostile)
-    assert time.monotonic() - started < 2.0
+    assert time.process_time() - started < 2.0
 
 
 # -- expect ------------------------------------------------------------------------------------------------

@@ -104,7 +104,7 @@ def test_an_unclosed_quote_leaves_its_text_to_be_read_as_commands() -> None:
 
 
 def test_failed_arithmetic_scans_stay_linear() -> None:
-    started = time.perf_counter()
+    started = time.process_time()
     tokenize("((" * 200_000, [])
     tokenize("$((" * 100_000, [])
-    assert time.perf_counter() - started < 10
+    assert time.process_time() - started < 10

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 from pathlib import Path
 
@@ -287,3 +288,33 @@ def test_jump_hosts_are_checked_as_strictly_as_the_target_and_chain(tmp_path: Pa
 def test_a_numeric_ipv6_zone_is_named_by_its_interface() -> None:
     interface = socket.if_indextoname(1)  # `%1` and `%<name>` are the same link: one known_hosts name
     assert canonical_host("fe80::1%1") == f"fe80::1%{interface}" == canonical_host(f"FE80::1%{interface}")
+
+
+def test_cached_routes_notice_a_key_file_gone_and_look_at_each_key_once_per_call(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from relay_shell.settings.model import Settings
+    from relay_shell.ssh.connection_args import ConnectionArgs
+    from relay_shell.ssh.pool import SshPool
+    from relay_shell.ssh.state import Ssh
+
+    names = [f"h{index}" for index in range(5)]
+    inventory = _inventory(
+        tmp_path,
+        "".join(f"Host {name}\n  HostName 10.9.0.{index + 1}\n" for index, name in enumerate(names))
+        + f"Host *\n  IdentityFile {tmp_path}/id_test\n",
+    )
+    pool = SshPool(max_connections=4, max_channels=4, idle_timeout=60, connect_timeout=5, keepalive=0)
+    ssh = Ssh(Settings(), inventory, pool)
+    first = ssh.routes_of(names, ConnectionArgs())
+    assert [route.target.address for route in first.values()] == [f"10.9.0.{index + 1}" for index in range(5)]
+    looked_at: list[str] = []
+    real_isfile = os.path.isfile
+    monkeypatch.setattr(os.path, "isfile", lambda path: looked_at.append(path) or real_isfile(path))
+    assert ssh.routes_of(names, ConnectionArgs()) == first  # from the cache: the one key file looked at once
+    assert looked_at == [f"{tmp_path}/id_test"]
+    (tmp_path / "id_test").unlink()
+    with pytest.raises(ArgumentError, match="does not exist"):  # a key gone is said again, not dialed with
+        ssh.routes_of(names, ConnectionArgs())
+    with pytest.raises(ArgumentError, match="does not exist"):
+        ssh.route("h3", ConnectionArgs())

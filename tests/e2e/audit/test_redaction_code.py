@@ -63,3 +63,22 @@ async def test_a_literal_secret_never_reaches_the_log(tmp_path: Path) -> None:
     assert LITERAL not in log
     assert INSIDE not in log
     assert "base64 -d" in log and f"touch {marker}" in log  # the code around them is there
+
+
+async def test_a_secret_named_variable_the_text_runs_is_named_in_the_record(tmp_path: Path) -> None:
+    """Attack 4, A4: `DB_PASSWORD='echo forged >> F'; eval "$DB_PASSWORD"` ran a builtin and a redirection the
+    exec trace never sees, and the record said only `DB_PASSWORD='[REDACTED]'`; the same through the env overlay."""
+    audit = tmp_path / "audit.jsonl"
+    victim = tmp_path / "victim.txt"
+    async with connect(audit, policy_mode="guarded", exec_trace="off") as client:
+        calls = [
+            {"command": f"DB_PASSWORD='echo forged >> {victim}'; eval \"$DB_PASSWORD\""},
+            {"command": 'eval "$SECRET_KEY"', "env": {"SECRET_KEY": f"echo forged2 >> {victim}"}},
+        ]
+        for arguments in calls:
+            result = await client.call_tool("shell_exec", arguments)
+            assert not text_of(result).startswith(("[DENIED", "[ERROR")), text_of(result)
+    assert victim.read_text() == "forged\nforged2\n"
+    recorded = [str(record["args"]) for record in read_records(audit) if record.get("tool") == "shell_exec"]
+    assert len(recorded) == 4
+    assert all(f">> {victim}" in text for text in recorded), recorded

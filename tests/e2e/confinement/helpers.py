@@ -18,14 +18,14 @@ from mcp.client.stdio import StdioServerParameters
 
 from tests.conftest import read_records, server_env
 
-NO_LANDLOCK = str(Path(__file__).with_name("no_landlock.py"))
+NO_LANDLOCK = [str(Path(__file__).parents[2] / "refuse_syscall.py"), "landlock_create_ruleset"]
 
 
 @asynccontextmanager
 async def serve(
     audit_path: Path, extra_env: dict[str, str], launcher: list[str] | None = None, **settings: str
 ) -> AsyncIterator[Client]:
-    """A real stdio server (optionally started through `launcher`, e.g. no_landlock.py) with `extra_env` added
+    """A real stdio server (optionally started through `launcher`, e.g. tests/refuse_syscall.py) with `extra_env` added
     to its environment, and the SDK's client."""
     env = server_env(audit_path, **settings)
     env.update(extra_env)

@@ -139,7 +139,7 @@ async def test_a_readonly_terminal_session_is_confined(
 async def test_without_landlock_readonly_is_classifier_only_and_says_so(
     tmp_path: Path, probe_bin: Path, probe_dir: Path, victim: int
 ) -> None:
-    """Debian 12's kernel without `landlock` in its LSM list (tests/e2e/confinement/no_landlock.py): readonly
+    """Debian 12's kernel without `landlock` in its LSM list (tests/refuse_syscall.py): readonly
     still runs, classifier-only, and server_info, the operating guide, the records and the metric say so. The
     probe's write then succeeds: proof the kernel stood in the way above."""
     from tests.e2e.confinement.helpers import NO_LANDLOCK
@@ -148,7 +148,7 @@ async def test_without_landlock_readonly_is_classifier_only_and_says_so(
     async with serve(
         audit_path,
         probe_env(probe_bin, probe_dir, victim),
-        launcher=[NO_LANDLOCK, "EOPNOTSUPP"],
+        launcher=[*NO_LANDLOCK, "EOPNOTSUPP"],
         policy_mode="readonly",
         metrics_addr="127.0.0.1:0",
     ) as client:
@@ -175,7 +175,7 @@ def test_the_banner_warns_and_required_refuses_to_start(tmp_path: Path) -> None:
     from tests.conftest import server_env
     from tests.e2e.confinement.helpers import NO_LANDLOCK
 
-    command = [sys.executable, NO_LANDLOCK, "ENOSYS", sys.executable, "-m", "relay_shell"]
+    command = [sys.executable, *NO_LANDLOCK, "ENOSYS", sys.executable, "-m", "relay_shell"]
     env = server_env(tmp_path / "audit.jsonl", policy_mode="readonly")
     started = time.monotonic()
     auto = subprocess.run(command, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)

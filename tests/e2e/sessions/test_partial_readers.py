@@ -78,3 +78,38 @@ async def test_a_line_a_one_byte_reader_takes_part_of_is_recorded_as_typed(tmp_p
     ]
     # On main both records said `[withheld: … typed at the password prompt 'Password:']`.
     assert recorded.count(line) == 2, recorded
+
+
+async def hidden_head_reading() -> None:
+    """Until a `head` outside the terminal's session (setsid) is blocked in its read of one byte."""
+    deadline = asyncio.get_running_loop().time() + 10
+    while asyncio.get_running_loop().time() < deadline:
+        for entry in Path("/proc").iterdir():
+            try:
+                if (entry / "comm").read_text().strip() == "head":
+                    fields = (entry / "syscall").read_text().split()
+                    if fields[:2] == ["0", "0x0"] and fields[3:4] == ["0x1"]:
+                        return
+            except OSError:
+                continue
+        await asyncio.sleep(0.02)
+    raise AssertionError("head never reached its read of the terminal")
+
+
+async def test_a_reader_that_left_the_session_takes_a_part_and_the_rest_is_classified(tmp_path: Path) -> None:
+    """Attack 4, P1: `setsid head -c1 &` leaves the session (re-parented, no controlling terminal, so no SIGTTIN)
+    and still reads the terminal; while the shell waits for its line, head takes `X` and bash runs the rest. The
+    session's containment unit still holds head: a reader there outside the foreground group that is not stopped
+    makes the line one that may be split, and its rest `rm -rf …` is refused in guarded mode."""
+    audit_path = tmp_path / "audit.jsonl"
+    doomed = tmp_path / "doomed"
+    doomed.mkdir()
+    async with connect(audit_path, policy_mode="guarded") as client:
+        session_id, _ = await spawn(client, env={"PS1": PROMPT}, until=AT_PROMPT, timeout=10)
+        hidden = await call(client, "session_send", session_id=session_id, data="setsid head -c1 >/dev/null &")
+        assert not hidden.is_error, text_of(hidden)
+        await hidden_head_reading()
+        typed = await call(client, "session_send", session_id=session_id, data=f"Xrm -rf {doomed}", timeout=2)
+        # On main: admitted at tier 1 (`Xrm`, an unknown program); head took `X` and bash deleted the directory.
+        assert typed.is_error and "rm -rf" in text_of(typed), text_of(typed)
+    assert doomed.exists()

@@ -10,6 +10,7 @@ stand-ins for `nc` and `mysql` are scripts of this test (neither is installed he
 from __future__ import annotations
 
 import base64
+import errno
 import hashlib
 import os
 import secrets
@@ -85,16 +86,37 @@ async def test_a_decoded_pipeline_shows_the_program_it_ran(client: Client, workd
     assert {"base64", "sh", "rm"} <= set(programs(record))
 
 
+async def release_fifo(path: Path) -> None:
+    """Write a line into `path` once its reader has opened it (ENXIO until then)."""
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            descriptor = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError as error:
+            if error.errno != errno.ENXIO or time.monotonic() > deadline:
+                raise
+            await anyio.sleep(0.02)
+            continue
+        os.write(descriptor, b"go\n")
+        os.close(descriptor)
+        return
+
+
 async def test_a_setsid_grandchild_is_traced_and_a_late_exec_still_runs(client: Client, workdir: Path) -> None:
     marker = workdir / f"late-{secrets.token_hex(4)}"
+    go = workdir / f"go-{secrets.token_hex(4)}"
+    os.mkfifo(go)
     command = (
         "setsid sh -c 'uname -n >/dev/null'; "
-        # A background job that leaves the session and execs after the call ended: answered, counted as late.
-        f"(setsid sh -c 'sleep 0.5; touch {marker}' >/dev/null 2>&1 &)"
+        # A background job that leaves the session and execs after the call ended: answered, counted as late. It
+        # waits in a builtin (the fifo's open) until the test has the result, so both its execs are late however
+        # slow the machine is (a fixed sleep let `sleep` run before the end under load).
+        f"(setsid sh -c 'read go < {go}; sleep 0.1; touch {marker}' >/dev/null 2>&1 &)"
     )
     before = fields(await client.call_tool("server_info", {}))["info"]["exec_trace"]["late_execs"]
     result = await client.call_tool("shell_exec", {"command": command})
     assert fields(result)["status"] == "ok", text_of(result)
+    await release_fifo(go)
     entries = end_record(workdir, result)["execs"]["entries"]
     inner = [entry for entry in entries if entry["argv"] == ["sh", "-c", "uname -n >/dev/null"]]
     uname = [entry for entry in entries if entry["argv"] == ["uname", "-n"]]

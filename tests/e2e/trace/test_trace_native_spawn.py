@@ -14,9 +14,10 @@ native spawner, and with RELAY_EXEC_TRACE_ANSWERER=python (the Python path, as b
   the first program (ExecDenied, nothing spawned) or a later one (EPERM, decided in Python);
 - work posted to the spawner thread (`run`, `post`: readonly's confined spares are made so) still runs on it;
 - natively on x86_64 the child is born in its unit by clone3(CLONE_INTO_CGROUP), the spawner thread never entering
-  it (adr/0036 "Round 2"); where clone3 fails with ENOSYS (a third run, under no_clone3.py's filter: an old kernel,
-  or a container's seccomp profile) the unit is entered and left around posix_spawn, with the same records, cgroups
-  and spawn semantics (session, descriptors, signal dispositions and mask, working directory) as the Python path's.
+  it (adr/0036 "Round 2"); where clone3 fails with ENOSYS (a third run, under tests/refuse_syscall.py's clone3
+  filter: an old kernel, or a container's seccomp profile) the unit is entered and left around posix_spawn, with
+  the same records, cgroups and spawn semantics (session, descriptors, signal dispositions and mask, working
+  directory) as the Python path's.
 """
 
 from __future__ import annotations
@@ -135,7 +136,7 @@ asyncio.run(main())
 """
 
 
-NO_CLONE3 = Path(__file__).parent / "no_clone3.py"
+REFUSE_SYSCALL = Path(__file__).parents[2] / "refuse_syscall.py"
 
 
 def launch(tmp_path: Path, cgroup: Path, force_python: bool, no_clone3: bool = False) -> dict[str, Any]:
@@ -145,7 +146,7 @@ def launch(tmp_path: Path, cgroup: Path, force_python: bool, no_clone3: bool = F
     audit.parent.mkdir()
     argv = ["/bin/sh", "-c", 'echo $$ > "$0/cgroup.procs" && shift && exec "$@"', str(cgroup), "-"]
     if no_clone3:
-        argv += [sys.executable, str(NO_CLONE3)]
+        argv += [sys.executable, str(REFUSE_SYSCALL), "clone3", "ENOSYS"]
     argv += [sys.executable, str(script), str(audit)]
     env = server_env(audit)
     env.pop("RELAY_EXEC_TRACE_ANSWERER", None)  # both ways here, whatever the suite's run says

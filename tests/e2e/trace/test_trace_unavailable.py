@@ -1,5 +1,5 @@
 """End to end: where the exec filter cannot be installed (the server runs under a seccomp policy that forbids
-seccomp(2), tests/e2e/trace/no_seccomp.py), calls still run, nothing is traced, and server_info and the startup
+seccomp(2), tests/refuse_syscall.py), calls still run, nothing is traced, and server_info and the startup
 banner say so (the banner once)."""
 
 from __future__ import annotations
@@ -15,13 +15,13 @@ from mcp.client.stdio import StdioServerParameters
 from tests.conftest import fields, read_records, server_env, text_of
 
 pytestmark = pytest.mark.anyio
-LAUNCHER = str(Path(__file__).with_name("no_seccomp.py"))
+LAUNCHER = str(Path(__file__).parents[2] / "refuse_syscall.py")
 
 
 def test_the_banner_says_once_that_the_trace_is_unavailable(tmp_path: Path) -> None:
     env = server_env(tmp_path / "audit.jsonl")
     finished = subprocess.run(
-        [sys.executable, LAUNCHER, sys.executable, "-m", "relay_shell"],
+        [sys.executable, LAUNCHER, "seccomp", "EPERM", sys.executable, "-m", "relay_shell"],
         env=env,
         stdin=subprocess.DEVNULL,
         capture_output=True,
@@ -38,7 +38,7 @@ async def test_calls_run_untraced_and_server_info_says_why(tmp_path: Path) -> No
     audit_path = tmp_path / "audit.jsonl"
     params = StdioServerParameters(
         command=sys.executable,
-        args=[LAUNCHER, sys.executable, "-m", "relay_shell"],
+        args=[LAUNCHER, "seccomp", "EPERM", sys.executable, "-m", "relay_shell"],
         env=server_env(audit_path),
     )
     async with Client(params) as client:  # type: ignore[arg-type]

@@ -1,0 +1,42 @@
+"""What reading every rest of a remote terminal's line costs in false alarms (adr/0026 Round 7): each command of
+the labelled sets and of the tldr corpus typed as one line at a remote prompt, its rests counted as the policy
+counts them (sessions/reading.split_findings: tier 2 and above in guarded, tier 1 and above where no kernel
+confines, which readonly on a remote host is). Prints the share of admissible lines that would be refused.
+
+Usage: python -m benchmarks.remote_rests_cost"""
+
+from __future__ import annotations
+
+from benchmarks.bench_policy import FRESH, LABELLED, corpus_commands, load_labels, tier_of
+from relay_shell.policy.classify import shell_findings
+from relay_shell.policy.rests import line_rests, runs_something
+
+
+def refused_by_a_rest(command: str, least_tier: int) -> bool:
+    rests = line_rests(command)
+    if rests is None:
+        return True  # too long to read at every rest: tier 2
+    for _, rest in rests:
+        for finding in shell_findings(rest, 0, {}):
+            if finding.tier >= least_tier and runs_something(finding.canonical or rest):
+                return True
+    return False
+
+
+def main() -> None:
+    labelled = [item.command for item in load_labels(LABELLED) + load_labels(FRESH)]
+    for name, commands in (("labelled set", labelled), ("tldr corpus", corpus_commands())):
+        tiers = {command: tier_of(command) for command in commands}
+        admissible = [command for command in commands if tiers[command] <= 1]
+        read_only = [command for command in commands if tiers[command] == 0]
+        guarded = sum(refused_by_a_rest(command, 2) for command in admissible)
+        readonly = sum(refused_by_a_rest(command, 1) for command in read_only)
+        print(
+            f"{name}: guarded, {guarded} of {len(admissible)} admissible lines refused "
+            f"({100 * guarded / len(admissible):.1f}%); readonly, {readonly} of {len(read_only)} tier-0 lines "
+            f"refused ({100 * readonly / len(read_only):.1f}%)"
+        )
+
+
+if __name__ == "__main__":
+    main()
