@@ -9,7 +9,8 @@ A tree starts under what the server's settings turned on, each a null object whe
 - **the exec trace** (adr/0019, trace/): the tree starts on a spawner thread carrying the exec filter, and what it
   executed goes into the call's records (`TracedTree`); with RELAY_SHELL_EXEC_TRACE=off, or the trace unavailable
   here, `UNTRACED`: started on the calling thread, no `execs` in the records. Nothing under trace/ is imported
-  while the trace is off.
+  while the trace is off; with it on, a copy of the server finds at startup whether it works, and the first traced
+  tree starts the tracer (launch_trace_probe.py: an idle server holds none of it).
 - **readonly confinement** (adr/0024, confine/): in readonly mode every tree runs in a Landlock domain of its
   own with no_new_privs, a syscall filter and root's capabilities cut down, inherited by every descendant. A
   one-shot command is spawned in its unit on a thread confined first (a spare made ahead, by the trace's spawner
@@ -33,6 +34,7 @@ import anyio
 from relay_shell.containment.units import Containment, NoUnit, Unit
 from relay_shell.launch_readonly import UNCONFINED, Unconfined, enforced_by, readonly_warnings, start_confinement
 from relay_shell.launch_trace_default import trace_default
+from relay_shell.launch_trace_probe import TraceProbed, probed_trace, start_tracer
 from relay_shell.plan import Plan
 from relay_shell.settings.model import Settings
 
@@ -294,13 +296,13 @@ class ProcessTree:
 
 
 class Launcher:
-    """A server's launch point: the containment chosen at its start, its exec trace (or TraceOff) and its readonly
-    confinement (or Unconfined)."""
+    """A server's launch point: the containment chosen at its start, its exec trace (or TraceOff; or TraceProbed,
+    replaced by the tracer at the first traced tree) and its readonly confinement (or Unconfined)."""
 
     def __init__(
         self,
         containment: Containment,
-        tracer: ExecTracer | TraceOff,
+        tracer: ExecTracer | TraceOff | TraceProbed,
         confinement: Confinement | Unconfined = UNCONFINED,
         setting: str = "on",
     ) -> None:
@@ -324,6 +326,8 @@ class Launcher:
 
     def _trace(self, call_id: str | None, unit: Unit | NoUnit) -> TreeTrace:
         tracer = self.tracer
+        if isinstance(tracer, TraceProbed) and tracer.state == "on":  # the first traced tree starts the tracer
+            tracer = self.tracer = tracer.start()
         if tracer.active:  # on: not off, nor unavailable here, nor stopped since
             from relay_shell.trace.lineage import Unit as ShownUnit  # trace/ is loaded only with the trace on
             from relay_shell.trace.tree import TracedTree
@@ -404,12 +408,10 @@ def start_launcher(settings: Settings, containment: Containment, metrics: Metric
     if not wanted:
         trace_off = TraceOff(reason, len(deny_patterns), settings.trace.exec_trace_entries)
         return Launcher(containment, trace_off, confinement, setting)
-    from relay_shell.trace.tracer import ExecTracer
-
-    tracer = ExecTracer(deny_patterns, settings.trace.exec_trace_entries, metrics)
-    tracer.on_late = on_late
-    if setting == "auto" and tracer.active:
-        tracer.reason = f"{reason}; {tracer.reason}"
+    probed = probed_trace(settings, metrics, on_late, reason)  # what a copy of the server found (serve.py)
+    if probed is not None and isinstance(confinement, Unconfined):
+        return Launcher(containment, probed, confinement, setting)  # the first traced tree starts the tracer
+    tracer = start_tracer(settings, metrics, on_late, reason)
     if tracer.spawner is not None and tracer.active and not isinstance(confinement, Unconfined):
         answerer = tracer.answerer if tracer.native_spawns else None  # native spares' first exec let go by it
         tracer.spares = confinement.spare_traces(tracer.spawner.run, answerer)  # their creator made by the spawner

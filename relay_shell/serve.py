@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from relay_shell import __version__
 from relay_shell.errors import ConfigError
+from relay_shell.launch_trace_probe import start_probe
 from relay_shell.settings.load import load_settings, startup_warnings
 
 if TYPE_CHECKING:
@@ -87,6 +88,7 @@ def check_configuration(settings: Settings) -> int:
 
 
 def run(settings: Settings) -> int:
+    start_probe(settings)  # whether the exec trace works here, found by a copy of the server meanwhile
     audit_log = open_audit_log(settings)
     offhost = start_offhost(settings, audit_log)
     http_auth = http_authentication(settings)
