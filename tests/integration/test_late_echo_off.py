@@ -14,15 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from mcp import Client
 
-from relay_shell.audit.log import AuditLog
-from relay_shell.plan import Plan
-from relay_shell.server import build_server
-from relay_shell.sessions import send_plan
-from relay_shell.sessions.registry import SessionRegistry
-from relay_shell.settings.model import Settings
 from tests.conftest import fields, read_records, text_of
+from tests.integration.between_check_and_type import changed_after_check
 
 pytestmark = pytest.mark.anyio
 
@@ -35,36 +29,19 @@ READ_A_LINE = (
 async def test_echo_turned_off_after_preparing_withholds_the_input_from_the_end_record(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    prepare_send = send_plan.prepare_send
-
-    def prepared_then_echo_off(settings: Settings, registry: SessionRegistry, owner: str, **arguments: Any) -> Plan:
-        plan = prepare_send(settings, registry, owner, **arguments)
-        descriptor = registry.sessions[arguments["session_id"]].terminal.fd
-        attributes = termios.tcgetattr(descriptor)
+    def echo_off(terminal: Any) -> None:
+        attributes = termios.tcgetattr(terminal.fd)
         attributes[3] &= ~termios.ECHO
-        termios.tcsetattr(descriptor, termios.TCSANOW, attributes)
-        return plan
+        termios.tcsetattr(terminal.fd, termios.TCSANOW, attributes)
 
-    # session_send imports prepare_send from its module at each call (loaded by the first: adr/0030, Round 5)
-    monkeypatch.setattr(send_plan, "prepare_send", prepared_then_echo_off)
-    audit_path = tmp_path / "audit.jsonl"
-    audit_log = AuditLog(audit_path)
-    audit_log.open()
-    assembly = build_server(Settings(audit={"audit_path": audit_path}), audit_log)
-    try:
-        async with Client(assembly.mcp, mode="legacy") as client:
-            spawned = await client.call_tool(
-                "shell_spawn", {"command": READ_A_LINE, "until": "Password: ", "timeout": 10}
-            )
-            session_id = fields(spawned)["session_id"]
-            sent = await client.call_tool(
-                "session_send", {"session_id": session_id, "data": "hunter2", "until": r"got \d+\r?\n", "timeout": 10}
-            )
-            assert not sent.is_error, text_of(sent)
-            assert "got 8" in text_of(sent) and "hunter2" not in text_of(sent)  # typed, and not echoed
-    finally:
-        await assembly.shutdown()
-        audit_log.close()
+    async with changed_after_check(tmp_path, monkeypatch, echo_off) as (client, audit_path):
+        spawned = await client.call_tool("shell_spawn", {"command": READ_A_LINE, "until": "Password: ", "timeout": 10})
+        session_id = fields(spawned)["session_id"]
+        sent = await client.call_tool(
+            "session_send", {"session_id": session_id, "data": "hunter2", "until": r"got \d+\r?\n", "timeout": 10}
+        )
+        assert not sent.is_error, text_of(sent)
+        assert "got 8" in text_of(sent) and "hunter2" not in text_of(sent)  # typed, and not echoed
     records = [record for record in read_records(audit_path) if record["tool"] == "session_send"]
     assert [record["phase"] for record in records] == ["start", "end"]
     start, end = records

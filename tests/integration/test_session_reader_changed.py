@@ -17,15 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from mcp import Client
 
-from relay_shell.audit.log import AuditLog
-from relay_shell.plan import Plan
-from relay_shell.server import build_server
-from relay_shell.sessions import send_plan
-from relay_shell.sessions.registry import SessionRegistry
-from relay_shell.settings.model import Settings
 from tests.conftest import fields, read_records, text_of
+from tests.integration.between_check_and_type import changed_after_check
 
 pytestmark = pytest.mark.anyio
 
@@ -39,37 +33,23 @@ def reading_one_byte(pid: int) -> bool:
 async def test_a_line_checked_before_the_shell_began_to_read_one_byte_is_not_typed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    prepare_send = send_plan.prepare_send
     made = tmp_path / "made"
 
-    def prepared_then_changed(settings: Settings, registry: SessionRegistry, owner: str, **arguments: Any) -> Plan:
-        plan = prepare_send(settings, registry, owner, **arguments)
-        terminal = registry.sessions[arguments["session_id"]].terminal
+    def shell_reads_one_byte(terminal: Any) -> None:
         os.write(terminal.fd, b"read -n1 x\r")
         deadline = time.monotonic() + 10
         while not reading_one_byte(terminal.pid):
             assert time.monotonic() < deadline, "bash never reached its read of one byte"
             time.sleep(0.01)
-        return plan
 
-    # session_send imports prepare_send from its module at each call (loaded by the first: adr/0030, Round 5)
-    monkeypatch.setattr(send_plan, "prepare_send", prepared_then_changed)
-    audit_path = tmp_path / "audit.jsonl"
-    audit_log = AuditLog(audit_path)
-    audit_log.open()
-    assembly = build_server(Settings(audit={"audit_path": audit_path}), audit_log)
-    try:
-        async with Client(assembly.mcp, mode="legacy") as client:
-            spawned = await client.call_tool("shell_spawn", {"env": {"PS1": "READY> "}, "until": "READY> $"})
-            session_id = fields(spawned)["session_id"]
-            sent = await client.call_tool("session_send", {"session_id": session_id, "data": f"touch {made}"})
-            assert sent.is_error, text_of(sent)
-            assert text_of(sent).startswith("[ERROR: ReaderChanged: "), text_of(sent)
-            after = await client.call_tool("session_recv", {"session_id": session_id, "timeout": 1})
-            assert "touch" not in text_of(after)  # nothing was typed
-    finally:
-        await assembly.shutdown()
-        audit_log.close()
+    async with changed_after_check(tmp_path, monkeypatch, shell_reads_one_byte) as (client, audit_path):
+        spawned = await client.call_tool("shell_spawn", {"env": {"PS1": "READY> "}, "until": "READY> $"})
+        session_id = fields(spawned)["session_id"]
+        sent = await client.call_tool("session_send", {"session_id": session_id, "data": f"touch {made}"})
+        assert sent.is_error, text_of(sent)
+        assert text_of(sent).startswith("[ERROR: ReaderChanged: "), text_of(sent)
+        after = await client.call_tool("session_recv", {"session_id": session_id, "timeout": 1})
+        assert "touch" not in text_of(after)  # nothing was typed
     assert not made.exists()
     ends = [r for r in read_records(audit_path) if r["tool"] == "session_send" and r["phase"] == "end"]
     assert len(ends) == 1 and "ReaderChanged" in str(ends[0]), ends
