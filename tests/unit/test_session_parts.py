@@ -248,3 +248,14 @@ def test_settings_read_once_are_the_settings_read_character_by_character(change:
     ]
     assert len(reasons) == len(changed) + (1 if expected[0] & sum(TRANSLATING) else 0)
     assert settings_from(None) is None
+
+
+@pytest.mark.parametrize("pattern", ["^", "x*", "$", ".*"])
+def test_an_empty_window_with_an_echo_to_skip_matches_nothing_even_a_pattern_that_matches_empty_text(
+    pattern: str,
+) -> None:
+    """Session.wait does not search before the first output when an echo is to be skipped (registry.py): it relies
+    on this. Without an echo the same empty window does match such a pattern (a wait then returns at once)."""
+    patterns = compile_until(pattern)
+    assert find(patterns, b"", "7*7\n") is None
+    assert find(patterns, b"", None) is not None
