@@ -1,7 +1,8 @@
 /* The exec trace's native spawner (adr/0036): a traced one-shot tree's first process started by the spawner thread
  * without the interpreter. The spawner thread (trace/spawners.py) waits in `spawner_serve`, one foreign call (ctypes
  * releases the GIL); the event loop's thread hands it a request with `spawner_submit`, one foreign call that blocks,
- * the GIL released, until the child is spawned. Here: the child born in the unit's cgroup by clone3(CLONE_INTO_CGROUP)
+ * the GIL released, until the child is spawned (woken at its exec by the kernel, CLONE_CHILD_CLEARTID, when it was
+ * cloned into its unit: adr/0036 "Round 3"). Here: the child born in the unit's cgroup by clone3(CLONE_INTO_CGROUP)
  * doing what glibc's posix_spawn child does with the file actions and attributes trace/spawn.py gives the Python path
  * (adr/0036 "Round 2"), or, where clone3 cannot, the unit's cgroup entered (cgroup.threads "0": this thread), glibc's
  * posix_spawn, the cgroup left;
@@ -151,9 +152,9 @@ static int file_actions(posix_spawn_file_actions_t *actions, const struct spawn_
 }
 
 #if defined(__x86_64__)
-/* The child born in its unit's cgroup by clone3(CLONE_INTO_CGROUP) (Linux 5.7), vfork-style as glibc's posix_spawn
- * is: CLONE_VM | CLONE_VFORK, on a stack of the spawning thread's own, which is suspended until the child's exec
- * is done (or it ended). glibc 2.36 has no posix_spawnattr_setcgroup_np (2.41), and clone3 has no wrapper: the
+/* The child born in its unit's cgroup by clone3(CLONE_INTO_CGROUP) (Linux 5.7), sharing the server's memory until
+ * its exec (CLONE_VM) on a stack of the spawner's own; since adr/0036 "Round 3" not CLONE_VFORK: the spawner thread
+ * goes back to waiting, and the kernel wakes the submitter at the child's exec (spawn_into_cgroup). glibc 2.36 has no posix_spawnattr_setcgroup_np (2.41), and clone3 has no wrapper: the
  * child must start on its new stack in a function of its own, so the call is written here. In: rdi the clone
  * arguments, rsi their size, rdx the child's function, rcx its argument; out: the raw result (the child's pid, or
  * -errno). The child calls the function and exits with what it returns (it never returns: it execs or _exits). */
