@@ -36,13 +36,14 @@ def refuse_terminal_input(setting: str, mode: str) -> str | None:
     the trace's filter (adr/0027 "Round 6") a root server's command could type a line into any terminal on the host,
     which its shell runs as if typed (attack 4's K3, adr/0027 "Round 7"). Without CAP_SYS_ADMIN the kernel refuses
     TIOCSTI on any terminal but the caller's controlling one, and a command typing into its own terminal gains
-    nothing it could not run itself, untraced either way. Called while the server has one thread (TSYNC); the
+    nothing it could not run itself, untraced either way. The filter is relay_shell/terminal_input.py's: nothing of
+    trace/ is loaded for it. Called while the server has one thread (TSYNC); the
     banner's note, or None when nothing was installed."""
     wanted, _ = trace_default(setting, mode)
     capabilities, _ = _own_privileges()
     if wanted or not capabilities >> _CAP_SYS_ADMIN & 1:
         return None
-    from relay_shell.trace.seccomp import refuse_terminal_input as install
+    from relay_shell.terminal_input import refuse_terminal_input as install
 
     try:
         install()
