@@ -64,23 +64,20 @@ def bound_record(record: dict[str, Any]) -> dict[str, Any]:
     """Every field of a record within the shared bound (already bounded values pass unchanged)."""
     bounded = {}
     for name, value in record.items():
-        # Nearly every field is a short ASCII name with a short ASCII string or a number, checked inline: this
-        # runs for both records of every call.
+        # Nearly every field is a short ASCII name with a short ASCII string, a 64-bit integer, a boolean, null, or
+        # arguments `audit_arguments` bounded when it made them, checked inline (no call per field): this runs for
+        # both records of every call.
         if not (len(name) <= LONG_STRING and name.isascii()):
             name = _bound_name(name)
-        bounded[name] = value if _plain(value) else _bound(value, 1)
+        kind = type(value)
+        if kind is str:
+            plain = len(value) <= LONG_STRING and value.isascii()
+        elif kind is int:
+            plain = _INT64_MIN <= value <= _UINT64_MAX
+        else:
+            plain = kind is bool or value is None or kind is BoundedArguments
+        bounded[name] = value if plain else _bound(value, 1)
     return bounded
-
-
-def _plain(value: Any) -> bool:
-    """Within the bound as it is: a short ASCII string, a 64-bit integer, a boolean, null, or arguments that
-    `audit_arguments` bounded when it made them."""
-    kind = type(value)
-    if kind is str:
-        return len(value) <= LONG_STRING and value.isascii()
-    if kind is int:
-        return _INT64_MIN <= value <= _UINT64_MAX
-    return kind is bool or value is None or kind is BoundedArguments
 
 
 def output_digests(returned_text: str, captured: CapturedText) -> dict[str, Any]:

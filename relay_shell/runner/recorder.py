@@ -39,6 +39,7 @@ class Recorder:
         self.call_tag = secrets.token_hex(6)
         self._call_numbers = itertools.count(1)
         self._call_counters: dict[tuple[str, int, str], Any] = {}
+        self._call_durations: dict[str, Any] = {}
         self.refused_calls = 0  # calls refused because the log could not be written (shown by server_info)
         self.interrupted_at_start = 0  # calls the previous process left interrupted (its server:start record)
 
@@ -56,7 +57,10 @@ class Recorder:
                 tool=counted_as, tier=str(tier), outcome=outcome
             )
         counter.inc()
-        self.metrics.call_duration.labels(tool=counted_as).observe(time.monotonic() - started)
+        duration = self._call_durations.get(counted_as)
+        if duration is None:
+            duration = self._call_durations[counted_as] = self.metrics.call_duration.labels(tool=counted_as)
+        duration.observe(time.monotonic() - started)
         return failed is None
 
     def write_start(self, record: dict[str, Any]) -> str | None:

@@ -128,14 +128,16 @@ class LazyArguments(FuncMetadata):
     def pre_parse_json(self, data: dict[str, Any]) -> dict[str, Any]:
         """The SDK's pre-parse (a list or object sent as a JSON string becomes that list or object), skipped
         when no value can be one: it tries json.loads on every string of a non-str argument (a regex in
-        `until`, a path), and a failed parse raises, which costs more than the rest of the validation. Only a
-        text starting with `[`, `{`, `t`, `f` or `n` after JSON whitespace parses to something it keeps."""
+        `until`, a path, a command), and a failed parse raises, which costs more than the rest of the validation.
+        Only a text starting with `[`, `{` or `n` after JSON whitespace parses to something it keeps (a list, an
+        object, null): `true` and `false` parse to booleans, which it leaves as the strings they were (a bool is
+        an int), as it does numbers."""
         if any(isinstance(value, str) and value.lstrip(" \t\n\r")[:1] in _JSON_KEPT_STARTS for value in data.values()):
             return super().pre_parse_json(data)
         return data.copy()
 
 
-_JSON_KEPT_STARTS = ("[", "{", "t", "f", "n")  # not "": "" in "abc" is true
+_JSON_KEPT_STARTS = ("[", "{", "n")  # not "": "" in "abc" is true
 
 
 @functools.cache
