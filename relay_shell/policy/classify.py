@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from relay_shell.plan import Subject
-from relay_shell.policy import code_env, own_files
+from relay_shell.policy import code_env, own_files, shell_state
 from relay_shell.policy.calls import Context, Verdict
 from relay_shell.policy.command_words import MAX_CANDIDATES, candidates, expand_words
 from relay_shell.policy.env_substitution import Env, substitute, substituted_values, unsubstituted
@@ -377,7 +377,7 @@ def _program_findings(
     if program in SHELLS or program in ("eval", "exec"):
         inner = inline_script(program, words)
         if inner is not None:
-            findings += shell_findings(inner, depth + 1, env)
+            findings += shell_findings(inner, depth + 1, env, shell_state.inline_arguments(program, words))
             tier, reason = max(tier, 1), f"{program} running inline shell text"
         elif program in SHELLS and script_operand(words).startswith(_PIPED_SCRIPT):
             tier, reason = max(tier, 2), f"{program} runs a script from a pipe: code that cannot be classified"

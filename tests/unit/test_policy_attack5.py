@@ -45,6 +45,11 @@ def tier(command: str, mode: str = "guarded") -> int:
         ("cd /sys/fs/cgroup/unified/x && echo $$ > cgroup.procs", 2),
         ("cd /usr/bin && echo x > ls", 2),
         ("cd /etc; cp /tmp/x passwd", 3),
+        # F7: the arguments after `sh -c TEXT NAME` are TEXT's $1…
+        ("sh -c 'echo x > \"$1\"' sh /etc/passwd", 3),
+        ("bash -c 'echo x >> $1' _ /etc/sudoers", 2),
+        ("sh -c 'cat > \"$2\"' sh x /dev/sda", 3),
+        ("sh -c 'echo $$ > \"$1\"; exec head -c1' sh /sys/fs/cgroup/cgroup.procs", 2),
         # F6: a device node under a name of its own, a critical file moved away
         ("mknod /tmp/d b 8 0", 3),
         ("mknod -m 666 /tmp/mem c 1 1", 3),
@@ -128,6 +133,8 @@ def test_the_secrets_by_other_spellings_are_tier_3_to_read(protected: None, comm
         ("mknod /tmp/fifo p", 1),
         ("mv /etc/important /tmp/", 1),
         ('cat "$f"', 0),
+        ("sh -c 'cat \"$1\"' sh /etc/passwd", 1),
+        ("sh -c 'echo x > \"$1\"' sh notes.txt", 1),
         ("grep -r foo /etc", 0),
         ("cat /etc/$f", 0),
         (f"tail -n 3 {LOG}", 0),
