@@ -23,10 +23,11 @@ from relay_shell.policy.simple_commands import Command
 
 MAX_PLACES = 8
 _DIRECTORY_CHANGERS = frozenset({"cd", "pushd"})
-_RESERVED = frozenset({"do", "then", "else", "elif", "{", "!", "time"})
+_RESERVED = frozenset({"do", "then", "else", "elif", "if", "while", "until", "{", "!", "time"})
+_BUILTIN_PREFIXES = frozenset({"builtin", "command"})  # `builtin cd DIR`, `command cd DIR`
 _LOOPS = frozenset({"for", "select"})
 _WATCHED = frozenset({"for", "select", "ln", "cp", "cd", "pushd"})
-STARTS = _WATCHED | _RESERVED  # the first words of a command `advance` may learn from
+STARTS = _WATCHED | _RESERVED | _BUILTIN_PREFIXES  # the first words of a command `advance` may learn from
 _VARIABLE = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
 _WORKING_DIRECTORY = re.compile(r"\$\{?PWD\}?(?![A-Za-z0-9_])")
 # A word read as a path: no space, quote, parenthesis, brace or other code (`print(1)`, `{print}`, `a; b`).
@@ -86,8 +87,9 @@ def advance(places: Places | None, command: Command) -> Places | None:
     words = command.words
     if not words:
         return places
-    if words[0] in _RESERVED:
+    if words[0] in _RESERVED or words[0] in _BUILTIN_PREFIXES:
         words = [word for word in words if word not in _RESERVED]
+        words = words[1:] if words[:1] and words[0] in _BUILTIN_PREFIXES else words
     if not words or words[0] not in _WATCHED:
         return places
     places = places or Places()
