@@ -96,11 +96,11 @@ def own_file(word: str, log: bool = True) -> str | None:
     `--file=PATH`), normalised; None when it names none. `log=False`: not the log and its rotations."""
     if not _files and not (log and _prefixes) and not _directories:
         return None
-    head = word.split("${", 1)[0]  # `of=PATH`, but not the `=` of `${K:=PATH}`
-    path = word[head.rfind("=") + 1 :]
+    # `of=PATH`, `--file=PATH`, but not the `=` of `${K:=PATH}`
+    path = word[word.split("${", 1)[0].rfind("=") + 1 :] if "${" in word else word.rsplit("=", 1)[-1]
     if not path:
         return None
-    if path.startswith("file:"):  # a URL read by curl, wget, a browser: `file:///KEY`
+    if path[0] == "f" and path.startswith("file:"):  # a URL read by curl, wget, a browser: `file:///KEY`
         path = "/" + path[5:].lstrip("/")
     if path.startswith("/proc/"):
         base = _PROC_BASE.match(path)
@@ -109,9 +109,11 @@ def own_file(word: str, log: bool = True) -> str | None:
             path = ("/" + rest.lstrip("/")) if base.group(1) == "root" else (rest.lstrip("/") or ".")
         elif _PROC_OTHER.match(path):
             return path  # another process's open file or memory: the server's log is one of its descriptors
-    if "$" in path or "`" in path or "{}" in path or path.startswith("~"):
+    if "$" in path or "`" in path or "{}" in path or path[0] == "~":
         return next((path for spelling in run_time_spellings(path) if _named(spelling, log)), None)
-    return _named(path, log)
+    if path[0] == "/":
+        return _absolute(os.path.normpath("/" + path.lstrip("/")), log)  # normpath keeps a leading `//`
+    return _relative(path, log)
 
 
 def _named(path: str, log: bool) -> str | None:
