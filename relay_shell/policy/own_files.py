@@ -36,6 +36,7 @@ _directories: tuple[str, ...] = ()  # every file below is the server's
 _ancestors: frozenset[str] = frozenset()  # the directories above an own file (not `/`)
 _names: frozenset[str] = frozenset()  # every component of an own path: a relative word without one names none
 _secret_holders: frozenset[str] = frozenset()  # directories above a secret, below the top level (`/etc` is not)
+_link_targets: frozenset[str] = frozenset()  # own directories and those above own paths, below the top level
 _anchors: frozenset[str] = frozenset()  # the last two names of each own path: what a word built at run time keeps
 _GLOB = frozenset("*?[")
 # What a rotation's glob may match beside the log's own name.
@@ -52,7 +53,7 @@ _PROC_OTHER = re.compile(r"/proc/(?!self/|thread-self/)[^/]*/(?:task/[^/]*/)?(?:
 
 def protect(files: Iterable[str], rotated: Iterable[str] = (), directories: Iterable[str] = ()) -> None:
     """The server's own files, its rotated ones (by the log's path) and its own directories."""
-    global _files, _prefixes, _directories, _ancestors, _names, _anchors, _secret_holders
+    global _files, _prefixes, _directories, _ancestors, _names, _anchors, _secret_holders, _link_targets
 
     def both(paths: Iterable[str]) -> set[str]:
         return {form for path in paths for form in (os.path.normpath(path), os.path.realpath(path))}
@@ -67,6 +68,9 @@ def protect(files: Iterable[str], rotated: Iterable[str] = (), directories: Iter
     _names = frozenset(part for path in every for part in path.split("/") if part)
     _secret_holders = frozenset(
         parent for path in [*_files, *_directories] for parent in _parents(path) if parent.count("/") > 1
+    )
+    _link_targets = frozenset(
+        [*_directories, *(parent for path in every for parent in _parents(path) if parent.count("/") > 1)]
     )
     _anchors = frozenset(part for path in every for part in path.split("/")[-2:] if part)
 
@@ -211,6 +215,17 @@ def holds_own_file(word: str) -> bool:
         return False
     tail = "/" + "/".join(parts)
     return any(ancestor.endswith(tail) for ancestor in _ancestors)
+
+
+def links_to_own(words: list[str]) -> str | None:
+    """The first word naming an own directory or a directory an own file is below (not `/` nor a top-level one):
+    a link made to it (`ln -s KEYDIR /tmp/k`) reads and writes its files under names nothing here recognises
+    later (`cat /tmp/k/*`, `mv /tmp/k/* x`)."""
+    for word in words:
+        path = os.path.normpath(word) if word.startswith("/") else ""
+        if path in _link_targets:
+            return word
+    return None
 
 
 def holds_secret(word: str) -> bool:

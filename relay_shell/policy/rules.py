@@ -156,6 +156,10 @@ def _own_files_verdict(program: str, words: list[str], found: Verdict) -> Verdic
         return replace(found, tier=3, reason=why)
     if found.tier < 1:
         return None
+    linked = own_files.links_to_own(words[1:]) if program == "ln" else None
+    if linked is not None:
+        why = f"ln links to {linked}, a directory of the server's own files: later paths through the link hide them"
+        return replace(found, tier=3, reason=why)
     named = own_files.named_in(words[-1:] if program in _COPIERS else words[1:])
     if named is None and program in _MOVERS:
         named = _moved_into(words)

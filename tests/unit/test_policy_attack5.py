@@ -92,6 +92,9 @@ def test_paths_the_text_makes_known_are_read_as_the_shell_reads_them(command: st
         'for f in /var/lib/relay-test/*; do mv "$f" /tmp/; done',
         "ln -s /var/lib/relay-test /tmp/l; mv /tmp/l/audit.jsonl /tmp/x",
         "ln -sfn /var/lib /tmp/l; mv /tmp/l/relay-test/audit.jsonl /tmp/x",
+        # a link to an own directory, made for a later call (`cat /tmp/k/*` would not be recognised)
+        "ln -s /etc/relay-test /tmp/k",
+        "ln -sfn /var/lib/relay-test /tmp/l",
     ],
 )
 def test_the_servers_own_files_by_run_time_spellings_are_tier_3(protected: None, command: str) -> None:
@@ -130,6 +133,8 @@ def test_the_secrets_by_other_spellings_are_tier_3_to_read(protected: None, comm
         ("cd /etc && cat passwd", 0),
         ("cd /etc && grep root passwd", 0),
         ("cd /tmp && nice ls", 0),
+        ("ln -s /usr/bin/python3 /tmp/py", 1),
+        ("ln -s /var /tmp/v", 1),
         ("cd /tmp && bash -c 'echo hi'", 1),
         ("cd /var/log && tail -n 5 syslog", 0),
         ('for f in *.txt; do mv "$f" "$f.bak"; done', 2),
