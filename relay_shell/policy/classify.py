@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from relay_shell.plan import Subject
-from relay_shell.policy import code_env, own_files
+from relay_shell.policy import code_env, own_files, shell_state
 from relay_shell.policy.calls import Context, Verdict
 from relay_shell.policy.command_words import MAX_CANDIDATES, candidates, expand_words
 from relay_shell.policy.env_substitution import Env, substitute, substituted_values, unsubstituted
@@ -31,6 +31,7 @@ from relay_shell.policy.find import fd_selection, find_selection
 from relay_shell.policy.findings import Classification, Finding
 from relay_shell.policy.git_config import config_verdict
 from relay_shell.policy.interpreters import interpreter_verdict, is_interpreter
+from relay_shell.policy.known_places import STARTS, Places, advance
 from relay_shell.policy.network import connection_findings
 from relay_shell.policy.pipelines import dc_pipe_findings, has_fork_bomb, upstream_context
 from relay_shell.policy.python_code import python_verdict
@@ -203,7 +204,9 @@ def shell_findings(text: str, depth: int, env: Env = _NO_ENV, outer: TextState |
     state = read_state(tokens, outer, text)
     here = state.env(env) if state.values else env
     for reading in readings:
-        findings += _commands_findings(reading.commands, depth, here, state) + own_files.loop_writes(reading.commands)
+        findings += _commands_findings(reading.commands, depth, here, state) + own_files.loop_writes(
+            reading.commands, nested
+        )
         if "<<" in text:
             findings += group_stdin_findings(text, reading.commands, _readers(here))
         if reading.arithmetic:
@@ -224,6 +227,7 @@ def _commands_findings(commands: list[Command], depth: int, env: Env, state: Tex
     upstream = _NO_CONTEXT  # what the commands before this one in its pipeline select
     previous: list[str] = []
     relayed: str | None = None  # the literal text the command before writes to the pipe (echo, cat <<EOF, …)
+    places: Places | None = None
     for index, command in enumerate(commands):
         first = command.words[0] if command.words else ""
         if first == "done":
@@ -237,7 +241,11 @@ def _commands_findings(commands: list[Command], depth: int, env: Env, state: Tex
         context = upstream
         if loop_depth:
             context = Context(context.via_xargs, True, context.selection, context.all_but, every_entry)
-        findings += command_findings(command, depth, env, context, state)
+        if places is None:  # else read again where a `cd` went, with a loop variable's words (adr/0025 Round 9)
+            findings += command_findings(command, depth, env, context, state)
+        else:
+            findings += places.read(command, command_findings, depth, env, context, state)
+        places = advance(places, command) if first in STARTS else places
         if command.piped_into and any(word == "dc" or word.endswith("/dc") for word in command.words):
             findings += dc_pipe_findings(command.words, previous, lambda text: shell_findings(text, depth + 1, env))
         if command.piped_into:
@@ -369,7 +377,7 @@ def _program_findings(
     if program in SHELLS or program in ("eval", "exec"):
         inner = inline_script(program, words)
         if inner is not None:
-            findings += shell_findings(inner, depth + 1, env)
+            findings += shell_findings(inner, depth + 1, env, shell_state.inline_arguments(program, words))
             tier, reason = max(tier, 1), f"{program} running inline shell text"
         elif program in SHELLS and script_operand(words).startswith(_PIPED_SCRIPT):
             tier, reason = max(tier, 2), f"{program} runs a script from a pipe: code that cannot be classified"

@@ -250,7 +250,16 @@ def _smartctl(call: Call) -> Verdict:
     return verdict(0, "smartctl reads SMART data")
 
 
+def _mknod(call: Call) -> Verdict:
+    # A block or character node for a disk or memory under any name (`mknod /tmp/d b 8 0`) writes the device
+    # through every later redirection, which reads only the name (attack 5; adr/0025 Round 9): as `> /dev/sda`.
+    if any(word in ("b", "c", "u") for word in call.operands):
+        return verdict(3, "mknod makes a device node: raw access to a disk or memory under a name of its own")
+    return verdict(1, "mknod makes a named pipe")
+
+
 RULES: dict[str, Callable[[Call], Verdict]] = {
+    "mknod": _mknod,
     "dd": _dd,
     "ddrescue": _ddrescue,
     "wipefs": _wipefs,

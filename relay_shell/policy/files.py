@@ -78,6 +78,9 @@ def _mv(call: Call) -> Verdict:
     context = call.context
     if context.bulk or context.via_xargs or any("*" in source for source in sources):
         return verdict(2, "bulk move or rename")
+    # A critical file moved away leaves its path as rm would (`mv /etc/passwd x`: attack 5; adr/0025 Round 9).
+    if any(trimmed(source) in CRITICAL_FILES or source.startswith("/boot/") for source in sources):
+        return verdict(2, "moves a critical system file away from its path")
     if call.has("-f", "--force") and not call.has_exact("-n", "--no-clobber", "-i", "--interactive"):
         return verdict(2, "mv overwrites without asking")
     return verdict(1, "moves or renames")

@@ -35,16 +35,25 @@ _prefixes: tuple[str, ...] = ()  # rotation names: the log's path and anything a
 _directories: tuple[str, ...] = ()  # every file below is the server's
 _ancestors: frozenset[str] = frozenset()  # the directories above an own file (not `/`)
 _names: frozenset[str] = frozenset()  # every component of an own path: a relative word without one names none
+_secret_holders: frozenset[str] = frozenset()  # directories above a secret, below the top level (`/etc` is not)
+_link_targets: frozenset[str] = frozenset()  # own directories and those above own paths, below the top level
+_anchors: frozenset[str] = frozenset()  # the last two names of each own path: what a word built at run time keeps
 _GLOB = frozenset("*?[")
 # What a rotation's glob may match beside the log's own name.
 _ROTATIONS = ("", ".1", ".1.gz", ".0", "-20000101", "-20000101.gz")
-_PROC_BASE = re.compile(r"/proc/(?:self|thread-self|[0-9]+)(?:/task/[0-9]+)?/(root|cwd)(?=/|$)")
+# Any process's root or working directory: `self`, a number, or one known at run time (`$PPID`, `$$`, `*`).
+_PROC_BASE = re.compile(r"/proc/[^/]+(?:/task/[^/]+)?/(root|cwd)(?=/|$)")
+# A parameter's default or alternative word (`${K:-W}`, `${K-W}`, `${K:=W}`, `${K:+W}`), and any part of a word
+# only known at run time: a parameter, a command's output, arithmetic, the `{}` of xargs -I and find -exec.
+_DEFAULT = re.compile(r"\$\{[A-Za-z_][A-Za-z0-9_]*:?[-=+?]([^}$`]*)\}")
+_RUN_TIME_PART = re.compile(r"\{\}|\$\{[^}]*\}|\$\([^)]*\)+|`[^`]*`|\$[A-Za-z_][A-Za-z0-9_]*|\$[0-9#?$!@*-]")
+_TILDE = re.compile(r"~[^/]*/?")
 _PROC_OTHER = re.compile(r"/proc/(?!self/|thread-self/)[^/]*/(?:task/[^/]*/)?(?:fd/|map_files/|mem$)")
 
 
 def protect(files: Iterable[str], rotated: Iterable[str] = (), directories: Iterable[str] = ()) -> None:
     """The server's own files, its rotated ones (by the log's path) and its own directories."""
-    global _files, _prefixes, _directories, _ancestors, _names
+    global _files, _prefixes, _directories, _ancestors, _names, _anchors, _secret_holders, _link_targets
 
     def both(paths: Iterable[str]) -> set[str]:
         return {form for path in paths for form in (os.path.normpath(path), os.path.realpath(path))}
@@ -57,6 +66,13 @@ def protect(files: Iterable[str], rotated: Iterable[str] = (), directories: Iter
         parent for path in every for parent in _parents(path) if parent != "/" and parent not in _directories
     )
     _names = frozenset(part for path in every for part in path.split("/") if part)
+    _secret_holders = frozenset(
+        parent for path in [*_files, *_directories] for parent in _parents(path) if parent.count("/") > 1
+    )
+    _link_targets = frozenset(
+        [*_directories, *(parent for path in every for parent in _parents(path) if parent.count("/") > 1)]
+    )
+    _anchors = frozenset(part for path in every for part in path.split("/")[-2:] if part)
 
 
 def protecting() -> bool:
@@ -84,9 +100,12 @@ def own_file(word: str, log: bool = True) -> str | None:
     `--file=PATH`), normalised; None when it names none. `log=False`: not the log and its rotations."""
     if not _files and not (log and _prefixes) and not _directories:
         return None
-    path = word.rsplit("=", 1)[-1]
+    # `of=PATH`, `--file=PATH`, but not the `=` of `${K:=PATH}`
+    path = word[word.split("${", 1)[0].rfind("=") + 1 :] if "${" in word else word.rsplit("=", 1)[-1]
     if not path:
         return None
+    if path[0] == "f" and path.startswith("file:"):  # a URL read by curl, wget, a browser: `file:///KEY`
+        path = "/" + path[5:].lstrip("/")
     if path.startswith("/proc/"):
         base = _PROC_BASE.match(path)
         if base is not None:
@@ -94,9 +113,37 @@ def own_file(word: str, log: bool = True) -> str | None:
             path = ("/" + rest.lstrip("/")) if base.group(1) == "root" else (rest.lstrip("/") or ".")
         elif _PROC_OTHER.match(path):
             return path  # another process's open file or memory: the server's log is one of its descriptors
+    if "$" in path or "`" in path or "{}" in path or path[0] == "~":
+        return next((path for spelling in run_time_spellings(path) if _named(spelling, log)), None)
+    if path[0] == "/":
+        return _absolute(os.path.normpath("/" + path.lstrip("/")), log)  # normpath keeps a leading `//`
+    return _relative(path, log)
+
+
+def _named(path: str, log: bool) -> str | None:
     if path.startswith("/"):
         return _absolute(os.path.normpath("/" + path.lstrip("/")), log)  # normpath keeps a leading `//`
     return _relative(path, log)
+
+
+def run_time_spellings(path: str) -> list[str]:
+    """What a word with parts only known at run time may name (attack 5; adr/0025 Round 9): a parameter's default
+    or alternative in its place (`${K:-/KEY}`), and each other part as any name (`*`: `LOGDIR/$f`,
+    `/lo$(echo g)/audit.jsonl`, `$HOME/audit.jsonl`) when a literal name of an own file or of its directory is
+    left. A leading `~`, `~user`, `~+` or `~-` is a directory not known here: the rest is read as relative."""
+    if path.startswith("~"):
+        path = _TILDE.sub("", path, count=1)
+    spellings = []
+    defaulted = _DEFAULT.sub(lambda match: match.group(1), path)
+    if defaulted != path and "$" not in defaulted and "`" not in defaulted:
+        spellings.append(defaulted)
+    if "$" not in path and "`" not in path and "{}" not in path:
+        spellings.append(path)
+    for text in dict.fromkeys((path, defaulted)):
+        globbed = _RUN_TIME_PART.sub("*", text)
+        if globbed != text and not _anchors.isdisjoint(globbed.split("/")):
+            spellings.append(globbed)
+    return spellings
 
 
 def _absolute(path: str, log: bool) -> str | None:
@@ -170,6 +217,32 @@ def holds_own_file(word: str) -> bool:
     return any(ancestor.endswith(tail) for ancestor in _ancestors)
 
 
+def links_to_own(words: list[str]) -> str | None:
+    """The first word naming an own directory or a directory an own file is below (not `/` nor a top-level one):
+    a link made to it (`ln -s KEYDIR /tmp/k`) reads and writes its files under names nothing here recognises
+    later (`cat /tmp/k/*`, `mv /tmp/k/* x`)."""
+    for word in words:
+        path = os.path.normpath(word) if word.startswith("/") else ""
+        if path in _link_targets:
+            return word
+    return None
+
+
+def holds_secret(word: str) -> bool:
+    """Whether a word names a directory a secret is below (absolute or as a tail; not `/` nor a top-level one):
+    a reader of trees given it reads the secret (`grep -r . KEYDIR`, `tar -c KEYDIR`, `cp -r KEYDIR /tmp`)."""
+    if not _secret_holders or not word:
+        return False
+    path = word.rsplit("=", 1)[-1].rstrip("/")
+    if path.startswith("/"):
+        return os.path.normpath("/" + path.lstrip("/")) in _secret_holders
+    parts = [part for part in os.path.normpath(path).split("/") if part not in ("", ".", "..")]
+    if not parts or _names.isdisjoint(parts):
+        return False
+    tail = "/" + "/".join(parts)
+    return any(holder.endswith(tail) for holder in _secret_holders)
+
+
 def into_directory(target: str, sources: Iterable[str]) -> str | None:
     """The own file a move or copy of `sources` into the directory `target` would replace (`mv forged/audit.jsonl
     LOGDIR/`): the directory joined with each source's last name."""
@@ -205,12 +278,19 @@ def named_secret(words: Iterable[str]) -> str | None:
     return None
 
 
-def loop_writes(commands: list[Command]) -> list[Finding]:
+def loop_writes(commands: list[Command], nested: Iterable[str] = ()) -> list[Finding]:
     """A loop variable over the server's own files written through (`for f in /proc/$PPID/fd/*; do … >> $f; done`:
     the server's open log, attack 4 O5): the variable's value is only known at run time, but every value it can
-    take is an own file or may be one."""
+    take is an own file or may be one. And a path a command that changes files is given as a command's output
+    (`mv "$(printf LOG)" x`, attack 5): the output may be the own file the command substituted names."""
     if not protecting():
         return []
+    if nested and any(map(_changes_a_substitution, commands)):
+        for inner in nested:
+            words = [word.strip("'\"") for word in inner.split()]
+            named = next((word for word in words if own_file(word) or holds_own_file(word)), None)
+            if named is not None:
+                return [Finding(inner[:200], 3, f"a path made at run time from the server's own file {named}")]
     names = {
         command.words[1]
         for command in commands
@@ -222,3 +302,22 @@ def loop_writes(commands: list[Command]) -> list[Finding]:
             if operator in REDIRECT_WRITE and target.strip('"').lstrip("$").strip("{}") in names:
                 found.append(Finding(f"{operator} {target}", 3, f"writes the server's own files through {target}"))
     return found
+
+
+# Programs that change the files they are given (copiers are judged by their destination: a copy of the log is a
+# read of it).
+_CHANGERS = frozenset(
+    {"mv", "rm", "rmdir", "unlink", "ln", "truncate", "shred", "tee", "dd", "sed", "chmod", "chown", "chgrp"}
+    | {"chattr", "setfacl", "touch", "unzip", "cpio", "perl"}
+)
+
+
+def _changes_a_substitution(command: Command) -> bool:
+    """Whether a changing program is given a word, or a redirection writes to a target, made by a command."""
+    if any(
+        operator in REDIRECT_WRITE and ("$(…)" in target or "`…`" in target) for operator, target in command.redirects
+    ):
+        return True
+    words = command.words[1:] if command.words[:1] != ["do"] else command.words[2:]
+    program = command.words[len(command.words) - len(words) - 1] if command.words else ""
+    return program in _CHANGERS and any("$(…)" in word or "`…`" in word for word in words)

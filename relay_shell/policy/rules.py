@@ -87,6 +87,8 @@ _DIRECTORY_CHANGERS = frozenset(
 # Programs that write a tree of files into a directory (`rsync -a src/ LOGDIR/`, `tar -xf f.tar -C LOGDIR`): a
 # file of the tree named like an own file replaces it (attack 4, O7).
 _TREE_WRITERS = frozenset({"cp", "rsync", "scp", "mv", "tar", "bsdtar", "unzip", "cpio", "7z", "git", "rclone"})
+_TREE_READERS = frozenset({"rg", "ag", "ack", "tar", "bsdtar", "rsync", "7z", "7za", "rclone", "cpio", "git"})
+_RECURSIVE_READ = re.compile(r"-[A-Za-z]*[rRa][A-Za-z]*|--(?:recursive|dereference-recursive|archive)")
 _RECURSIVE = re.compile(r"-[A-Za-z]*[rRaT][A-Za-z]*|--(?:recursive|archive|no-target-directory)")
 
 
@@ -103,6 +105,16 @@ def _tree_targets(program: str, words: list[str]) -> list[str]:
         found = [value for flag, value in pairwise(words) if flag in ("-C", "--directory")]
         return found + [word.split("=", 1)[1] for word in words if word.startswith("--directory=")]
     return [word.split("=", 1)[-1] for word in words[1:]]
+
+
+def _reads_trees(program: str, words: list[str]) -> bool:
+    """Whether the program reads every file below a directory it is given: always (rg, tar, rsync, cpio, git), with
+    a recursive option (grep -r, cp -r, scp -r, zip -r), or find running a program on what it finds."""
+    if program in _TREE_READERS:
+        return True
+    if program in ("grep", "egrep", "fgrep", "cp", "scp", "zip"):
+        return any(map(_RECURSIVE_READ.fullmatch, words[1:]))
+    return program == "find" and any(word in ("-exec", "-execdir", "-ok", "-okdir") for word in words)
 
 
 def _moved_into(words: list[str]) -> str | None:
@@ -139,8 +151,15 @@ def _own_files_verdict(program: str, words: list[str], found: Verdict) -> Verdic
     if secret is not None:
         why = f"{program} names the server's secret {secret} (signing key, token file, OAuth state, its memory)"
         return replace(found, tier=3, reason=why)
+    if _reads_trees(program, words) and any(map(own_files.holds_secret, words[1:])):
+        why = f"{program} reads a tree holding the server's secrets (signing key, token file, OAuth state)"
+        return replace(found, tier=3, reason=why)
     if found.tier < 1:
         return None
+    linked = own_files.links_to_own(words[1:]) if program == "ln" else None
+    if linked is not None:
+        why = f"ln links to {linked}, a directory of the server's own files: later paths through the link hide them"
+        return replace(found, tier=3, reason=why)
     named = own_files.named_in(words[-1:] if program in _COPIERS else words[1:])
     if named is None and program in _MOVERS:
         named = _moved_into(words)

@@ -15,8 +15,10 @@ from dataclasses import dataclass, field
 
 from relay_shell.policy.env_substitution import Env
 from relay_shell.policy.findings import Finding
+from relay_shell.policy.shell_invocation import parse_shell
 from relay_shell.policy.shell_words import SETTERS
 from relay_shell.policy.simple_commands import Tokens
+from relay_shell.policy.vocabulary import SHELLS
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # Names an arithmetic text refers to: `$name`, `${name}`, `$1`, `$@`, or a bare name.
@@ -116,9 +118,11 @@ def read_state(tokens: Tokens, outer: TextState | None = None, text: str = "") -
     In a function's body `$1`… are its arguments, not what `set --` gave: a text that defines a function (`text`
     read for `NAME()` and `function NAME`) has its positional parameters only known at run time."""
     if not tokens.sets_names:
-        return outer if outer is not None and outer.runtime else _EMPTY
+        return outer if outer is not None and (outer.runtime or outer.positional is not None) else _EMPTY
     commands = tokens.commands
     state = TextState(runtime=set(outer.runtime) if outer is not None else set())
+    if outer is not None and outer.positional is not None:
+        state.positional, state.positional_set = outer.positional, outer.positional_set
     for command in commands:
         words = command.words
         if command.assignments and not words:
@@ -240,3 +244,18 @@ def subscript_commands(text: str) -> list[str]:
             end -= 1 if depth == 0 else 0
         found.append(text[start : end if end >= 0 else len(text)])
     return found
+
+
+def inline_arguments(program: str, words: list[str]) -> TextState | None:
+    """`sh -c TEXT NAME ARGS…`: in TEXT, `$1`… are ARGS (attack 5: `sh -c 'echo x > "$1"' sh /etc/passwd` was 1),
+    when every one is literal; None otherwise (they are only known at run time, as before)."""
+    if program not in SHELLS:
+        return None  # eval's words are its text
+    invocation = parse_shell(words[1:])
+    if not invocation.inline or invocation.operand is None:
+        return None
+    position = words.index(invocation.operand, 1)
+    arguments = words[position + 2 :]
+    if not arguments or any("$" in word or "`" in word or "{}" in word for word in arguments):
+        return None
+    return TextState(positional=arguments, positional_set=1)

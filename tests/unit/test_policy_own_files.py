@@ -121,6 +121,10 @@ def test_nothing_is_protected_until_the_server_says_what() -> None:
         "unzip -o /tmp/f.zip -d /var/lib/relay-test",
         "mv -T /tmp/src /var/lib/relay-test",
         "echo x > /proc/$PPID/task/1/mem",
+        # A tree holding the OAuth state copied whole reads its secrets (attack 5; adr/0025 Round 9: a decision
+        # changed, these two were neighbours before).
+        "tar -czf /tmp/b.tgz /var/lib/relay-test",
+        "cp -r /var/lib/relay-test /tmp/backup",
     ],
 )
 def test_other_spellings_of_the_servers_own_files_are_tier_3(command: str) -> None:
@@ -133,8 +137,7 @@ def test_other_spellings_of_the_servers_own_files_are_tier_3(command: str) -> No
         "mv /var/lib/relay-test/notes.txt /tmp/",
         "echo x > notes.txt",
         "mv a b",
-        "tar -czf /tmp/b.tgz /var/lib/relay-test",
-        "cp -r /var/lib/relay-test /tmp/backup",
+        "tar -czf /tmp/b.tgz /var/lib/relay-test/notes",
         "tar -tf /tmp/x.tar",
         "ls /var/lib/relay-test",
         "for f in /var/lib/relay-test/audit.jsonl*; do wc -l $f; done",

@@ -1,0 +1,56 @@
+"""End to end (attack 5; adr/0025 Round 9): spellings a real relay-shell over stdio admitted on main — a write into
+/etc by a relative path after `cd`, the live log moved through the server's own /proc root, and the signing key read
+in readonly mode through a parameter's default, a loop variable and a recursive grep."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
+
+from tests.conftest import connect, fields, read_records, text_of
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_relative_paths_after_cd_and_the_servers_proc_root_are_refused_in_guarded_mode(tmp_path: Path) -> None:
+    log = tmp_path / "audit.jsonl"
+    probe = Path("/etc/relay-shell-e2e-attack5-probe")  # main wrote it: `cd /etc && … > NAME` was tier 1
+    try:
+        async with connect(log, policy_mode="guarded") as client:
+            written = await client.call_tool("shell_exec", {"command": f"cd /etc && echo probe > {probe.name}"})
+            assert "DENIED tier 2" in text_of(written) and "/etc/" in text_of(written), text_of(written)
+            moved = await client.call_tool("shell_exec", {"command": f"mv /proc/$PPID/root{log} {tmp_path}/moved"})
+            assert "DENIED tier 3" in text_of(moved) and "own file" in text_of(moved), text_of(moved)
+            beside = await client.call_tool("shell_exec", {"command": f"cd {tmp_path} && echo kept > notes.txt"})
+            assert fields(beside)["status"] == "ok", text_of(beside)
+        assert not probe.exists()
+    finally:
+        probe.unlink(missing_ok=True)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["audit.jsonl", "notes.txt"]
+    records = read_records(log)
+    assert [record["seq"] for record in records] == list(range(len(records)))  # the live log, unbroken
+    assert len(records) == 5  # the server start, two refusals, the write's start and end
+
+
+async def test_the_signing_key_cannot_be_read_by_run_time_spellings_in_readonly_mode(tmp_path: Path) -> None:
+    log = tmp_path / "audit.jsonl"
+    keys = tmp_path / "keys"
+    keys.mkdir(mode=0o700)
+    key = keys / "signing.key"
+    key.write_bytes(Ed25519PrivateKey.generate().private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption()))
+    key.chmod(0o600)
+    async with connect(log, policy_mode="readonly", audit_signing_key=str(key)) as client:
+        for command in (
+            f"cat ${{K:-{key}}}",
+            f'for f in {keys}/*; do cat "$f"; done',
+            f"grep -r PRIVATE {keys}",
+            f"ls {keys} | xargs -I{{}} cat {keys}/{{}}",
+        ):
+            result = await client.call_tool("shell_exec", {"command": command})
+            assert "DENIED tier 3" in text_of(result) and "secret" in text_of(result), (command, text_of(result))
+            assert "PRIVATE KEY" not in text_of(result)
+        listed = await client.call_tool("shell_exec", {"command": f"ls {tmp_path}"})
+        assert fields(listed)["status"] == "ok", text_of(listed)
