@@ -1,0 +1,154 @@
+"""The rests of a line read with their work shared (adr/0026 Round 8): what `line_rests` gives, each rest with
+the policy's findings of it read alone as shell text, for a terminal whose reader may stop anywhere in a line
+(sessions/reading.split_findings; every line typed into a remote terminal). Classifying each rest whole costs
+the square of the line's length (a 512-character line: tens of ms on the event loop); a rest whose head is one
+simple command that changes nothing after it shares the classification of its tail, a later rest of the line."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from relay_shell.policy.calls import Context
+from relay_shell.policy.classify import _UNTERMINATED, _readers, command_findings, shell_findings
+from relay_shell.policy.env_substitution import Env
+from relay_shell.policy.findings import Finding
+from relay_shell.policy.pipelines import has_fork_bomb, upstream_context
+from relay_shell.policy.rests import SHELL_WORDS, line_rests
+from relay_shell.policy.shell_state import TextState, read_state
+from relay_shell.policy.shell_tokens import tokenize
+from relay_shell.policy.simple_commands import Command
+from relay_shell.policy.stdin import piped_code_findings, relayed_text
+from relay_shell.policy.vocabulary import words
+
+# A rest's head: one simple command of whole words (characters with no meaning to the shell, whole '…' and "…"
+# strings, plain `$NAME` and `${NAME}`), or nothing (a rest cut just before an operator), then `;` (not `;;`, `;&`),
+# `&&`, `||` or a pipe (not `|&`), then blanks. What it is, is then checked on the policy's own tokens of it.
+_NAME = r"\$(?:[A-Za-z_][A-Za-z0-9_]*|\{[A-Za-z_][A-Za-z0-9_]*\}|[0-9@*#?$])"
+_WORD = rf"""(?:[A-Za-z0-9_./:,+@%=-]|'[^']*'|"(?:[^"\\`$!]|{_NAME})*"|{_NAME})+"""
+_HEAD = re.compile(rf"({_WORD}(?:[ \t]+{_WORD})*)?[ \t]*(;(?![;&])|&&|\|\||\|(?!&))[ \t]*")
+# Words a plain head may not hold: builtins and reserved words (loops, names set, functions, groups, aliases).
+_NOT_PLAIN = SHELL_WORDS | words("in function coproc select case esac [[ ]] alias hash getopts let fork")
+
+
+@dataclass
+class _Shared:
+    """What the rests of one text share: each rest's findings; the tail a rest with a plain head ends in; the
+    names each text sets up (shell_state.read_state, read once per text whose head is not plain); and, for a tail
+    after a pipe, its findings as read downstream of each kind of head seen (what the pipe carries into it)."""
+
+    findings: dict[str, list[Finding]] = field(default_factory=dict)
+    tails: dict[str, str] = field(default_factory=dict)
+    states: dict[str, TextState] = field(default_factory=dict)
+    piped: dict[str, list[tuple[object, list[Finding]]]] = field(default_factory=dict)
+    first: dict[str, list[str]] = field(default_factory=dict)  # the words of a text's first command
+
+
+def shell_rest_findings(text: str) -> list[tuple[int, str, list[Finding]]] | None:
+    """Every distinct rest of every line of `text`, where it starts, and the policy's findings of it read alone
+    as shell text (the list `shell_findings(rest, 0)` gives); None when too long to classify at every point.
+
+    The work is shared between rests (adr/0026 Round 8). A rest whose head is one plain simple command (`cho
+    hello; df -h; …`, cut out of `echo hello; df -h; …`) or nothing, before a list operator or a pipe, ends in a
+    tail that is itself a later rest of the line, already classified. A plain head sets no name, opens no loop
+    or group, redirects nothing and has no expansion (checked on the policy's own tokens of it), so after `;`,
+    `&&` or `||` the rest's findings are the head's, classified with the names the tail sets up (the classifier
+    reads a text's names before any of its commands), then the tail's own. After a pipe the head also gives the
+    tail what flows through it (what it selects, the literal text it writes, what a reader of code downstream
+    makes of it): the tail's findings are shared between heads that give it the same, and the first rest of each
+    kind is classified whole. Every other rest is classified whole. Lines are read from their end, so a tail is
+    classified before the rests it ends."""
+    found = line_rests(text)
+    if found is None:
+        return None
+    rests = list(found)
+    shared = _Shared()
+    for _, rest in reversed(rests):
+        shared.findings[rest] = _findings(rest, shared)
+    return [(start, rest, shared.findings[rest]) for start, rest in rests]
+
+
+def _findings(rest: str, shared: _Shared) -> list[Finding]:
+    head = _HEAD.match(rest)
+    tail = rest[head.end() :] if head else ""
+    if head is None or tail not in shared.findings or tail[:1] in ("", ";", "&", "|", ")"):
+        return shell_findings(rest, 0, {})
+    if "<<" in tail or "$'" in tail or has_fork_bomb(rest):
+        return shell_findings(rest, 0, {})  # read with the whole text: here-documents, sh's $'…'
+    tail_findings = shared.findings[tail]
+    if len(tail) < 200 and any(item.reason == _UNTERMINATED and item.canonical == tail for item in tail_findings):
+        return shell_findings(rest, 0, {})  # a quote left open at the very end is named by the whole text's end
+    command = _plain_command(head.group(1)) if head.group(1) else None
+    if head.group(1) and command is None:
+        return shell_findings(rest, 0, {})
+    shared.tails[rest] = tail
+    if command is not None:
+        shared.first[rest] = command.words
+    state = _state(tail, shared)
+    here = state.env({}) if state.values else {}
+    own = command_findings(command, 0, here, Context(), state) if command is not None else []
+    if head.group(2) != "|":
+        return own + tail_findings  # the tokenizer drops an empty command before the operator
+    return _piped(rest, tail, command, own, here, shared)
+
+
+def _plain_command(text: str) -> Command | None:
+    """The one simple command `text` is, when it changes nothing the commands after it are classified with: it
+    sets no name, opens nothing, redirects nothing, runs no nested text (its `$NAME`s are read with the names
+    the tail sets up, as in the whole rest)."""
+    nested: list[str] = []
+    tokens = tokenize(text, nested)
+    if len(tokens.commands) != 1 or nested or tokens.sets_names or tokens.arithmetic or tokens.unterminated:
+        return None
+    command = tokens.commands[0]
+    if (
+        tokens.ansi_c
+        or command.assignments
+        or command.redirects
+        or command.heredoc is not None
+        or command.piped_into
+        or command.marks
+        or not command.words
+        or any(word in _NOT_PLAIN for word in command.words)
+    ):
+        return None
+    return command
+
+
+def _piped(
+    rest: str, tail: str, command: Command | None, own: list[Finding], here: Env, shared: _Shared
+) -> list[Finding]:
+    """A rest `HEAD | TAIL`: the classifier reads TAIL's first command with what HEAD selects (upstream_context),
+    the literal text HEAD writes (relayed_text) and HEAD's words for a reader of code (piped_code_findings); the
+    commands after it see HEAD only through what the first passes on. Heads that give the same share TAIL's
+    findings: the first rest of each kind is classified whole and its findings after its head's kept."""
+    if tail not in shared.first:
+        shared.first[tail] = next(iter(tokenize(tail, []).commands), Command()).words
+    first = shared.first[tail]
+    if not first or any(word == "dc" or word.endswith("/dc") for word in first):
+        return shell_findings(rest, 0, {})
+    previous = command.words if command is not None else []
+    relayed = relayed_text(command, None) if command is not None else None
+    code = piped_code_findings(first, previous, _readers(here), 0, relayed)
+    kind = (upstream_context(Context(), previous), relayed, code)
+    for seen, findings in shared.piped.get(tail, []):
+        if seen == kind:
+            return own + findings
+    whole = shell_findings(rest, 0, {})
+    if whole[: len(own)] == own:
+        shared.piped.setdefault(tail, []).append((kind, whole[len(own) :]))
+    return whole
+
+
+def _state(text: str, shared: _Shared) -> TextState:
+    """The names `text` sets up: a plain head sets none, so a rest's are its tail's (read once, at the first text
+    along the chain whose head is not plain)."""
+    chain = []
+    while text not in shared.states and text in shared.tails:
+        chain.append(text)
+        text = shared.tails[text]
+    if text not in shared.states:
+        shared.states[text] = read_state(tokenize(text, []), None, text)
+    for linked in chain:
+        shared.states[linked] = shared.states[text]
+    return shared.states[text]
