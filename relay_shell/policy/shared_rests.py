@@ -14,7 +14,7 @@ from relay_shell.policy.classify import _UNTERMINATED, _readers, command_finding
 from relay_shell.policy.env_substitution import Env
 from relay_shell.policy.findings import Finding
 from relay_shell.policy.pipelines import has_fork_bomb, upstream_context
-from relay_shell.policy.rests import SHELL_WORDS, line_rests
+from relay_shell.policy.rests import SHELL_WORDS, line_rests, runs_something
 from relay_shell.policy.shell_state import TextState, read_state
 from relay_shell.policy.shell_tokens import tokenize
 from relay_shell.policy.simple_commands import Command
@@ -66,6 +66,27 @@ def shell_rest_findings(text: str) -> list[tuple[int, str, list[Finding]]] | Non
     for _, rest in reversed(rests):
         shared.findings[rest] = _findings(rest, shared)
     return [(start, rest, shared.findings[rest]) for start, rest in rests]
+
+
+def counted_rest_findings(text: str, least_tier: int) -> list[tuple[int, str, Finding]] | None:
+    """What counts of `shell_rest_findings(text)` (sessions/reading.split_findings): each rest's findings at
+    `least_tier` or above that name something the shell would run (rests.runs_something, asked once per distinct
+    text: the rests of a line share most of their findings, and each asks PATH)."""
+    rests = shell_rest_findings(text)
+    if rests is None:
+        return None
+    runs: dict[str, bool] = {}
+    found = []
+    for start, rest, findings in rests:
+        for finding in findings:
+            if finding.tier < least_tier:
+                continue
+            named = finding.canonical or rest
+            if named not in runs:
+                runs[named] = runs_something(named)
+            if runs[named]:
+                found.append((start, rest, finding))
+    return found
 
 
 def _findings(rest: str, shared: _Shared) -> list[Finding]:

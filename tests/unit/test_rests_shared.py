@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from relay_shell.policy.classify import shell_findings
-from relay_shell.policy.rests import LINE_MAX
+from relay_shell.policy.rests import LINE_MAX, runs_something
 from relay_shell.policy.shared_rests import shell_rest_findings
-from relay_shell.sessions.reading import split_findings
+from relay_shell.sessions.reading import REMOTE_SPLIT, split_findings
 
 LABELS = Path(__file__).resolve().parents[1] / "data" / "tier_labels.jsonl"
 
@@ -99,6 +99,20 @@ CHANNELS = [
 @pytest.mark.parametrize("text", CHANNELS, ids=range(len(CHANNELS)))
 def test_every_rest_has_the_findings_it_has_alone(text: str) -> None:
     assert shell_rest_findings(text) == reference(text)
+
+
+@pytest.mark.parametrize("text", CHANNELS, ids=range(len(CHANNELS)))
+@pytest.mark.parametrize("least_tier", [1, 2])
+def test_what_counts_is_what_counted_with_each_rest_read_whole(text: str, least_tier: int) -> None:
+    # sessions/reading.split_findings before Round 8, written out: every rest classified whole, each finding at
+    # least_tier or above that names something the shell would run.
+    expected = []
+    for start, rest in every_rest(text):
+        for finding in shell_findings(rest, 0, {}):
+            if finding.tier >= least_tier and runs_something(finding.canonical or rest):
+                why = f"if the program reading the line stops after {start} characters, the shell runs the rest"
+                expected.append((rest[:200], finding.tier, f"{REMOTE_SPLIT}; {why}: {finding.reason}"))
+    assert split_findings([text], least_tier, "ssh") == expected
 
 
 def test_the_labelled_commands_read_at_every_rest_as_alone() -> None:
