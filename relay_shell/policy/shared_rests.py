@@ -21,12 +21,15 @@ from relay_shell.policy.simple_commands import Command
 from relay_shell.policy.stdin import piped_code_findings, relayed_text
 from relay_shell.policy.vocabulary import words
 
-# A rest's head: one simple command of whole words (characters with no meaning to the shell, whole '…' and "…"
-# strings, plain `$NAME` and `${NAME}`), or nothing (a rest cut just before an operator), then `;` (not `;;`, `;&`),
-# `&&`, `||` or a pipe (not `|&`), then blanks. What it is, is then checked on the policy's own tokens of it.
+# A rest's head: one simple command of whole words (characters with no meaning to the shell, a character after a
+# backslash, whole '…' and "…" strings, plain `$NAME` and `${NAME}`) and redirections to or from a word (`2>&1`),
+# or nothing (a rest cut just before an operator), then `;` (not `;;`, `;&`), `&&`, `||` or a pipe (not `|&`), then
+# blanks. What it is, is then checked on the policy's own tokens of it.
 _NAME = r"\$(?:[A-Za-z_][A-Za-z0-9_]*|\{[A-Za-z_][A-Za-z0-9_]*\}|[0-9@*#?$])"
-_WORD = rf"""(?:[A-Za-z0-9_./:,+@%=-]|'[^']*'|"(?:[^"\\`$!]|{_NAME})*"|{_NAME})+"""
-_HEAD = re.compile(rf"({_WORD}(?:[ \t]+{_WORD})*)?[ \t]*(;(?![;&])|&&|\|\||\|(?!&))[ \t]*")
+_WORD = rf"""(?:[A-Za-z0-9_./:,+@%=-]|\\[^\n]|'[^']*'|"(?:[^"\\`$!]|\\[^\n]|{_NAME})*"|{_NAME})+"""
+_REDIRECT = rf"[0-9]?(?:>&[0-9-]|(?:>>?|<)(?![<>&(|])[ \t]*{_WORD})"
+_ITEM = rf"(?:{_REDIRECT}|{_WORD})"
+_HEAD = re.compile(rf"({_ITEM}(?:[ \t]+{_ITEM})*)?[ \t]*(;(?![;&])|&&|\|\||\|(?!&))[ \t]*")
 # Words a plain head may not hold: builtins and reserved words (loops, names set, functions, groups, aliases).
 _NOT_PLAIN = SHELL_WORDS | words("in function coproc select case esac [[ ]] alias hash getopts let fork")
 
@@ -99,7 +102,9 @@ def _findings(rest: str, shared: _Shared) -> list[Finding]:
     tail_findings = shared.findings[tail]
     if len(tail) < 200 and any(item.reason == _UNTERMINATED and item.canonical == tail for item in tail_findings):
         return shell_findings(rest, 0, {})  # a quote left open at the very end is named by the whole text's end
-    command = _plain_command(head.group(1)) if head.group(1) else None
+    # A redirection's target is checked against the names a loop over the server's own files gives (own_files).
+    loops = "for" in tail or "select" in tail
+    command = _plain_command(head.group(1), loops) if head.group(1) else None
     if head.group(1) and command is None:
         return shell_findings(rest, 0, {})
     shared.tails[rest] = tail
@@ -113,7 +118,7 @@ def _findings(rest: str, shared: _Shared) -> list[Finding]:
     return _piped(rest, tail, command, own, here, shared)
 
 
-def _plain_command(text: str) -> Command | None:
+def _plain_command(text: str, loops: bool) -> Command | None:
     """The one simple command `text` is, when it changes nothing the commands after it are classified with: it
     sets no name, opens nothing, redirects nothing, runs no nested text (its `$NAME`s are read with the names
     the tail sets up, as in the whole rest)."""
@@ -125,7 +130,7 @@ def _plain_command(text: str) -> Command | None:
     if (
         tokens.ansi_c
         or command.assignments
-        or command.redirects
+        or (command.redirects and loops)
         or command.heredoc is not None
         or command.piped_into
         or command.marks

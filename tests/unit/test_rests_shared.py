@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from relay_shell.policy import own_files
 from relay_shell.policy.classify import shell_findings
 from relay_shell.policy.rests import LINE_MAX, runs_something
 from relay_shell.policy.shared_rests import shell_rest_findings
@@ -93,6 +94,7 @@ CHANNELS = [
     "xdo ls; rmdir /srv/a; done",  # in a loop body a removal is in bulk (tier 2, alone 1)
     "df; xdo ls; mv /srv/a /srv/b; done",
     "xsh; exec <<<'rm -rf /srv'; ls",  # a here-string on exec is the stdin of the commands around it
+    'xls /srv 2>&1 >> /srv/log | sh; id < /etc/shadow; ls 2>/dev/null; e\\"x; echo y',  # redirections, escapes
 ]
 
 
@@ -113,6 +115,25 @@ def test_what_counts_is_what_counted_with_each_rest_read_whole(text: str, least_
                 why = f"if the program reading the line stops after {start} characters, the shell runs the rest"
                 expected.append((rest[:200], finding.tier, f"{REMOTE_SPLIT}; {why}: {finding.reason}"))
     assert split_findings([text], least_tier, "ssh") == expected
+
+
+# With the server's own files named (own_files.protect): a loop over them names the target of a redirection
+# anywhere in the text, a head's included.
+OWN = [
+    "xcat x > $f; for f in /proc/$PPID/fd/*; do :; done",
+    "xls; echo forged >> /proc/$PPID/fd/3; ls",
+    "xdf; for f in /proc/$PPID/fd/*; do echo x >> $f; done",
+    "xcat /etc/relay-test/signing.key; ls > /var/lib/relay-test/audit.jsonl",
+]
+
+
+@pytest.mark.parametrize("text", OWN, ids=range(len(OWN)))
+def test_every_rest_has_its_findings_with_own_files_named(text: str) -> None:
+    own_files.protect(["/etc/relay-test/signing.key"], ["/var/lib/relay-test/audit.jsonl"], [])
+    try:
+        assert shell_rest_findings(text) == reference(text)
+    finally:
+        own_files.protect([], [], [])
 
 
 def test_the_labelled_commands_read_at_every_rest_as_alone() -> None:
