@@ -9,7 +9,8 @@ full of separators, one long command of many words). Each line is measured with 
 terminal) and with the line kept whole (a local shell at its prompt), so the difference is what the rests cost.
 
 `--before REV` measures the code of commit REV beside this checkout, batches interleaved in one run (each tree in
-a child process importing its own relay_shell). The row: the largest CPU per send of a 512-character line here.
+a child process importing its own relay_shell). The rows: the largest CPU per send of a 512-character line here,
+of the realistic kinds and of the adversarial ones.
 
 Usage: python -m benchmarks.bench_remote_rests [--before REV]"""
 
@@ -27,7 +28,11 @@ from benchmarks.common import Options, Row, code_at, run_alone, this_code
 LENGTHS = (16, 64, 256, 512)
 ROUNDS = 5  # batches per tree, interleaved with the other tree's
 LIMIT_MS = 5.0  # CPU per send of a 512-character line at most: a send should not hold the loop longer
-ROW = "remote typed line of 512 characters, CPU per send (every rest read)"
+REALISTIC = ("commands", "pipeline", "loop")
+ROWS = {
+    "realistic": "remote typed line, 512 characters (commands, pipeline, loop), CPU per send",
+    "adversarial": "remote typed line, 512 characters (quoted, one command), CPU per send",
+}
 
 # Pieces a line of each kind is made of, repeated and cut at a piece's end, then padded with spaces (trailing
 # spaces add no rest) to the exact length.
@@ -122,7 +127,7 @@ def rows(options: Options) -> list[Row]:
         for _ in range(ROUNDS):
             for label, root in trees:
                 samples[label].append(batch(root, texts))
-    worst = 0.0
+    worst = {"realistic": 0.0, "adversarial": 0.0}
     print(f"CPU per send (ms, median of {ROUNDS}): every rest read / the line kept whole; decision with rests")
     header = "".join(f"  {label:>26}" for label, _ in trees)
     print(f"{'kind':>9} {'chars':>5}{header}")
@@ -134,9 +139,10 @@ def rows(options: Options) -> list[Row]:
             tier, denied = samples[label][0][f"False:{text}"][1:]
             cells.append(f"{rested:8.2f} / {whole:5.2f} t{int(tier)}{' refused' if denied else '        '}")
             if label == "here" and length == 512:
-                worst = max(worst, rested)
+                row = "realistic" if kind in REALISTIC else "adversarial"
+                worst[row] = max(worst[row], rested)
         print(f"{kind:>9} {length:>5}" + "".join(f"  {cell:>26}" for cell in cells))
-    return [Row(ROW, f"{worst:.2f} ms", f"≤ {LIMIT_MS:.1f} ms", worst <= LIMIT_MS)]
+    return [Row(ROWS[row], f"{worst[row]:.2f} ms", f"≤ {LIMIT_MS:.1f} ms", worst[row] <= LIMIT_MS) for row in ROWS]
 
 
 def main(argv: list[str] | None = None) -> int:
