@@ -26,7 +26,9 @@ from relay_shell.policy.vocabulary import words
 # or nothing (a rest cut just before an operator), then `;` (not `;;`, `;&`), `&&`, `||` or a pipe (not `|&`), then
 # blanks. What it is, is then checked on the policy's own tokens of it.
 _NAME = r"\$(?:[A-Za-z_][A-Za-z0-9_]*|\{[A-Za-z_][A-Za-z0-9_]*\}|[0-9@*#?$])"
-_WORD = rf"""(?:[A-Za-z0-9_./:,+@%=-]|\\[^\n]|'[^']*'|"(?:[^"\\`$!]|\\[^\n]|{_NAME})*"|{_NAME})+"""
+# Atomic (`(?>…)`): a word is taken whole or not at all, so a rest that does not match fails in linear time (a
+# shorter word would be followed by a word's character, never by a blank or an operator).
+_WORD = rf"""(?>(?:[A-Za-z0-9_./:,+@%=-]|\\[^\n]|'[^']*'|"(?:[^"\\`$!]|\\[^\n]|{_NAME})*"|{_NAME})+)"""
 _REDIRECT = rf"[0-9]?(?:>&[0-9-]|(?:>>?|<)(?![<>&(|])[ \t]*{_WORD})"
 _ITEM = rf"(?:{_REDIRECT}|{_WORD})"
 _HEAD = re.compile(rf"({_ITEM}(?:[ \t]+{_ITEM})*)?[ \t]*(;(?![;&])|&&|\|\||\|(?!&))[ \t]*")

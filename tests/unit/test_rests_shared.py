@@ -93,6 +93,9 @@ CHANNELS = [
     "xtime ls; ls",
     "xdo ls; rmdir /srv/a; done",  # in a loop body a removal is in bulk (tier 2, alone 1)
     "df; xdo ls; mv /srv/a /srv/b; done",
+    # Heads the head's pattern must fail on in linear time: a word of many `$NAME`s, then no operator.
+    "x" + "$aaaaaaaaaa" * 24 + " (ls); rm -rf /srv",
+    "x" + '"$abcdefgh$ijk' * 20 + " `id`",
     "xsh; exec <<<'rm -rf /srv'; ls",  # a here-string on exec is the stdin of the commands around it
     'xls /srv 2>&1 >> /srv/log | sh; id < /etc/shadow; ls 2>/dev/null; e\\"x; echo y',  # redirections, escapes
 ]
