@@ -32,8 +32,9 @@ _WORD = rf"""(?>(?:[A-Za-z0-9_./:,+@%=-]|\\[^\n]|'[^']*'|"(?:[^"\\`$!]|\\[^\n]|{
 _REDIRECT = rf"[0-9]?(?:>&[0-9-]|(?:>>?|<)(?![<>&(|])[ \t]*{_WORD})"
 _ITEM = rf"(?:{_REDIRECT}|{_WORD})"
 _HEAD = re.compile(rf"({_ITEM}(?:[ \t]+{_ITEM})*)?[ \t]*(;(?![;&])|&&|\|\||\|(?!&))[ \t]*")
-# Words a plain head may not hold: builtins and reserved words (loops, names set, functions, groups, aliases).
-_NOT_PLAIN = SHELL_WORDS | words("in function coproc select case esac [[ ]] alias hash getopts let fork")
+# Words a plain head may not hold: builtins and reserved words (loops, names set, functions, groups, aliases),
+# but `echo`, which only writes (what it writes into a pipe is part of a pipe's kind, below).
+_NOT_PLAIN = (SHELL_WORDS - {"echo"}) | words("function coproc select case esac [[ ]] alias hash getopts let fork")
 
 
 @dataclass
