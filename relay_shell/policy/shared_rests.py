@@ -6,12 +6,12 @@ simple command that changes nothing after it shares the classification of its ta
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, field
 
 from relay_shell.policy.calls import Context
 from relay_shell.policy.classify import _UNTERMINATED, _readers, command_findings, shell_findings
-from relay_shell.policy.env_substitution import Env
 from relay_shell.policy.findings import Finding
 from relay_shell.policy.pipelines import has_fork_bomb, upstream_context
 from relay_shell.policy.rests import SHELL_WORDS, line_rests, runs_something
@@ -48,6 +48,8 @@ class _Shared:
     states: dict[str, TextState] = field(default_factory=dict)
     piped: dict[str, list[tuple[object, list[Finding]]]] = field(default_factory=dict)
     first: dict[str, list[str]] = field(default_factory=dict)  # the words of a text's first command
+    # A text whose first command is a plain head: that command, and how many of the text's findings are its own.
+    heads: dict[str, tuple[Command, int]] = field(default_factory=dict)
 
 
 def shell_rest_findings(text: str) -> list[tuple[int, str, list[Finding]]] | None:
@@ -111,14 +113,15 @@ def _findings(rest: str, shared: _Shared) -> list[Finding]:
     if head.group(1) and command is None:
         return shell_findings(rest, 0, {})
     shared.tails[rest] = tail
-    if command is not None:
-        shared.first[rest] = command.words
     state = _state(tail, shared)
     here = state.env({}) if state.values else {}
     own = command_findings(command, 0, here, Context(), state) if command is not None else []
+    if command is not None:
+        shared.first[rest] = command.words
+        shared.heads[rest] = (command, len(own))
     if head.group(2) != "|":
         return own + tail_findings  # the tokenizer drops an empty command before the operator
-    return _piped(rest, tail, command, own, here, shared)
+    return _piped(rest, tail, command, own, state, shared)
 
 
 def _plain_command(text: str, loops: bool) -> Command | None:
@@ -145,12 +148,16 @@ def _plain_command(text: str, loops: bool) -> Command | None:
 
 
 def _piped(
-    rest: str, tail: str, command: Command | None, own: list[Finding], here: Env, shared: _Shared
+    rest: str, tail: str, command: Command | None, own: list[Finding], state: TextState, shared: _Shared
 ) -> list[Finding]:
     """A rest `HEAD | TAIL`: the classifier reads TAIL's first command with what HEAD selects (upstream_context),
     the literal text HEAD writes (relayed_text) and HEAD's words for a reader of code (piped_code_findings); the
     commands after it see HEAD only through what the first passes on. Heads that give the same share TAIL's
-    findings: the first rest of each kind is classified whole and its findings after its head's kept."""
+    findings. When HEAD selects nothing and writes no text the classifier sees, and TAIL's first command is a plain
+    head, the commands after it see what they see in TAIL alone: TAIL's findings after its first command's own,
+    behind that command read as piped into (a shell reading the pipe) and what a reader of code makes of HEAD.
+    Otherwise the first rest of each kind is classified whole and its findings after its head's kept."""
+    here = state.env({}) if state.values else {}
     if tail not in shared.first:
         shared.first[tail] = next(iter(tokenize(tail, []).commands), Command()).words
     first = shared.first[tail]
@@ -159,10 +166,17 @@ def _piped(
     previous = command.words if command is not None else []
     relayed = relayed_text(command, None) if command is not None else None
     code = piped_code_findings(first, previous, _readers(here), 0, relayed)
-    kind = (upstream_context(Context(), previous), relayed, code)
+    upstream = upstream_context(Context(), previous)
+    kind = (upstream, relayed, code)
     for seen, findings in shared.piped.get(tail, []):
         if seen == kind:
             return own + findings
+    if upstream == Context() and relayed is None and tail in shared.heads:
+        first_command, count = shared.heads[tail]
+        piped = dataclasses.replace(first_command, piped_into=True)
+        part = command_findings(piped, 0, here, upstream, state) + code + shared.findings[tail][count:]
+        shared.piped.setdefault(tail, []).append((kind, part))
+        return own + part
     whole = shell_findings(rest, 0, {})
     if whole[: len(own)] == own:
         shared.piped.setdefault(tail, []).append((kind, whole[len(own) :]))

