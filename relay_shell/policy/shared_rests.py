@@ -59,13 +59,12 @@ def shell_rest_findings(text: str) -> list[tuple[int, str, list[Finding]]] | Non
     The work is shared between rests (adr/0026 Round 8). A rest whose head is one plain simple command (`cho
     hello; df -h; …`, cut out of `echo hello; df -h; …`) or nothing, before a list operator or a pipe, ends in a
     tail that is itself a later rest of the line, already classified. A plain head sets no name, opens no loop
-    or group, redirects nothing and has no expansion (checked on the policy's own tokens of it), so after `;`,
-    `&&` or `||` the rest's findings are the head's, classified with the names the tail sets up (the classifier
+    or group and runs no nested text (checked on the policy's own tokens of it), so after `;`, `&&` or `||` the
+    rest's findings are the head's, classified with the names the tail sets up (the classifier
     reads a text's names before any of its commands), then the tail's own. After a pipe the head also gives the
     tail what flows through it (what it selects, the literal text it writes, what a reader of code downstream
-    makes of it): the tail's findings are shared between heads that give it the same, and the first rest of each
-    kind is classified whole. Every other rest is classified whole. Lines are read from their end, so a tail is
-    classified before the rests it ends."""
+    makes of it): the tail's findings are shared between heads that give it the same (`_piped`). Every other
+    rest is classified whole. Lines are read from their end, so a tail is classified before the rests it ends."""
     found = line_rests(text)
     if found is None:
         return None
@@ -126,8 +125,8 @@ def _findings(rest: str, shared: _Shared) -> list[Finding]:
 
 def _plain_command(text: str, loops: bool) -> Command | None:
     """The one simple command `text` is, when it changes nothing the commands after it are classified with: it
-    sets no name, opens nothing, redirects nothing, runs no nested text (its `$NAME`s are read with the names
-    the tail sets up, as in the whole rest)."""
+    sets no name, opens nothing, runs no nested text (its `$NAME`s are read with the names the tail sets up, as
+    in the whole rest), and redirects only where no loop of the tail can name the target."""
     nested: list[str] = []
     tokens = tokenize(text, nested)
     if len(tokens.commands) != 1 or nested or tokens.sets_names or tokens.arithmetic or tokens.unterminated:
