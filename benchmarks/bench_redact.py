@@ -39,6 +39,8 @@ ADVERSARIAL = [
     "'$(",
     "<<-E\n\t$(",
 ]
+# Here-documents announced by the thousand on one line, then their bodies: (announcement, body), each repeated.
+ADVERSARIAL_HALVES = [("<<A ", "A\n"), ("<<'A' ", "A\n")]
 
 
 def _seconds(text: str) -> float:
@@ -47,11 +49,24 @@ def _seconds(text: str) -> float:
     return time.perf_counter() - started
 
 
+def _text(unit: str | tuple[str, str], size: int) -> str:
+    """About `size` characters: the unit repeated, or code then the announcements repeated, a newline, and as
+    many bodies."""
+    if isinstance(unit, str):
+        return unit * (size // len(unit))
+    announcement, body = unit
+    count = size // (len(announcement) + len(body))
+    return "$(x) " + announcement * count + "\n" + body * count
+
+
 def rows(options: Options) -> list[Row]:
     measured = []
-    for name, unit in [("realistic", REALISTIC), *((repr(unit[:32]), unit) for unit in ADVERSARIAL)]:
-        one = min(_seconds(unit * (MIB // len(unit))) for _ in range(3))
-        four = min(_seconds(unit * (4 * MIB // len(unit))) for _ in range(3))
+    units: list[tuple[str, str | tuple[str, str]]] = [("realistic", REALISTIC)]
+    units += [(repr(unit[:32]), unit) for unit in ADVERSARIAL]
+    units += [(f"{halves[0]!r}… then {halves[1]!r}…", halves) for halves in ADVERSARIAL_HALVES]
+    for name, unit in units:
+        one = min(_seconds(_text(unit, MIB)) for _ in range(3))
+        four = min(_seconds(_text(unit, 4 * MIB)) for _ in range(3))
         ratio = four / one if one else 0.0
         passed = ratio <= RATIO_TARGET
         measured.append(Row(f"redaction linear, {name}: 4 MiB / 1 MiB", f"{ratio:.2f}", f"≤ {RATIO_TARGET}", passed))

@@ -27,7 +27,6 @@ import os
 import select
 import time
 from collections.abc import Awaitable, Callable
-from functools import partial
 
 import anyio
 from mcp import Client
@@ -112,12 +111,17 @@ async def validation_cost(client: Client, tool: str, result: CallToolResult) -> 
     return median(samples)
 
 
-async def measure(step: Callable[[int], Awaitable[None]], values: range) -> list[float]:
+async def measure(step: Callable[[int], Awaitable[None]], values: range, meter: Meter | None = None) -> list[float]:
+    """Each step's wall time; the server's CPU read around it by `meter`, outside the time taken (reading a
+    server's threads' schedstat is the benchmark's work, not the step's, and costs more for more threads)."""
     samples = []
     for i in values:
+        used = meter.used() if meter is not None else 0.0
         started = time.perf_counter()
         await step(i)
         samples.append(time.perf_counter() - started)
+        if meter is not None:
+            meter.add(used)
     return samples
 
 
@@ -142,10 +146,11 @@ class Meter:
         self.seconds = 0.0
         self.steps = 0
 
-    async def around(self, step: Callable[[int], Awaitable[None]], i: int) -> None:
-        used = cpu_seconds(self.pid)
-        await step(i)
-        self.seconds += cpu_seconds(self.pid) - used
+    def used(self) -> float:
+        return cpu_seconds(self.pid)
+
+    def add(self, used_before: float) -> None:
+        self.seconds += cpu_seconds(self.pid) - used_before
         self.steps += 1
 
     def per_step(self) -> str:
@@ -265,28 +270,30 @@ async def measure_all(before: str | None) -> list[Row]:
             floor_samples: list[float] = []
             interleaved: dict[str, list[float]] = {subject.label: [] for subject in subjects}
             for i in range(STEPS):
+                bare_used = meters["bare interleaved"].used()
                 started_at = time.perf_counter()
-                await meters["bare interleaved"].around(bare_step, i)
+                await bare_step(i)
                 between = time.perf_counter()
                 await direct_step(i)
                 ended = time.perf_counter()
+                meters["bare interleaved"].add(bare_used)
                 parts["round trip"].append(between - started_at)
                 parts["pty step"].append(ended - between)
                 floor_samples.append(ended - started_at)
                 for subject in subjects:
                     meter = meters[f"{subject.label} interleaved"]
-                    interleaved[subject.label] += await measure(partial(meter.around, subject.step), range(i, i + 1))
+                    interleaved[subject.label] += await measure(subject.step, range(i, i + 1), meter)
             others = {"bare": BatchCpu(), "direct": BatchCpu(direct.process.pid)}
             others |= {subject.label: BatchCpu(subject.repl_pid) for subject in subjects}
             batched: dict[str, list[float]] = {"bare": [], "direct": []} | {subject.label: [] for subject in subjects}
             for first in range(STEPS, 2 * STEPS, BATCH):
                 values = range(first, first + BATCH)
-                bare_batch = measure(partial(meters["bare back to back"].around, bare_step), values)
+                bare_batch = measure(bare_step, values, meters["bare back to back"])
                 batched["bare"].extend(await others["bare"].batch(bare_batch))
                 batched["direct"].extend(await others["direct"].batch(measure(direct_step, values)))
                 for subject in subjects:
                     meter = meters[f"{subject.label} back to back"]
-                    subject_batch = measure(partial(meter.around, subject.step), values)
+                    subject_batch = measure(subject.step, values, meter)
                     batched[subject.label].extend(await others[subject.label].batch(subject_batch))
             assert relay.last is not None and last_bare
             check_relay = await validation_cost(relay.client, "session_send", relay.last)

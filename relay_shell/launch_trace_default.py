@@ -30,6 +30,27 @@ def trace_default(setting: str, mode: str) -> tuple[bool, str]:
     )
 
 
+def refuse_terminal_input(setting: str, mode: str) -> str | None:
+    """Where no exec trace runs, refuse TIOCSTI and TIOCLINUX to the whole server and everything it starts, when
+    that takes nothing from the commands: with CAP_SYS_ADMIN no no_new_privs is needed (trace/seccomp.py). Without
+    the trace's filter (adr/0027 "Round 6") a root server's command could type a line into any terminal on the host,
+    which its shell runs as if typed (attack 4's K3, adr/0027 "Round 7"). Without CAP_SYS_ADMIN the kernel refuses
+    TIOCSTI on any terminal but the caller's controlling one, and a command typing into its own terminal gains
+    nothing it could not run itself, untraced either way. Called while the server has one thread (TSYNC); the
+    banner's note, or None when nothing was installed."""
+    wanted, _ = trace_default(setting, mode)
+    capabilities, _ = _own_privileges()
+    if wanted or not capabilities >> _CAP_SYS_ADMIN & 1:
+        return None
+    from relay_shell.trace.seccomp import refuse_terminal_input as install
+
+    try:
+        install()
+    except OSError as exc:
+        return f"WARNING: typing into terminals (TIOCSTI) is not refused without the exec trace: {exc}"
+    return "exec trace off: typing into terminals (TIOCSTI, TIOCLINUX) is refused by the server's own filter"
+
+
 def _own_privileges() -> tuple[int, bool]:
     """The server's effective capabilities and its no_new_privs flag, from /proc/self/status."""
     capabilities, no_new_privs = 0, False

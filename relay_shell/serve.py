@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from relay_shell import __version__
 from relay_shell.errors import ConfigError
+from relay_shell.launch_trace_default import refuse_terminal_input
 from relay_shell.launch_trace_probe import start_probe
 from relay_shell.settings.load import load_settings, startup_warnings
 
@@ -89,6 +90,7 @@ def check_configuration(settings: Settings) -> int:
 
 def run(settings: Settings) -> int:
     start_probe(settings)  # whether the exec trace works here, found by a copy of the server meanwhile
+    terminal_note = refuse_terminal_input(settings.trace.exec_trace, settings.policy.policy_mode)  # one thread yet
     audit_log = open_audit_log(settings)
     offhost = start_offhost(settings, audit_log)
     http_auth = http_authentication(settings)
@@ -96,7 +98,7 @@ def run(settings: Settings) -> int:
     previous, leftovers = end_leftovers(settings, containment)
     assembly = assemble(settings, audit_log, http_auth, containment, offhost, previous, leftovers)
     metrics_note = start_metrics_listener(settings, assembly)
-    print_banner(settings, assembly, offhost, metrics_note)
+    print_banner(settings, assembly, offhost, metrics_note, terminal_note)
     collect_garbage_from_now_on()
     return serve_transport(settings, assembly, http_auth, audit_log)
 
@@ -220,7 +222,9 @@ def start_metrics_listener(settings: Settings, assembly: Assembly) -> str:
     return f"http://{host}:{assembly.metrics_port}/metrics"
 
 
-def print_banner(settings: Settings, assembly: Assembly, offhost: OffHost | None, metrics_note: str) -> None:
+def print_banner(
+    settings: Settings, assembly: Assembly, offhost: OffHost | None, metrics_note: str, terminal_note: str | None
+) -> None:
     chain = "on" if settings.audit.audit_chain else "off"
     print(
         f"relay-shell {__version__} | transport {settings.http.transport} | policy {settings.policy.policy_mode} | "
@@ -229,7 +233,8 @@ def print_banner(settings: Settings, assembly: Assembly, offhost: OffHost | None
         file=sys.stderr,
         flush=True,
     )
-    for note in assembly.launcher.banner_notes():
+    notes = assembly.launcher.banner_notes() + ([terminal_note] if terminal_note is not None else [])
+    for note in notes:
         print(f"relay-shell: {note}", file=sys.stderr, flush=True)
 
 

@@ -44,22 +44,24 @@ _EXTRACTS = words("extractall unpack_archive")
 _COMPUTED = "(a function of os/subprocess named at run time)"  # what a name bound to one is called
 
 
+_CLIENT_CODE = "<client code>"  # the file name the parser gives warnings; the filter below matches it
+warnings.filterwarnings("ignore", module=_CLIENT_CODE)
+
+
 def python_verdict(code: str) -> Verdict:
     """What Python code does: its tier, why, and the command lines and argvs it runs."""
     try:
-        # A client's text, not ours: its invalid escapes would warn on the server's stderr (or raise under -W error).
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            tree = ast.parse(code)
+        tree = _parse(code)
     except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError):
         return _by_markers(code)
     worst = (1, "python code")
     shell: list[str] = []
     argvs: list[tuple[str, ...]] = []
-    names, modules = _bindings(tree)
-    called = {id(node.func) for node in ast.walk(tree) if isinstance(node, ast.Call)}
+    nodes = list(ast.walk(tree))  # walked once: three passes read it
+    names, modules = _bindings(nodes)
+    called = {id(node.func) for node in nodes if isinstance(node, ast.Call)}
     found: tuple[int, str] | None
-    for node in ast.walk(tree):
+    for node in nodes:
         if isinstance(node, ast.Call):
             name = _called_name(node.func, names)
             if name in _PROCESS_METHODS and "psutil" in modules.values():  # psutil.Process(pid).kill()
@@ -147,12 +149,25 @@ def _names_program(first: ast.expr, value: object) -> bool:
     return isinstance(first, (ast.List, ast.Tuple)) and bool(first.elts) and isinstance(_literal(first.elts[0]), str)
 
 
-def _bindings(tree: ast.AST) -> tuple[dict[str, str], dict[str, str]]:
+def _parse(code: str) -> ast.AST:
+    """The code's tree. A client's text, not ours: its invalid escapes would warn on the server's stderr, so its
+    warnings are ignored by a filter of their own (at import; `catch_warnings` around every parse cost more than
+    the parse of a short line). A filter put ahead of it later (`-W error` turning the warning into a SyntaxError)
+    is met by parsing again with every warning ignored."""
+    try:
+        return ast.parse(code, _CLIENT_CODE)
+    except SyntaxError:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return ast.parse(code, _CLIENT_CODE)
+
+
+def _bindings(nodes: list[ast.AST]) -> tuple[dict[str, str], dict[str, str]]:
     """Names bound to other names' objects: `from shutil import rmtree as r` (r -> rmtree), `x = os.system`
     (x -> system), `f := os.system`; and modules by their local names (`import shutil as s`: s -> shutil)."""
     names: dict[str, str] = {}
     modules: dict[str, str] = {}
-    for node in ast.walk(tree):
+    for node in nodes:
         if isinstance(node, ast.Import):
             for alias in node.names:
                 modules[(alias.asname or alias.name).split(".")[0]] = (

@@ -58,7 +58,7 @@ _ANSI_C_END = compile_pattern(r"(?:[^'\\]++|\\.)*+'?", re.DOTALL)
 class _Context:
     """One open construct: the top level, `$(…)` and friends, backquotes, double quotes, a here-document body."""
 
-    __slots__ = ("after", "cases", "depth", "kind", "limit", "queue", "region")
+    __slots__ = ("after", "cases", "depth", "kind", "limit", "queue", "queued", "region")
 
     def __init__(self, kind: str, limit: int, region: bool = False) -> None:
         self.kind = kind  # "shell", "arithmetic", "backquotes", "quotes", "heredoc"
@@ -66,10 +66,12 @@ class _Context:
         self.depth = 0  # open parentheses inside $( … )
         self.cases = 0  # open `case … esac` inside $( … ): a pattern's `)` does not close
         self.limit = limit  # the scan of this context stops here: the end of the text or of a here-document body
-        # A here-document body also has `after` (where the scan goes on) and `queue` (the here-documents after it on
-        # the same line), set when it starts: most contexts are substitutions, made by the thousand.
+        # A here-document body also has `after` (where the scan goes on) and `queue` from `queued` on (the
+        # here-documents after it on the same line), set when it starts: most contexts are substitutions, made by
+        # the thousand.
         self.after: int
-        self.queue: list[tuple[str, bool, bool]]
+        self.queue: tuple[tuple[str, bool, bool], ...]
+        self.queued: int
 
 
 def names_run_as_code(text: str) -> frozenset[str]:
@@ -231,9 +233,9 @@ def _shell_step(
         return index + 1
     if found == "\n":
         if pending.announced:
-            queue = pending.announced[:]
+            queue = tuple(pending.announced)  # a tuple of strings and flags: the collector need not track it
             pending.announced.clear()
-            return _start_heredoc(text, index + 1, queue, stack, events, pending)
+            return _start_heredoc(text, index + 1, queue, 0, stack, events, pending)
         return index + 1
     if found == "case":
         context.cases += 1 if context.region else 0
@@ -283,15 +285,18 @@ def _read_heredoc_word(text: str, index: int, pending: _Heredocs) -> int:
 def _start_heredoc(
     text: str,
     index: int,
-    queue: list[tuple[str, bool, bool]],
+    queue: tuple[tuple[str, bool, bool], ...],
+    queued: int,
     stack: list[_Context],
     events: list[tuple[int, int, str]],
     pending: _Heredocs,
 ) -> int:
     """Bodies start after the line that announced them, one after the other. A body ends at the first line that is
-    its delimiter (after tabs, for `<<-`), as the shell reads it: raw, before any expansion."""
-    while queue:
-        word, quoted, strip_tabs = queue.pop(0)
+    its delimiter (after tabs, for `<<-`), as the shell reads it: raw, before any expansion. The queue is read
+    from `queued` on, never copied: a line may announce thousands."""
+    while queued < len(queue):
+        word, quoted, strip_tabs = queue[queued]
+        queued += 1
         body_end, after = pending.find_delimiter(text, index, word, strip_tabs)
         if quoted:
             index = after
@@ -299,6 +304,7 @@ def _start_heredoc(
         body = _Context("heredoc", min(body_end, stack[-1].limit))
         body.after = after
         body.queue = queue
+        body.queued = queued
         stack.append(body)
         return index
     return index
@@ -346,7 +352,7 @@ def _end_heredoc(text: str, stack: list[_Context], events: list[tuple[int, int, 
         if stack.pop().region:
             events.append((end, 0, CLOSE_QUOTED))
     body = stack.pop()
-    return _start_heredoc(text, body.after, body.queue, stack, events, pending)
+    return _start_heredoc(text, body.after, body.queue, body.queued, stack, events, pending)
 
 
 def pair_regions(text: str) -> dict[int, int]:

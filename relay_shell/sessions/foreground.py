@@ -117,6 +117,7 @@ class Reading:
     leader: int | None = None
     terminal: int = 0  # the session's terminal (the leader's tty_nr)
     tasks: set[int] = field(default_factory=set)  # every thread read
+    listed: dict[int, list[str]] = field(default_factory=dict)  # each walked process's threads, as listed
     facts: dict[tuple[str, int], object] = field(default_factory=dict)
 
     def unchanged(self) -> bool:
@@ -152,7 +153,8 @@ class ForegroundWatch:
         if reading is not None and reading.group == group and reading.unchanged():
             return reading
         self.files.prune()  # what the last reading's period did not read (processes that left the tree)
-        self.reading = reading = read_group(group, self.leader, self.files, self.unit_threads)
+        known = reading.listed if reading is not None else {}
+        self.reading = reading = read_group(group, self.leader, self.files, self.unit_threads, known)
         return reading
 
     def close(self) -> None:
@@ -162,12 +164,19 @@ class ForegroundWatch:
         self.files = ProcFiles(keep=False)
 
 
-def read_group(group: int, leader: int | None, files: ProcFiles, unit_threads: str | None = None) -> Reading:
+def read_group(
+    group: int,
+    leader: int | None,
+    files: ProcFiles,
+    unit_threads: str | None = None,
+    known: dict[int, list[str]] | None = None,
+) -> Reading:
     """Process group `group` found below the terminal's `leader` (following /proc/PID/task/TID/children), or,
     when the group's own leader is not among them (it left the tree: re-parented) or no leader is known, by
     scanning every process (that reading is not reused). With `unit_threads` (the session's cgroup.threads), every
     thread of the unit not found below the leader is read too: one of the group's joins its members, any other
-    that is not stopped its outsiders."""
+    that is not stopped its outsiders. `known`: each process's threads as the last reading listed them (a
+    process whose threads are still exactly those is not listed again)."""
     if leader is None:
         return _scanned(group, files)
     reading = Reading(group, [], files, reusable=True, leader=leader)
@@ -178,7 +187,7 @@ def read_group(group: int, leader: int | None, files: ProcFiles, unit_threads: s
         if pid in seen:
             continue
         seen.add(pid)
-        pending.extend(_walk_process(reading, pid))
+        pending.extend(_walk_process(reading, pid, (known or {}).get(pid)))
     if not any(member.pid == group for member in reading.members):
         return _scanned(group, files)
     if unit_threads is not None:
@@ -219,27 +228,35 @@ def _read_unit(reading: Reading, unit_threads: str) -> None:
             reading.outsiders.append(thread)
 
 
-def _walk_process(reading: Reading, pid: int) -> list[int]:
+def _walk_process(reading: Reading, pid: int, known_tasks: list[str] | None = None) -> list[int]:
     """Read one process of the tree into `reading` (its threads' schedstat first, then its stat, children and
-    system calls); its children."""
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return []
-    for task in tasks:
-        path = f"/proc/{pid}/task/{task}/schedstat"
+    system calls); its children. `known_tasks`: its threads at the last reading, taken as its threads now, without
+    listing them, when each is still one of its threads (its /proc/PID/task/TID file read) and the process counts
+    as many: distinct live threads of the process, as many as it has, are all of them."""
+    found = _known_threads(reading, pid, known_tasks) if known_tasks else None
+    if found is not None:
+        tasks, runs, named = found
+    else:
         try:
-            run = reading.files.read(path)
+            tasks = os.listdir(f"/proc/{pid}/task")
         except OSError:
-            reading.reusable = False
-            continue
+            return []
+        runs = {}
+        for task in tasks:
+            path = f"/proc/{pid}/task/{task}/schedstat"
+            try:
+                runs[path] = reading.files.read(path)
+            except OSError:
+                reading.reusable = False
+        named = _stat(reading.files, pid)
+    for run in runs.values():
         run_count = run.split()[2:3]
         reading.reusable = reading.reusable and bool(run_count) and run_count[0] != b"0"
-        reading.runs[path] = run
-    named = _stat(reading.files, pid)
+    reading.runs.update(runs)
     if named is None:
         return []
     name, stat = named
+    reading.listed[pid] = tasks
     # A thread made after the listing (by one read before it ran again) is counted here: not reused then.
     reading.reusable = reading.reusable and len(stat) > 17 and stat[17] == str(len(tasks)).encode()
     member = int(stat[2]) == reading.group and stat[0] != b"Z"
@@ -267,6 +284,24 @@ def _walk_process(reading: Reading, pid: int) -> list[int]:
     if member:
         reading.members.append(Member(pid, int(stat[4]), name, threads))
     return children
+
+
+def _known_threads(
+    reading: Reading, pid: int, tasks: list[str]
+) -> tuple[list[str], dict[str, bytes], tuple[str, list[bytes]] | None] | None:
+    """The process's threads, their schedstat and its stat, read in the listing's order, when its threads are
+    still `tasks` (each read, then the stat counting as many); None when not (the caller lists them)."""
+    runs: dict[str, bytes] = {}
+    for task in tasks:
+        path = f"/proc/{pid}/task/{task}/schedstat"
+        try:
+            runs[path] = reading.files.read(path)
+        except OSError:
+            return None
+    named = _stat(reading.files, pid)
+    if named is None or len(named[1]) <= 17 or named[1][17] != str(len(tasks)).encode():
+        return None
+    return tasks, runs, named
 
 
 def _scanned(group: int, files: ProcFiles) -> Reading:

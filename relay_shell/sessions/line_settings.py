@@ -15,6 +15,8 @@ lines are read with the defaults (adr/0026 says so).
 
 from __future__ import annotations
 
+import functools
+import operator
 import termios
 from typing import Any
 
@@ -48,20 +50,38 @@ TRANSLATED = (
 )
 
 LineSettings = tuple[int, tuple[int, ...]]  # the translating input flags that are on, the special characters
+_PICK = operator.itemgetter(*DEFAULT_CHARACTERS)
+_TRANSLATING_MASK = functools.reduce(operator.or_, TRANSLATING)
 
 
 def line_settings_of(terminal: Any) -> LineSettings | None:
     """The parts of the terminal's settings that change typed bytes, or None when they cannot be seen."""
-    attributes = terminal.line_settings()
+    return settings_from(terminal.line_settings())
+
+
+def settings_from(attributes: list[Any] | None) -> LineSettings | None:
+    """line_settings_of for the settings as a terminal's line_settings() gave them (one TCGETS serves a send's
+    preparation: send_plan.py)."""
     if attributes is None:
         return None
-    input_flags = int(attributes[0])
-    characters = attributes[6]
-    values = tuple(_value(characters[index]) for index in DEFAULT_CHARACTERS)
-    translating = 0
-    for flag in TRANSLATING:
-        translating |= input_flags & flag
-    return translating, values
+    characters = _PICK(attributes[6])
+    try:
+        joined = b"".join(characters)  # tcgetattr gives each special character as one byte
+    except TypeError:
+        joined = b""
+    values = tuple(joined) if len(joined) == len(characters) else tuple(_value(value) for value in characters)
+    return int(attributes[0]) & _TRANSLATING_MASK, values
+
+
+def echo_off(attributes: list[Any]) -> bool:
+    """A line read with echo off: canonical mode without ECHO (a local terminal's password_mode)."""
+    local_flags = int(attributes[3])
+    return bool(local_flags & termios.ICANON) and not local_flags & termios.ECHO
+
+
+def interrupts(attributes: list[Any]) -> bool:
+    """Ctrl-C becomes SIGINT (ISIG on): a local terminal's interrupt_clears_line."""
+    return bool(int(attributes[3]) & termios.ISIG)
 
 
 def settings_findings(settings: LineSettings | None, typed: bytes) -> list[Finding]:
@@ -69,15 +89,29 @@ def settings_findings(settings: LineSettings | None, typed: bytes) -> list[Findi
     if settings is None or not typed:
         return []
     translating, values = settings
+    changed = _changed_characters(values)
+    if not translating and not changed:  # the usual case: nothing a program set, nothing to look for
+        return []
     findings: list[Finding] = []
     shown_text = typed[:200].decode("utf-8", errors="backslashreplace")
     if translating:
         flags = ", ".join(name for flag, name in TRANSLATING.items() if translating & flag)
         findings.append((shown_text, 2, TRANSLATED.format(flags=flags)))
-    for value, (default, role) in zip(values, DEFAULT_CHARACTERS.values(), strict=True):
-        if value not in (default, 0) and bytes([value]) in typed:
+    for value, role in changed:
+        if bytes([value]) in typed:
             findings.append((shown_text, 2, CHANGED.format(shown=repr(chr(value)), role=role)))
     return findings
+
+
+@functools.lru_cache(maxsize=64)
+def _changed_characters(values: tuple[int, ...]) -> tuple[tuple[int, str], ...]:
+    """The special characters set to other than their default (nor disabled), with their roles, in order; cached:
+    a terminal's settings are the same from one send to the next."""
+    return tuple(
+        (value, role)
+        for value, (default, role) in zip(values, DEFAULT_CHARACTERS.values(), strict=True)
+        if value not in (default, 0)
+    )
 
 
 def edited_lines(settings: LineSettings | None, typed: bytes) -> list[str]:

@@ -20,6 +20,7 @@ from ptyprocess import PtyProcess
 
 from relay_shell.launch import ProcessTree
 from relay_shell.sessions.foreground import ForegroundWatch, processes_where
+from relay_shell.sessions.line_settings import echo_off, interrupts
 from relay_shell.sessions.reader import keeps_lines, reader_wait, reads_terminal, reads_whole_line, shell_reads_commands
 
 READ_CHUNK = 64 * 1024
@@ -138,8 +139,8 @@ class LocalPty:
     def password_mode(self) -> bool:
         """True while a line is read with echo off (getpass, sudo, ssh; or a shell after `stty -echo`): canonical
         mode without ECHO. Line editors (readline) and full-screen programs turn canonical mode off."""
-        local_flags = self._local_flags()
-        return bool(local_flags & termios.ICANON) and not local_flags & termios.ECHO
+        attributes = self.line_settings()
+        return attributes is not None and echo_off(attributes)
 
     def shell_reads_line(self) -> bool:
         """True while the foreground process group holds a shell reading its commands (sessions/reader.py): what
@@ -177,13 +178,8 @@ class LocalPty:
 
     def interrupt_clears_line(self) -> bool:
         """Ctrl-C becomes SIGINT (ISIG is on): the shell or the tty driver discards the line being typed."""
-        return bool(self._local_flags() & termios.ISIG)
-
-    def _local_flags(self) -> int:
-        try:
-            return int(termios.tcgetattr(self.fd)[3])
-        except termios.error:
-            return 0
+        attributes = self.line_settings()
+        return attributes is not None and interrupts(attributes)
 
     async def close(self, grace: float, first_signal: int | None = None) -> None:
         """Stop every process in the terminal's session and its containment unit (`first_signal`, HUP +

@@ -170,7 +170,15 @@ def _device(pid: int, descriptor: int) -> int | None:
 
 
 def _reads_own_commands(reading: Reading, pid: int) -> bool:
-    """A shell reading its commands, or Python's interactive prompt: what it reads is its own next command."""
+    """A shell reading its commands, or Python's interactive prompt: what it reads is its own next command.
+    Memoised on the reading, as what it is derived from (the executable, argv) is: a send asks three times."""
+    known = reading.facts.get(("own commands", pid))
+    if known is None:
+        known = reading.facts[("own commands", pid)] = _own_commands(reading, pid)
+    return known  # type: ignore[return-value]
+
+
+def _own_commands(reading: Reading, pid: int) -> bool:
     arguments = _arguments(reading, pid)
     if _is_shell(reading, pid, arguments):
         return reads_commands(arguments)

@@ -20,7 +20,7 @@ from relay_shell.sessions.escapes import commands_start_findings, escape_reading
 from relay_shell.sessions.history import HISTORY, expansion_points, expansions
 from relay_shell.sessions.interactive import interactive_findings
 from relay_shell.sessions.keys import KEYS
-from relay_shell.sessions.line_settings import edited_lines, line_settings_of, settings_findings
+from relay_shell.sessions.line_settings import LineSettings, edited_lines, line_settings_of, settings_findings
 from relay_shell.sessions.open_input import MAX_OPEN, shell_left_open, still_open
 from relay_shell.sessions.registry import Session
 from relay_shell.sessions.typed import Finding, Typed, read_keystrokes
@@ -38,17 +38,25 @@ SPLIT_TOO_LONG = (
 
 
 def typed_subject(
-    session: Session, data: str, enter: bool, keys: list[str], kept_whole: bool = True
+    session: Session,
+    data: str,
+    enter: bool,
+    keys: list[str],
+    kept_whole: bool = True,
+    read: tuple[LineSettings | None, bool] | None = None,
 ) -> tuple[Subject, Typed]:
     """The policy's subject for `data` (then Enter, then `keys`) typed into `session`, and what was typed.
     `kept_whole` False: the program reading the terminal may take a part of a line and leave the rest to the
-    shell (reader.keeps_lines)."""
+    shell (reader.keeps_lines). `read`: the terminal's line settings and whether Ctrl-C clears its line, as the
+    caller read them for this send (otherwise read here)."""
     split = not kept_whole or bool(session.typing.pieces)
-    typed = read_keystrokes(session.typing, data, enter, keys, session.terminal.interrupt_clears_line())
+    if read is None:
+        read = (line_settings_of(session.terminal), session.terminal.interrupt_clears_line())
+    settings, interrupt_clears = read
+    typed = read_keystrokes(session.typing, data, enter, keys, interrupt_clears)
     findings: list[Finding] = list(typed.findings)
     payload = (data + ("\r" if enter else "")).encode("utf-8", errors="surrogateescape")
     payload += b"".join(KEYS.get(key, b"") for key in keys)
-    settings = line_settings_of(session.terminal)
     findings += settings_findings(settings, payload)
     pending = "".join(session.typing.pieces).encode("utf-8", errors="surrogateescape")
     texts = list(dict.fromkeys([*typed.texts, *edited_lines(settings, pending + payload)]))

@@ -207,7 +207,10 @@ class Session:
                 matched.append(found)
             return found is not None
 
-        found = self._search(match_from, patterns, echo) if patterns else None
+        # Just after the write nothing has arrived yet, and an empty window is only a prefix of a non-empty echo
+        # (expect.find finds nothing in it, whatever the patterns): the search waits for the first output.
+        unsearched = bool(echo) and self.ring.end <= match_from
+        found = self._search(match_from, patterns, echo) if patterns and not unsearched else None
         while True:
             if found is not None:
                 return WaitResult("match", found)

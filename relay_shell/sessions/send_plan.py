@@ -16,7 +16,7 @@ from relay_shell.errors import ArgumentError, ToolError
 from relay_shell.plan import Execution, Plan, ProgressFn
 from relay_shell.sessions.expect import compile_until, expected_echo
 from relay_shell.sessions.keys import KEYS, key_name
-from relay_shell.sessions.line_settings import LineSettings, line_settings_of
+from relay_shell.sessions.line_settings import LineSettings, echo_off, interrupts, line_settings_of, settings_from
 from relay_shell.sessions.passwords import last_output_line, password_prompt, withheld_input
 from relay_shell.sessions.plans import SETTLE, budget_for, check_running, read_result, wait_timeout_for
 from relay_shell.sessions.registry import Session, SessionRegistry
@@ -72,8 +72,8 @@ def prepare_send(
     # Loaded on first use: the readings of typed input use the policy's tokenizer (policy/admission.py says why).
     from relay_shell.sessions.reading import remember, typed_subject
 
-    settings_seen = line_settings_of(session.terminal)
-    no_echo = session.state == "running" and session.terminal.password_mode()
+    settings_seen, echo_is_off, interrupt_clears = _terminal_settings(session)
+    no_echo = session.state == "running" and echo_is_off
     prompt = password_prompt(session, reader=False, whole=len(payload)) if no_echo else None
     version = session.input_version
     call_arguments = {"session_id": session_id, "data": data, "enter": enter, "keys": keys, "until": until}
@@ -81,7 +81,9 @@ def prepare_send(
     # may take a part of it and leave the rest to the shell (review W2): then every rest is classified too.
     # Nothing waiting on the terminal right now (None) counts as a reader of parts: this check cannot wait here.
     kept_whole = session.state != "running" or session.terminal.keeps_lines(len(payload)) is True
-    subject, typed_input = typed_subject(session, data if secret is None else "", press_enter, key_names, kept_whole)
+    typed_data = data if secret is None else ""
+    read = (settings_seen, interrupt_clears)
+    subject, typed_input = typed_subject(session, typed_data, press_enter, key_names, kept_whole, read)
     echo = None if no_echo or secret is not None or key_names else expected_echo(typed)
 
     async def execute(progress: ProgressFn) -> Execution:
@@ -121,6 +123,16 @@ def prepare_send(
     if prompt is not None and data:
         plan.recorded_arguments = withheld_input(call_arguments, session, prompt)
     return plan
+
+
+def _terminal_settings(session: Session) -> tuple[LineSettings | None, bool, bool]:
+    """The terminal's line settings, whether it reads with echo off and whether Ctrl-C clears its line: read once
+    for the send's preparation (each was a TCGETS of its own); a remote terminal's cannot be seen, its own methods
+    say."""
+    attributes = session.terminal.line_settings()
+    if attributes is None:
+        return None, session.terminal.password_mode(), session.terminal.interrupt_clears_line()
+    return settings_from(attributes), echo_off(attributes), interrupts(attributes)
 
 
 async def _check_before_typing(

@@ -141,7 +141,7 @@ struct answerer {
 };
 
 /* What trace/native.py expects (its ABI): a library built from another version of this file is not used. */
-#define ANSWERER_ABI 6
+#define ANSWERER_ABI 7
 int answerer_abi(void) { return ANSWERER_ABI; }
 
 static double monotonic(void) {
@@ -295,6 +295,15 @@ void answerer_path(struct answerer *self, uint32_t slot, const char *bytes, uint
 
 /* Under the lock: the batch filled so far handed to Python (which reads it while it holds the tracer's lock, the
  * only place this is called from), an empty one to fill. */
+/* Whether a swap would hand Python anything (execs queued, faults counted): a record taken with nothing waiting
+ * skips the swap and the batch's reading (adr/0036 "Round 3"). */
+uint32_t answerer_waiting(struct answerer *self) {
+    pthread_mutex_lock(&self->lock);
+    uint32_t waiting = self->filling->count + self->faults;
+    pthread_mutex_unlock(&self->lock);
+    return waiting;
+}
+
 struct batch *answerer_swap(struct answerer *self, uint32_t *faults) {
     pthread_mutex_lock(&self->lock);
     struct batch *full = self->filling;

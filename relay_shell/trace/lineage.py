@@ -129,8 +129,21 @@ class Lineage:
     @starting.setter
     def starting(self, tree: ExecTrace | None) -> None:
         self._starting = tree
-        if self.answerer is not None:
+        if self.answerer is not None and self.native_first is None:
             self.answerer.starting(tree is not None)
+
+    def start_natively(self, tree: ExecTrace) -> None:
+        """The native spawner (adr/0036) starts `tree`: its first exec is answered by the compiled answerer, which
+        tells it by the spawn's own pointers and kcmp (answer_first) and needs no `starting` to hand the other
+        trees' execs to Python meanwhile (adr/0036 "Round 3"); Python still tells it by kcmp should it come here."""
+        self.native_first = tree
+        self._starting = tree
+
+    def started(self) -> None:
+        """The spawn returned (natively or not): no tree is starting."""
+        if self.native_first is None and self._starting is not None and self.answerer is not None:
+            self.answerer.starting(False)
+        self._starting = self.native_first = None
 
     def register(self, tree: ExecTrace, unit: Unit) -> None:
         self._next_token += 1
@@ -196,8 +209,7 @@ class Lineage:
     def close(self, tree: ExecTrace) -> None:
         """The tree's record is written (its leader reaped). It stays known for its late execs, among the most
         recent CLOSED_KEPT closed trees."""
-        self.closed[tree] = None
-        self.closing(tree)
+        self.closed[tree] = None  # `closing` told the answerer already
         while len(self.closed) > CLOSED_KEPT:
             oldest, _ = self.closed.popitem(last=False)
             self.forget(oldest)
@@ -206,7 +218,7 @@ class Lineage:
         token = self.token_of.pop(tree, None)
         if token is not None:
             del self.tokens[token]
-            if self.answerer is not None:
+            if self.answerer is not None and not tree.closed:  # a closed tree's `closing` told it already
                 self.answerer.forget_tree(token)
         unit = self.units.pop(tree, Unit())
         self.closed.pop(tree, None)

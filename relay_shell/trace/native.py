@@ -25,7 +25,7 @@ from relay_shell.trace import resolve, seccomp
 # `python`: the compiled answerer is not used (the suite runs both ways). Not a RELAY_SHELL_ setting: a build and
 # test switch, which the tests' servers inherit (they drop RELAY_SHELL_* from their environment).
 FORCE_PYTHON = "RELAY_EXEC_TRACE_ANSWERER"
-ABI = 6  # answerer.c's ANSWERER_ABI: the layout of what it hands over
+ABI = 7  # answerer.c's ANSWERER_ABI: the layout of what it hands over
 SPAWNER_ABI = 2  # spawner.c's spawner_abi: the layout of struct spawn_request
 IDLE, RECEIVED, FULL = 0, 1, 2
 PATH_SLOTS = 64
@@ -68,6 +68,8 @@ def load() -> tuple[ctypes.CDLL | None, str]:
     library.answerer_listed.argtypes = [void_p, i32, i32]
     library.answerer_forget_tree.argtypes = [void_p, i32]
     library.answerer_path.argtypes = [void_p, u32, ctypes.c_char_p, u32, i32, i32, ctypes.c_double]
+    library.answerer_waiting.restype = u32
+    library.answerer_waiting.argtypes = [void_p]
     library.answerer_swap.restype = void_p
     library.answerer_swap.argtypes = [void_p, ctypes.POINTER(u32)]
     library.answerer_parents_read.restype = ctypes.c_uint64
@@ -290,6 +292,9 @@ class Answerer:
     def take(self) -> tuple[list[Answered], int]:
         """Under the tracer's lock: the execs answered since the last take, in the order answered, and the answers
         that failed otherwise than by the process being gone (faults)."""
+        if not self.library.answerer_waiting(self.handle):  # nothing queued (a lone first exec's tree): no swap
+            self._forget_retired()
+            return [], 0
         address = int(self.library.answerer_swap(self.handle, ctypes.byref(self.faults)))
         count = int.from_bytes(ctypes.string_at(address, 4), "little")
         found = []
@@ -302,11 +307,16 @@ class Answerer:
                 target = self.resolutions[path_token]
                 argv = parts[1 : 1 + argc] if argc else []
                 found.append(Answered(at, pid, ppid, tree, target, parts[0], argv))
-        # Replaced before this batch was taken (both under the tracer's lock): no exec answered later names them.
+        self._forget_retired()
+        return found, int(self.faults.value)
+
+    def _forget_retired(self) -> None:
+        """Tokens replaced before this take (both under the tracer's lock, and learnt on the service thread, which
+        answers execs too: none is half-answered meanwhile): no exec answered later names them, and none queued
+        before is left."""
         for token in self.retired:
             del self.resolutions[token]
         self.retired = []
-        return found, int(self.faults.value)
 
 
 def create(listener: int) -> tuple[Answerer | None, str]:

@@ -32,9 +32,13 @@ TRACE_LONG = 256  # characters from which an argument is summarised (audited arg
 TRACE_KEEP = 64  # characters of head and of tail kept of a summarised argument (audited arguments: 256)
 DENIED_KEPT = 16
 # Programs run after the listed entries are full, each named once (path and count), so that a flood of decoys
-# cannot push the program that matters out of the record (attack 3, T1): bounded in number and bytes.
-LATER_PROGRAMS = 256
+# cannot push the program that matters out of the record (attack 3, T1): bounded in number and bytes. The number is
+# the audit log's own bound on a list (audit/record.py MAX_ENTRIES: a longer list keeps its first 64 items and a
+# digest), so the log keeps every item; when the list is full, the directory holding the most of its items is folded
+# into one item counting their execs (attack 4, T2: decoys share a directory the program that matters is not in).
+LATER_PROGRAMS = 64
 LATER_BYTES = 8 * 1024
+FOLDED_ROOM = 48  # what a folded directory's item adds to its path's length, encoded
 _REDACTED_CACHE_MAX = 1024
 
 
@@ -52,8 +56,11 @@ class ExecTrace:
         self.entry_bytes = 0
         self.listed: set[str] = set()  # the programs the kept entries name
         self.later: dict[str, int] = {}  # programs run after the entries were full, not listed: how many times
+        # Directories (ending in /) whose programs are counted together since the list was full: [programs named
+        # before the fold, execs]. A program under one is not named (its path is in no item but the fold's).
+        self.folded: dict[str, list[int]] = {}
         self.later_bytes = 0
-        self.later_omitted = 0  # execs of further programs once `later` was full
+        self.later_omitted = 0  # execs of programs that could not be named nor folded (no directory to fold but /)
         self.denied_execs: list[str] = []
         self.digest = hashlib.sha256()
         self.state = "traced"  # or "untraced: <why>" when the filter could not be installed for this tree
@@ -145,8 +152,10 @@ class ExecTrace:
         return True
 
     def _name_later(self, programs: tuple[str, ...]) -> None:
-        """An exec that is not listed: each program it ran that no kept entry names is counted under its name,
-        up to LATER_PROGRAMS names and LATER_BYTES; execs of further programs are counted in later_omitted."""
+        """An exec that is not listed: each program it ran that no kept entry names is counted under its name, or
+        under the folded directory it is in; a new name that does not fit (LATER_PROGRAMS items, LATER_BYTES) folds
+        the directory holding the most items first (`_fold`); one that still does not fit is counted in
+        later_omitted."""
         for program in programs:
             if program in self.listed:
                 continue
@@ -154,11 +163,58 @@ class ExecTrace:
                 self.later[program] += 1
                 continue
             size = len(program) + 16
-            if len(self.later) >= LATER_PROGRAMS or self.later_bytes + size > LATER_BYTES:
-                self.later_omitted += 1
-                continue
-            self.later[program] = 1
-            self.later_bytes += size
+            while True:
+                folded = self._folded_under(program) if self.folded else None
+                if folded is not None:
+                    self.folded[folded][1] += 1
+                    break
+                if len(self.later) + len(self.folded) < LATER_PROGRAMS and self.later_bytes + size <= LATER_BYTES:
+                    self.later[program] = 1
+                    self.later_bytes += size
+                    break
+                if not self._fold(program):
+                    self.later_omitted += 1
+                    break
+
+    def _folded_under(self, program: str) -> str | None:
+        """The folded directory `program` is in, if any."""
+        end = program.rfind("/")
+        while end > 0:
+            directory = program[: end + 1]
+            if directory in self.folded:
+                return directory
+            end = program.rfind("/", 0, end)
+        return None
+
+    def _fold(self, arriving: str) -> bool:
+        """The list is full: the directory (any depth, not /) holding the most of its items and of `arriving`
+        (the deepest of equals) becomes one item, `{"directory", "programs_at_least", "count"}`, which counts the
+        execs of every program under it from then on. A flood of decoys folds the directory the decoys share, and
+        the program that matters, elsewhere, is still named. False when no directory but / holds two items."""
+        holding: dict[str, int] = {}
+        for item in [arriving, *self.later, *self.folded]:
+            end = item.rstrip("/").rfind("/")
+            while end > 0:
+                directory = item[: end + 1]
+                holding[directory] = holding.get(directory, 0) + 1
+                end = item.rfind("/", 0, end)
+        best = max(holding.items(), key=lambda pair: (pair[1], len(pair[0])), default=("", 0))
+        directory, held = best
+        if held < 2:
+            return False
+        programs = count = 0
+        for name in [name for name in self.later if name.startswith(directory)]:
+            programs += 1
+            count += self.later.pop(name)
+            self.later_bytes -= len(name) + 16
+        for name in [name for name in self.folded if name.startswith(directory)]:
+            folded_programs, folded_count = self.folded.pop(name)
+            programs += folded_programs
+            count += folded_count
+            self.later_bytes -= len(name) + FOLDED_ROOM
+        self.folded[directory] = [programs, count]
+        self.later_bytes += len(directory) + FOLDED_ROOM
+        return True
 
     def missed(self) -> None:
         self.flush_first()
@@ -172,6 +228,7 @@ class ExecTrace:
         self.entries = []
         self.listed = set()
         self.later = {}
+        self.folded = {}
 
     def record(self) -> dict[str, Any]:
         """The `execs` field."""
@@ -183,8 +240,12 @@ class ExecTrace:
             "sha256": self.digest.hexdigest(),
             "not_found": self.not_found,
         }
-        if self.later or self.later_omitted:
+        if self.later or self.folded or self.later_omitted:
             fields["later_programs"] = [{"program": name, "count": count} for name, count in self.later.items()]
+            fields["later_programs"] += [
+                {"directory": name, "programs_at_least": programs, "count": count}
+                for name, (programs, count) in self.folded.items()
+            ]
         if self.later_omitted:
             fields["later_programs_omitted"] = self.later_omitted
         if self.denied:

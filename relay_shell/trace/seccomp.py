@@ -21,6 +21,7 @@ import struct
 
 # linux/seccomp.h
 SECCOMP_SET_MODE_FILTER = 1
+SECCOMP_FILTER_FLAG_TSYNC = 1
 SECCOMP_FILTER_FLAG_NEW_LISTENER = 1 << 3
 SECCOMP_RET_ALLOW = 0x7FFF0000
 SECCOMP_RET_USER_NOTIF = 0x7FC00000
@@ -106,9 +107,10 @@ class _SockFprog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 
 
-def _program() -> bytes:
-    """The BPF program: per known audit arch, trap its execve/execveat numbers and refuse the terminal-input ioctls
-    (TIOCSTI, TIOCLINUX: EPERM); allow everything else. Every exec is trapped, the tree's first (the server's own)
+def _program(trap_execs: bool = True) -> bytes:
+    """The BPF program: per known audit arch, trap its execve/execveat numbers (unless not `trap_execs`: the
+    server's own filter, `refuse_terminal_input`) and refuse the terminal-input ioctls (TIOCSTI, TIOCLINUX: EPERM);
+    allow everything else. Every exec is trapped, the tree's first (the server's own)
     too: a filter that let one exec through by its path pointer could be used by any program of the tree that found
     that address (adr/0019). TIOCSTI pushes characters into a terminal's input as if typed: a traced process could
     type into its own session's shell, or (with CAP_SYS_ADMIN, the root default) into any terminal on the host, a
@@ -134,7 +136,8 @@ def _program() -> bytes:
     for arch, numbers in arches.items():
         labels[f"arch {arch}"] = len(program)
         program.append((_BPF_LD_W_ABS, None, 0))  # seccomp_data.nr
-        program.extend((_BPF_JEQ_K, "notify", number) for number in numbers)
+        if trap_execs:
+            program.extend((_BPF_JEQ_K, "notify", number) for number in numbers)
         program.extend((_BPF_JEQ_K, "ioctl", number) for number in _IOCTL_NUMBERS[arch])
         program.append((_BPF_RET_K, None, SECCOMP_RET_ALLOW))
     labels["ioctl"] = len(program)
@@ -144,8 +147,9 @@ def _program() -> bytes:
     program.append((_BPF_RET_K, None, SECCOMP_RET_ALLOW))
     labels["refuse"] = len(program)
     program.append((_BPF_RET_K, None, SECCOMP_RET_ERRNO | errno.EPERM))
-    labels["notify"] = len(program)
-    program.append((_BPF_RET_K, None, SECCOMP_RET_USER_NOTIF))
+    if trap_execs:
+        labels["notify"] = len(program)
+        program.append((_BPF_RET_K, None, SECCOMP_RET_USER_NOTIF))
     code = []
     for index, (opcode, target, constant) in enumerate(program):
         jump = 0 if target is None else labels[str(target)] - index - 1
@@ -175,6 +179,28 @@ def install_listener(no_new_privs: bool) -> int:
         raise OSError(code, f"seccomp(SECCOMP_SET_MODE_FILTER, NEW_LISTENER): {os.strerror(code)}")
     os.set_inheritable(fd, False)  # the kernel makes it close-on-exec already; say so anyway
     return int(fd)
+
+
+def refuse_terminal_input() -> None:
+    """Refuse TIOCSTI and TIOCLINUX to the whole server (every thread: TSYNC) and so to everything it starts, for
+    good: where no exec trace runs, its filter's refusal (adr/0027 "Round 6") is missing, and a server with
+    CAP_SYS_ADMIN lets a command type into any terminal on the host (attack 4's K3; adr/0027 "Round 7"). The
+    server itself never pushes input into a terminal (it writes to its terminals' master side). Needs
+    CAP_SYS_ADMIN: with no_new_privs instead it would take set-user-ID programs from every command. OSError when
+    the kernel refuses."""
+    code_bytes = _program(trap_execs=False)
+    program = ctypes.create_string_buffer(code_bytes, len(code_bytes))
+    fprog = _SockFprog(len(code_bytes) // 8, ctypes.cast(program, ctypes.c_void_p))
+    number = _ARCHES[platform.machine()][0]
+    result = _libc.syscall(
+        ctypes.c_long(number),
+        ctypes.c_long(SECCOMP_SET_MODE_FILTER),
+        ctypes.c_long(SECCOMP_FILTER_FLAG_TSYNC),
+        ctypes.byref(fprog),
+    )
+    if result != 0:  # TSYNC: a thread's id when that thread could not be synchronised, -1 and errno otherwise
+        code = ctypes.get_errno() if result < 0 else errno.ESRCH
+        raise OSError(code, f"seccomp(SECCOMP_SET_MODE_FILTER, TSYNC): {os.strerror(code)}")
 
 
 def close_quietly(listener: int) -> None:

@@ -1,7 +1,8 @@
 /* The exec trace's native spawner (adr/0036): a traced one-shot tree's first process started by the spawner thread
  * without the interpreter. The spawner thread (trace/spawners.py) waits in `spawner_serve`, one foreign call (ctypes
  * releases the GIL); the event loop's thread hands it a request with `spawner_submit`, one foreign call that blocks,
- * the GIL released, until the child is spawned. Here: the child born in the unit's cgroup by clone3(CLONE_INTO_CGROUP)
+ * the GIL released, until the child is spawned (woken at its exec by the kernel, CLONE_CHILD_CLEARTID, when it was
+ * cloned into its unit: adr/0036 "Round 3"). Here: the child born in the unit's cgroup by clone3(CLONE_INTO_CGROUP)
  * doing what glibc's posix_spawn child does with the file actions and attributes trace/spawn.py gives the Python path
  * (adr/0036 "Round 2"), or, where clone3 cannot, the unit's cgroup entered (cgroup.threads "0": this thread), glibc's
  * posix_spawn, the cgroup left;
@@ -21,6 +22,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/futex.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -39,6 +42,8 @@ void answerer_first_done(struct answerer *self);
 
 /* Where a request failed (trace/native.py STAGES). */
 enum { SPAWNED = 0, ACTIONS = 1, ENTERING = 2, SPAWNING = 3, LEAVING = 4 };
+/* Inside this file only: the child was cloned and the submitter finishes the request after its exec. */
+#define DETACHED (-1)
 
 /* One spawn, as the event loop's thread fills it (trace/native.py SpawnRequest). */
 struct spawn_request {
@@ -63,11 +68,20 @@ struct spawn_request {
 struct spawner {
     pthread_mutex_t lock;
     pthread_cond_t wake;     /* the spawner thread: a request, or work for Python */
-    pthread_cond_t finished; /* the submitting thread: its request is done */
+    pthread_cond_t finished; /* a submitting thread: the one before it is done */
     struct spawn_request *request;
     int python;
     struct answerer *answerer;
     posix_spawnattr_t attributes;
+    /* The hand-back (adr/0036 "Round 3"): 1 while a submitted request is not done. The spawner thread clears it
+     * when it carried the request out itself; when the child was cloned into its unit the kernel clears it
+     * (CLONE_CHILD_CLEARTID) at the child's exec, or its exit when the exec failed, and wakes the submitter: the
+     * spawner thread does not wait for the child's exec, nor wake the submitter. A futex shared with the kernel's
+     * wake, which is not a private one. */
+    uint32_t pending;
+    int busy;           /* a submitter's request is not done (the next submitter waits on `finished`) */
+    void *child_stack;  /* the cloned child's stack (one child at a time: the submitter waits for its exec) */
+    void *child_start;  /* its struct child_start */
 };
 
 int spawner_available(void) { return NATIVE_SPAWN; }
@@ -138,9 +152,9 @@ static int file_actions(posix_spawn_file_actions_t *actions, const struct spawn_
 }
 
 #if defined(__x86_64__)
-/* The child born in its unit's cgroup by clone3(CLONE_INTO_CGROUP) (Linux 5.7), vfork-style as glibc's posix_spawn
- * is: CLONE_VM | CLONE_VFORK, on a stack of the spawning thread's own, which is suspended until the child's exec
- * is done (or it ended). glibc 2.36 has no posix_spawnattr_setcgroup_np (2.41), and clone3 has no wrapper: the
+/* The child born in its unit's cgroup by clone3(CLONE_INTO_CGROUP) (Linux 5.7), sharing the server's memory until
+ * its exec (CLONE_VM) on a stack of the spawner's own; since adr/0036 "Round 3" not CLONE_VFORK: the spawner thread
+ * goes back to waiting, and the kernel wakes the submitter at the child's exec (spawn_into_cgroup). glibc 2.36 has no posix_spawnattr_setcgroup_np (2.41), and clone3 has no wrapper: the
  * child must start on its new stack in a function of its own, so the call is written here. In: rdi the clone
  * arguments, rsi their size, rdx the child's function, rcx its argument; out: the raw result (the child's pid, or
  * -errno). The child calls the function and exits with what it returns (it never returns: it execs or _exits). */
@@ -198,8 +212,20 @@ struct child_start {
 static int into_cgroup_usable = -1;
 static uint64_t born_in_unit; /* children spawned so (what the tests tell the two ways apart by) */
 
-static int child_fail(struct child_start *start) {
-    start->error = errno;
+/* The child's system calls, made without glibc: it runs beside the spawner thread (no CLONE_VFORK) on that thread's
+ * thread-local storage, so it must not write errno, which glibc's wrappers do on failure. -errno on failure. */
+static inline long raw4(long number, long first, long second, long third, long fourth) {
+    long result;
+    register long r10 __asm__("r10") = fourth;
+    __asm__ volatile("syscall"
+                     : "=a"(result)
+                     : "a"(number), "D"(first), "S"(second), "d"(third), "r"(r10)
+                     : "rcx", "r11", "memory");
+    return result;
+}
+
+static int child_fail(struct child_start *start, long result) {
+    start->error = (int)-result;
     return 127;
 }
 
@@ -207,71 +233,70 @@ static int child_fail(struct child_start *start) {
  * set, in the same order: every signal handled by the server, and SIGPIPE, SIGXFSZ and glibc's two internal ones, at
  * its default (a handler must never run in a child that shares the server's memory: every signal is blocked until
  * then); a new session; stdin, stdout, stderr; the working directory; no other descriptor; no signal blocked; the
- * exec, with the very path and argv pointers the answerer expects. */
+ * exec, with the very path and argv pointers the answerer expects. System calls only (raw4), on its own stack. */
 static int spawn_child(void *argument) {
     struct child_start *start = argument;
     const struct spawn_request *request = start->request;
+    long result;
     for (int signal_number = 1; signal_number < 65; signal_number++) {
         struct kernel_sigaction action = {0};
         int to_default = signal_number == SIGPIPE || signal_number == SIGXFSZ || signal_number == 32 ||
                          signal_number == 33;
         if (!to_default) {
-            if (syscall(SYS_rt_sigaction, signal_number, NULL, &action, 8) != 0 || action.handler == SIG_IGN ||
+            if (raw4(SYS_rt_sigaction, signal_number, 0, (long)&action, 8) != 0 || action.handler == SIG_IGN ||
                 action.handler == SIG_DFL)
                 continue;
             memset(&action, 0, sizeof(action));
         }
         action.handler = SIG_DFL;
-        syscall(SYS_rt_sigaction, signal_number, &action, NULL, 8);
+        raw4(SYS_rt_sigaction, signal_number, (long)&action, 0, 8);
     }
-    if (setsid() < 0)
-        return child_fail(start);
+    if ((result = raw4(SYS_setsid, 0, 0, 0, 0)) < 0)
+        return child_fail(start, result);
     if (request->stdin_fd >= 0) {
-        if (dup2(request->stdin_fd, 0) < 0)
-            return child_fail(start);
+        if ((result = raw4(SYS_dup2, request->stdin_fd, 0, 0, 0)) < 0)
+            return child_fail(start, result);
     } else {
-        int null = open("/dev/null", O_RDONLY);
-        if (null < 0 || (null != 0 && (dup2(null, 0) < 0 || close(null) < 0)))
-            return child_fail(start);
+        long null = raw4(SYS_openat, AT_FDCWD, (long)"/dev/null", O_RDONLY, 0);
+        if (null < 0)
+            return child_fail(start, null);
+        if (null != 0 && ((result = raw4(SYS_dup2, null, 0, 0, 0)) < 0 || (result = raw4(SYS_close, null, 0, 0, 0)) < 0))
+            return child_fail(start, result);
     }
-    if (dup2(request->stdout_fd, 1) < 0 || dup2(request->stderr_fd, 2) < 0)
-        return child_fail(start);
-    if (request->cwd != NULL && chdir(request->cwd) != 0)
-        return child_fail(start);
-    if (syscall(SYS_close_range, 3U, ~0U, 0U) != 0)
-        return child_fail(start);
+    if ((result = raw4(SYS_dup2, request->stdout_fd, 1, 0, 0)) < 0 ||
+        (result = raw4(SYS_dup2, request->stderr_fd, 2, 0, 0)) < 0)
+        return child_fail(start, result);
+    if (request->cwd != NULL && (result = raw4(SYS_chdir, (long)request->cwd, 0, 0, 0)) != 0)
+        return child_fail(start, result);
+    if ((result = raw4(SYS_close_range, 3, (long)~0U, 0, 0)) != 0)
+        return child_fail(start, result);
     uint64_t none = 0;
-    syscall(SYS_rt_sigprocmask, SIG_SETMASK, &none, NULL, 8);
-    execve(request->path, request->argv, start->envp);
-    return child_fail(start);
+    raw4(SYS_rt_sigprocmask, SIG_SETMASK, (long)&none, 0, 8);
+    result = raw4(SYS_execve, (long)request->path, (long)request->argv, (long)start->envp, 0);
+    return child_fail(start, result);
 }
 
-/* The child spawned straight into the unit's cgroup: 0 (its pid in *pid), a positive errno when the program could
- * not run (the child reaped, as posix_spawn does), or -errno when clone3 failed (no child: the caller falls back). */
-static int spawn_into_cgroup(const struct spawn_request *request, pid_t *pid) {
-    struct child_start start = {request, request->envp != NULL ? request->envp : environ, 0};
-    _Alignas(16) char stack[CHILD_STACK];
+/* The child cloned straight into the unit's cgroup (CLONE_VM, not CLONE_VFORK: adr/0036 "Round 3"), on the
+ * spawner's own stack for it, the kernel told to clear `pending` and wake the submitter at its exec (or its exit):
+ * its pid (written into the request by the kernel before the child runs), or -errno when clone3 failed (no child:
+ * the caller falls back). The spawner thread touches neither the request nor the child's memory after a success. */
+static long spawn_into_cgroup(void *stack, struct child_start *start, uint32_t *pending,
+                              struct spawn_request *request) {
+    *start = (struct child_start){request, request->envp != NULL ? request->envp : environ, 0};
     struct clone3_arguments arguments = {
-        .flags = CLONE_VM | CLONE_VFORK | CLONE_INTO_CGROUP_FLAG,
+        .flags = CLONE_VM | CLONE_CHILD_CLEARTID | CLONE_PARENT_SETTID | CLONE_INTO_CGROUP_FLAG,
+        .child_tid = (uint64_t)(uintptr_t)pending,
+        .parent_tid = (uint64_t)(uintptr_t)&request->pid,
         .exit_signal = SIGCHLD,
         .stack = (uint64_t)(uintptr_t)stack,
-        .stack_size = sizeof(stack),
+        .stack_size = CHILD_STACK,
         .cgroup = (uint64_t)request->unit_dir,
     };
     uint64_t all = ~0ULL, before = 0;
     syscall(SYS_rt_sigprocmask, SIG_SETMASK, &all, &before, 8);
-    long result = relay_clone3_vfork(&arguments, sizeof(arguments), spawn_child, &start);
+    long result = relay_clone3_vfork(&arguments, sizeof(arguments), spawn_child, start);
     syscall(SYS_rt_sigprocmask, SIG_SETMASK, &before, NULL, 8);
-    if (result < 0)
-        return (int)result;
-    if (start.error != 0) {
-        while (waitpid((pid_t)result, NULL, 0) < 0 && errno == EINTR)
-            ;
-        return start.error;
-    }
-    *pid = (pid_t)result;
-    __atomic_add_fetch(&born_in_unit, 1, __ATOMIC_RELAXED);
-    return 0;
+    return result;
 }
 
 /* Once: close_range (5.9) is there for the child's closefrom; clone3's own answer decides the rest. */
@@ -294,30 +319,10 @@ uint64_t spawner_born_in_unit(void) {
 #endif
 }
 
-/* On the spawner thread (or a readonly spare, spares.c): the request carried out, its outcome in it. `answerer`
- * NULL: an untraced spawn (no first exec to expect). */
+/* On the spawner thread: the request carried out by glibc's posix_spawn, the unit's cgroup entered and left around
+ * it, its outcome in it. `answerer` NULL: an untraced spawn (no first exec to expect). */
 void spawn_run(const posix_spawnattr_t *attributes, struct answerer *answerer, struct spawn_request *request) {
     request->pid = 0;
-#if INTO_CGROUP
-    /* Born in the unit (adr/0036 "Round 2"): no cgroup write before and after the spawn. */
-    if (request->unit_threads >= 0 && request->unit_dir >= 0 && into_cgroup_possible()) {
-        if (answerer != NULL)
-            answerer_expect_first(answerer, request->path, request->argv, request->tree);
-        pid_t pid = 0;
-        int outcome = spawn_into_cgroup(request, &pid);
-        if (answerer != NULL)
-            answerer_first_done(answerer);
-        if (outcome >= 0) {
-            request->stage = outcome ? SPAWNING : SPAWNED;
-            request->error = outcome;
-            request->pid = outcome ? 0 : pid;
-            return;
-        }
-        if (outcome == -ENOSYS || outcome == -E2BIG || outcome == -EINVAL)
-            __atomic_store_n(&into_cgroup_usable, 0, __ATOMIC_RELAXED);
-        /* Not spawned: the unit entered and left around posix_spawn, which reports what is wrong with it. */
-    }
-#endif
     posix_spawn_file_actions_t actions;
     request->stage = ACTIONS;
     request->error = posix_spawn_file_actions_init(&actions);
@@ -357,6 +362,42 @@ done:
 uint64_t spawner_born_in_unit(void) { return 0; }
 #endif
 
+#if INTO_CGROUP
+/* The child cloned into its unit, detached (adr/0036 "Round 3"): 1 when it was (the kernel clears `pending` at its
+ * exec or exit, and the submitter finishes the request: spawner_submit), 0 when the request is to be carried out by
+ * posix_spawn (clone3 cannot here, or failed for this spawn). */
+static int spawn_detached(struct spawner *self, struct answerer *answerer, struct spawn_request *request) {
+    if (request->unit_threads < 0 || request->unit_dir < 0 || !into_cgroup_possible())
+        return 0;
+    if (self->child_stack == NULL) {
+        void *stack = mmap(NULL, CHILD_STACK, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        self->child_start = calloc(1, sizeof(struct child_start));
+        if (stack == MAP_FAILED || self->child_start == NULL) {
+            if (stack != MAP_FAILED)
+                munmap(stack, CHILD_STACK);
+            free(self->child_start);
+            self->child_start = NULL;
+            return 0;
+        }
+        self->child_stack = stack;
+    }
+    answerer_expect_first(answerer, request->path, request->argv, request->tree);
+    request->stage = DETACHED; /* before the clone: after it, the request is the submitter's */
+    long result = spawn_into_cgroup(self->child_stack, self->child_start, &self->pending, request);
+    if (result > 0)
+        return 1;
+    answerer_first_done(answerer);
+    request->pid = 0;
+    if (result == -ENOSYS || result == -E2BIG || result == -EINVAL)
+        __atomic_store_n(&into_cgroup_usable, 0, __ATOMIC_RELAXED);
+    return 0; /* not spawned: the unit entered and left around posix_spawn, which reports what is wrong with it */
+}
+#endif
+
+static long futex(uint32_t *word, int operation, uint32_t value) {
+    return syscall(SYS_futex, word, operation, value, NULL, NULL, 0);
+}
+
 /* The spawner thread's wait: requests carried out here until work for Python is posted (1: the caller runs it and
  * comes back). */
 int spawner_serve(struct spawner *self) {
@@ -371,34 +412,71 @@ int spawner_serve(struct spawner *self) {
         }
         struct spawn_request *request = self->request;
         struct answerer *answerer = self->answerer;
+        /* Taken now: once a detached child execs, its submitter may submit the next request before this thread is
+         * back here. */
+        self->request = NULL;
         pthread_mutex_unlock(&self->lock);
-#if NATIVE_SPAWN
+        int detached = 0;
+#if INTO_CGROUP
         if (answerer != NULL)
-            spawn_run(&self->attributes, answerer, request);
-        else
+            detached = spawn_detached(self, answerer, request);
 #endif
-        {
-            request->stage = ACTIONS;
-            request->error = ENOSYS;
+        if (!detached) {
+#if NATIVE_SPAWN
+            if (answerer != NULL)
+                spawn_run(&self->attributes, answerer, request);
+            else
+#endif
+            {
+                request->stage = ACTIONS;
+                request->error = ENOSYS;
+            }
+        }
+        if (!detached) { /* else the kernel does this at the child's exec or exit */
+            __atomic_store_n(&self->pending, 0, __ATOMIC_RELEASE);
+            futex(&self->pending, FUTEX_WAKE, 1);
         }
         pthread_mutex_lock(&self->lock);
-        self->request = NULL;
-        request->finished = 1;
-        pthread_cond_broadcast(&self->finished);
     }
 }
 
-/* From the event loop's thread: the request carried out by the spawner thread, waited for (the GIL released). The
- * callers take turns (spawners.py `one_at_a_time`); one waiting for another's request first is harmless. */
+/* From the event loop's thread: the request carried out by the spawner thread, waited for (the GIL released): woken
+ * by the spawner thread, or by the kernel at the exec (or exit) of a child cloned into its unit, whose outcome is
+ * then taken here (the child's error, the child reaped when it could not exec, as posix_spawn does). The callers take
+ * turns (spawners.py `one_at_a_time`); one waiting for another's request first is harmless. */
 void spawner_submit(struct spawner *self, struct spawn_request *request) {
     pthread_mutex_lock(&self->lock);
-    while (self->request != NULL)
+    while (self->busy) /* another submitter's request (or its child's exec) is not done yet */
         pthread_cond_wait(&self->finished, &self->lock);
+    self->busy = 1;
     request->finished = 0;
+    __atomic_store_n(&self->pending, 1, __ATOMIC_RELEASE);
     self->request = request;
     pthread_cond_signal(&self->wake);
-    while (!request->finished)
-        pthread_cond_wait(&self->finished, &self->lock);
+    pthread_mutex_unlock(&self->lock);
+    while (__atomic_load_n(&self->pending, __ATOMIC_ACQUIRE) != 0)
+        futex(&self->pending, FUTEX_WAIT, 1);
+#if INTO_CGROUP
+    if (request->stage == DETACHED) {
+        struct child_start *start = self->child_start;
+        answerer_first_done(self->answerer);
+        if (start->error != 0) {
+            while (waitpid((pid_t)request->pid, NULL, 0) < 0 && errno == EINTR)
+                ;
+            request->stage = SPAWNING;
+            request->error = start->error;
+            request->pid = 0;
+        } else {
+            request->stage = SPAWNED;
+            request->error = 0;
+            __atomic_add_fetch(&born_in_unit, 1, __ATOMIC_RELAXED);
+        }
+    }
+#endif
+    request->finished = 1;
+    pthread_mutex_lock(&self->lock);
+    self->busy = 0;
+    pthread_cond_broadcast(&self->finished);
     pthread_mutex_unlock(&self->lock);
 }
 

@@ -177,8 +177,10 @@ class ExecTracer:
 
         with self.lock:
             self.lineage.register(trace, unit)
-            self.lineage.starting = trace
-            self.lineage.native_first = trace if native else None
+            if native:
+                self.lineage.start_natively(trace)
+            else:
+                self.lineage.starting = trace
         try:
             if native:
                 work()
@@ -189,7 +191,7 @@ class ExecTracer:
         finally:
             with self.lock:
                 self.lineage.learn_first()
-                self.lineage.starting = self.lineage.native_first = None
+                self.lineage.started()
         result, failure = outcome[0]
         if failure is not None:
             raise failure
@@ -199,7 +201,7 @@ class ExecTracer:
         """The call's `execs` field; later execs of its tree count as late."""
         with self.lock:
             self.lineage.closing(trace)  # the answerer's execs of it from here on are Python's (late)
-            self._settle()
+            self._settle(closing=trace)
             record = trace.record()
             trace.close()
             self.lineage.close(trace)
@@ -332,9 +334,10 @@ class ExecTracer:
                 lineage.session_leader(pid, stat.start, tree)
         return tree
 
-    def _settle(self) -> None:
+    def _settle(self, closing: ExecTrace | None = None) -> None:
         """Under the lock: the waiting execs into their traces, in the order they were answered (the compiled
-        answerer's and the Python path's, both answered by the service thread one at a time)."""
+        answerer's and the Python path's, both answered by the service thread one at a time). `closing`: a tree
+        whose record is being taken, which the answerer has forgotten and is not told of again."""
         pending, self.pending = self.pending, []
         self.lineage.learn_first()  # its pid into the held first entry, before any later exec of the tree is added
         if self.answerer is not None:
@@ -353,6 +356,7 @@ class ExecTracer:
                 self.late += 1
                 self.late_waiting.add(tree)
                 self._write_late(tree, now=False)
+        touched.discard(closing)
         for tree in touched:
             self.lineage.answer_quickly(tree)
 

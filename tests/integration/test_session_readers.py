@@ -119,6 +119,12 @@ def test_nothing_waiting_on_the_terminal_is_said_so_and_the_wait_is_the_callers(
 LATE_ONE_BYTE_READERS = {
     "a thread": "threading.Thread(target=lambda: (time.sleep(2), os.read(0, 1))).start()",
     "a child": "threading.Thread(target=lambda: (time.sleep(2), subprocess.run(['dd', 'bs=1', 'count=1']))).start()",
+    # The process's threads change: the next reading must list them again, not take the last reading's (one more
+    # thread; or as many threads, one of them new).
+    "a new thread": "threading.Thread(target=lambda: (time.sleep(2), threading.Thread(target=os.read, args=(0, 1))"
+    ".start(), time.sleep(60))).start()",
+    "a thread in place of another": "threading.Thread(target=lambda: (time.sleep(2), threading.Thread(target=os.read,"
+    " args=(0, 1)).start())).start()",
 }
 
 
@@ -145,6 +151,9 @@ def test_a_reading_is_reused_only_until_a_process_below_the_terminal_runs(
     later = watch.current()
     assert later is not first and later is not None
     assert keeps_lines(later, LINE) is False
+    # Each process's threads as the reading took them are its threads now (listed or not).
+    for pid, tasks in later.listed.items():
+        assert sorted(tasks) == sorted(os.listdir(f"/proc/{pid}/task")), (pid, tasks)
     watch.close()
 
 

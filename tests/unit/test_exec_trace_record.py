@@ -8,6 +8,7 @@ import hashlib
 
 import orjson
 
+from relay_shell.audit.record import MAX_ENTRIES, bound_record
 from relay_shell.trace import record
 from relay_shell.trace.record import (
     COMPACT_ROOM,
@@ -115,12 +116,82 @@ def test_decoys_cannot_push_a_program_out_of_the_record() -> None:
     assert "later_programs_omitted" not in fields
 
 
-def test_later_programs_are_bounded_and_what_overflows_is_counted() -> None:
+def test_later_programs_are_bounded_and_what_overflows_is_folded_or_counted() -> None:
+    """At most the audit log's 64 items (and LATER_BYTES): a full list folds the directory holding the most of its
+    items (here /bin/, every decoy's); programs that share no directory but / cannot be folded and are counted."""
     trace = ExecTrace(4)
     for number in range(LATER_PROGRAMS + 50):
         add(trace, [f"decoy{number}"])
-    fields = trace.record()
-    names = [item["program"] for item in fields["later_programs"]]
-    assert len(names) <= LATER_PROGRAMS and len(orjson.dumps(fields["later_programs"])) <= 12 * 1024
-    assert fields["later_programs_omitted"] == LATER_PROGRAMS + 50 - 4 - len(names)
+    folded = {"directory": "/bin/", "programs_at_least": LATER_PROGRAMS, "count": LATER_PROGRAMS + 50 - 4}
+    assert trace.record()["later_programs"] == [folded]
+    rooted = ExecTrace(1)
+    for number in range(LATER_PROGRAMS + 51):
+        add_program(rooted, f"/p{number}")
+    fields = rooted.record()
+    assert len(fields["later_programs"]) == LATER_PROGRAMS <= MAX_ENTRIES
+    assert len(orjson.dumps(fields["later_programs"])) <= 12 * 1024
+    assert fields["later_programs_omitted"] == 50
     assert "later_programs" not in ExecTrace(4).record()  # absent while nothing ran past the entries
+
+
+def add_program(trace: ExecTrace, program: str) -> None:
+    """An exec of `program` (its path resolved to itself) after the entries are full."""
+    shown = redacted_argv([program])
+    entry = entry_of(trace.started, trace.started, 10, 1, program, shown, 1, 1, False, "ok")
+    trace.add(entry if trace.wants_entry() else None, digest_line(program, shown, "ok"), None, False, (program,))
+
+
+def later_items(fields: dict[str, object]) -> list[dict[str, object]]:
+    items = fields["later_programs"]
+    assert isinstance(items, list)
+    return items
+
+
+def test_distinct_decoys_in_one_directory_cannot_hide_a_program() -> None:
+    """Attack 4, T2: 300 distinct copies of /bin/true with 60-character names in one directory filled
+    later_programs (and the audit log kept 64 of its items), and /usr/bin/id, run last, was named nowhere. Now the
+    list is at most the log's 64 items, the directory the decoys share is folded into one item counting their execs,
+    and the program that matters, in another directory, is named."""
+    trace = ExecTrace(64)
+    for _ in range(64):
+        add_program(trace, "/usr/bin/true")
+    decoys = [f"/tmp/decoys/{number:03d}-" + "x" * 56 for number in range(300)]
+    for decoy in decoys:
+        add_program(trace, decoy)
+    add_program(trace, "/usr/bin/id")
+    fields = trace.record()
+    items = later_items(fields)
+    assert {"program": "/usr/bin/id", "count": 1} in items
+    folded = [item for item in items if "directory" in item]
+    assert folded == [{"directory": "/tmp/decoys/", "programs_at_least": LATER_PROGRAMS, "count": 300}]
+    assert sum(item["count"] for item in items) == fields["count"] - len(fields["entries"])  # type: ignore[misc]
+    assert "later_programs_omitted" not in fields
+    assert len(items) <= MAX_ENTRIES  # the audit log keeps the list whole
+    assert bound_record({"execs": fields})["execs"] == fields  # what the end record keeps of it
+
+
+def test_decoys_in_directories_of_their_own_fold_their_common_parent() -> None:
+    trace = ExecTrace(4)
+    for number in range(300):
+        add_program(trace, f"/tmp/flood/d{number}/true")
+    add_program(trace, "/usr/bin/id")
+    add_program(trace, "/usr/sbin/useradd")
+    items = later_items(trace.record())
+    names = [item.get("program") for item in items]
+    assert "/usr/bin/id" in names and "/usr/sbin/useradd" in names
+    assert [item["directory"] for item in items if "directory" in item] == ["/tmp/flood/"]
+    assert sum(item["count"] for item in items) == 300 + 2 - 4  # type: ignore[misc]
+
+
+def test_a_folded_directory_counts_the_programs_run_under_it_later() -> None:
+    trace = ExecTrace(1)
+    add_program(trace, "/bin/sh")
+    for number in range(LATER_PROGRAMS + 10):
+        add_program(trace, f"/srv/app/tool{number}")
+    for number in range(5):
+        add_program(trace, f"/srv/app/tool{number}")  # named before the fold: now under it
+    add_program(trace, "/srv/app/new")
+    items = later_items(trace.record())
+    assert items == [
+        {"directory": "/srv/app/", "programs_at_least": items[0]["programs_at_least"], "count": LATER_PROGRAMS + 16}
+    ]

@@ -33,6 +33,8 @@ CODE_CASES = [
     ("ConvertTo-SecureString $(touch M) -AsPlainText", "$(touch M)", ()),
     ("cat <<EOF\nTOKEN=$(touch M)\nEOF", "TOKEN=$(touch M)", ()),
     ("cat <<'EOF'\nTOKEN=$(touch M)\nEOF\nTOKEN=$(touch N) x", "TOKEN=$(touch N) x", ()),
+    # Three here-documents announced on one line, read in turn: a quoted one's body is data, the last one's code.
+    ("cat <<A <<'B' <<C\nx\nA\nTOKEN=$(touch N)\nB\nTOKEN=$(touch M)\nC", "TOKEN=$(touch M)", ()),
     ("# it's\nTOKEN=\"$(touch M)\" true\n# '", '"$(touch M)" true', ()),
     ('API_TOKEN="$(echo c2VjcmV0LXNlY3JldA== | base64 -d)" x', "| base64 -d)", ("c2VjcmV0LXNlY3JldA==",)),
     ("TOKEN=$(printf %s s3cr3t-pf) y", "TOKEN=$(printf ", ("s3cr3t-pf",)),

@@ -292,3 +292,25 @@ async def test_decoys_cannot_push_a_program_out_of_the_record(client: Client, wo
     assert len(execs["entries"]) == 64 and execs["entries_omitted"] > 0
     later = {item["program"]: item["count"] for item in execs["later_programs"]}
     assert any(name.endswith("/whoami") for name in later), execs["later_programs"]
+
+
+async def test_distinct_decoys_in_one_directory_cannot_hide_a_program(client: Client, workdir: Path) -> None:
+    """Attack 4, T2: 300 distinct copies of /bin/true with 60-character names, run by a script before `id`, filled
+    later_programs (the log kept 64 of its items) and `id` was named nowhere. The decoys' directory is now folded
+    into one item counting their execs, and `id` is named, in the end record as the log holds it."""
+    decoys = workdir / "decoys"
+    script = workdir / "run.sh"
+    script.write_text(f'for f in {decoys}/*; do "$f"; done; /usr/bin/id -u\n')
+    made = await client.call_tool(
+        "shell_exec",
+        {"command": f"mkdir {decoys} && for i in $(seq -w 300); do cp /bin/true {decoys}/$i-{'x' * 56}; done"},
+    )
+    assert fields(made)["status"] == "ok", text_of(made)
+    result = await client.call_tool("shell_exec", {"command": f"sh {script}"})
+    assert fields(result)["status"] == "ok", text_of(result)
+    execs = end_record(workdir, result)["execs"]
+    items = execs["later_programs"]
+    assert len(items) <= 64 and all("omitted" not in item for item in items), items  # the log kept it whole
+    assert any(item.get("program", "").endswith("/id") for item in items), items
+    folded = [item for item in items if item.get("directory") == f"{decoys}/"]
+    assert len(folded) == 1 and folded[0]["count"] >= 300 - 64, items

@@ -4,6 +4,9 @@ that no session_send carried and no policy decision saw. With CAP_SYS_ADMIN (the
 TIOCSTI works on any terminal, not only the caller's: a one-shot call could type into a session's shell, another
 client's, or an operator's login shell. The classifier cannot read a compiled program doing it, so the kernel
 refuses it. A real relay-shell over stdio; the terminals are real PTYs.
+
+With the trace off (RELAY_SHELL_EXEC_TRACE=off) the root server refuses both ioctls to itself and everything it
+starts with a filter of its own (attack 4's K3, adr/0027 "Round 7"): the same tests, trace off.
 """
 
 from __future__ import annotations
@@ -36,10 +39,11 @@ PUSH_BY_REQUEST = (
 )
 
 
+@pytest.mark.parametrize("exec_trace", ["auto", "off"])
 @pytest.mark.parametrize("policy", ["guarded", "open"])
-async def test_a_session_cannot_type_into_its_own_terminal(tmp_path: Path, policy: str) -> None:
+async def test_a_session_cannot_type_into_its_own_terminal(tmp_path: Path, policy: str, exec_trace: str) -> None:
     marker = tmp_path / "MARKER"
-    async with connect(tmp_path / "audit.jsonl", policy_mode=policy) as client:
+    async with connect(tmp_path / "audit.jsonl", policy_mode=policy, exec_trace=exec_trace) as client:
         spawned = await client.call_tool(
             "shell_spawn", {"command": ["sh"], "env": {"PS1": PROMPT}, "until": "TTY> $", "timeout": 10}
         )
@@ -65,7 +69,8 @@ async def test_a_session_cannot_type_into_its_own_terminal(tmp_path: Path, polic
     assert not marker.exists(), "a line pushed into the terminal ran"
 
 
-async def test_a_call_cannot_type_into_another_terminal(tmp_path: Path) -> None:
+@pytest.mark.parametrize("exec_trace", ["auto", "off"])
+async def test_a_call_cannot_type_into_another_terminal(tmp_path: Path, exec_trace: str) -> None:
     """The server runs as root here: without the filter TIOCSTI reaches a terminal that is not the caller's."""
     assert os.geteuid() == 0, "this test shows the root server's case (CAP_SYS_ADMIN)"
     script = tmp_path / "push.py"
@@ -75,7 +80,9 @@ async def test_a_call_cannot_type_into_another_terminal(tmp_path: Path) -> None:
         attributes = termios.tcgetattr(follower)
         attributes[3] &= ~termios.ICANON  # a pushed byte is readable at once
         termios.tcsetattr(follower, termios.TCSANOW, attributes)
-        async with connect(tmp_path / "audit.jsonl", policy_mode="open") as client:
+        async with connect(tmp_path / "audit.jsonl", policy_mode="open", exec_trace=exec_trace) as client:
+            info = fields(await client.call_tool("server_info", {}))["info"]
+            assert info["exec_trace"]["state"] == ("off" if exec_trace == "off" else "on"), info["exec_trace"]
             result = await client.call_tool(
                 "shell_exec", {"command": ["python3", str(script), os.ttyname(follower)], "use_shell": False}
             )
