@@ -1,26 +1,20 @@
 """What reading every rest of a remote terminal's line costs in false alarms (adr/0026 Round 7): each command of
 the labelled sets and of the tldr corpus typed as one line at a remote prompt, its rests counted as the policy
-counts them (sessions/reading.split_findings: tier 2 and above in guarded, tier 1 and above where no kernel
-confines, which readonly on a remote host is). Prints the share of admissible lines that would be refused.
+counts them (sessions/reading.split_findings on policy/shared_rests.counted_rest_findings: tier 2 and above in guarded,
+tier 1 and above where no kernel confines, which readonly on a remote host is). Prints the share of admissible
+lines that would be refused.
 
 Usage: python -m benchmarks.remote_rests_cost"""
 
 from __future__ import annotations
 
 from benchmarks.bench_policy import FRESH, LABELLED, corpus_commands, load_labels, tier_of
-from relay_shell.policy.classify import shell_findings
-from relay_shell.policy.rests import line_rests, runs_something
+from relay_shell.policy.shared_rests import counted_rest_findings
 
 
 def refused_by_a_rest(command: str, least_tier: int) -> bool:
-    rests = line_rests(command)
-    if rests is None:
-        return True  # too long to read at every rest: tier 2
-    for _, rest in rests:
-        for finding in shell_findings(rest, 0, {}):
-            if finding.tier >= least_tier and runs_something(finding.canonical or rest):
-                return True
-    return False
+    counted = counted_rest_findings(command, least_tier)
+    return counted is None or bool(counted)  # None: too long to read at every rest, tier 2
 
 
 def main() -> None:

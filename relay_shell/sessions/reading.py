@@ -14,8 +14,7 @@ count=1` to a remote shell is a write readonly must refuse (review W3, adr/0026 
 from __future__ import annotations
 
 from relay_shell.plan import Subject
-from relay_shell.policy.classify import shell_findings
-from relay_shell.policy.rests import line_rests, runs_something
+from relay_shell.policy.shared_rests import counted_rest_findings
 from relay_shell.policy.shell_tokens import tokenize
 from relay_shell.sessions.escapes import commands_start_findings, escape_readings, line_findings
 from relay_shell.sessions.history import HISTORY, expansion_points, expansions
@@ -90,17 +89,15 @@ def split_findings(texts: list[str], least_tier: int, kind: str) -> list[Finding
     an unknown program: a program that read the part before it stopped there (policy/rests.py). Tier 1 counts
     where no kernel refuses the terminal's writes (a remote host, readonly classifier-only): readonly's own
     promise then rests on reading (review W3)."""
-    rests = line_rests("\n".join(texts))
-    if rests is None:
+    counted = counted_rest_findings("\n".join(texts), least_tier)
+    if counted is None:
         return [(texts[0][:200], 2, SPLIT_TOO_LONG)]
     found: list[Finding] = []
-    for start, rest in rests:
-        for finding in shell_findings(rest, 0, {}):
-            if finding.tier >= least_tier and runs_something(finding.canonical or rest):
-                why = f"if the program reading the line stops after {start} characters, the shell runs the rest"
-                if kind == "ssh":
-                    why = f"{REMOTE_SPLIT}; {why}"
-                found.append((rest[:200], finding.tier, f"{why}: {finding.reason}"))
+    for start, rest, finding in counted:
+        why = f"if the program reading the line stops after {start} characters, the shell runs the rest"
+        if kind == "ssh":
+            why = f"{REMOTE_SPLIT}; {why}"
+        found.append((rest[:200], finding.tier, f"{why}: {finding.reason}"))
     return found
 
 
