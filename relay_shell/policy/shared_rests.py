@@ -10,6 +10,7 @@ import dataclasses
 import re
 from dataclasses import dataclass, field
 
+from relay_shell.policy import known_places
 from relay_shell.policy.calls import Context
 from relay_shell.policy.classify import _UNTERMINATED, _readers, command_findings, shell_findings
 from relay_shell.policy.findings import Finding
@@ -33,8 +34,13 @@ _REDIRECT = rf"[0-9]?(?:>&[0-9-]|(?:>>?|<)(?![<>&(|])[ \t]*{_WORD})"
 _ITEM = rf"(?:{_REDIRECT}|{_WORD})"
 _HEAD = re.compile(rf"({_ITEM}(?:[ \t]+{_ITEM})*)?[ \t]*(;(?![;&])|&&|\|\||\|(?!&))[ \t]*")
 # Words a plain head may not hold: builtins and reserved words (loops, names set, functions, groups, aliases),
-# but `echo`, which only writes (what it writes into a pipe is part of a pipe's kind, below).
-_NOT_PLAIN = (SHELL_WORDS - {"echo"}) | words("function coproc select case esac [[ ]] alias hash getopts let fork")
+# but `echo`, which only writes (what it writes into a pipe is part of a pipe's kind, below); and the commands whose
+# effect on later words the classifier follows (known_places: `cd`, a loop, a link `ln -s`/`cp -s` makes).
+_NOT_PLAIN = (
+    (SHELL_WORDS - {"echo"})
+    | words("function coproc select case esac [[ ]] alias hash getopts let fork")
+    | known_places.STARTS
+)
 
 
 @dataclass

@@ -56,6 +56,14 @@ CHANNELS = [
     'ls; echo "a; b',
     "date && rm -rf /srv/old || echo failed; touch /etc/flag",
     "a;; b; c",  # `;;` is not a list operator here
+    # What a text makes known of its later words (adr/0025 Round 9, attack 5): a literal cd, a link the text makes,
+    # sh -c's arguments as its $1…
+    "Xcd /etc && echo x > passwd",
+    "xls; cd /etc && echo x > passwd; uptime",
+    "ls; builtin cd /etc/sudoers.d; echo y > x",
+    "id; ln -s /etc /tmp/e; echo x > /tmp/e/passwd",
+    "xdf; sh -c 'echo x > \"$1\"' sh /etc/passwd",
+    "xls; pushd /dev; cat /dev/zero > sda",
     "x ;& y; z",
     "echo a; ; echo b",
     "cd /; rm -rf *; ls",
@@ -137,6 +145,9 @@ OWN = [
     "xls; echo forged >> /proc/$PPID/fd/3; ls",
     "xdf; for f in /proc/$PPID/fd/*; do echo x >> $f; done",
     "xcat /etc/relay-test/signing.key; ls > /var/lib/relay-test/audit.jsonl",
+    'Xfor f in /etc/relay-test/*; do cat "$f"; done',
+    "xls; cd /var/lib/relay-test && mv audit.jsonl x",
+    "xid; cat ${K:-/etc/relay-test/signing.key}",
 ]
 
 
