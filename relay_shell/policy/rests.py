@@ -27,11 +27,12 @@ SHELL_WORDS = words(
 )
 
 
-def runs_something(canonical: str) -> bool:
+def runs_something(canonical: str, elsewhere: bool = False) -> bool:
     """Whether a finding of a rest names something the shell would run: a builtin or keyword, a program on PATH, a
-    path, or a word only known when it runs (a glob, an expansion). A rest is cut out of a word, and a cut that is
-    no command at all (`cho start` from `echo start`: an unknown verb guess) is the `command not found` it would
-    be, not what the line would do."""
+    path, or a word only known when it runs (a glob, an expansion); `elsewhere` (a remote host's shell, whose PATH
+    is not this server's: attack 5, W3-PATH), also a program a rule or the vocabulary knows by name. A rest is cut
+    out of a word, and a cut that is no command at all (`cho start` from `echo start`: an unknown verb guess) is the
+    `command not found` it would be, not what the line would do."""
     found = [word for word in canonical.split() if "=" not in word.split("/")[0] or word.startswith("=")]
     if not found:
         return False
@@ -40,7 +41,13 @@ def runs_something(canonical: str) -> bool:
         return False
     if any(char in word for char in "*?[{$`(") or "/" in word:
         return True
-    return word in SHELL_WORDS or shutil.which(word, path=os.environ.get("PATH", os.defpath)) is not None
+    if word in SHELL_WORDS or shutil.which(word, path=os.environ.get("PATH", os.defpath)) is not None:
+        return True
+    if not elsewhere:
+        return False
+    from relay_shell.policy.rules import known_program  # rules' tree reads rests (through stdin): imported late
+
+    return known_program(word)
 
 
 def line_rests(text: str) -> Iterator[tuple[int, str]] | None:

@@ -89,7 +89,7 @@ def split_findings(texts: list[str], least_tier: int, kind: str) -> list[Finding
     an unknown program: a program that read the part before it stopped there (policy/rests.py). Tier 1 counts
     where no kernel refuses the terminal's writes (a remote host, readonly classifier-only): readonly's own
     promise then rests on reading (review W3)."""
-    counted = counted_rest_findings("\n".join(texts), least_tier)
+    counted = counted_rest_findings("\n".join(texts), least_tier, elsewhere=kind == "ssh")
     if counted is None:
         return [(texts[0][:200], 2, SPLIT_TOO_LONG)]
     found: list[Finding] = []

@@ -5,6 +5,7 @@ reading before Round 8: each distinct rest of each line classified whole (`shell
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -126,16 +127,27 @@ def test_every_rest_has_the_findings_it_has_alone(text: str) -> None:
 
 @pytest.mark.parametrize("text", CHANNELS, ids=range(len(CHANNELS)))
 @pytest.mark.parametrize("least_tier", [1, 2])
-def test_what_counts_is_what_counted_with_each_rest_read_whole(text: str, least_tier: int) -> None:
+@pytest.mark.parametrize("kind", ["ssh", "local"])
+def test_what_counts_is_what_counted_with_each_rest_read_whole(text: str, least_tier: int, kind: str) -> None:
     # sessions/reading.split_findings before Round 8, written out: every rest classified whole, each finding at
-    # least_tier or above that names something the shell would run.
+    # least_tier or above that names something the shell would run: on a remote host, a program the rules know
+    # counts whatever this server's PATH holds (attack 5, W3-PATH: the decision of adr/0026 Round 9).
     expected = []
     for start, rest in every_rest(text):
         for finding in shell_findings(rest, 0, {}):
-            if finding.tier >= least_tier and runs_something(finding.canonical or rest):
+            if finding.tier >= least_tier and runs_something(finding.canonical or rest, elsewhere=kind == "ssh"):
                 why = f"if the program reading the line stops after {start} characters, the shell runs the rest"
-                expected.append((rest[:200], finding.tier, f"{REMOTE_SPLIT}; {why}: {finding.reason}"))
-    assert split_findings([text], least_tier, "ssh") == expected
+                why = f"{REMOTE_SPLIT}; {why}" if kind == "ssh" else why
+                expected.append((rest[:200], finding.tier, f"{why}: {finding.reason}"))
+    assert split_findings([text], least_tier, kind) == expected
+
+
+def test_a_remote_rest_counts_a_program_this_server_has_not() -> None:
+    """Where `lvremove` is on no PATH here, locally its rest is the `command not found` it would be; typed to a
+    remote host it is the tier-3 command the host may run."""
+    assert runs_something("lvremove -f vg0/data", elsewhere=True)
+    assert runs_something("lvremove -f vg0/data") == (shutil.which("lvremove") is not None)
+    assert not runs_something("cho start", elsewhere=True)  # a cut no rule knows stays no command
 
 
 # With the server's own files named (own_files.protect): a loop over them names the target of a redirection

@@ -62,3 +62,19 @@ async def test_guarded_refuses_a_delete_left_to_a_remote_pager(fleet: SshFleet, 
         typed = await call(client, "session_send", session_id=session_id, data=f"qrm -rf {doomed}")
         assert text_of(typed).startswith("[DENIED tier 3"), text_of(typed)
     assert (doomed / "keep").read_text() == "precious"
+
+
+async def test_a_rest_is_read_with_the_programs_a_remote_host_may_have(fleet: SshFleet, tmp_path: Path) -> None:
+    """Attack 5, W3-PATH: a rest counted only when its program was on this server's PATH, and a remote host has its
+    own programs. `lvremove` is on no PATH here (on a real host it is), and typed directly it is tier 3; left to the
+    remote shell by a reader of one byte it was admitted at tier 1 (`Xlvremove`, an unknown program)."""
+    settings = {"ssh_config": str(fleet.ssh_config), "policy_mode": "guarded"}
+    async with connect(tmp_path / "audit.jsonl", **settings) as client:
+        session_id = await spawn_login_shell(client)
+        started = await call(
+            client, "session_send", session_id=session_id, data="dd bs=1 count=1 status=none", timeout=1
+        )
+        assert not started.is_error, text_of(started)  # dd now reads one byte of the terminal
+        typed = await call(client, "session_send", session_id=session_id, data="Xlvremove -f vg0/data", timeout=2)
+        assert text_of(typed).startswith("[DENIED tier 3"), text_of(typed)
+        assert "the shell runs the rest" in text_of(typed), text_of(typed)
