@@ -73,7 +73,7 @@ def check_cwd(cwd: str | None) -> str | None:
         raise ArgumentError(f"cwd: {cwd!r} is not a directory; allowed: an existing directory")
     if not os.access(path, os.X_OK):
         raise ArgumentError(f"cwd: {cwd!r} is not accessible (permission denied); allowed: a directory you can enter")
-    return path
+    return os.path.abspath(path)  # the policy joins relative words to it (plan.Subject.cwd)
 
 
 @functools.cache

@@ -81,9 +81,7 @@ def shell_rest_findings(text: str) -> list[tuple[int, str, list[Finding]]] | Non
     return [(start, rest, shared.findings[rest]) for start, rest in rests]
 
 
-def counted_rest_findings(
-    text: str, least_tier: int, elsewhere: bool = False
-) -> list[tuple[int, str, Finding]] | None:
+def counted_rest_findings(text: str, least_tier: int, elsewhere: bool = False) -> list[tuple[int, str, Finding]] | None:
     """What counts of `shell_rest_findings(text)` (sessions/reading.split_findings): each rest's findings at
     `least_tier` or above that name something the shell would run (rests.runs_something, asked once per distinct
     text: the rests of a line share most of their findings, and each asks PATH); `elsewhere`: the line is typed to a

@@ -88,6 +88,7 @@ def prepare_spawn(
         argv=tuple(argv) if not isinstance(command, str) else None,
         env=tuple((env or {}).items()),
         session_findings=tuple(overlay_findings(list((env or {}).items()), settings.sessions.passprompt)),
+        cwd=work_dir,
     )
 
     async def open_terminal(session_id: str) -> Terminal:

@@ -54,6 +54,7 @@ class _LocalTerminal:
         # the same with readonly classifier-only: no rest of theirs is tier 1 alone).
         self.kernel_confined = mode == "readonly"
         self.kind = "local"
+        self.pid: int | None = None  # no program: no working directory to read relative words in
 
     def interrupt_clears_line(self) -> bool:
         return True  # the server's terminals start with ISIG on

@@ -6,6 +6,7 @@ Each case below was admitted (tier 0 or 1, or 2 where 3 is due) before the fix."
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -153,3 +154,36 @@ def test_the_secrets_by_other_spellings_are_tier_3_to_read(protected: None, comm
 )
 def test_their_neighbours_keep_their_tiers(protected: None, command: str, expected: int) -> None:
     assert tier(command) == expected, command
+
+
+# C1: the directory the caller gives (a call's `cwd`, a local terminal's shell at the send) is where relative words
+# are read too; shell text, argv, a script, typed input and `sh -c`/`eval` text inside them.
+@pytest.mark.parametrize(
+    ("subject", "least"),
+    [
+        (Subject(command="echo x > passwd", cwd="/etc"), 3),
+        (Subject(command="echo 'x ALL=(ALL) NOPASSWD: ALL' > x", cwd="/etc/sudoers.d"), 2),
+        (Subject(command="cat /dev/zero > sda", cwd="/dev"), 3),
+        (Subject(command="sh -c 'echo x > passwd'", cwd="/etc"), 3),
+        (Subject(command="eval 'echo x > passwd'", cwd="/etc"), 3),
+        (Subject(argv=("cp", "/tmp/x", "passwd"), cwd="/etc"), 3),
+        (Subject(script="echo x > passwd", interpreter="bash", cwd="/etc"), 3),
+        (Subject(typed="echo x > passwd", cwd="/etc"), 3),
+        (Subject(command=f"mv {Path(LOG).name} x", cwd=str(Path(LOG).parent)), 3),
+    ],
+)
+def test_the_callers_working_directory_is_read(protected: None, subject: Subject, least: int) -> None:
+    assert Policy("guarded").decide(subject).tier >= least, subject
+
+
+@pytest.mark.parametrize(
+    ("subject", "expected"),
+    [
+        (Subject(command="echo x > notes.txt", cwd="/tmp"), 1),
+        (Subject(command="tail -n 5 syslog", cwd="/var/log"), 0),
+        (Subject(command="ls -la", cwd="/etc"), 0),
+        (Subject(typed="cat hostname", cwd="/etc"), 0),
+    ],
+)
+def test_neighbours_in_a_working_directory_keep_their_tiers(protected: None, subject: Subject, expected: int) -> None:
+    assert Policy("guarded").decide(subject).tier == expected, subject

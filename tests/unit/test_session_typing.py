@@ -347,6 +347,8 @@ def test_a_shell_reads_its_commands_without_c_or_a_script(argv: list[str], readi
 
 
 class _Terminal:
+    pid = None  # no program: no working directory to read relative words in
+
     def interrupt_clears_line(self) -> bool:
         return True
 

@@ -54,3 +54,34 @@ async def test_the_signing_key_cannot_be_read_by_run_time_spellings_in_readonly_
             assert "PRIVATE KEY" not in text_of(result)
         listed = await client.call_tool("shell_exec", {"command": f"ls {tmp_path}"})
         assert fields(listed)["status"] == "ok", text_of(listed)
+
+
+async def test_the_working_directory_the_caller_gives_is_read_by_the_policy(tmp_path: Path) -> None:
+    """Attack 5, C1: the call's `cwd` and a session's earlier `cd` were not the classifier's, so a relative write
+    landed in /etc at tier 1 (`echo … > NAME` with `cwd: /etc`; `cd /etc` typed, then `echo … > NAME`)."""
+    probes = [Path("/etc/relay-shell-e2e-c1-probe-1"), Path("/etc/relay-shell-e2e-c1-probe-2")]
+    try:
+        async with connect(tmp_path / "audit.jsonl", policy_mode="guarded") as client:
+            command = f"echo probe > {probes[0].name}"
+            written = await client.call_tool("shell_exec", {"command": command, "cwd": "/etc"})
+            assert "DENIED tier 2" in text_of(written) and "/etc/" in text_of(written), text_of(written)
+            spawned = await client.call_tool(
+                "shell_spawn", {"command": ["sh"], "env": {"PS1": "C1> "}, "until": "C1> $"}
+            )
+            session_id = fields(spawned)["session_id"]
+            moved = await client.call_tool(
+                "session_send", {"session_id": session_id, "data": "cd /etc", "until": "C1> $"}
+            )
+            assert fields(moved)["wait"] == "match", text_of(moved)
+            typed = await client.call_tool(
+                "session_send", {"session_id": session_id, "data": f"echo probe > {probes[1].name}", "until": "C1> $"}
+            )
+            assert "DENIED tier 2" in text_of(typed) and "/etc/" in text_of(typed), text_of(typed)
+            here = await client.call_tool("shell_exec", {"command": "echo kept > notes.txt", "cwd": str(tmp_path)})
+            assert fields(here)["status"] == "ok", text_of(here)
+            await client.call_tool("session_kill", {"session_id": session_id})
+        assert not any(probe.exists() for probe in probes)
+    finally:
+        for probe in probes:
+            probe.unlink(missing_ok=True)
+    assert (tmp_path / "notes.txt").read_text() == "kept\n"
