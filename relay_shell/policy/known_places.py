@@ -22,6 +22,7 @@ from relay_shell.policy.findings import Finding
 from relay_shell.policy.simple_commands import Command
 
 MAX_PLACES = 8
+NEUTRAL = "/tmp/relay-shell-no-place"  # a directory whose files no rule rates above a user's own
 _DIRECTORY_CHANGERS = frozenset({"cd", "pushd"})
 _RESERVED = frozenset({"do", "then", "else", "elif", "if", "while", "until", "{", "!", "time"})
 _BUILTIN_PREFIXES = frozenset({"builtin", "command"})  # `builtin cd DIR`, `command cd DIR`
@@ -52,16 +53,24 @@ class Places:
 
     def read(self, command: Command, findings_of: Callable[..., list[Finding]], *context: object) -> list[Finding]:
         """The command's findings (`findings_of(command, *context)`), and those of its other readings above the
-        first reading's worst."""
+        first reading's worst, at tier 2 and above: a place only matters where it makes a word name a system file, a
+        device or the server's own (a relative write is 1 wherever it lands). A reading in a known directory counts
+        only above the same words joined into a directory of no consequence (`NEUTRAL`): a word that was no path
+        (`systemctl list-units`, `git status`) read as one is the rule's guess at an unknown verb wherever it is
+        joined, while a file's place is what the directory changes (adr/0025 Round 10)."""
         found = findings_of(command, *context)
-        floor = max((finding.tier for finding in found), default=0)
-        for read in self.readings(command):
-            found += [finding for finding in findings_of(read, *context) if finding.tier > floor]
+        floor = max(1, max((finding.tier for finding in found), default=0))
+        for read, control in self.readings(command):
+            if control is not None:
+                floor_here = max(floor, max((finding.tier for finding in findings_of(control, *context)), default=0))
+            else:
+                floor_here = floor
+            found += [finding for finding in findings_of(read, *context) if finding.tier > floor_here]
         return found
 
-    def readings(self, command: Command) -> list[Command]:
+    def readings(self, command: Command) -> list[tuple[Command, Command | None]]:
         """The command read again with each known directory and each loop word in place (none if nothing of it
-        changes)."""
+        changes); a directory's reading with the same words joined into `NEUTRAL` (none for a loop's or a link's)."""
         found: list[Command] = []
         if self.loops and any("$" in word for word in command.words + [target for _, target in command.redirects]):
             for name, values in self.loops.items():
@@ -74,12 +83,13 @@ class Places:
                 through = _through_link(read, link, target)
                 if through is not None:
                     found.append(through)
+        readings: list[tuple[Command, Command | None]] = [(read, None) for read in found]
         for directory in self.directories:
             for read in [command, *found]:
                 joined = _joined(read, directory)
                 if joined is not None:
-                    found.append(joined)
-        return found[: MAX_PLACES * 2]
+                    readings.append((joined, _joined(read, NEUTRAL)))
+        return readings[: MAX_PLACES * 2]
 
 
 def advance(places: Places | None, command: Command) -> Places | None:
