@@ -212,6 +212,17 @@ def is_device(path: str) -> bool:
     return path.startswith("/dev/") and CHARACTER_DEVICES.match(path) is None
 
 
+# A control group's files that move, kill or freeze processes. Named by their file name in any directory (its path
+# may be built at run time): a process moved out of its call's unit escapes containment and the session's reading of
+# who holds its terminal (attack 5, P2/P3); killed or frozen, another unit's or the server's (adr/0025 Round 10).
+_CGROUP_CONTROLS = frozenset({"cgroup.procs", "cgroup.threads", "cgroup.kill", "cgroup.freeze", "tasks"})
+
+
+def cgroup_control(path: str) -> bool:
+    name = path.rstrip("/").rsplit("/", 1)[-1].strip("'\"")
+    return name in _CGROUP_CONTROLS and (name != "tasks" or "cgroup" in path)
+
+
 def trimmed(path: str) -> str:
     """The directory a path names: `/etc/`, `/etc/.`, `/etc/*` all name /etc."""
     while len(path) > 1 and path.endswith(("/", "/.", "/*")):

@@ -14,6 +14,7 @@ from relay_shell.policy.calls import (
     READ,
     Call,
     Verdict,
+    cgroup_control,
     every_file,
     is_device,
     is_protected,
@@ -59,6 +60,8 @@ def _rmdir(call: Call) -> Verdict:
 def writes_onto(path: str, what: str) -> Verdict | None:
     if own_files.own_file(path) is not None:
         return verdict(3, f"{what} onto the server's own file {path}")
+    if cgroup_control(path):
+        return verdict(3, f"{what} moves, kills or freezes a control group's processes ({path})")
     if is_device(path) or path in CRITICAL_FILES or path.startswith("/boot/"):
         return verdict(3, f"{what} onto {path}")
     if is_protected(path) or USER_CONFIG.match(path):

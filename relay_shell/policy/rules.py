@@ -30,7 +30,7 @@ from relay_shell.policy import (
     vcs,
     verbs,
 )
-from relay_shell.policy.calls import Call, Context, Verdict, verdict
+from relay_shell.policy.calls import Call, Context, Verdict, cgroup_control, verdict
 from relay_shell.policy.option_targets import LIBRARY_PROGRAMS, option_target_verdict
 from relay_shell.policy.read_only import READ_ONLY
 from relay_shell.policy.vocabulary import (
@@ -134,6 +134,8 @@ def program_verdict(program: str, words: list[str], context: Context) -> Verdict
         guarded = _own_files_verdict(program, words, found)
         if guarded is not None:
             return guarded
+    if found.tier >= 1 and any(map(cgroup_control, words[1:])):  # its text or its argument may write it (P2/P3)
+        return verdict(3, f"{program} is given a control group's file that moves, kills or freezes processes")
     if found.tier == 0 and ("/" in words[0] or program.endswith(_SCRIPT_EXTENSIONS)) and not known_program(program):
         return verdict(1, f"{program}: a program given by its path, whose effect cannot be known")
     if found.tier == 1 and (program in LIBRARY_PROGRAMS or "/" in "".join(words[1:])):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 from relay_shell.policy import own_files
-from relay_shell.policy.calls import is_device, is_protected
+from relay_shell.policy.calls import cgroup_control, is_device, is_protected
 from relay_shell.policy.env_substitution import Env, substitute
 from relay_shell.policy.field_splitting import positional_words
 from relay_shell.policy.findings import Finding
@@ -71,6 +71,9 @@ def redirect_findings(
             findings.append(Finding(f"{operator} {shown}", tier, f"bash connects to {shown[5:]}"))
         elif own_files.own_file(target) is not None:
             findings.append(Finding(f"{operator} {shown}", 3, f"writes the server's own file {shown}"))
+        elif cgroup_control(target):
+            reason = f"writes {shown}: moves, kills or freezes a control group's processes"
+            findings.append(Finding(f"{operator} {shown}", 3, reason))
         elif is_device(target):
             findings.append(Finding(f"{operator} {shown}", 3, f"writes onto block device {shown}"))
         elif target in CRITICAL_FILES or target.startswith("/boot/"):

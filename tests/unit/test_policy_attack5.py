@@ -187,3 +187,25 @@ def test_the_callers_working_directory_is_read(protected: None, subject: Subject
 )
 def test_neighbours_in_a_working_directory_keep_their_tiers(protected: None, subject: Subject, expected: int) -> None:
     assert Policy("guarded").decide(subject).tier == expected, subject
+
+
+# P2/P3 (the policy's part): a control group's files that move, kill or freeze processes, by their name in any
+# directory, the directory built at run time included; reading them stays 0, a to-do list named `tasks` stays 1.
+@pytest.mark.parametrize(
+    ("command", "expected"),
+    [
+        ("echo $$ > /sys/fs/cgroup/unified/cgroup.procs", 3),
+        ("echo $$ > $(echo /sys/fs/cgroup/unified)/cgroup.procs", 3),
+        ("sh -c 'echo $$ > \"$1\"; exec sleep 777' sh $(echo /sys/fs/cgroup/unified)/cgroup.procs", 3),
+        ("echo $$ | tee $D/cgroup.threads", 3),
+        ("cp pids $D/cgroup.procs", 3),
+        ("echo 1 > $D/cgroup.kill", 3),
+        ("echo 1 > $D/cgroup.freeze", 3),
+        ("echo $$ > /sys/fs/cgroup/pids/x/tasks", 3),
+        ("cat /sys/fs/cgroup/unified/cgroup.procs", 0),
+        ("wc -l /sys/fs/cgroup/x/cgroup.threads", 0),
+        ("echo buy milk >> tasks", 1),
+    ],
+)
+def test_a_control_groups_process_files_are_tier_3_to_write(command: str, expected: int) -> None:
+    assert tier(command) == expected, command
