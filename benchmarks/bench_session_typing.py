@@ -44,6 +44,8 @@ LINES = [
 
 
 class _Terminal:
+    pid = None  # no program: no working directory (the real PTY step's readlink is in its time)
+
     def interrupt_clears_line(self) -> bool:
         return True
 
