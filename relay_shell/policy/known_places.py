@@ -61,11 +61,11 @@ class Places:
         found = findings_of(command, *context)
         floor = max(1, max((finding.tier for finding in found), default=0))
         for read, control in self.readings(command):
-            if control is not None:
-                floor_here = max(floor, max((finding.tier for finding in findings_of(control, *context)), default=0))
-            else:
-                floor_here = floor
-            found += [finding for finding in findings_of(read, *context) if finding.tier > floor_here]
+            above = [finding for finding in findings_of(read, *context) if finding.tier > floor]
+            if above and control is not None:  # read only when it could matter: most readings add nothing
+                neutral = max((finding.tier for finding in findings_of(control, *context)), default=0)
+                above = [finding for finding in above if finding.tier > neutral]
+            found += above
         return found
 
     def readings(self, command: Command) -> list[tuple[Command, Command | None]]:
