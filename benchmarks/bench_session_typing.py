@@ -44,10 +44,11 @@ LINES = [
 
 
 class _Terminal:
-    pid = None  # no program: no working directory (the real PTY step's readlink is in its time)
-
     def interrupt_clears_line(self) -> bool:
         return True
+
+    def directories(self) -> tuple[str, ...]:
+        return ()  # no program: no working directory (the real PTY step's readlinks are in its time)
 
     def line_settings(self) -> None:
         return None  # no terminal in process: the step's own tcgetattr is in the real PTY step's time

@@ -33,9 +33,9 @@ class Subject:
     # Lines typed into a terminal: read by a shell, a Python REPL or anything else, so classified as shell
     # text and, where that finds something stateful, as Python too.
     typed: str | None = None
-    # The directory the shell text starts in (a call's `cwd`, a local terminal's shell at the send): relative words
-    # are read there as well (attack 5, C1; adr/0025 Round 10).
-    cwd: str | None = None
+    # The directories the shell text may start in (a call's `cwd`; a local terminal's shell and its foreground
+    # program at the send): relative words are read there as well (attack 5, C1; adr/0025 Round 10).
+    directories: tuple[str, ...] = ()
     # What the sessions layer knows of a call beyond its text, as (text, tier, why): how the reader of a terminal
     # takes typed keys and lines (history expansion, completion, line editing, a program's escape, a hook the
     # shell keeps), and what a spawn's env undoes of the terminal's settings (sessions/reading.py, adr/0026).

@@ -67,7 +67,7 @@ def prepare_exec(
         argv=None if isinstance(command, str) and use_shell else tuple(argv),
         stdin=stdin,
         env=tuple((env or {}).items()),
-        cwd=work_dir,
+        directories=(work_dir,) if work_dir else (),
     )
 
     shown = command if isinstance(command, str) else shlex.join(argv)
@@ -112,7 +112,12 @@ def prepare_script(
     environment = child_env(env)
     # The script travels on stdin, so it never shows in `ps` and has no argv length limit.
     body = (STRICT_PREAMBLE.get(interpreter, "") if strict else "") + script
-    subject = Subject(script=script, interpreter=interpreter, env=tuple((env or {}).items()), cwd=work_dir)
+    subject = Subject(
+        script=script,
+        interpreter=interpreter,
+        env=tuple((env or {}).items()),
+        directories=(work_dir,) if work_dir else (),
+    )
 
     stdin_bytes = body.encode("utf-8", errors="surrogateescape")
     argv = INTERPRETERS[interpreter]

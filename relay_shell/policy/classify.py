@@ -93,12 +93,12 @@ def analyze(subject: Subject) -> list[Finding]:
         for value in env.values():
             findings += _literal_code(value, 0, _NO_ENV)
     if subject.command is not None:
-        findings += shell_findings(subject.command, 0, env, TextState(directory=subject.cwd))
+        findings += shell_findings(subject.command, 0, env, TextState(directories=subject.directories))
         if subject.stdin:
             findings += stdin_of_text(subject.command, subject.stdin, _readers(env))
     if subject.argv is not None:
         words = list(subject.argv)
-        findings += Places([subject.cwd] if subject.cwd else []).read(_command(words), command_findings, 0, env)
+        findings += Places(list(subject.directories)).read(_command(words), command_findings, 0, env)
         if subject.stdin:
             findings += stdin_findings(words, subject.stdin, _readers(env))
     if subject.stdin:
@@ -107,11 +107,11 @@ def analyze(subject: Subject) -> list[Finding]:
         if subject.interpreter == "python":
             findings += _verdict_findings(python_verdict(subject.script), "python script", 0, env)
         else:
-            findings += shell_findings(subject.script, 0, env, TextState(directory=subject.cwd))
+            findings += shell_findings(subject.script, 0, env, TextState(directories=subject.directories))
     if subject.typed is not None:
         # Which program reads the keyboard cannot be known for sure (`exec -a`, sudo, a remote shell): every
         # line counts as shell text, and Python's view adds what it finds stateful.
-        findings += shell_findings(subject.typed, 0, env, TextState(directory=subject.cwd))
+        findings += shell_findings(subject.typed, 0, env, TextState(directories=subject.directories))
         python = _verdict_findings(python_verdict(subject.typed), "python input", 0, env)
         findings += [finding for finding in python if finding.tier >= 2]
     findings += [Finding(text[:200], tier, reason) for text, tier, reason in subject.session_findings]
@@ -227,7 +227,7 @@ def _commands_findings(commands: list[Command], depth: int, env: Env, state: Tex
     upstream = _NO_CONTEXT  # what the commands before this one in its pipeline select
     previous: list[str] = []
     relayed: str | None = None  # the literal text the command before writes to the pipe (echo, cat <<EOF, …)
-    places = Places(directories=[state.directory]) if state.directory else None  # the caller's cwd (C1)
+    places = Places(list(state.directories)) if state.directories else None  # the caller's cwd (C1)
     for index, command in enumerate(commands):
         first = command.words[0] if command.words else ""
         if first == "done":

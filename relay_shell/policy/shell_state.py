@@ -65,7 +65,7 @@ class TextState:
     # The positional parameters `set -- …` gives them, when the text sets them once to literal words.
     positional: list[str] | None = None
     positional_set: int = 0  # how many `set` commands give positional parameters
-    directory: str | None = None  # where the text starts, when the caller knows (plan.Subject.cwd)
+    directories: tuple[str, ...] = ()  # where the text may start, when the caller knows (plan.Subject.directories)
 
     def ifs_choices(self) -> list[str] | None:
         """The values IFS can have where a word is split: the default and every literal value the text gives it
@@ -119,12 +119,12 @@ def read_state(tokens: Tokens, outer: TextState | None = None, text: str = "") -
     In a function's body `$1`… are its arguments, not what `set --` gave: a text that defines a function (`text`
     read for `NAME()` and `function NAME`) has its positional parameters only known at run time."""
     if not tokens.sets_names:
-        known = outer is not None and (outer.runtime or outer.positional is not None or outer.directory is not None)
+        known = outer is not None and (outer.runtime or outer.positional is not None or bool(outer.directories))
         return outer if known and outer is not None else _EMPTY
     commands = tokens.commands
     state = TextState(runtime=set(outer.runtime) if outer is not None else set())
     if outer is not None:
-        state.directory = outer.directory
+        state.directories = outer.directories
     if outer is not None and outer.positional is not None:
         state.positional, state.positional_set = outer.positional, outer.positional_set
     for command in commands:
@@ -253,9 +253,9 @@ def subscript_commands(text: str) -> list[str]:
 def inline_arguments(program: str, words: list[str], outer: TextState | None = None) -> TextState | None:
     """`sh -c TEXT NAME ARGS…`: in TEXT, `$1`… are ARGS (attack 5: `sh -c 'echo x > "$1"' sh /etc/passwd` was 1),
     when every one is literal; None otherwise (they are only known at run time, as before). The inner text starts
-    in the outer text's directory, when it is known (the caller's cwd: attack 5, C1)."""
-    directory = outer.directory if outer is not None else None
-    known = TextState(directory=directory) if directory else None
+    in the outer text's directories, when they are known (the caller's cwd: attack 5, C1)."""
+    directories = outer.directories if outer is not None else ()
+    known = TextState(directories=directories) if directories else None
     if program not in SHELLS:
         return known  # eval's words are its text
     invocation = parse_shell(words[1:])
@@ -265,4 +265,4 @@ def inline_arguments(program: str, words: list[str], outer: TextState | None = N
     arguments = words[position + 2 :]
     if not arguments or any("$" in word or "`" in word or "{}" in word for word in arguments):
         return known
-    return TextState(positional=arguments, positional_set=1, directory=directory)
+    return TextState(positional=arguments, positional_set=1, directories=directories)

@@ -93,6 +93,9 @@ class JobTerminal:
     exec_trace: TreeRecords = UNTRACED  # the call's exec trace goes into its end record, not into session reads
     kernel_confined = False  # not read: a job's stdin is classified by job_plans.py, not as typed lines
 
+    def directories(self) -> tuple[str, ...]:
+        return ()  # not read: a job's stdin is classified by job_plans.py
+
     def __init__(self, kind: str, command: JobCommand) -> None:
         self.kind = kind
         self.command = command

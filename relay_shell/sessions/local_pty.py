@@ -127,6 +127,18 @@ class LocalPty:
     def resize(self, cols: int, rows: int) -> None:
         self.process.setwinsize(rows, cols)  # the kernel sends SIGWINCH to the foreground job
 
+    def directories(self) -> tuple[str, ...]:
+        """The shell's working directory and the foreground group leader's, where it is another (`sh -c 'cd /etc
+        && exec sh'` types into a shell in /etc while the leader stays where it was: attack 5, C1)."""
+        found: list[str] = []
+        with contextlib.suppress(OSError):
+            found.append(os.readlink(f"/proc/{self.pid}/cwd"))
+        with contextlib.suppress(OSError):
+            group = os.tcgetpgrp(self.fd)
+            if group != self.pid:
+                found.append(os.readlink(f"/proc/{group}/cwd"))
+        return tuple(dict.fromkeys(found))
+
     def send_signal(self, signal_number: int) -> None:
         """Deliver to the foreground job, as the terminal's own keys would."""
         try:

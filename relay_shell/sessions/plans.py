@@ -88,7 +88,7 @@ def prepare_spawn(
         argv=tuple(argv) if not isinstance(command, str) else None,
         env=tuple((env or {}).items()),
         session_findings=tuple(overlay_findings(list((env or {}).items()), settings.sessions.passprompt)),
-        cwd=work_dir,
+        directories=(work_dir,) if work_dir else (),
     )
 
     async def open_terminal(session_id: str) -> Terminal:

@@ -13,8 +13,6 @@ count=1` to a remote shell is a write readonly must refuse (review W3, adr/0026 
 
 from __future__ import annotations
 
-import os
-
 from relay_shell.plan import Subject
 from relay_shell.policy.shared_rests import counted_rest_findings
 from relay_shell.policy.shell_tokens import tokenize
@@ -83,18 +81,8 @@ def typed_subject(
         findings += line_findings(text)
         findings += commands_start_findings(commands, nested)
         findings += interactive_findings(text, session.passprompt, commands)
-    return Subject(typed="\n".join(texts), session_findings=tuple(findings), cwd=_shell_directory(session)), typed
-
-
-def _shell_directory(session: Session) -> str | None:
-    """Where a local terminal's shell is now (its `cd`s of earlier lines: attack 5, C1): the directory relative
-    words of the line name; None for a remote one, or when it cannot be read."""
-    if session.terminal.pid is None:
-        return None
-    try:
-        return os.readlink(f"/proc/{session.terminal.pid}/cwd")
-    except OSError:
-        return None
+    directories = session.terminal.directories()  # where the line's relative words land (attack 5, C1)
+    return Subject(typed="\n".join(texts), session_findings=tuple(findings), directories=directories), typed
 
 
 def split_findings(texts: list[str], least_tier: int, kind: str) -> list[Finding]:

@@ -69,6 +69,10 @@ class Terminal(Protocol):
 
     def interrupt_clears_line(self) -> bool: ...  # Ctrl-C is known to discard the line being typed
 
+    # Where what reads a typed line runs now: the shell's and the foreground program's working directories (remote:
+    # none, not visible); the policy reads a line's relative words there too (attack 5, C1).
+    def directories(self) -> tuple[str, ...]: ...
+
     async def close(self, grace: float, first_signal: int | None = None) -> None: ...
 
 

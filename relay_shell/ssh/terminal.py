@@ -49,6 +49,9 @@ class SshTerminal:
     exec_trace: TreeRecords = UNTRACED  # the programs run on the remote host: not traced (adr/0019)
     kernel_confined = False  # no Landlock of ours on the remote host
 
+    def directories(self) -> tuple[str, ...]:
+        return ()  # the remote shell's directory is not visible
+
     def __init__(self, pool: SshPool, connection: PooledConnection, where: str) -> None:
         self.pool = pool
         self.connection = connection

@@ -54,10 +54,12 @@ class _LocalTerminal:
         # the same with readonly classifier-only: no rest of theirs is tier 1 alone).
         self.kernel_confined = mode == "readonly"
         self.kind = "local"
-        self.pid: int | None = None  # no program: no working directory to read relative words in
 
     def interrupt_clears_line(self) -> bool:
         return True  # the server's terminals start with ISIG on
+
+    def directories(self) -> tuple[str, ...]:
+        return ()  # no program: no working directory to read relative words in
 
     def line_settings(self) -> list[object]:
         characters: list[object] = [b"\x00"] * termios.NCCS

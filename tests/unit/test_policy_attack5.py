@@ -161,15 +161,15 @@ def test_their_neighbours_keep_their_tiers(protected: None, command: str, expect
 @pytest.mark.parametrize(
     ("subject", "least"),
     [
-        (Subject(command="echo x > passwd", cwd="/etc"), 3),
-        (Subject(command="echo 'x ALL=(ALL) NOPASSWD: ALL' > x", cwd="/etc/sudoers.d"), 2),
-        (Subject(command="cat /dev/zero > sda", cwd="/dev"), 3),
-        (Subject(command="sh -c 'echo x > passwd'", cwd="/etc"), 3),
-        (Subject(command="eval 'echo x > passwd'", cwd="/etc"), 3),
-        (Subject(argv=("cp", "/tmp/x", "passwd"), cwd="/etc"), 3),
-        (Subject(script="echo x > passwd", interpreter="bash", cwd="/etc"), 3),
-        (Subject(typed="echo x > passwd", cwd="/etc"), 3),
-        (Subject(command=f"mv {Path(LOG).name} x", cwd=str(Path(LOG).parent)), 3),
+        (Subject(command="echo x > passwd", directories=("/etc",)), 3),
+        (Subject(command="echo 'x ALL=(ALL) NOPASSWD: ALL' > x", directories=("/etc/sudoers.d",)), 2),
+        (Subject(command="cat /dev/zero > sda", directories=("/dev",)), 3),
+        (Subject(command="sh -c 'echo x > passwd'", directories=("/etc",)), 3),
+        (Subject(command="eval 'echo x > passwd'", directories=("/etc",)), 3),
+        (Subject(argv=("cp", "/tmp/x", "passwd"), directories=("/etc",)), 3),
+        (Subject(script="echo x > passwd", interpreter="bash", directories=("/etc",)), 3),
+        (Subject(typed="echo x > passwd", directories=("/etc",)), 3),
+        (Subject(command=f"mv {Path(LOG).name} x", directories=(str(Path(LOG).parent),)), 3),
     ],
 )
 def test_the_callers_working_directory_is_read(protected: None, subject: Subject, least: int) -> None:
@@ -179,10 +179,10 @@ def test_the_callers_working_directory_is_read(protected: None, subject: Subject
 @pytest.mark.parametrize(
     ("subject", "expected"),
     [
-        (Subject(command="echo x > notes.txt", cwd="/tmp"), 1),
-        (Subject(command="tail -n 5 syslog", cwd="/var/log"), 0),
-        (Subject(command="ls -la", cwd="/etc"), 0),
-        (Subject(typed="cat hostname", cwd="/etc"), 0),
+        (Subject(command="echo x > notes.txt", directories=("/tmp",)), 1),
+        (Subject(command="tail -n 5 syslog", directories=("/var/log",)), 0),
+        (Subject(command="ls -la", directories=("/etc",)), 0),
+        (Subject(typed="cat hostname", directories=("/etc",)), 0),
     ],
 )
 def test_neighbours_in_a_working_directory_keep_their_tiers(protected: None, subject: Subject, expected: int) -> None:

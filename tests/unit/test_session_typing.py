@@ -347,10 +347,11 @@ def test_a_shell_reads_its_commands_without_c_or_a_script(argv: list[str], readi
 
 
 class _Terminal:
-    pid = None  # no program: no working directory to read relative words in
-
     def interrupt_clears_line(self) -> bool:
         return True
+
+    def directories(self) -> tuple[str, ...]:
+        return ()  # no program: no working directory to read relative words in
 
     def line_settings(self) -> None:
         return None  # not a real terminal: read with the defaults (a remote one's are not visible either)

@@ -58,8 +58,10 @@ async def test_the_signing_key_cannot_be_read_by_run_time_spellings_in_readonly_
 
 async def test_the_working_directory_the_caller_gives_is_read_by_the_policy(tmp_path: Path) -> None:
     """Attack 5, C1: the call's `cwd` and a session's earlier `cd` were not the classifier's, so a relative write
-    landed in /etc at tier 1 (`echo … > NAME` with `cwd: /etc`; `cd /etc` typed, then `echo … > NAME`)."""
-    probes = [Path("/etc/relay-shell-e2e-c1-probe-1"), Path("/etc/relay-shell-e2e-c1-probe-2")]
+    landed in /etc at tier 1 (`echo … > NAME` with `cwd: /etc`; `cd /etc` typed, then `echo … > NAME`). And a shell
+    started in /etc by the session's own shell (`sh -c 'cd /etc && exec sh'`), whose leader stays where it was: the
+    foreground program's directory counts too (found in review: it wrote into /etc with the shell's directory alone)."""
+    probes = [Path(f"/etc/relay-shell-e2e-c1-probe-{index}") for index in (1, 2, 3)]
     try:
         async with connect(tmp_path / "audit.jsonl", policy_mode="guarded") as client:
             command = f"echo probe > {probes[0].name}"
@@ -75,6 +77,16 @@ async def test_the_working_directory_the_caller_gives_is_read_by_the_policy(tmp_
             assert fields(moved)["wait"] == "match", text_of(moved)
             typed = await client.call_tool(
                 "session_send", {"session_id": session_id, "data": f"echo probe > {probes[1].name}", "until": "C1> $"}
+            )
+            assert "DENIED tier 2" in text_of(typed) and "/etc/" in text_of(typed), text_of(typed)
+            await client.call_tool("session_send", {"session_id": session_id, "data": "cd /tmp", "until": "C1> $"})
+            nested = "sh -c 'cd /etc && PS1=\"C2> \" exec sh'"
+            started = await client.call_tool(
+                "session_send", {"session_id": session_id, "data": nested, "until": "C2> $"}
+            )
+            assert fields(started)["wait"] == "match", text_of(started)
+            typed = await client.call_tool(
+                "session_send", {"session_id": session_id, "data": f"echo probe > {probes[2].name}", "until": "C2> $"}
             )
             assert "DENIED tier 2" in text_of(typed) and "/etc/" in text_of(typed), text_of(typed)
             here = await client.call_tool("shell_exec", {"command": "echo kept > notes.txt", "cwd": str(tmp_path)})
