@@ -81,6 +81,8 @@ PINNED = "936a3b3150fadf39b52941e1ed25e7f60c785e3cd5745a4d614fc97fa9cd8c38"
 
 @pytest.fixture
 def fixed_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The one thing replaced: the clock. The records carry their time and the chain hashes it, so bytes pinned
+    across runs need a fixed one; the records are built, bounded, serialised, chained and written for real."""
     monkeypatch.setattr(records, "utc_timestamp", lambda: TS)
     monkeypatch.setattr(audit_log, "utc_timestamp", lambda: TS)
 

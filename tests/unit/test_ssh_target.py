@@ -310,6 +310,7 @@ def test_cached_routes_notice_a_key_file_gone_and_look_at_each_key_once_per_call
     assert [route.target.address for route in first.values()] == [f"10.9.0.{index + 1}" for index in range(5)]
     looked_at: list[str] = []
     real_isfile = os.path.isfile
+    # A spy, not a mock: the real isfile answers every look-up; the test counts them.
     monkeypatch.setattr(os.path, "isfile", lambda path: looked_at.append(path) or real_isfile(path))
     assert ssh.routes_of(names, ConnectionArgs()) == first  # from the cache: the one key file looked at once
     assert looked_at == [f"{tmp_path}/id_test"]
