@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from fnmatch import fnmatchcase
 
 from relay_shell.policy.findings import Finding
@@ -205,16 +205,7 @@ def _is_tail(own: str, parts: list[str], globbed: bool) -> bool:
 
 def holds_own_file(word: str) -> bool:
     """Whether a word names a directory above an own file (absolute, or as a tail when relative)."""
-    if not _ancestors or not word:
-        return False
-    path = word.rsplit("=", 1)[-1].rstrip("/")
-    if path.startswith("/"):
-        return os.path.normpath("/" + path.lstrip("/")) in _ancestors
-    parts = [part for part in os.path.normpath(path).split("/") if part not in ("", ".", "..")]
-    if not parts or _names.isdisjoint(parts):
-        return False
-    tail = "/" + "/".join(parts)
-    return any(ancestor.endswith(tail) for ancestor in _ancestors)
+    return _names_one_of(word, _ancestors)
 
 
 def links_to_own(words: list[str]) -> str | None:
@@ -231,16 +222,22 @@ def links_to_own(words: list[str]) -> str | None:
 def holds_secret(word: str) -> bool:
     """Whether a word names a directory a secret is below (absolute or as a tail; not `/` nor a top-level one):
     a reader of trees given it reads the secret (`grep -r . KEYDIR`, `tar -c KEYDIR`, `cp -r KEYDIR /tmp`)."""
-    if not _secret_holders or not word:
+    return _names_one_of(word, _secret_holders)
+
+
+def _names_one_of(word: str, directories: Collection[str]) -> bool:
+    """Whether a word (an option's value after `=` too) names one of `directories`: absolute, or as their tail
+    when relative (the working directory is not known here)."""
+    if not directories or not word:
         return False
     path = word.rsplit("=", 1)[-1].rstrip("/")
     if path.startswith("/"):
-        return os.path.normpath("/" + path.lstrip("/")) in _secret_holders
+        return os.path.normpath("/" + path.lstrip("/")) in directories
     parts = [part for part in os.path.normpath(path).split("/") if part not in ("", ".", "..")]
     if not parts or _names.isdisjoint(parts):
         return False
     tail = "/" + "/".join(parts)
-    return any(holder.endswith(tail) for holder in _secret_holders)
+    return any(directory.endswith(tail) for directory in directories)
 
 
 def into_directory(target: str, sources: Iterable[str]) -> str | None:
